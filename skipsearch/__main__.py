@@ -1,0 +1,3 @@
+from skipsearch.cli import app
+
+app()

@@ -1,0 +1,342 @@
+"""Draft profiles: round trips, and one clear one-line error for every kind of bad file."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import yaml
+
+from skipsearch.config import DraftConfig, ExitRule
+from skipsearch.profile import (
+    KNOWN_METHODS,
+    SCHEMA_VERSION,
+    Environment,
+    Measured,
+    ModelRef,
+    Profile,
+    ProfileError,
+    SearchInfo,
+    check_model,
+    load_profile,
+    profile_from_dict,
+    profile_to_dict,
+    register_method,
+    save_profile,
+    upgrade,
+)
+
+BASE = {
+    "schema_version": 1,
+    "model": {"name": "smollm2-135m", "num_layers": 30, "fingerprint": "abc123", "dtype": "float32"},
+    "method": "layer-skip",
+    "draft": {
+        "skip_attn": [3, 7],
+        "skip_mlp": [12],
+        "max_draft_tokens": 4,
+        "exit": {"threshold": 0.6, "adaptive": True, "target_acceptance": 0.9, "step": 0.01, "beta1": 0.5,
+                 "beta2": 0.9},
+    },
+}
+
+
+def full_profile() -> Profile:
+    return Profile(
+        model=ModelRef(name="smollm2-135m", num_layers=30, fingerprint="abc123"),
+        method="layer-skip",
+        draft=DraftConfig(skip_attn=(3, 7), skip_mlp=(12,), max_draft_tokens=5,
+                          exit=ExitRule(threshold=0.4, adaptive=False)),
+        measured=Measured(speedup=1.37, tokens_per_s=101.5, baseline_tokens_per_s=74.1, tau=2.4,
+                          baseline="skipsearch-autoregressive, same run", device="cpu", dataset="mt-bench",
+                          n_prompts=8, max_new_tokens=64, seed=0, source="bench", notes="quiet machine",
+                          extra=(("p50_latency_ms", 12.5), ("tags", ["a", "b"]))),
+        environment=Environment(python="3.11.7", torch="2.4.0", transformers="4.56.0", skipsearch="0.1.0",
+                                device_name="cpu"),
+        search=SearchInfo(strategy="optuna-tpe", budget=200, trials=180, study="studies/s.db", objective="speedup",
+                          seed=1),
+        method_params=(("note", "kept"),),
+    )
+
+
+def write(tmp_path, data, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def with_change(change) -> dict:
+    raw = copy.deepcopy(BASE)
+    change(raw)
+    return raw
+
+
+def load_error(path, **kwargs) -> str:
+    with pytest.raises(ProfileError) as info:
+        load_profile(path, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"{path}: "), message
+    return message
+
+
+# ---------------------------------------------------------------- round trips
+
+
+def test_full_round_trip(tmp_path):
+    original = full_profile()
+    path = save_profile(original, tmp_path / "deep" / "dir" / "p.yaml")
+    loaded = load_profile(path)
+    assert loaded == original
+    assert loaded.measured.extra == (("p50_latency_ms", 12.5), ("tags", ["a", "b"]))
+    text = path.read_text()
+    assert text.startswith(f"# skipsearch draft profile (schema v{SCHEMA_VERSION})\n")
+    assert "skip_attn: [3, 7]" in text and "tokens_per_s: 101.5" in text
+    assert "!!" not in text  # no python-specific tags: any YAML reader can read it
+    assert [p.name for p in path.parent.iterdir()] == ["p.yaml"]  # no temp file left behind
+
+
+def test_minimal_profile_fills_defaults():
+    raw = {"schema_version": 1, "model": {"name": "m", "num_layers": 4}, "method": "layer-skip", "draft": {}}
+    p = profile_from_dict(raw)
+    assert p.draft == DraftConfig() and p.model.dtype == "float32" and p.model.fingerprint is None
+    assert p.measured is None and p.environment is None and p.search is None and p.method_params == ()
+    assert profile_from_dict(profile_to_dict(p)) == p
+
+
+def test_yaml_lists_become_sorted_tuples_and_ints_become_floats(tmp_path):
+    raw = with_change(lambda r: r["draft"].update(skip_attn=[7, 3, 7], exit={"threshold": 1}))
+    p = load_profile(write(tmp_path, raw))
+    assert p.draft.skip_attn == (3, 7)
+    assert isinstance(p.draft.exit.threshold, float) and p.draft.exit.threshold == 1.0
+
+
+def test_numpy_figures_are_written_as_plain_numbers(tmp_path):
+    np = pytest.importorskip("numpy")
+    p = Profile(model=ModelRef(name="m", num_layers=2), method="layer-skip", draft=DraftConfig(),
+                measured=Measured(speedup=np.float64(1.25), n_prompts=np.int64(3)))
+    path = save_profile(p, tmp_path / "p.yaml")
+    assert "speedup: 1.25" in path.read_text() and "n_prompts: 3" in path.read_text()
+    assert load_profile(path).measured == Measured(speedup=1.25, n_prompts=3)
+
+
+def test_save_validates_before_writing(tmp_path):
+    bad = Profile(model=ModelRef(name="m", num_layers=4), method="layer-skip", draft=DraftConfig(skip_mlp=(4,)))
+    path = tmp_path / "p.yaml"
+    with pytest.raises(ProfileError, match=r"draft.skip_mlp has layer index 4 but the model has 4 layers \(0..3\)"):
+        save_profile(bad, path)
+    assert not path.exists()
+
+
+def test_save_keeps_old_file_when_yaml_cannot_hold_a_value(tmp_path):
+    path = save_profile(full_profile(), tmp_path / "p.yaml")
+    before = path.read_text()
+    odd = Profile(model=ModelRef(name="m", num_layers=2), method="layer-skip", draft=DraftConfig(),
+                  measured=Measured(extra=(("obj", object()),)))
+    with pytest.raises(ProfileError, match="cannot write as YAML"):
+        save_profile(odd, path)
+    assert path.read_text() == before
+
+
+def test_upgrade_is_identity_for_current_version_and_copies():
+    raw = copy.deepcopy(BASE)
+    out = upgrade(raw, source="x.yaml")
+    assert out == BASE and out is not raw
+
+
+def test_upgrade_runs_every_step_up_to_the_current_version(monkeypatch):
+    import skipsearch.profile as profile_module
+
+    def v1_to_v2(raw):
+        return {**raw, "draft": {**raw["draft"], "max_draft_tokens": 9}}
+
+    monkeypatch.setattr(profile_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(profile_module, "_UPGRADES", {1: v1_to_v2})
+    out = upgrade(copy.deepcopy(BASE), source="x.yaml")
+    assert out["schema_version"] == 2 and out["draft"]["max_draft_tokens"] == 9
+    assert upgrade(out, source="x.yaml") == out  # already current: nothing more to do
+    with pytest.raises(ProfileError, match=r"unknown schema_version 3 \(this skipsearch reads 1..2\)"):
+        upgrade({**BASE, "schema_version": 3}, source="x.yaml")
+
+
+def test_describe_names_everything_a_reader_needs():
+    text = full_profile().describe()
+    for fragment in ("smollm2-135m (30 layers, float32, fingerprint abc123)", "K=5", "fixed threshold 0.4",
+                     "skip attn:   3, 7 (2 of 30)", "skip mlp:    12 (1 of 30)", "5.0% of 60 sublayers",
+                     "1.37x speedup vs skipsearch-autoregressive, same run", "device cpu", "dataset mt-bench",
+                     "p50_latency_ms 12.5", "strategy optuna-tpe", "trials 180", "torch 2.4.0"):
+        assert fragment in text, fragment
+    plain = profile_from_dict(BASE).describe()
+    assert "adaptive threshold from 0.6 towards acceptance 0.9" in plain and "measured" not in plain
+
+
+def test_environment_current_reads_this_interpreter():
+    import platform
+
+    env = Environment.current("cpu")
+    assert env.python == platform.python_version() and env.device_name
+
+
+# ---------------------------------------------------------------- bad files
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "schema_version: 1\nmodel: {name: m\n  num_layers: [1, 2\nmethod: x\n")
+    message = load_error(path)
+    assert "malformed YAML at line" in message
+
+
+def test_malformed_yaml_line_number_is_the_broken_line(tmp_path):
+    message = load_error(write(tmp_path, "schema_version: 1\nmethod: layer-skip\ndraft: [1, 2\nmodel: x\n"))
+    assert "malformed YAML at line 4" in message
+
+
+@pytest.mark.parametrize(("text", "got"), [("- a\n- b\n", "got a list"), ("just words\n", "got a str"),
+                                           ("", "got an empty file")])
+def test_top_level_must_be_a_mapping(tmp_path, text, got):
+    assert f"expected a YAML mapping at the top level, {got}" in load_error(write(tmp_path, text))
+
+
+def test_missing_file(tmp_path):
+    assert "cannot read the profile: No such file or directory" in load_error(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(("version", "shown"), [(7, "7"), (0, "0"), ("1", "'1'"), (1.0, "1.0"), (True, "True")])
+def test_unknown_schema_version(tmp_path, version, shown):
+    path = write(tmp_path, with_change(lambda r: r.update(schema_version=version)))
+    assert f"unknown schema_version {shown} (this skipsearch reads 1)" in load_error(path)
+
+
+def _drop(section, key):
+    def change(raw):
+        del (raw[section] if section else raw)[key]
+    return change
+
+
+@pytest.mark.parametrize(("section", "key", "named"), [
+    (None, "schema_version", "schema_version"),
+    (None, "model", "model"),
+    (None, "method", "method"),
+    (None, "draft", "draft"),
+    ("model", "name", "model.name"),
+    ("model", "num_layers", "model.num_layers"),
+])
+def test_missing_required_key(tmp_path, section, key, named):
+    path = write(tmp_path, with_change(_drop(section, key)))
+    assert load_error(path).endswith(f": missing required key {named}")
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    (lambda r: r["draft"].update(skip_attn=[3, 31]),
+     "draft.skip_attn has layer index 31 but the model has 30 layers (0..29)"),
+    (lambda r: r["draft"].update(skip_mlp=[30]), "draft.skip_mlp has layer index 30 but the model has 30 layers"),
+    (lambda r: r["draft"].update(skip_attn=[-1]), "draft.skip_attn must list layer indices as integers >= 0, got -1"),
+    (lambda r: r["draft"].update(skip_mlp=["3"]), "draft.skip_mlp must list layer indices as integers >= 0, got '3'"),
+    (lambda r: r["draft"].update(skip_mlp=[2.0]), "draft.skip_mlp must list layer indices as integers >= 0, got 2.0"),
+    (lambda r: r["draft"].update(skip_attn=[True]), "got True"),
+    (lambda r: r["draft"].update(skip_attn=3), "draft.skip_attn must be a list of layer indices, got 3"),
+    (lambda r: r["draft"]["exit"].update(threshold=1.5), "draft.exit.threshold must be in [0, 1], got 1.5"),
+    (lambda r: r["draft"]["exit"].update(beta2=-0.1), "draft.exit.beta2 must be in [0, 1], got -0.1"),
+    (lambda r: r["draft"]["exit"].update(threshold="high"), "draft.exit.threshold must be a number, got 'high'"),
+    (lambda r: r["draft"]["exit"].update(adaptive="sometimes"), "draft.exit.adaptive must be true or false"),
+    (lambda r: r["draft"].update(exit=0.6), "draft.exit must be a mapping, got 0.6"),
+    (lambda r: r["draft"]["exit"].update(thresold=0.5), "unknown key draft.exit.thresold"),
+    (lambda r: r["draft"].update(max_draft_tokens=-1), "draft.max_draft_tokens must be an integer >= 0, got -1"),
+    (lambda r: r["draft"].update(max_draft_tokens=True), "draft.max_draft_tokens must be an integer, got True"),
+    (lambda r: r["draft"].update(skip_atn=[1]), "unknown key draft.skip_atn"),
+    (lambda r: r.update(method="fractal"), "unknown method 'fractal' (known: layer-skip)"),
+    (lambda r: r.update(method=3), "method must be a string, got 3"),
+    (lambda r: r.update(drafts={}), "unknown top-level key 'drafts' (known: schema_version, model, method"),
+    (lambda r: r.update(model="smollm2"), "model must be a mapping, got 'smollm2'"),
+    (lambda r: r["model"].update(num_layers="30"), "model.num_layers must be an integer, got '30'"),
+    (lambda r: r["model"].update(num_layers=0), "model.num_layers must be >= 1, got 0"),
+    (lambda r: r["model"].update(name=""), "model.name must not be empty"),
+    (lambda r: r["model"].update(layers=30), "unknown key model.layers"),
+    (lambda r: r.update(measured={"speedup": "fast"}), "measured.speedup must be a number, got 'fast'"),
+    (lambda r: r.update(measured={"n_prompts": -2}), "measured.n_prompts must be >= 0, got -2"),
+    (lambda r: r.update(search={"trials": 3}), "missing required key search.strategy"),
+    (lambda r: r.update(environment={"cuda": "12"}), "unknown key environment.cuda"),
+    (lambda r: r.update(method_params=[1]), "method_params must be a mapping, got [1]"),
+])
+def test_bad_field(tmp_path, change, fragment):
+    assert fragment in load_error(write(tmp_path, with_change(change)))
+
+
+def test_error_stays_on_one_line_even_for_a_key_with_a_newline(tmp_path):
+    message = load_error(write(tmp_path, with_change(lambda r: r.update(environment={"gpu\nname": "x"}))))
+    assert "unknown key environment.gpu name" in message
+
+
+def test_unknown_measured_keys_are_kept_not_refused(tmp_path):
+    p = load_profile(write(tmp_path, with_change(lambda r: r.update(measured={"speedup": 2, "gpu_util": 0.8}))))
+    assert p.measured.speedup == 2.0 and p.measured.extra == (("gpu_util", 0.8),)
+
+
+def test_from_dict_uses_the_source_name():
+    with pytest.raises(ProfileError, match=r"^team/a.yaml: unknown method 'x'"):
+        profile_from_dict(with_change(lambda r: r.update(method="x")), source="team/a.yaml")
+    with pytest.raises(ProfileError, match=r"^<profile>: the profile must be a mapping"):
+        profile_from_dict([1, 2])
+
+
+# ---------------------------------------------------------------- model checks
+
+
+def test_num_layers_mismatch(tmp_path):
+    path = write(tmp_path, BASE)
+    message = load_error(path, num_layers=12)
+    assert "profile was made for a 30-layer model, this model has 12 layers" in message
+    assert load_profile(path, num_layers=30).model.num_layers == 30
+
+
+def test_num_layers_mismatch_cannot_be_forced(tmp_path):
+    assert "30-layer model" in load_error(write(tmp_path, BASE), num_layers=12, force=True)
+
+
+def test_fingerprint_mismatch_is_an_error(tmp_path):
+    message = load_error(write(tmp_path, BASE), fingerprint="zzz")
+    assert "profile was made for model fingerprint abc123, this model's is zzz" in message
+
+
+def test_fingerprint_mismatch_forced_warns_and_loads(tmp_path):
+    path = write(tmp_path, BASE)
+    with pytest.warns(UserWarning, match="fingerprint abc123, this model's is zzz"):
+        p = load_profile(path, fingerprint="zzz", force=True)
+    assert p.model.fingerprint == "abc123"
+
+
+def test_fingerprint_checked_only_when_both_known(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_profile(write(tmp_path, BASE), fingerprint="abc123").model.name == "smollm2-135m"
+        no_print = with_change(lambda r: r["model"].pop("fingerprint"))
+        assert load_profile(write(tmp_path, no_print, "n.yaml"), fingerprint="zzz").model.fingerprint is None
+
+
+def test_check_model_after_loading():
+    p = profile_from_dict(BASE)
+    check_model(p, num_layers=30, fingerprint="abc123")
+    with pytest.raises(ProfileError, match=r"^m.yaml: profile was made for a 30-layer model, this model has 2"):
+        check_model(p, num_layers=2, source="m.yaml")
+
+
+# ---------------------------------------------------------------- methods
+
+
+def test_register_method_allows_a_new_method(tmp_path):
+    raw = with_change(lambda r: r.update(method="test-only-method", method_params={"levels": [1, 2]}))
+    path = write(tmp_path, raw)
+    assert "unknown method 'test-only-method'" in load_error(path)
+    register_method("test-only-method")
+    try:
+        p = load_profile(path)
+        assert p.method == "test-only-method" and p.method_params == (("levels", [1, 2]),)
+        assert load_profile(save_profile(p, tmp_path / "again.yaml")) == p
+    finally:
+        KNOWN_METHODS.discard("test-only-method")
+
+
+@pytest.mark.parametrize("name", ["", " padded ", None])
+def test_register_method_refuses_bad_names(name):
+    with pytest.raises(ValueError, match="method name"):
+        register_method(name)
