@@ -69,7 +69,7 @@ def decode_prompts(
         streamed: list[int] = []
         shown = [0]
 
-        def stream(new: Sequence[int], i: int = i) -> None:
+        def stream(new: Sequence[int], i: int = i, streamed: list[int] = streamed, shown: list[int] = shown) -> None:
             # Decode the whole continuation each time: a token may complete a multi-byte char.
             streamed.extend(new)
             text = sm.tokenizer.decode(streamed, skip_special_tokens=True)

@@ -20,6 +20,7 @@ from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import DataError, Prompt, load_prompts
 from skipsearch.models import ModelError
 from skipsearch.profile import ProfileError, load_profile
+from skipsearch.study import StudyError
 
 app = typer.Typer(
     help="Search, ship and run self-speculative decoding draft profiles.",
@@ -29,8 +30,10 @@ app = typer.Typer(
 )
 profile_app = typer.Typer(help="Check and describe draft profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
+study_app = typer.Typer(help="Inspect search studies.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
 
-USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError)
+USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
 
 
 @contextlib.contextmanager
@@ -76,7 +79,9 @@ def decode(
     prompt: Annotated[str | None, typer.Option(help="Text to continue (or a user message with --chat).")] = None,
     model: Annotated[str | None, typer.Option(help="Model alias, local HF directory or hub id.")] = None,
     profile: Annotated[str | None, typer.Option(help="Draft profile (YAML); it names its model.")] = None,
-    prompts_file: Annotated[Path | None, typer.Option(help='JSONL, one {"prompt": ..., "chat": bool} per line.')] = None,
+    prompts_file: Annotated[
+        Path | None, typer.Option(help='JSONL, one {"prompt": ..., "chat": bool} per line.')
+    ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt with the model's chat template.")] = False,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
     temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
@@ -144,6 +149,128 @@ def profile_show(path: Annotated[str, typer.Argument(help="Profile YAML to descr
     with user_errors():
         prof = load_profile(path)
     typer.echo(prof.describe())
+
+
+@app.command()
+def optimize(
+    model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
+    strategy: Annotated[str, typer.Option(help="Search strategy: tpe or bayes.")] = "tpe",
+    budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")] = 100,
+    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
+    n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens decoded per calibration prompt.")] = 64,
+    objective: Annotated[str, typer.Option(help="two-stage (surrogate, then time a shortlist), surrogate, timed.")]
+    = "two-stage",
+    shortlist: Annotated[int, typer.Option(help="Configs timed after a surrogate search.")] = 5,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt (median).")] = 1,
+    max_k: Annotated[int, typer.Option(min=1, help="Largest max_draft_tokens searched.")] = 8,
+    max_skip_ratio: Annotated[float, typer.Option(help="Most of the 2L sublayers a draft may skip.")] = 0.5,
+    protect_ends: Annotated[bool, typer.Option(help="Never skip the first or last layer.")] = True,
+    study: Annotated[
+        str | None, typer.Option(help="Study directory (SQLite inside); default studies/<model>-<strategy>.")
+    ] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
+    study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option()] = "cpu",
+    dtype: Annotated[str, typer.Option()] = "float32",
+) -> None:
+    """Search draft configs with a timed objective and write the best as a profile."""
+    import optuna
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from skipsearch import optimize as opt
+    from skipsearch.models import load_model
+    from skipsearch.space import SearchSpace
+
+    _warnings_to_stderr()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with user_errors():
+        if budget < 1:
+            raise StudyError(f"--budget must be >= 1, got {budget}")
+        if objective not in opt.OBJECTIVES:
+            raise ConfigError(f"unknown objective '{objective}': use {', '.join(opt.OBJECTIVES)}")
+        from skipsearch.strategies import REGISTRY
+
+        if strategy not in REGISTRY:
+            raise ConfigError(f"unknown strategy '{strategy}': use {', '.join(sorted(REGISTRY))}")
+        if storage is None and study is None:
+            study = f"studies/{Path(model).name}-{strategy}"
+        load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads
+        sm = load_model(model, device=device, dtype=dtype)
+        space = SearchSpace(
+            num_layers=sm.num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
+            protect_ends=protect_ends, max_skip_ratio=max_skip_ratio,
+        )
+        settings = opt.OptimizeSettings(
+            strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
+            objective=objective, shortlist=shortlist, seed=seed, repeats=repeats, space=space, study_dir=study,
+            storage=storage, study_name=study_name,
+        )
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=False,
+            console=None,
+        ) as progress:
+            task = progress.add_task("trials", total=budget, best="-")
+
+            def on_trial(record, best_so_far) -> None:
+                label = "-"
+                if best_so_far is not None and best_so_far.measurement is not None:
+                    m = best_so_far.measurement
+                    label = f"{m.speedup:.3f}x ({m.kind})"
+                progress.update(task, completed=min(record.number + 1, budget), best=label)
+
+            result = opt.optimize(sm, settings, on_trial=on_trial, on_stage=lambda msg: progress.console.log(msg))
+        path = out or Path(study or ".") / "best.yaml"
+        opt.write_profile(result, path)
+        for r in result.timed:
+            m = r.measurement
+            typer.echo(
+                f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
+                f"acceptance {m.acceptance_rate or 0:.2f}  {opt.config_summary(r.config)}"
+            )
+        typer.echo(f"{result.verdict}\nwrote {path}")
+        if result.interrupted:
+            typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
+            raise typer.Exit(130)
+
+
+@study_app.command("show")
+def study_show(
+    study: Annotated[str | None, typer.Argument(help="Study directory.")] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna RDB URL instead of a directory.")] = None,
+    study_name: Annotated[str | None, typer.Option()] = None,
+    top: Annotated[int, typer.Option(help="Rows to list, best first.")] = 10,
+) -> None:
+    """Trials, best so far, and status of a study."""
+    import optuna
+    from rich.console import Console
+    from rich.table import Table
+
+    from skipsearch.optimize import config_summary
+    from skipsearch.study import load_records
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with user_errors():
+        info, recs = load_records(study_dir=study, storage=storage, study_name=study_name)
+    states: dict[str, int] = {}
+    for r in recs:
+        states[r.state] = states.get(r.state, 0) + 1
+    typer.echo(f"study {info}: {len(recs)} trials (" + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + ")")
+    table = Table("#", "kind", "speedup", "predicted", "tau", "accept", "config")
+    done = [r for r in recs if r.measurement is not None]
+    for r in sorted(done, key=lambda r: (r.measurement.kind != "timed", -r.measurement.speedup))[:top]:
+        m = r.measurement
+        table.add_row(
+            str(r.number), m.kind, f"{m.speedup:.3f}x", f"{m.predicted_speedup or 0:.3f}x", f"{m.tau or 0:.2f}",
+            "-" if m.acceptance_rate is None else f"{m.acceptance_rate:.2f}", config_summary(r.config),
+        )
+    Console().print(table)
+    for r in recs:
+        if r.error:
+            typer.echo(f"trial {r.number} failed: {r.error}")
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m skipsearch`

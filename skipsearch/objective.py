@@ -1,0 +1,292 @@
+"""DraftConfig -> Measurement, two ways: timed (the truth) and a cheap surrogate (the predictor).
+
+Timed: decode the calibration prompts with the runtime decoder (decoding.generate, the engine
+``decode`` runs), interleaved prompt by prompt with the autoregressive baseline in the same
+process so machine drift cancels; speedup = baseline seconds / config seconds.
+
+Surrogate: three measured ingredients and one replay.
+1. A trace per calibration sequence: the full model's greedy continuation is teacher-forced
+   through the draft config in ONE forward. Each draft query attends to the *full-model* KV
+   of every earlier position (as in real drafting, where the context was verified by the full
+   model) and to its own draft KV, through a custom 4-D mask over [full KV | draft KV]. At each
+   position we read whether the draft's argmax equals the full model's token ("matchness",
+   SWIFT) and the draft's top probability (for the exit rule).
+2. Costs, measured once with the one timer: a full single-token step, the per-layer cost of
+   attention and of the MLP, the fixed remainder (embedding, LM head, loop), so a config's
+   draft cost ratio c = (fixed + kept sublayers) / full step; and the verify curve v(k), the
+   cost of one forward over k tokens relative to one step.
+3. The replay walks each trace as the decoder would: draft until K tokens or the top
+   probability falls below γ (adaptive γ updated exactly as the decoder does), accept the
+   leading matches, emit one more, charge k·c + v(k+1). Predicted speedup = tokens emitted /
+   cost, where one autoregressive token costs 1.
+The approximation: within one draft block, later drafts attend to earlier *draft* KV in reality
+but to full KV in the trace. The timed stage holds the prediction to account.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from skipsearch import timing
+from skipsearch.config import AUTOREGRESSIVE, DraftConfig
+from skipsearch.decoding import LayerSkipDrafter, generate
+from skipsearch.measure import Kind, Measurement
+from skipsearch.models import SkippableModel
+
+
+class LosslessnessError(RuntimeError):
+    """A config's greedy output differed from autoregressive output: a decoder bug, never expected."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Measured costs, in seconds and as ratios to one full autoregressive step."""
+
+    step_seconds: float  # one full-model single-token forward at calibration context length
+    attn_seconds: float  # one layer's attention, inside that step
+    mlp_seconds: float  # one layer's MLP
+    fixed_seconds: float  # the rest: embedding, norms, LM head, framework overhead
+    verify_ratio: tuple[float, ...]  # v(k) for k = 1..len: one forward over k tokens / one step
+    num_layers: int
+
+    def draft_ratio(self, config: DraftConfig) -> float:
+        """c: one draft step of ``config`` relative to one full step."""
+        kept_attn = self.num_layers - len(config.skip_attn)
+        kept_mlp = self.num_layers - len(config.skip_mlp)
+        seconds = self.fixed_seconds + kept_attn * self.attn_seconds + kept_mlp * self.mlp_seconds
+        return max(seconds, 0.0) / self.step_seconds
+
+    def verify(self, k: int) -> float:
+        """v(k), extrapolated linearly past the measured range."""
+        v = self.verify_ratio
+        if k <= len(v):
+            return v[k - 1]
+        slope = (v[-1] - v[0]) / max(len(v) - 1, 1)
+        return v[-1] + slope * (k - len(v))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Per-position agreement of a draft config with the full model on one sequence."""
+
+    matches: tuple[bool, ...]
+    confidences: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the objective evaluates on: prompts and the full model's greedy continuations."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    continuations: tuple[tuple[int, ...], ...]
+    max_new_tokens: int
+
+
+def calibrate(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> Calibration:
+    conts = tuple(generate(sm, p, max_new_tokens=max_new_tokens).token_ids for p in prompts)
+    return Calibration(tuple(tuple(p) for p in prompts), conts, max_new_tokens)
+
+
+def measure_costs(sm: SkippableModel, context: Sequence[int], *, max_verify: int = 9, repeats: int = 7) -> CostModel:
+    """Time the sublayers and the verify curve at ``context``'s length, with the one timer."""
+    cache = sm.new_cache()
+    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+    n = len(context)
+    token = torch.tensor([context[-1]])
+    L = sm.num_layers
+
+    def step(config: DraftConfig | None) -> float:
+        def once():
+            if config is None:
+                sm.forward(token, start=n, cache=cache, last_only=True)
+            else:
+                with sm.drafting(config):
+                    sm.forward(token, start=n, cache=cache, last_only=True)
+            sm.crop(cache, n)
+
+        # the minimum: interference from other work only ever adds time to a microbenchmark
+        return timing.time_call(once, device=sm.device, repeats=repeats, warmup=2)[0].best
+
+    every = tuple(range(L))
+    full = step(None)
+    no_attn = step(DraftConfig(skip_attn=every))
+    no_mlp = step(DraftConfig(skip_mlp=every))
+    attn = max(full - no_attn, 0.0) / L
+    mlp = max(full - no_mlp, 0.0) / L
+    fixed = max(full - L * (attn + mlp), 0.0)
+
+    ratios = []
+    for k in range(1, max_verify + 1):
+        ids = torch.tensor((list(context) * k)[:k])
+
+        def verify_once(ids=ids):
+            sm.forward(ids, start=n, cache=cache)
+            sm.crop(cache, n)
+
+        ratio = timing.time_call(verify_once, device=sm.device, repeats=repeats, warmup=1)[0].best / full
+        # a forward over more tokens never costs less: keep v(k) non-decreasing against noise
+        ratios.append(max(ratio, ratios[-1] if ratios else 1.0))
+    return CostModel(full, attn, mlp, fixed, tuple(ratios), L)
+
+
+def trace(sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int], config: DraftConfig) -> Trace:
+    """Teacher-force ``continuation`` through the draft config with full-model context KV."""
+    P, T = len(prompt), len(continuation)
+    seq = torch.tensor([*prompt, *continuation])
+    cache = sm.new_cache()
+    sm.forward(seq, start=0, cache=cache)  # full-model KV for all P+T positions
+    # Draft queries are the tokens at positions P-1 .. P+T-2; query i predicts continuation[i].
+    queries = seq[P - 1 : P + T - 1]
+    q_pos = torch.arange(P - 1, P + T - 1)  # [T]
+    full_pos = torch.arange(P + T)  # [P+T]
+    # mask: [1, 1, T, (P+T) + T]; True = attend. Full KV strictly before the query's position,
+    # plus the query's own draft KV (diagonal of the appended block).
+    see_full = full_pos.unsqueeze(0) < q_pos.unsqueeze(1)  # [T, P+T]
+    see_self = torch.eye(T, dtype=torch.bool)  # [T, T]
+    mask = torch.cat([see_full, see_self], dim=1)[None, None].to(sm.device)
+    ids = queries.view(1, -1).to(sm.device)
+    with torch.inference_mode(), sm.drafting(config):
+        out = sm.hf(
+            input_ids=ids, position_ids=q_pos.view(1, -1).to(sm.device), attention_mask=mask,
+            past_key_values=cache, use_cache=True,
+        )
+    probs = out.logits[0].float().softmax(-1)  # [T, V]
+    conf, pred = probs.max(-1)  # [T], [T]
+    target = torch.tensor(list(continuation), device=pred.device)
+    return Trace(tuple((pred == target).tolist()), tuple(conf.tolist()))
+
+
+@dataclass(frozen=True)
+class Replay:
+    emitted: int
+    cost: float  # in full single-token steps
+    drafted: int
+    accepted: int
+    cycles: int
+
+
+def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
+    """Walk one trace as the decoder would (K, exit rule, adaptive γ) and add up tokens and cost."""
+    if config.is_autoregressive:
+        n = len(tr.matches)
+        return Replay(n, float(n), 0, 0, n)
+    c = costs.draft_ratio(config)
+    drafter = LayerSkipDrafter(config)  # its γ update is the decoder's own
+    t = emitted = drafted = accepted = cycles = 0
+    cost = 0.0
+    n = len(tr.matches)
+    while t < n:
+        limit = min(config.max_draft_tokens, n - t - 1)
+        k = a = 0
+        leading = True
+        while k < limit:
+            match, confidence = tr.matches[t + k], tr.confidences[t + k]
+            k += 1
+            if leading and match:
+                a += 1
+            else:
+                leading = False
+            if confidence < drafter.gamma:
+                break
+        cost += k * c + costs.verify(k + 1)
+        emitted += a + 1
+        t += a + 1
+        drafted += k
+        accepted += a
+        cycles += 1
+        if k:
+            drafter.observe(k, a)
+    return Replay(emitted, cost, drafted, accepted, cycles)
+
+
+class ModelObjective:
+    """The real objective: surrogate and timed evaluations on one model and calibration set."""
+
+    def __init__(self, sm: SkippableModel, calibration: Calibration, *, repeats: int = 1) -> None:
+        self.sm = sm
+        self.cal = calibration
+        self.repeats = repeats
+        self._costs: CostModel | None = None
+        self._warm = False
+
+    @property
+    def costs(self) -> CostModel:
+        if self._costs is None:
+            context = self.cal.prompts[0] + self.cal.continuations[0][: self.cal.max_new_tokens // 2]
+            self._costs = measure_costs(self.sm, context)
+        return self._costs
+
+    def evaluate(self, config: DraftConfig, *, kind: Kind) -> Measurement:
+        config.check_layers(self.sm.num_layers)
+        if kind == "surrogate":
+            return self.predict(config)
+        return self.time(config)
+
+    def predict(self, config: DraftConfig) -> Measurement:
+        t0 = timing.now(self.sm.device)
+        costs = self.costs
+        pairs = zip(self.cal.prompts, self.cal.continuations, strict=True)
+        traces = [trace(self.sm, p, c, config) for p, c in pairs if c]
+        runs = [replay(tr, config, costs) for tr in traces]
+        emitted = sum(r.emitted for r in runs)
+        cost = sum(r.cost for r in runs)
+        drafted = sum(r.drafted for r in runs)
+        accepted = sum(r.accepted for r in runs)
+        matches = [m for tr in traces for m in tr.matches]
+        speedup = emitted / cost if cost else 1.0
+        return Measurement(
+            kind="surrogate",
+            speedup=speedup,
+            predicted_speedup=speedup,
+            tau=emitted / max(sum(r.cycles for r in runs), 1),
+            acceptance_rate=accepted / drafted if drafted else None,
+            alpha=sum(matches) / len(matches) if matches else None,
+            cost_ratio=costs.draft_ratio(config),
+            seconds=timing.now(self.sm.device) - t0,
+        )
+
+    def time(self, config: DraftConfig) -> Measurement:
+        """Decode every calibration prompt with ``config`` and autoregressively, interleaved."""
+        t0 = timing.now(self.sm.device)
+        n = self.cal.max_new_tokens
+        if not self._warm:  # first-call effects (allocator, kernels) must not land on one side
+            generate(self.sm, self.cal.prompts[0], max_new_tokens=min(n, 8))
+            generate(self.sm, self.cal.prompts[0], config=config, max_new_tokens=min(n, 8))
+            self._warm = True
+        base_s, spec_s, tokens, drafted, accepted, cycles = [], [], 0, 0, 0, 0
+        for i, prompt in enumerate(self.cal.prompts):
+            for r in range(self.repeats):
+                # alternate which side goes first, so slow drift favours neither
+                order = (AUTOREGRESSIVE, config) if (i + r) % 2 == 0 else (config, AUTOREGRESSIVE)
+                results = {id(c): generate(self.sm, prompt, config=c, max_new_tokens=n) for c in order}
+                base, spec = results[id(AUTOREGRESSIVE)], results[id(config)]
+                if base.token_ids != spec.token_ids:
+                    raise LosslessnessError(f"greedy output differs from autoregressive for {config}")
+                base_s.append(base.stats.seconds)
+                spec_s.append(spec.stats.seconds)
+                if r == 0:
+                    tokens += spec.stats.new_tokens
+                    drafted += spec.stats.drafted_tokens
+                    accepted += spec.stats.accepted_tokens
+                    cycles += spec.stats.verify_steps
+        per = self.repeats
+        # per prompt: median over repeats; then totals over prompts
+        base_total = sum(statistics.median(base_s[i * per : (i + 1) * per]) for i in range(len(self.cal.prompts)))
+        spec_total = sum(statistics.median(spec_s[i * per : (i + 1) * per]) for i in range(len(self.cal.prompts)))
+        predicted = self.predict(config)
+        return Measurement(
+            kind="timed",
+            speedup=base_total / spec_total,
+            predicted_speedup=predicted.speedup,
+            tokens_per_s=tokens / spec_total,
+            baseline_tokens_per_s=tokens / base_total,
+            tau=(tokens - len(self.cal.prompts)) / cycles if cycles else 1.0,
+            acceptance_rate=accepted / drafted if drafted else None,
+            alpha=predicted.alpha,
+            cost_ratio=predicted.cost_ratio,
+            seconds=timing.now(self.sm.device) - t0,
+        )

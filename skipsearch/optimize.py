@@ -1,0 +1,191 @@
+"""``skipsearch optimize`` as a library function: search, time a shortlist, write a profile.
+
+Stages:
+1. calibrate: the full model's greedy continuations of the calibration prompts (calib split);
+2. search: the strategy proposes, the surrogate scores (or the timer, with objective="timed");
+3. time: the best distinct configs of the search are timed with the runtime decoder against
+   the autoregressive baseline, interleaved, in this process; each is recorded in the study;
+4. ship: the best *timed* config, unless none beats plain decoding, in which case the profile
+   says so and ships max_draft_tokens 0 with the measured α, c and v(k) that explain why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import optuna
+
+from skipsearch.config import AUTOREGRESSIVE, DraftConfig
+from skipsearch.data import encode_prompt, load_prompts
+from skipsearch.measure import Measurement
+from skipsearch.models import SkippableModel
+from skipsearch.objective import ModelObjective, calibrate
+from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo, save_profile
+from skipsearch.space import SearchSpace
+from skipsearch.strategies import make_strategy
+from skipsearch.study import (
+    CONFIG_ATTR,
+    MEASUREMENT_ATTR,
+    SearchSummary,
+    TrialRecord,
+    best,
+    config_to_dict,
+    open_study,
+    records,
+    run_search,
+    shortlist,
+)
+
+OBJECTIVES = ("two-stage", "surrogate", "timed")
+
+
+@dataclass(frozen=True)
+class OptimizeSettings:
+    strategy: str = "tpe"
+    budget: int = 100
+    dataset: str = "mtbench"
+    n_prompts: int = 8
+    max_new_tokens: int = 64
+    objective: str = "two-stage"  # surrogate search + timed shortlist; or all-"surrogate"; or all-"timed"
+    shortlist: int = 5
+    seed: int = 0
+    repeats: int = 1  # timed runs per prompt (median); raise where timing noise demands it
+    space: SearchSpace | None = None
+    study_dir: str | None = None
+    storage: str | None = None
+    study_name: str | None = None
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    profile: Profile
+    summary: SearchSummary
+    timed: tuple[TrialRecord, ...]  # the shortlist's timed records, best first
+    verdict: str  # one sentence: what ships and why
+    interrupted: bool = False  # Ctrl-C stopped the search; the profile holds the best so far
+
+
+def _fail_orphans(study: optuna.Study) -> None:
+    """Trials left RUNNING by a killed single-worker run never finish; mark them failed.
+
+    Only for a local study directory: with a shared --storage, RUNNING may be another worker's.
+    """
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "error", "orphaned: its worker stopped")
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def record_timed(study: optuna.Study, config: DraftConfig, m: Measurement) -> None:
+    """Add a finished timed trial (fixed config, not proposed by the sampler) to the study."""
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=m.speedup, params={}, distributions={},
+            user_attrs={CONFIG_ATTR: config_to_dict(config), MEASUREMENT_ATTR: m.to_dict()},
+        )
+    )
+
+
+def optimize(
+    sm: SkippableModel,
+    settings: OptimizeSettings,
+    *,
+    on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> OptimizeResult:
+    s = settings
+    say = on_stage or (lambda _: None)
+    space = s.space or SearchSpace(num_layers=sm.num_layers)
+    strategy = make_strategy(s.strategy, space, seed=s.seed)
+    study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
+    if s.storage is None and s.study_dir is not None:
+        _fail_orphans(study)
+
+    prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
+    say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
+    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=s.max_new_tokens)
+    objective = ModelObjective(sm, cal, repeats=s.repeats)
+    search_kind = "timed" if s.objective == "timed" else "surrogate"
+    say(f"searching: {s.strategy}, budget {s.budget}, {search_kind} objective")
+    interrupted = False
+    summary = SearchSummary(len(records(study)), 0, 0, best(study), 0.0)
+    try:
+        summary = run_search(study, strategy, objective, budget=s.budget, kind=search_kind, on_trial=on_trial)
+        if s.objective == "two-stage":
+            done = {r.config for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"}
+            for config in shortlist(study, s.shortlist):
+                if config not in done:  # resumed runs keep earlier timings
+                    say(f"timing {config_summary(config)}")
+                    record_timed(study, config, objective.evaluate(config, kind="timed"))
+    except KeyboardInterrupt:
+        # Ctrl-C: every finished trial is already in the study; ship the best found so far.
+        interrupted = True
+    summary = replace(summary, trials_total=len(records(study)), best=best(study))
+    timed: list[TrialRecord] = sorted(
+        (r for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"),
+        key=lambda r: -r.measurement.speedup,
+    )
+
+    top = timed[0] if timed else summary.best
+    costs = objective.costs
+    if top is not None and top.measurement.kind == "timed" and top.measurement.speedup > 1.0:
+        config, m = top.config, top.measurement
+        verdict = f"ships {config_summary(config)}: {m.speedup:.3f}x measured against autoregressive decoding"
+    elif top is not None and top.measurement.kind == "surrogate":
+        config, m = top.config, top.measurement
+        verdict = f"ships {config_summary(config)}: {m.speedup:.3f}x predicted (surrogate only; not timed)"
+    else:
+        m = top.measurement if top is not None else None
+        config = AUTOREGRESSIVE
+        why = ""
+        if m is not None:
+            why = (f"; best draft measured {m.speedup:.3f}x with alpha {m.alpha or 0:.2f}, "
+                   f"c {m.cost_ratio or 0:.2f}, v(2) {costs.verify(2):.2f}")
+        verdict = "no draft config beat plain decoding on this hardware: ships max_draft_tokens 0" + why
+
+    profile = Profile(
+        model=ModelRef(name=sm.name, num_layers=sm.num_layers, dtype=sm.dtype_name, fingerprint=sm.fingerprint),
+        method="layer-skip",
+        draft=config,
+        measured=_measured(m, s, sm, costs, verdict, shipped_autoregressive=config.is_autoregressive),
+        environment=Environment.current(str(sm.device)),
+        search=SearchInfo(
+            strategy=s.strategy, budget=s.budget, trials=summary.trials_total,
+            study=s.storage and f"{s.storage} ({study.study_name})" or s.study_dir,
+            objective=s.objective, seed=s.seed,
+        ),
+    )
+    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted)
+
+
+def _measured(m: Measurement | None, s: OptimizeSettings, sm, costs, verdict: str, *, shipped_autoregressive: bool):
+    common = dict(
+        device=str(sm.device), dataset=f"{s.dataset} (calib split)", n_prompts=s.n_prompts,
+        max_new_tokens=s.max_new_tokens, seed=s.seed, source="optimize", notes=verdict,
+    )
+    cost_extra = (("cost_c", round(m.cost_ratio, 4) if m and m.cost_ratio else None),
+                  ("verify_cost_v", [round(v, 3) for v in costs.verify_ratio]),
+                  ("alpha", round(m.alpha, 4) if m and m.alpha is not None else None))
+    if m is None or shipped_autoregressive:
+        return Measured(extra=cost_extra, **common)
+    return Measured(
+        speedup=m.speedup, tokens_per_s=m.tokens_per_s, baseline_tokens_per_s=m.baseline_tokens_per_s,
+        tau=m.tau, acceptance_rate=m.acceptance_rate, predicted_speedup=m.predicted_speedup,
+        baseline=("skipsearch autoregressive, same process, interleaved" if m.kind == "timed"
+                  else "cost-model prediction"),
+        extra=cost_extra, **common,
+    )
+
+
+def config_summary(c: DraftConfig) -> str:
+    if c.is_autoregressive:
+        return "autoregressive"
+    ex = c.exit
+    rule = f"adaptive γ0={ex.threshold:g}" if ex.adaptive else (f"γ={ex.threshold:g}" if ex.threshold else "no exit")
+    return f"K={c.max_draft_tokens} attn{list(c.skip_attn)} mlp{list(c.skip_mlp)} {rule}"
+
+
+def write_profile(result: OptimizeResult, out: str | Path) -> Path:
+    return save_profile(result.profile, out)
+

@@ -1,0 +1,32 @@
+"""Search strategies: one module each behind ``Strategy``, and this registry.
+
+Adding a strategy means one module and one line in REGISTRY; tests/test_strategies.py then runs
+the shared suite against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from skipsearch.config import ConfigError, DraftConfig
+from skipsearch.space import SearchSpace
+from skipsearch.strategies._base import Strategy
+from skipsearch.strategies.bayes import BayesStrategy
+from skipsearch.strategies.tpe import TPEStrategy
+
+REGISTRY: dict[str, type[Strategy]] = {
+    "tpe": TPEStrategy,
+    "bayes": BayesStrategy,
+}
+
+
+def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
+                  warm_start: Sequence[DraftConfig] = ()) -> Strategy:
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown strategy '{name}': use {', '.join(sorted(REGISTRY))}") from None
+    return cls(space, seed=seed, warm_start=warm_start)
+
+
+__all__ = ["REGISTRY", "BayesStrategy", "Strategy", "TPEStrategy", "make_strategy"]

@@ -1,0 +1,72 @@
+"""The one interface every search strategy implements.
+
+As in Optuna's samplers, a strategy only proposes: the runner in ``skipsearch.study`` asks the
+study for a trial, lets the strategy turn it into a DraftConfig, evaluates it, and keeps the record.
+Everything a strategy remembers lives in the Optuna study, so a search resumes, and runs with
+several workers, without any state of its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import optuna
+
+from skipsearch.config import DraftConfig
+from skipsearch.space import SearchSpace
+
+SEEDED_ATTR = "seeded"  # study user attr: the seed points are already enqueued
+
+
+class Strategy(ABC):
+    name: ClassVar[str]  # the registry key, also recorded in the study
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = ()) -> None:
+        self.space = space
+        self.seed = seed
+        # Repaired, because a warm start may come from a profile made under other settings.
+        self.warm_start = tuple(space.repair(c) for c in warm_start)
+        # The sublayers a strategy decides on, each one a bit of Draft&Verify's z.
+        layers = space.skippable_layers()
+        attn = tuple(("attn", i) for i in layers if space.skips_attn)
+        self.slots: tuple[tuple[str, int], ...] = attn + tuple(("mlp", i) for i in layers if space.skips_mlp)
+
+    def sampler(self) -> optuna.samplers.BaseSampler:
+        """The sampler for parameters the strategy leaves to Optuna (none are fixed by next_params)."""
+        return optuna.samplers.RandomSampler(seed=self.seed)
+
+    @abstractmethod
+    def suggest(self, trial: optuna.Trial) -> DraftConfig:
+        """Define this trial's parameters (``trial.suggest_*``) and return the config they mean,
+        which the space must contain (strategies repair what they propose)."""
+
+    def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
+        """Parameters to enqueue for the next trial, or None to let the sampler decide."""
+        return None
+
+    def seed_points(self) -> list[DraftConfig]:
+        """The warm start first (the caller's own knowledge), then the probes derived from depth."""
+        out: list[DraftConfig] = []
+        for config in (*self.warm_start, *self.space.probe_configs()):
+            if config not in out:
+                out.append(config)
+        return out
+
+    def enqueue_seeds(self, study: optuna.Study, encode: Callable[[DraftConfig], dict[str, Any]]) -> bool:
+        """Enqueue the seed points once per study, however often the search is resumed."""
+        if study.user_attrs.get(SEEDED_ATTR):
+            return False
+        # Set first: a second worker starting at the same moment then sees it and does not seed again.
+        study.set_user_attr(SEEDED_ATTR, True)
+        for config in self.seed_points():
+            study.enqueue_trial(encode(config))
+        return True
+
+    def bits(self, on: Callable[[str, int], bool]) -> tuple[list[bool], list[bool]]:
+        """Per-layer attention and MLP bits from a predicate over (sublayer, layer) slots."""
+        attn, mlp = [False] * self.space.num_layers, [False] * self.space.num_layers
+        for sub, i in self.slots:
+            (attn if sub == "attn" else mlp)[i] = bool(on(sub, i))
+        return attn, mlp

@@ -1,0 +1,95 @@
+"""Shared fixtures: a tiny random Llama (fast, for exact cache and decoding checks) and the real
+default model (slow, marked ``model``), plus the offline prompt sets encoded for a model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from skipsearch.data import encode_prompt, load_prompts
+from skipsearch.models import SkippableModel
+
+
+def make_tiny_model(
+    *, vocab_size: int = 64, num_layers: int = 4, seed: int = 0, head_scale: float = 5.0, name: str = "tiny"
+) -> SkippableModel:
+    """A randomly initialised fp32 Llama wrapped as a SkippableModel (no tokenizer, no EOS).
+
+    Random init gives near-flat next-token distributions; ``head_scale`` multiplies the LM head
+    so that argmax is well defined (greedy tests) and sampling is peaked but not degenerate.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
+    model = LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(head_scale)
+    model.generation_config.eos_token_id = None
+    return SkippableModel(model, tokenizer=None, name=name)
+
+
+@pytest.fixture(scope="session")
+def tiny_sm() -> SkippableModel:
+    return make_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def real_sm() -> SkippableModel:
+    """The real default model (SmolLM2-135M, 30 layers), loaded once per session."""
+    from skipsearch.models import load_model
+
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def encode_offline() -> Callable[..., list[tuple[str, list[int]]]]:
+    """``encode_offline(sm, spec="mtbench,humaneval", n=8, seed=0)`` -> [(prompt id, token ids)].
+
+    Uses the built-in offline prompt sets; chat prompts get the model's chat template.
+    """
+
+    def encode(sm: SkippableModel, spec: str = "mtbench,humaneval", *, n: int = 8, seed: int = 0):
+        return [(f"{p.source}:{p.id}", encode_prompt(sm.tokenizer, p)) for p in load_prompts(spec, n=n, seed=seed)]
+
+    return encode
+
+
+_TINY_MODEL_MODULES = ("test_models", "test_decoding")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_for_tiny_models(request):
+    """Tiny models spend their time in per-op overhead: a second intra-op thread only adds
+    spin-waiting, which stalls badly (100x) when the 2-core machine is busy. Tests of these
+    modules run single-threaded; tests of the real model keep their threads."""
+    module = getattr(request.node.module, "__name__", "").rsplit(".", 1)[-1]
+    if module not in _TINY_MODEL_MODULES or "real_sm" in request.fixturenames:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def pytest_collection_modifyitems(config, items):
+    # Any test that loads the real model is a `model` test, marked or not, so `-m "not model"`
+    # always leaves it out.
+    for item in items:
+        if "real_sm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)

@@ -1,0 +1,262 @@
+"""The shared suite: every strategy in REGISTRY, against a deterministic fake objective (no model).
+
+A new strategy is tested here as soon as it has its registry line. Searches are cached per
+(strategy, depth, seed, budget, warm start) so that several assertions share one run.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+
+import optuna
+import pytest
+
+from skipsearch.config import ConfigError, DraftConfig, ExitRule
+from skipsearch.measure import Measurement
+from skipsearch.space import SearchSpace
+from skipsearch.strategies import REGISTRY, Strategy, make_strategy
+from skipsearch.study import open_study, records, run_search
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+NAMES = sorted(REGISTRY)
+
+
+def good_layers(num_layers: int) -> range:
+    # Layers 10..19 of a 40-layer model, scaled with depth: skipping their attention pays.
+    return range(num_layers // 4, num_layers // 2)
+
+
+def fake_speedup(config: DraftConfig, num_layers: int) -> float:
+    good = good_layers(num_layers)
+    return (1.0 + 0.05 * sum(i in good for i in config.skip_attn) - 0.2 * len(config.skip_mlp)
+            - 0.03 * abs(config.max_draft_tokens - 3) + 0.002 * config.exit.threshold)
+
+
+def optimum(space: SearchSpace) -> float:
+    return 1.0 + 0.05 * len(good_layers(space.num_layers)) + 0.002 * space.thresholds[1]
+
+
+class FakeObjective:
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.calls: list[DraftConfig] = []
+
+    def evaluate(self, config: DraftConfig, *, kind: str) -> Measurement:
+        self.calls.append(config)
+        return Measurement(kind=kind, speedup=fake_speedup(config, self.num_layers))
+
+
+def search(name: str, space: SearchSpace, *, seed: int, budget: int,
+           warm_start: tuple[DraftConfig, ...] = ()) -> tuple[Strategy, list[DraftConfig]]:
+    strategy = make_strategy(name, space, seed=seed, warm_start=warm_start)
+    study = open_study(strategy=strategy)  # in memory: a fresh study every time
+    run_search(study, strategy, FakeObjective(space.num_layers), budget=budget)
+    recs = records(study)
+    assert [r.state for r in recs] == ["COMPLETE"] * budget
+    return strategy, [r.config for r in recs]
+
+
+cached_search = functools.cache(lambda name, num_layers, seed, budget: search(
+    name, SearchSpace(num_layers=num_layers), seed=seed, budget=budget))
+
+
+# -- the shared strategy suite ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_layers", [4, 30, 40])
+@pytest.mark.parametrize("name", NAMES)
+def test_proposals_are_valid_for_any_depth(name, num_layers):
+    space = SearchSpace(num_layers=num_layers)
+    _, configs = cached_search(name, num_layers, 0, 15)
+    assert len(configs) == 15
+    for config in configs:
+        assert space.contains(config), config
+        config.check_layers(num_layers)
+        skipped = set(config.skip_attn) | set(config.skip_mlp)
+        assert skipped and not skipped & {0, num_layers - 1}
+        assert config.skip_ratio(num_layers) <= space.max_skip_ratio
+        assert config.max_draft_tokens in space.max_draft_tokens
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_restricted_space_is_respected(name):
+    space = SearchSpace(num_layers=10, sublayers="attn", adaptive_exit=False, protect_ends=False,
+                        thresholds=(0.3, 0.3), max_draft_tokens=(2, 5), max_skip_ratio=0.2)
+    _, configs = search(name, space, seed=0, budget=12)
+    for config in configs:
+        assert space.contains(config), config
+        assert not config.skip_mlp and 1 <= len(config.skip_attn) <= 4
+        assert config.exit.adaptive is False and config.exit.threshold == 0.3
+        assert config.max_draft_tokens in (2, 5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_gives_the_same_sequence(name):
+    _, first = cached_search(name, 30, 0, 15)
+    _, again = search(name, SearchSpace(num_layers=30), seed=0, budget=15)  # a fresh run, not the cache
+    assert again == first
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_another_seed_gives_another_sequence(name):
+    strategy, first = cached_search(name, 30, 0, 15)
+    _, other = cached_search(name, 30, 1, 15)
+    seeds = len(strategy.seed_points())
+    assert other[:seeds] == first[:seeds]  # the seed points do not depend on the seed...
+    assert other[seeds:] != first[seeds:]  # ...what the strategy proposes after them does
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_search_improves_on_its_seed_points(name):
+    space = SearchSpace(num_layers=30)
+    gains = []
+    for seed in (0, 1, 2):
+        strategy, configs = cached_search(name, 30, seed, 30)
+        seeds = len(strategy.seed_points())
+        best_seed = max(fake_speedup(c, 30) for c in configs[:seeds])
+        best = max(fake_speedup(c, 30) for c in configs)
+        assert best <= optimum(space) + 1e-9
+        gains.append(best - best_seed)
+    # On the median seed, at least one more good layer skipped than the best seed point: an
+    # eighth of the way from the seed points (1.0) to the optimum (1.4) in 30 trials.
+    assert statistics.median(gains) >= 0.04, gains
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_seed_points_come_first_warm_start_before_probes(name):
+    space = SearchSpace(num_layers=30)
+    warm = (DraftConfig(skip_attn=(8, 9, 11), max_draft_tokens=3, exit=ExitRule(threshold=0.4, adaptive=False)),
+            DraftConfig(skip_attn=(12,), skip_mlp=(20,), max_draft_tokens=1, exit=ExitRule(threshold=0.7)))
+    probes = space.probe_configs()
+    strategy, configs = search(name, space, seed=0, budget=len(warm) + len(probes) + 1, warm_start=warm)
+    assert strategy.seed_points() == [*warm, *probes]
+    assert configs[: len(warm) + len(probes)] == [*warm, *probes]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_warm_start_outside_the_space_is_repaired(name):
+    space = SearchSpace(num_layers=8, max_draft_tokens=(2, 4))
+    outside = DraftConfig(skip_attn=(0, 3, 7, 9), max_draft_tokens=3, exit=ExitRule(threshold=0.95))
+    _, configs = search(name, space, seed=0, budget=1, warm_start=(outside,))
+    assert configs[0] == space.repair(outside)
+    assert configs[0].skip_attn == (3,) and configs[0].max_draft_tokens == 2 and configs[0].exit.threshold == 0.9
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registry_entry_is_named_by_its_key(name):
+    assert REGISTRY[name].name == name
+    strategy = make_strategy(name, SearchSpace(num_layers=6), seed=3)
+    assert isinstance(strategy, Strategy) and strategy.seed == 3
+    assert isinstance(strategy.sampler(), optuna.samplers.BaseSampler)
+
+
+def test_unknown_strategy_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"^unknown strategy 'nope': use bayes, tpe$"):
+        make_strategy("nope", SearchSpace(num_layers=6), seed=0)
+
+
+# -- the search space -------------------------------------------------------------------------------
+
+
+def test_skippable_layers_protect_the_ends_unless_told_not_to():
+    assert SearchSpace(num_layers=6).skippable_layers() == (1, 2, 3, 4)
+    assert SearchSpace(num_layers=6, protect_ends=False).skippable_layers() == (0, 1, 2, 3, 4, 5)
+
+
+def test_config_from_bits_enforces_protect_ends_and_sublayers():
+    space = SearchSpace(num_layers=5, sublayers="attn")
+    ones = [True] * 5
+    config = space.config_from_bits(ones, ones, 2, 0.4, False)
+    assert config.skip_attn == (1, 2, 3) and config.skip_mlp == ()
+    assert config.max_draft_tokens == 2 and config.exit == ExitRule(threshold=0.4, adaptive=False)
+    both = SearchSpace(num_layers=5, protect_ends=False).config_from_bits(ones, [False, True] + [False] * 3,
+                                                                          1, 0.0, True)
+    assert both.skip_attn == (0, 1, 2, 3, 4) and both.skip_mlp == (1,)
+    with pytest.raises(ConfigError, match="one bit per layer"):
+        space.config_from_bits([True] * 4, ones, 2, 0.4, False)
+
+
+def test_feasible_is_the_skip_ratio_bound():
+    space = SearchSpace(num_layers=10, max_skip_ratio=0.25)  # at most 5 of 20 sublayers
+    assert space.feasible(DraftConfig(skip_attn=(1, 2, 3), skip_mlp=(4, 5)))
+    assert not space.feasible(DraftConfig(skip_attn=(1, 2, 3), skip_mlp=(4, 5, 6)))
+
+
+def test_repair_drops_from_the_highest_layer_down():
+    config = DraftConfig(skip_attn=(2, 5, 8), skip_mlp=(3, 8, 9))  # 9 is protected: 5 skips count
+    assert SearchSpace(num_layers=10, max_skip_ratio=0.25).repair(config) == config.with_(skip_mlp=(3, 8))
+    four = SearchSpace(num_layers=10, max_skip_ratio=0.2)
+    assert four.repair(config) == config.with_(skip_mlp=(3,))  # the MLP of layer 8 goes before its attention
+    three = SearchSpace(num_layers=10, max_skip_ratio=0.15)
+    repaired = three.repair(config)
+    assert repaired == config.with_(skip_attn=(2, 5), skip_mlp=(3,))
+    assert three.contains(repaired) and three.repair(repaired) == repaired
+
+
+def test_repair_fits_k_threshold_and_a_fixed_exit_mode():
+    space = SearchSpace(num_layers=8, max_draft_tokens=(2, 4, 8), thresholds=(0.2, 0.6), adaptive_exit=False)
+    repaired = space.repair(DraftConfig(skip_attn=(3,), max_draft_tokens=3, exit=ExitRule(threshold=0.9)))
+    assert repaired.max_draft_tokens == 2  # a tie goes to the shorter draft
+    assert repaired.exit.threshold == 0.6 and repaired.exit.adaptive is False
+    assert space.repair(DraftConfig(skip_attn=(3,), max_draft_tokens=7)).max_draft_tokens == 8
+    assert not space.contains(DraftConfig(skip_attn=(3,), max_draft_tokens=3))
+    assert not space.contains(DraftConfig(skip_attn=(0,), max_draft_tokens=2, exit=ExitRule(0.3, adaptive=False)))
+    assert space.contains(DraftConfig(skip_attn=(3,), max_draft_tokens=2, exit=ExitRule(0.3, adaptive=False)))
+
+
+def test_threshold_grid_and_snapping():
+    space = SearchSpace(num_layers=8, thresholds=(0.1, 0.72))
+    assert space.threshold_grid() == (0.1, 0.7, 0.05)
+    assert space.snap_threshold(0.33) == 0.35 and space.snap_threshold(0.99) == 0.7
+    assert space.snap_threshold(0.0) == 0.1
+    off_grid = DraftConfig(skip_attn=(3,), max_draft_tokens=2, exit=ExitRule(threshold=0.33))
+    assert not space.contains(off_grid)
+    assert space.repair(off_grid).exit.threshold == 0.35 and space.contains(space.repair(off_grid))
+
+
+@pytest.mark.parametrize("num_layers", [3, 4, 12, 30, 40, 80])
+def test_probe_configs_are_derived_from_depth(num_layers):
+    space = SearchSpace(num_layers=num_layers)
+    probes = space.probe_configs()
+    assert 1 <= len(probes) <= 8 and len(set(probes)) == len(probes)
+    for config in probes:
+        assert space.contains(config) and (config.skip_attn or config.skip_mlp)
+        assert config.max_draft_tokens <= 3  # short drafts: on a CPU a draft step is nearly a full one
+    layers = {i for c in probes for i in (*c.skip_attn, *c.skip_mlp)}
+    if num_layers >= 12:  # the upper half is covered, however deep the model
+        assert max(layers) >= num_layers - 3 and min(layers) < num_layers * 3 // 4
+
+
+@pytest.mark.parametrize("sublayers", ["attn", "mlp"])
+def test_probe_configs_use_only_the_allowed_sublayer(sublayers):
+    probes = SearchSpace(num_layers=24, sublayers=sublayers).probe_configs()
+    assert len(probes) >= 3
+    assert all(not (c.skip_mlp if sublayers == "attn" else c.skip_attn) for c in probes)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"num_layers": 0}, "num_layers must be an integer >= 1"),
+    ({"num_layers": True}, "num_layers must be an integer >= 1"),
+    ({"max_draft_tokens": ()}, "max_draft_tokens choices"),
+    ({"max_draft_tokens": (0, 2)}, "max_draft_tokens choices"),
+    ({"max_draft_tokens": (1.5,)}, "max_draft_tokens choices"),
+    ({"thresholds": (0.6, 0.2)}, "thresholds must be"),
+    ({"thresholds": (0.0, 1.2)}, "thresholds must be"),
+    ({"thresholds": (0.5,)}, "thresholds must be"),
+    ({"thresholds": ("a", "b")}, "thresholds must be"),
+    ({"max_draft_tokens": 4}, "max_draft_tokens choices"),
+    ({"max_skip_ratio": "half"}, "max_skip_ratio must be in"),
+    ({"protect_ends": None}, "protect_ends must be"),
+    ({"adaptive_exit": "yes"}, "adaptive_exit must be"),
+    ({"max_skip_ratio": 0.0}, "max_skip_ratio must be in"),
+    ({"max_skip_ratio": 1.5}, "max_skip_ratio must be in"),
+    ({"sublayers": "ffn"}, "sublayers must be one of"),
+    ({"threshold_step": 0.0}, "threshold_step must be"),
+    ({"num_layers": 2}, "no layer to skip"),
+    ({"num_layers": 4, "max_skip_ratio": 0.1}, "allows no skipped sublayer"),
+])
+def test_bad_space_settings_are_config_errors(settings, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        SearchSpace(**{"num_layers": 8, **settings})
+    assert "\n" not in str(info.value)

@@ -1,0 +1,272 @@
+"""The study runner: storage, budget, resume, failures, interrupts and the measurement cache."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import optuna
+import pytest
+
+from skipsearch.config import DraftConfig, ExitRule
+from skipsearch.measure import Measurement
+from skipsearch.space import SearchSpace
+from skipsearch.strategies import REGISTRY, Strategy, make_strategy
+from skipsearch.study import (
+    SearchSummary,
+    StudyError,
+    TrialRecord,
+    best,
+    config_from_dict,
+    config_to_dict,
+    open_study,
+    records,
+    run_search,
+    shortlist,
+    study_table,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SPACE = SearchSpace(num_layers=8)
+
+
+class Objective:
+    """speedup grows with skipped attention; raises on the call numbers it is told to."""
+
+    def __init__(self, *, fail_on=(), interrupt_on=None, timed_penalty=0.5) -> None:
+        self.calls: list[tuple[DraftConfig, str]] = []
+        self.fail_on, self.interrupt_on, self.timed_penalty = set(fail_on), interrupt_on, timed_penalty
+
+    def evaluate(self, config: DraftConfig, *, kind: str) -> Measurement:
+        n = len(self.calls)
+        self.calls.append((config, kind))
+        if n == self.interrupt_on:
+            raise KeyboardInterrupt
+        if n in self.fail_on:
+            raise RuntimeError(f"out of memory\n  on call {n}")
+        speedup = 1.0 + 0.1 * len(config.skip_attn) - 0.1 * len(config.skip_mlp)
+        return Measurement(kind=kind, speedup=speedup - (self.timed_penalty if kind == "timed" else 0.0),
+                           seconds=0.5)
+
+
+@pytest.fixture
+def fast_dir(tmp_path):
+    """A directory in memory where there is one: SQLite commits each parameter, and on a slow disk
+    each commit's fsync costs ~10 ms. The storage behaves the same either way."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and shutil.disk_usage(shm).free > 100e6):
+        yield tmp_path
+        return
+    path = Path(tempfile.mkdtemp(prefix="skipsearch-test-", dir=shm))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def opened(fast_dir, name="tpe", *, seed=0, space=SPACE, **kwargs):
+    strategy = make_strategy(name, space, seed=seed)
+    return open_study(study_dir=fast_dir / "study-a", strategy=strategy, **kwargs), strategy
+
+
+def test_sqlite_study_in_the_study_dir_and_budget_respected(fast_dir):
+    study, strategy = opened(fast_dir)
+    assert (fast_dir / "study-a" / "study.db").is_file() and study.study_name == "study-a"
+    seen = []
+    summary = run_search(study, strategy, Objective(), budget=7, on_trial=lambda r, b: seen.append((r, b)))
+    assert isinstance(summary, SearchSummary)
+    assert (summary.trials_total, summary.trials_run_here, summary.failed) == (7, 7, 0)
+    recs = records(study)
+    assert [r.number for r in recs] == list(range(7)) and {r.state for r in recs} == {"COMPLETE"}
+    assert [r.number for r, _ in seen] == list(range(7))
+    assert all(isinstance(r, TrialRecord) and r.measurement.kind == "surrogate" for r, _ in seen)
+    assert seen[-1][1] == summary.best == max(recs, key=lambda r: (r.measurement.speedup, -r.number))
+    assert study_table(study) == recs
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_rerun_with_a_larger_budget_resumes(fast_dir, name):
+    study, strategy = opened(fast_dir, name)
+    run_search(study, strategy, Objective(), budget=5)
+    before = records(study)
+    # A new process: a fresh strategy and study object on the same directory.
+    study, strategy = opened(fast_dir, name)
+    objective = Objective()
+    summary = run_search(study, strategy, objective, budget=9)
+    after = records(study)
+    assert after[:5] == before
+    assert [r.number for r in after] == list(range(9)) and summary.trials_run_here == 4
+    assert len(objective.calls) <= 4
+    assert run_search(study, strategy, Objective(), budget=9).trials_run_here == 0  # budget already spent
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert not waiting
+
+
+def test_seed_points_are_enqueued_once_per_study(fast_dir):
+    study, strategy = opened(fast_dir, "tpe")
+    seeds = len(strategy.seed_points())
+    run_search(study, strategy, Objective(), budget=3)
+    study, strategy = opened(fast_dir, "tpe")
+    run_search(study, strategy, Objective(), budget=seeds + 4)
+    enqueued = [t for t in study.get_trials() if "fixed_params" in t.system_attrs]
+    assert len(enqueued) == seeds
+
+
+def test_budget_counts_trials_running_in_other_workers(fast_dir):
+    study, strategy = opened(fast_dir)
+    other_worker = optuna.load_study(study_name="study-a", storage=f"sqlite:///{fast_dir / 'study-a' / 'study.db'}")
+    other_worker.ask()  # a trial another worker is still evaluating
+    summary = run_search(study, strategy, Objective(), budget=4)
+    assert (summary.trials_total, summary.trials_run_here) == (4, 3)
+    assert [r.state for r in records(study)].count("RUNNING") == 1
+
+
+def test_a_failing_evaluation_is_recorded_and_the_search_goes_on(fast_dir):
+    study, strategy = opened(fast_dir)
+    summary = run_search(study, strategy, Objective(fail_on={1}), budget=4)
+    recs = records(study)
+    assert [r.state for r in recs] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert recs[1].error == "RuntimeError: out of memory on call 1"
+    assert recs[1].config is not None and recs[1].measurement is None
+    assert (summary.failed, summary.trials_total) == (1, 4)
+
+
+def test_a_non_finite_speedup_fails_the_trial(fast_dir):
+    class NaN:
+        def evaluate(self, config, *, kind):
+            return Measurement(kind=kind, speedup=float("nan"))
+
+    study, strategy = opened(fast_dir)
+    run_search(study, strategy, NaN(), budget=2)
+    assert [r.state for r in records(study)] == ["FAIL", "FAIL"]
+    assert "speedup nan" in records(study)[0].error
+
+
+def test_keyboard_interrupt_fails_the_trial_and_propagates(fast_dir):
+    study, strategy = opened(fast_dir)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(study, strategy, Objective(interrupt_on=2), budget=6)
+    study, strategy = opened(fast_dir)  # what a later run finds on disk
+    recs = records(study)
+    assert [r.state for r in recs] == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert recs[2].error == "interrupted"
+    assert all(r.measurement is not None for r in recs[:2])
+    assert best(study) in recs[:2]
+    assert run_search(study, strategy, Objective(), budget=6).trials_run_here == 3
+
+
+def test_resuming_with_another_strategy_is_refused(fast_dir):
+    study, strategy = opened(fast_dir, "tpe")
+    run_search(study, strategy, Objective(), budget=1)
+    with pytest.raises(StudyError, match="made by strategy 'tpe', not 'bayes'") as info:
+        opened(fast_dir, "bayes")
+    assert "\n" not in str(info.value)
+    with pytest.raises(StudyError, match="made by strategy 'tpe'"):
+        run_search(study, make_strategy("bayes", SPACE, seed=0), Objective(), budget=2)
+
+
+def test_resuming_with_another_search_space_is_refused(fast_dir):
+    opened(fast_dir, "tpe")
+    with pytest.raises(StudyError, match=r"another search space \(num_layers 8 -> 12\)"):
+        opened(fast_dir, "tpe", space=SearchSpace(num_layers=12))
+
+
+@pytest.mark.parametrize("url", ["foo://x", "sqlite:////nonexistent-dir/sub/x.db", "not a url"])
+def test_bad_storage_is_a_one_line_study_error(url):
+    with pytest.raises(StudyError, match=r"^cannot open storage '") as info:
+        open_study(storage=url, strategy=make_strategy("tpe", SPACE, seed=0))
+    assert url in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_storage_password_is_not_shown():
+    with pytest.raises(StudyError, match=r"^cannot open storage 'postgresql://me:\*\*\*@127.0.0.1:1/db': ") as info:
+        open_study(storage="postgresql://me:s3cret@127.0.0.1:1/db", strategy=make_strategy("tpe", SPACE, seed=0))
+    assert "s3cret" not in str(info.value)
+
+
+def test_storage_url_and_default_names():
+    strategy = make_strategy("tpe", SPACE, seed=0)
+    assert open_study(strategy=strategy).study_name == "skipsearch"  # in memory
+    assert open_study(strategy=strategy, study_name="mine").study_name == "mine"
+
+
+def test_storage_url_overrides_the_study_dir(fast_dir):
+    url = f"sqlite:///{fast_dir / 'elsewhere.db'}"
+    study = open_study(study_dir=fast_dir / "d", storage=url, strategy=make_strategy("tpe", SPACE, seed=0))
+    assert (fast_dir / "elsewhere.db").is_file() and study.study_name == "d"
+
+
+@pytest.mark.parametrize("budget", [0, -3, True, 2.5])
+def test_budget_must_be_a_positive_integer(fast_dir, budget):
+    study, strategy = opened(fast_dir)
+    with pytest.raises(StudyError, match="budget must be an integer >= 1"):
+        run_search(study, strategy, Objective(), budget=budget)
+    assert records(study) == []
+
+
+def test_best_prefers_timed_trials(fast_dir):
+    study, strategy = opened(fast_dir)
+    assert best(study) is None
+    run_search(study, strategy, Objective(), budget=4)
+    top_surrogate = best(study)
+    assert top_surrogate.measurement.kind == "surrogate"
+    # Timed speedups are lower here (0.5 below the surrogate's), yet one timed trial wins.
+    run_search(study, strategy, Objective(), budget=5, kind="timed")
+    chosen = best(study)
+    assert chosen.number == 4 and chosen.measurement.kind == "timed"
+    assert chosen.measurement.speedup < top_surrogate.measurement.speedup
+    assert best(study, prefer="surrogate") == top_surrogate
+
+
+class Fixed(Strategy):
+    """Proposes a fixed sequence of configs: enough to exercise the runner."""
+
+    name = "fixed"
+
+    def __init__(self, space, *, seed=0, warm_start=(), sequence=()) -> None:
+        super().__init__(space, seed=seed, warm_start=warm_start)
+        self.sequence = list(sequence)
+
+    def suggest(self, trial):
+        return self.sequence[trial.suggest_int("index", 0, len(self.sequence) - 1)]
+
+    def next_params(self, study):
+        return {"index": len(study.trials) % len(self.sequence)}
+
+
+A = DraftConfig(skip_attn=(2, 3), max_draft_tokens=2, exit=ExitRule(threshold=0.5))
+B = DraftConfig(skip_attn=(4,), skip_mlp=(5,), max_draft_tokens=3, exit=ExitRule(threshold=0.3, adaptive=False))
+
+
+def test_duplicate_configs_reuse_the_measurement(fast_dir):
+    strategy = Fixed(SPACE, sequence=[A, B, A, A])
+    study = open_study(study_dir=fast_dir / "dup", strategy=strategy)
+    objective = Objective()
+    run_search(study, strategy, objective, budget=4)
+    assert [c for c, _ in objective.calls] == [A, B]
+    recs = records(study)
+    assert [r.config for r in recs] == [A, B, A, A] and {r.state for r in recs} == {"COMPLETE"}
+    assert recs[2].measurement.speedup == recs[0].measurement.speedup and recs[2].measurement.seconds == 0.0
+    assert study.trials[3].user_attrs["reused_from"] == 0
+    # A timed evaluation is another measurement: it is not served from the surrogate's.
+    run_search(study, strategy, objective, budget=5, kind="timed")
+    assert objective.calls[-1] == (A, "timed")
+
+
+def test_shortlist_is_the_best_distinct_configs_of_a_kind(fast_dir):
+    C = A.with_(skip_attn=(1, 2, 3))
+    strategy = Fixed(SPACE, sequence=[A, B, C, A])
+    study = open_study(study_dir=fast_dir / "s", strategy=strategy)
+    run_search(study, strategy, Objective(), budget=4)
+    assert shortlist(study, 5) == [C, A, B]
+    assert shortlist(study, 2) == [C, A]
+    assert shortlist(study, 3, kind="timed") == []
+
+
+def test_config_dict_round_trip_through_json():
+    config = B.with_(exit=ExitRule(threshold=0.25, adaptive=True, target_acceptance=0.8, step=0.02))
+    raw = json.loads(json.dumps(config_to_dict(config)))
+    assert config_from_dict(raw) == config
+    assert raw["skip_mlp"] == [5] and raw["exit"]["step"] == 0.02
