@@ -133,12 +133,25 @@ def measure_costs(sm: SkippableModel, context: Sequence[int], *, max_verify: int
     return CostModel(full, attn, mlp, fixed, tuple(ratios), L)
 
 
-def trace(sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int], config: DraftConfig) -> Trace:
-    """Teacher-force ``continuation`` through the draft config with full-model context KV."""
+def full_cache(sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int]):
+    """Full-model KV for prompt + continuation: the context every draft query reads."""
+    cache = sm.new_cache()
+    sm.forward(torch.tensor([*prompt, *continuation]), start=0, cache=cache)
+    return cache
+
+
+def trace(
+    sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int], config: DraftConfig, *, cache=None
+) -> Trace:
+    """Teacher-force ``continuation`` through the draft config with full-model context KV.
+
+    ``cache`` (from ``full_cache``) is reused across configs: the draft's appended KV is
+    cropped off again before returning.
+    """
     P, T = len(prompt), len(continuation)
     seq = torch.tensor([*prompt, *continuation])
-    cache = sm.new_cache()
-    sm.forward(seq, start=0, cache=cache)  # full-model KV for all P+T positions
+    if cache is None:
+        cache = full_cache(sm, prompt, continuation)
     # Draft queries are the tokens at positions P-1 .. P+T-2; query i predicts continuation[i].
     queries = seq[P - 1 : P + T - 1]
     q_pos = torch.arange(P - 1, P + T - 1)  # [T]
@@ -154,6 +167,7 @@ def trace(sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int]
             input_ids=ids, position_ids=q_pos.view(1, -1).to(sm.device), attention_mask=mask,
             past_key_values=cache, use_cache=True,
         )
+    sm.crop(cache, P + T)  # drop the draft KV; the full-model context stays for the next config
     probs = out.logits[0].float().softmax(-1)  # [T, V]
     conf, pred = probs.max(-1)  # [T], [T]
     target = torch.tensor(list(continuation), device=pred.device)
@@ -211,6 +225,7 @@ class ModelObjective:
         self.cal = calibration
         self.repeats = repeats
         self._costs: CostModel | None = None
+        self._full: list | None = None  # full-model KV per calibration sequence, built once
         self._warm = False
 
     @property
@@ -229,8 +244,11 @@ class ModelObjective:
     def predict(self, config: DraftConfig) -> Measurement:
         t0 = timing.now(self.sm.device)
         costs = self.costs
-        pairs = zip(self.cal.prompts, self.cal.continuations, strict=True)
-        traces = [trace(self.sm, p, c, config) for p, c in pairs if c]
+        if self._full is None:
+            pairs = zip(self.cal.prompts, self.cal.continuations, strict=True)
+            self._full = [full_cache(self.sm, p, c) for p, c in pairs]
+        rows = zip(self.cal.prompts, self.cal.continuations, self._full, strict=True)
+        traces = [trace(self.sm, p, c, config, cache=kv) for p, c, kv in rows if c]
         runs = [replay(tr, config, costs) for tr in traces]
         emitted = sum(r.emitted for r in runs)
         cost = sum(r.cost for r in runs)
