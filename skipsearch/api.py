@@ -5,12 +5,13 @@ The CLI only parses options, calls these, and prints what they return.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, DraftConfig, SamplingParams
 from skipsearch.data import Prompt, encode_prompt
-from skipsearch.decoding import DecodeResult, generate
+from skipsearch.decoding import DecodeResult, Drafter, generate, make_drafter
 from skipsearch.models import DEFAULT_MODEL, ModelError, SkippableModel, load_model
 from skipsearch.profile import Profile, check_model, load_profile
 
@@ -43,12 +44,39 @@ def open_model(
     return sm, prof
 
 
+# Which drafter runs each profile method: "module:function", imported on first use so that a
+# method's dependencies load only when a profile asks for it. The function takes
+# (profile, model) and returns a *fresh* Drafter (drafters hold per-sequence state such as the
+# adaptive exit threshold), or None for plain decoding. Adding a method: one line here, plus the
+# method's name in profile.KNOWN_METHODS.
+DRAFTERS: dict[str, str] = {
+    "layer-skip": "skipsearch.api:layer_skip_drafter",
+}
+
+
+def layer_skip_drafter(profile: Profile, sm: SkippableModel) -> Drafter | None:
+    return make_drafter(profile.draft)
+
+
+def drafter_factory(profile: Profile | None, sm: SkippableModel) -> Callable[[], Drafter | None]:
+    """A function that builds a fresh drafter for ``profile`` (plain decoding without one)."""
+    if profile is None:
+        return lambda: None
+    target = DRAFTERS.get(profile.method)
+    if target is None:
+        raise ModelError(f"profile method '{profile.method}' is not supported by this skipsearch's decoder")
+    module, _, name = target.partition(":")
+    build = getattr(importlib.import_module(module), name)
+    build(profile, sm)  # fail now, before any prompt, if the profile's parameters do not fit the model
+    return lambda: build(profile, sm)
+
+
 def draft_config_for(profile: Profile | None) -> DraftConfig:
-    """The draft config a profile asks for; plain autoregressive decoding without one."""
+    """The layer-skip draft config a profile holds; plain autoregressive decoding without one."""
     if profile is None:
         return AUTOREGRESSIVE
     if profile.method != "layer-skip":
-        raise ModelError(f"profile method '{profile.method}' is not supported by this skipsearch's decoder")
+        raise ModelError(f"profile method '{profile.method}' has no single layer-skip config")
     return profile.draft
 
 
@@ -57,12 +85,17 @@ def decode_prompts(
     prompts: Sequence[Prompt],
     *,
     config: DraftConfig = AUTOREGRESSIVE,
+    drafters: Callable[[], Drafter | None] | None = None,
     sampling: SamplingParams = GREEDY,
     max_new_tokens: int = 128,
     seed: int = 0,
     on_text: Callable[[int, str], None] | None = None,
 ) -> list[Decoded]:
-    """Decode each prompt; ``on_text(index, new_text)`` streams text as it is produced."""
+    """Decode each prompt; ``on_text(index, new_text)`` streams text as it is produced.
+
+    ``drafters`` (from ``drafter_factory``) gives each prompt a fresh drafter; without it,
+    ``config`` is the layer-skip draft config.
+    """
     out = []
     for i, prompt in enumerate(prompts):
         ids = encode_prompt(sm.tokenizer, prompt)
@@ -77,8 +110,10 @@ def decode_prompts(
                 on_text(i, text[shown[0]:])
                 shown[0] = len(text)
 
+        drafter = drafters() if drafters is not None else None
         result = generate(
-            sm, ids, config=config, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
+            sm, ids, config=None if drafter is not None else config, drafter=drafter, sampling=sampling,
+            max_new_tokens=max_new_tokens, seed=seed,
             on_tokens=stream if on_text else None,
         )
         text = sm.tokenizer.decode(list(result.token_ids), skip_special_tokens=True)

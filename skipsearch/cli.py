@@ -105,14 +105,14 @@ def decode(
             _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("1", prompt, chat, "", "cli"),)
         )
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force)
-        config = api.draft_config_for(prof)
+        drafters = api.drafter_factory(prof, sm)
 
         def show(_: int, text: str) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
 
         results = api.decode_prompts(
-            sm, prompts, config=config, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
+            sm, prompts, drafters=drafters, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
             on_text=None if as_json else show,
         )
         for d in results:

@@ -119,7 +119,7 @@ class LayerSkipDrafter:
         need_conf = self.gamma > 0.0 or self.config.exit.adaptive
         token = pending
         with sm.drafting(self.config):
-            for j in range(limit):
+            for j in range(min(limit, self.config.max_draft_tokens)):
                 logits = sm.forward(torch.tensor([token]), start=start + j, cache=cache, last_only=True)[-1]  # [V]
                 if sampling.greedy:
                     if need_conf:
@@ -238,9 +238,6 @@ def generate(
         pending = new[-1]
         if drafter is not None and k:
             drafter.observe(k, a)
-        drafted += k
-        accepted += a
-        emitted_per_cycle.append(len(new))
         # stop at EOS (kept, as HF does) and at max_new_tokens
         for i, tok in enumerate(new):
             if tok in eos:
@@ -248,6 +245,10 @@ def generate(
                 pending = tok
                 break
         new = new[: max_new_tokens - len(out)]
+        # count what is emitted: accepted drafts past a cut EOS are not output, so not in tau either
+        drafted += k
+        accepted += min(a, len(new))
+        emitted_per_cycle.append(len(new))
         out.extend(new)
         if on_tokens:
             on_tokens(new)
