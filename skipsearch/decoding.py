@@ -46,6 +46,9 @@ class DecodeStats:
     tau: float  # mean tokens emitted per verify step, counting the full model's own token
     acceptance_rate: float | None  # accepted / drafted; None when nothing was drafted
     final_threshold: float | None  # the draft-exit γ at the end (adaptive exit moves it)
+    # Method-specific figures a drafter reports (name, value), e.g. per-level acceptance or the
+    # seconds spent re-planning its skip set; () for drafters that report nothing.
+    drafter_stats: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Drafter(Protocol):
 
     @property
     def threshold(self) -> float | None: ...
+
+    # Optional: ``report() -> tuple[tuple[str, float], ...]`` fills DecodeStats.drafter_stats.
 
 
 # -- sampling helpers ---------------------------------------------------------------------------
@@ -272,6 +277,7 @@ def generate(
         tau=sum(emitted_per_cycle) / len(emitted_per_cycle) if emitted_per_cycle else 1.0,
         acceptance_rate=accepted / drafted if drafted else None,
         final_threshold=drafter.threshold if drafter is not None else None,
+        drafter_stats=tuple(drafter.report()) if hasattr(drafter, "report") else (),
     )
     return DecodeResult(tuple(out), stats)
 

@@ -675,3 +675,23 @@ def test_real_model_skip_configs_fit_the_model(real_sm):
         config.check_layers(real_sm.num_layers)
     with pytest.raises(ConfigError):
         DraftConfig(skip_attn=(30,)).check_layers(real_sm.num_layers)
+
+
+def test_a_drafter_s_own_figures_reach_the_stats(tiny_sm, references):
+    class Reporting(LayerSkipDrafter):
+        def report(self):
+            return (("cycles_seen", float(len(self.seen))),)
+
+        seen: list = []
+
+        def observe(self, drafted, accepted):
+            self.seen = [*self.seen, (drafted, accepted)]
+            super().observe(drafted, accepted)
+
+    config = DraftConfig(skip_mlp=(1,), max_draft_tokens=3, exit=NO_EXIT)
+    drafter = Reporting(config)
+    result = generate(tiny_sm, PROMPTS["random-12"], config=config, drafter=drafter, max_new_tokens=MAX_NEW,
+                      eos_token_ids=())
+    assert result.stats.drafter_stats == (("cycles_seen", float(result.stats.verify_steps)),)
+    plain = generate(tiny_sm, PROMPTS["random-12"], config=config, max_new_tokens=MAX_NEW, eos_token_ids=())
+    assert plain.stats.drafter_stats == ()
