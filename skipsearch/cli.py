@@ -191,10 +191,9 @@ def optimize(
             raise StudyError(f"--budget must be >= 1, got {budget}")
         if objective not in opt.OBJECTIVES:
             raise ConfigError(f"unknown objective '{objective}': use {', '.join(opt.OBJECTIVES)}")
-        from skipsearch.strategies import REGISTRY
+        from skipsearch.strategies import check_strategy
 
-        if strategy not in REGISTRY:
-            raise ConfigError(f"unknown strategy '{strategy}': use {', '.join(sorted(REGISTRY))}")
+        check_strategy(strategy)  # before the model loads: a typo should cost milliseconds
         if storage is None and study is None:
             study = f"studies/{Path(model).name}-{strategy}"
         load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads

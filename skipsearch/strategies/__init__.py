@@ -20,13 +20,17 @@ REGISTRY: dict[str, type[Strategy]] = {
 }
 
 
-def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
-                  warm_start: Sequence[DraftConfig] = ()) -> Strategy:
+def check_strategy(name: str) -> type[Strategy]:
+    """The strategy class registered as ``name``; a one-line ConfigError for anything else."""
     try:
-        cls = REGISTRY[name]
+        return REGISTRY[name]
     except KeyError:
         raise ConfigError(f"unknown strategy '{name}': use {', '.join(sorted(REGISTRY))}") from None
-    return cls(space, seed=seed, warm_start=warm_start)
 
 
-__all__ = ["REGISTRY", "BayesStrategy", "Strategy", "TPEStrategy", "make_strategy"]
+def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
+                  warm_start: Sequence[DraftConfig] = ()) -> Strategy:
+    return check_strategy(name)(space, seed=seed, warm_start=warm_start)
+
+
+__all__ = ["REGISTRY", "BayesStrategy", "Strategy", "TPEStrategy", "check_strategy", "make_strategy"]
