@@ -27,10 +27,13 @@ from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
 from skipsearch.study import (
     CONFIG_ATTR,
+    ERROR_ATTR,
+    KIND_ATTR,
     MEASUREMENT_ATTR,
     SearchSummary,
     TrialRecord,
     best,
+    config_from_dict,
     config_to_dict,
     open_study,
     records,
@@ -39,6 +42,7 @@ from skipsearch.study import (
 )
 
 OBJECTIVES = ("two-stage", "surrogate", "timed")
+_STATES = optuna.trial.TrialState
 
 
 @dataclass(frozen=True)
@@ -77,14 +81,45 @@ def _fail_orphans(study: optuna.Study) -> None:
         study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
 
 
-def record_timed(study: optuna.Study, config: DraftConfig, m: Measurement) -> None:
-    """Add a finished timed trial (fixed config, not proposed by the sampler) to the study."""
-    study.add_trial(
-        optuna.trial.create_trial(
-            value=m.speedup, params={}, distributions={},
-            user_attrs={CONFIG_ATTR: config_to_dict(config), MEASUREMENT_ATTR: m.to_dict()},
-        )
-    )
+def claim_timed(study: optuna.Study, config: DraftConfig) -> int | None:
+    """Claim the timing of ``config`` for this worker: a RUNNING trial that other workers see.
+
+    Returns the claim's trial id, or None when the config is timed (or being timed) already.
+    Two workers claiming at the same moment both add a claim; the lower trial number keeps it and
+    the other marks its own claim failed, so no config is ever timed twice.
+    """
+    def twins() -> list[optuna.trial.FrozenTrial]:
+        live = study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING))
+        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and _config_of(t) == config]
+
+    if twins():
+        return None
+    study.add_trial(optuna.trial.create_trial(
+        state=_STATES.RUNNING, params={}, distributions={},
+        user_attrs={CONFIG_ATTR: config_to_dict(config), KIND_ATTR: "timed"},
+    ))
+    mine = max((t for t in twins() if t.state == _STATES.RUNNING), key=lambda t: t.number)
+    if min(t.number for t in twins()) != mine.number:
+        study._storage.set_trial_user_attr(mine._trial_id, ERROR_ATTR, "another worker claimed this config first")
+        study._storage.set_trial_state_values(mine._trial_id, _STATES.FAIL)
+        return None
+    return mine._trial_id
+
+
+def record_timed(study: optuna.Study, claim: int, m: Measurement) -> None:
+    """Finish a claimed timed trial with its measurement."""
+    study._storage.set_trial_user_attr(claim, MEASUREMENT_ATTR, m.to_dict())
+    study._storage.set_trial_state_values(claim, _STATES.COMPLETE, [m.speedup])
+
+
+def _fail_claim(study: optuna.Study, claim: int, error: str) -> None:
+    study._storage.set_trial_user_attr(claim, ERROR_ATTR, error)
+    study._storage.set_trial_state_values(claim, _STATES.FAIL)
+
+
+def _config_of(t: optuna.trial.FrozenTrial) -> DraftConfig | None:
+    raw = t.user_attrs.get(CONFIG_ATTR)
+    return config_from_dict(raw) if raw is not None else None
 
 
 def optimize(
@@ -113,11 +148,18 @@ def optimize(
     try:
         summary = run_search(study, strategy, objective, budget=s.budget, kind=search_kind, on_trial=on_trial)
         if s.objective == "two-stage":
-            done = {r.config for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"}
             for config in shortlist(study, s.shortlist):
-                if config not in done:  # resumed runs keep earlier timings
-                    say(f"timing {config_summary(config)}")
-                    record_timed(study, config, objective.evaluate(config, kind="timed"))
+                claim = claim_timed(study, config)  # None: timed already, by a resumed run or another worker
+                if claim is None:
+                    continue
+                say(f"timing {config_summary(config)}")
+                try:
+                    record_timed(study, claim, objective.evaluate(config, kind="timed"))
+                except KeyboardInterrupt:
+                    _fail_claim(study, claim, "interrupted")
+                    raise
+                except Exception as e:  # e.g. out of memory: recorded, and the next config is timed
+                    _fail_claim(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
     except KeyboardInterrupt:
         # Ctrl-C: every finished trial is already in the study; ship the best found so far.
         interrupted = True
