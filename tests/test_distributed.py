@@ -16,8 +16,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from pg import Server, find_bindir
+
 from skipsearch.study import load_records, open_study
 
 pytestmark = pytest.mark.postgres
