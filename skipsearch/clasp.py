@@ -307,29 +307,30 @@ class DynamicParams:
                 ("protect_ends", self.protect_ends))
 
 
-def dynamic_params(profile, *, source: str = "<profile>") -> DynamicParams:
+def dynamic_params(profile, *, source: str | None = None) -> DynamicParams:
     """Validate a clasp-dynamic profile's method_params against its model's depth; ProfileError if bad."""
     raw = dict(profile.method_params)
+    where = f"{source}: " if source else "clasp-dynamic profile: "
     known = ("num_skips", "loi", "sublayer", "protect_ends")
     for key in raw:
         if key not in known:
-            raise ProfileError(f"{source}: unknown key method_params.{key} for clasp-dynamic "
+            raise ProfileError(f"{where}unknown key method_params.{key} for clasp-dynamic "
                                f"(known: {', '.join(known)})")
     for key in ("num_skips", "loi"):
         if key not in raw:
-            raise ProfileError(f"{source}: clasp-dynamic needs method_params.{key}")
+            raise ProfileError(f"{where}clasp-dynamic needs method_params.{key}")
     sublayer = raw.get("sublayer", "layer")
     if sublayer not in SUBLAYERS:
-        raise ProfileError(f"{source}: method_params.sublayer must be one of {', '.join(SUBLAYERS)}, got {sublayer!r}")
+        raise ProfileError(f"{where}method_params.sublayer must be one of {', '.join(SUBLAYERS)}, got {sublayer!r}")
     protect = raw.get("protect_ends", True)
     if not isinstance(protect, bool):
-        raise ProfileError(f"{source}: method_params.protect_ends must be true or false, got {protect!r}")
+        raise ProfileError(f"{where}method_params.protect_ends must be true or false, got {protect!r}")
     layers = len(skippable(profile.model.num_layers, protect))
     loi, m = raw["loi"], raw["num_skips"]
     if isinstance(loi, bool) or not isinstance(loi, int) or loi < 1:
-        raise ProfileError(f"{source}: method_params.loi must be an integer >= 1 (verify steps), got {loi!r}")
+        raise ProfileError(f"{where}method_params.loi must be an integer >= 1 (verify steps), got {loi!r}")
     if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= layers:
-        raise ProfileError(f"{source}: method_params.num_skips must be an integer in 1..{layers} "
+        raise ProfileError(f"{where}method_params.num_skips must be an integer in 1..{layers} "
                            f"(the skippable layers of a {profile.model.num_layers}-layer model), got {m!r}")
     return DynamicParams(num_skips=m, loi=loi, sublayer=sublayer, protect_ends=protect)
 
