@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import make_tiny_model
+
 from skipsearch import api
 from skipsearch.clasp import (
     SUBLAYERS,
