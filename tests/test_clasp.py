@@ -340,3 +340,31 @@ def test_cli_decodes_a_dynamic_profile_on_the_real_model(real_sm, tmp_path):
     row = json.loads(result.stdout.splitlines()[-1])
     assert row["token_ids"] == list(hf_generate(real_sm, row["prompt_token_ids"], max_new_tokens=16))
     assert dict(map(tuple, row["stats"]["drafter_stats"]))["dp_runs"] >= 1
+
+
+def test_optimize_warm_start_with_a_bad_profile_is_one_line_before_the_model_loads(tmp_path):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    result = CliRunner().invoke(app, ["optimize", "--study", str(tmp_path / "s"), "--warm-start",
+                                      str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2 and result.stderr.startswith("error: ") and "missing.yaml" in result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.model
+def test_cli_optimize_clasp_writes_static_and_dynamic_profiles(tmp_path):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    out = tmp_path / "clasp.yaml"
+    result = CliRunner().invoke(app, ["optimize", "--strategy", "clasp", "--budget", "3", "--n-prompts", "1",
+                                      "--max-new-tokens", "8", "--shortlist", "1", "--study", str(tmp_path / "s"),
+                                      "--out", str(out), "--clasp-loi", "3"])
+    assert result.exit_code == 0, result.output
+    static, dyn = load_profile(out, num_layers=30), load_profile(tmp_path / "clasp-dynamic.yaml", num_layers=30)
+    assert static.method == "layer-skip" and static.search.strategy == "clasp"
+    params = dynamic_params(dyn)
+    assert dyn.method == "clasp-dynamic" and params.loi == 3 and granularity(dyn.draft)[1] == params.num_skips
