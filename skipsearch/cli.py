@@ -19,7 +19,7 @@ import typer
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import DataError, Prompt, load_prompts
 from skipsearch.models import ModelError
-from skipsearch.profile import ProfileError, load_profile
+from skipsearch.profile import ProfileError, load_profile, save_profile
 from skipsearch.study import StudyError
 
 app = typer.Typer(
@@ -154,7 +154,7 @@ def profile_show(path: Annotated[str, typer.Argument(help="Profile YAML to descr
 @app.command()
 def optimize(
     model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
-    strategy: Annotated[str, typer.Option(help="Search strategy: tpe or bayes.")] = "tpe",
+    strategy: Annotated[str, typer.Option(help="Search strategy: tpe, bayes or clasp.")] = "tpe",
     budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")] = 100,
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
     n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
@@ -172,6 +172,12 @@ def optimize(
     storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
     out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
+    warm_start: Annotated[
+        list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
+    ] = None,
+    clasp_loi: Annotated[
+        int, typer.Option(min=1, help="--strategy clasp: the LOI of the <out>-dynamic.yaml profile also written.")
+    ] = 8,
     seed: Annotated[int, typer.Option()] = 0,
     device: Annotated[str, typer.Option()] = "cpu",
     dtype: Annotated[str, typer.Option()] = "float32",
@@ -197,7 +203,10 @@ def optimize(
         if storage is None and study is None:
             study = f"studies/{Path(model).name}-{strategy}"
         load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads
+        for p in warm_start or ():
+            load_profile(p)  # and on a bad warm-start profile
         sm = load_model(model, device=device, dtype=dtype)
+        warm = [load_profile(p, num_layers=sm.num_layers) for p in warm_start or ()]
         space = SearchSpace(
             num_layers=sm.num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
             protect_ends=protect_ends, max_skip_ratio=max_skip_ratio,
@@ -205,7 +214,7 @@ def optimize(
         settings = opt.OptimizeSettings(
             strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
             objective=objective, shortlist=shortlist, seed=seed, repeats=repeats, space=space, study_dir=study,
-            storage=storage, study_name=study_name,
+            storage=storage, study_name=study_name, warm_start=tuple(p.draft for p in warm),
         )
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -231,6 +240,10 @@ def optimize(
                 f"acceptance {m.acceptance_rate or 0:.2f}  {opt.config_summary(r.config)}"
             )
         typer.echo(f"{result.verdict}\nwrote {path}")
+        if result.plan is not None:  # CLaSp: the dynamic profile goes next to the static one
+            dynamic = path.with_name(f"{path.stem}-dynamic{path.suffix or '.yaml'}")
+            save_profile(opt.clasp_dynamic_profile(result, loi=clasp_loi, protect_ends=protect_ends), dynamic)
+            typer.echo(f"wrote {dynamic}")
         if result.interrupted:
             typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
             raise typer.Exit(130)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import optuna
 
-from skipsearch.config import AUTOREGRESSIVE, DraftConfig
+from skipsearch.clasp import ClaspPlan, DynamicParams, config_for, granularity, static_plan
+from skipsearch.config import AUTOREGRESSIVE, DraftConfig, ExitRule
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.measure import Measurement
 from skipsearch.models import SkippableModel
@@ -25,6 +26,7 @@ from skipsearch.objective import ModelObjective, calibrate
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
+from skipsearch.strategies.clasp import mode_limit, modes
 from skipsearch.study import (
     CONFIG_ATTR,
     ERROR_ATTR,
@@ -60,6 +62,8 @@ class OptimizeSettings:
     study_dir: str | None = None
     storage: str | None = None
     study_name: str | None = None
+    warm_start: tuple[DraftConfig, ...] = ()  # configs tried first, e.g. another profile's (CLaSp's) draft
+    clasp_tokens: int = 16  # strategy "clasp": calibration tokens per prompt that its DP averages over
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class OptimizeResult:
     timed: tuple[TrialRecord, ...]  # the shortlist's timed records, best first
     verdict: str  # one sentence: what ships and why
     interrupted: bool = False  # Ctrl-C stopped the search; the profile holds the best so far
+    plan: ClaspPlan | None = None  # strategy "clasp": the DP's skip sets
 
 
 def _fail_orphans(study: optuna.Study) -> None:
@@ -132,7 +137,7 @@ def optimize(
     s = settings
     say = on_stage or (lambda _: None)
     space = s.space or SearchSpace(num_layers=sm.num_layers)
-    strategy = make_strategy(s.strategy, space, seed=s.seed)
+    strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=s.warm_start)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
     if s.storage is None and s.study_dir is not None:
         _fail_orphans(study)
@@ -141,6 +146,14 @@ def optimize(
     say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
     cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=s.max_new_tokens)
     objective = ModelObjective(sm, cal, repeats=s.repeats)
+    plan = None
+    if s.strategy == "clasp":
+        # CLaSp sweeps its DP's skip sets, which come from the model's hidden states on the calibration
+        # data; the strategy is rebuilt with them (the study only keeps its name, space and sampler).
+        say(f"CLaSp: dynamic programming over {s.clasp_tokens} tokens of each calibration prompt")
+        plan = static_plan(sm, cal.prompts, cal.continuations, allowed=space.skippable_layers(),
+                           limits={m: mode_limit(space, m) for m in modes(space)}, tokens_per_sequence=s.clasp_tokens)
+        strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=s.warm_start, plan=plan)
     search_kind = "timed" if s.objective == "timed" else "surrogate"
     say(f"searching: {s.strategy}, budget {s.budget}, {search_kind} objective")
     interrupted = False
@@ -198,7 +211,7 @@ def optimize(
             objective=s.objective, seed=s.seed,
         ),
     )
-    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted)
+    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, plan)
 
 
 def _measured(m: Measurement | None, s: OptimizeSettings, sm, costs, verdict: str, *, shipped_autoregressive: bool):
@@ -231,3 +244,30 @@ def config_summary(c: DraftConfig) -> str:
 def write_profile(result: OptimizeResult, out: str | Path) -> Path:
     return save_profile(result.profile, out)
 
+
+
+def clasp_dynamic_profile(result: OptimizeResult, *, loi: int, protect_ends: bool = True) -> Profile:
+    """The ``clasp-dynamic`` companion of a ``clasp`` search's profile.
+
+    M and the granularity are those of the best config that skips whole layers, only attention or
+    only MLPs (the shipped one, else the best timed, else the best trial); it also gives the
+    starting skip set, K and the exit rule. ``loi`` is not searched here: the profile says so, and
+    ``scripts/report_clasp.py`` measures the speedup against LOI.
+    """
+    if result.plan is None:
+        raise ValueError("a clasp-dynamic profile needs the plan of a clasp search")
+    best = result.summary.best
+    candidates = [result.profile.draft, *(r.config for r in result.timed), *([best.config] if best else [])]
+    chosen = next((c for c in candidates if c is not None and not c.is_autoregressive and granularity(c)), None)
+    if chosen is None:  # nothing pure was tried: the plan's first granularity, a quarter of its reach
+        sub = result.plan.sublayers[0]
+        sets = result.plan.sets(sub)
+        chosen = config_for(sub, sets[max(1, (len(sets) - 1) // 4)],
+                            DraftConfig(max_draft_tokens=2, exit=ExitRule(threshold=0.5)))
+    sub, m = granularity(chosen)
+    params = DynamicParams(num_skips=m, loi=loi, sublayer=sub, protect_ends=protect_ends)
+    static = result.profile
+    notes = (f"dynamic CLaSp: the DP re-plans {m} skipped {'layers' if sub == 'layer' else sub + ' sublayers'} "
+             f"every {loi} verify steps, starting from the static set; not timed by optimize")
+    measured = Measured(device=static.measured.device if static.measured else None, source="optimize", notes=notes)
+    return replace(static, method="clasp-dynamic", draft=chosen, measured=measured, method_params=params.to_pairs())
