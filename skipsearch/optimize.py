@@ -154,6 +154,8 @@ def optimize(
         plan = static_plan(sm, cal.prompts, cal.continuations, allowed=space.skippable_layers(),
                            limits={m: mode_limit(space, m) for m in modes(space)}, tokens_per_sequence=s.clasp_tokens)
         strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=s.warm_start, plan=plan)
+        if s.storage is not None:
+            strategy.for_shared_study()
     search_kind = "timed" if s.objective == "timed" else "surrogate"
     say(f"searching: {s.strategy}, budget {s.budget}, {search_kind} objective")
     interrupted = False
@@ -187,7 +189,7 @@ def optimize(
     if top is not None and top.measurement.kind == "timed" and top.measurement.speedup > 1.0:
         config, m = top.config, top.measurement
         verdict = f"ships {config_summary(config)}: {m.speedup:.3f}x measured against autoregressive decoding"
-    elif top is not None and top.measurement.kind == "surrogate":
+    elif top is not None and top.measurement.kind == "surrogate" and top.measurement.speedup > 1.0:
         config, m = top.config, top.measurement
         verdict = f"ships {config_summary(config)}: {m.speedup:.3f}x predicted (surrogate only; not timed)"
     else:
