@@ -452,13 +452,16 @@ def bench(
     repeats: int = 1,
     sweep_prompts: Sequence[Prompt] = (),
     peer_values: dict[str, Sequence[int]] | None = None,
+    sweep: bool = True,
     dataset: str = "",
     split: str = "",
     on_stage: Callable[[str, int], None] | None = None,
     on_progress: Progress | None = None,
 ) -> BenchReport:
     """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
-    autoregressive path always run. ``on_stage(title, total calls)`` opens each stage."""
+    autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
+    ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
+    ``on_stage(title, total calls)`` opens each stage."""
     from skipsearch.data import encode_prompt
     from skipsearch.profile import Environment
 
@@ -478,7 +481,10 @@ def bench(
         if spec.option is None:
             continue
         values = tuple((peer_values or {}).get(peer) or spec.values(sm.num_layers))
-        if len(values) > 1:
+        if not sweep:
+            # unswept: the middle candidate, and the row says so
+            best, note = values[len(values) // 2], " (not swept)"
+        elif len(values) > 1:
             if not sweep_ids:
                 raise ConfigError(f"sweeping {peer} needs sweep prompts (or one value for it)")
             if on_stage:
