@@ -16,9 +16,7 @@ Peers run at their best setting, which ``sweep_peer`` finds on other prompts (th
 from __future__ import annotations
 
 import contextlib
-import resource
 import statistics
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ from skipsearch import timing
 from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
 from skipsearch.decoding import Drafter, generate, hf_generate
+from skipsearch.memory import memory_probe
 from skipsearch.models import SkippableModel
 
 BASELINE = "hf-greedy"  # the speed baseline and the reference output
@@ -169,46 +168,6 @@ def profile_method(sm: SkippableModel, path: str, profile) -> Method:
 
     name = f"{profile.method}:{Path(path).stem}"
     return engine_method(sm, name, drafter_factory(profile, sm), setting=str(path))
-
-
-# -- memory ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MemoryProbe:
-    """Memory around one call: ``reset`` then ``current`` before it, ``peak`` after it.
-    ``kind`` says what the numbers mean; peak minus current is what the call itself added."""
-
-    kind: str
-    reset: Callable[[], None] = field(compare=False, repr=False)
-    current: Callable[[], int] = field(compare=False, repr=False)
-    peak: Callable[[], int] = field(compare=False, repr=False)
-
-
-def memory_probe(device: torch.device) -> MemoryProbe:
-    if device.type == "cuda":
-        return MemoryProbe(
-            "CUDA memory allocated by torch (weights included), peak per call",
-            lambda: torch.cuda.reset_peak_memory_stats(device),
-            lambda: int(torch.cuda.memory_allocated(device)),
-            lambda: int(torch.cuda.max_memory_allocated(device)),
-        )
-    status, clear = Path("/proc/self/status"), Path("/proc/self/clear_refs")
-    if status.exists() and clear.exists():
-        def field_kib(key: str) -> int:
-            for line in status.read_text().splitlines():
-                if line.startswith(key):
-                    return int(line.split()[1]) * 1024
-            return 0
-
-        # Writing 5 to clear_refs resets the resident high-water mark (Linux >= 4.0), so each
-        # call's peak is its own, not the process lifetime's.
-        return MemoryProbe(
-            "process resident memory (weights, torch and Python included), peak per call",
-            lambda: clear.write_text("5"), lambda: field_kib("VmRSS:"), lambda: field_kib("VmHWM:"),
-        )
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    lifetime = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale  # noqa: E731
-    return MemoryProbe("process peak resident memory since start (cannot be reset here)", lambda: None,
-                       lifetime, lifetime)
 
 
 # -- the harness -----------------------------------------------------------------------------------

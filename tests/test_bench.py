@@ -15,6 +15,7 @@ from skipsearch import bench as bn
 from skipsearch import bench_report as br
 from skipsearch.cli import app
 from skipsearch.data import Prompt
+from skipsearch.memory import memory_probe
 from skipsearch.profile import load_profile, profile_from_dict, save_profile
 
 CPU = torch.device("cpu")
@@ -253,7 +254,7 @@ def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
 
 
 def test_memory_probe_reports_a_peak():
-    probe = bn.memory_probe(CPU)
+    probe = memory_probe(CPU)
     probe.reset()
     assert probe.kind and probe.peak() >= probe.current() > 0
 
