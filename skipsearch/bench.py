@@ -107,10 +107,14 @@ def _count_forwards(sm: SkippableModel) -> Iterator[_Forwards]:
             counts.fed += int(ids.shape[-1])
 
     handle = sm.hf.register_forward_pre_hook(hook, with_kwargs=True)
+    layers = base.config.num_hidden_layers
     try:
         yield counts
     finally:
         handle.remove()
+        # HF's early-exit drafter lowers the layer count without try/finally: an exception
+        # inside it must not leave a truncated model for the methods that run next.
+        base.config.num_hidden_layers = layers
 
 
 def hf_method(sm: SkippableModel, name: str, *, setting: str = "", **generate_kwargs) -> Method:

@@ -124,6 +124,11 @@ def category_cells(r: BenchRow) -> tuple[str, ...]:
     return (r.method, _f(r.tokens_per_s, 1), _speedup(r), _f(r.tau), _f(r.acceptance_rate), _identical(r))
 
 
+def _count(rows: Sequence[BenchRow]) -> str:
+    n = rows[0].prompts if rows else 0
+    return f"{n} prompt" if n == 1 else f"{n} prompts"
+
+
 def _md_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
@@ -198,7 +203,7 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
     if len(report.categories) > 1:
         lines += ["## Per category", ""]
         for cat, rows in report.categories:
-            lines += [f"### {cat} ({rows[0].prompts if rows else 0} prompts)", "",
+            lines += [f"### {cat} ({_count(rows)})", "",
                       *_md_table(CATEGORY_COLUMNS, [category_cells(r) for r in rows]), ""]
     if report.sweeps:
         lines += [f"## Peer sweeps ({st.sweep_prompts} prompts of the calib split, each value against HF greedy)", ""]
@@ -235,7 +240,7 @@ def rich_tables(report: BenchReport, *, by_category: bool = False) -> list:
     tables = [main]
     if by_category:
         for cat, rows in report.categories:
-            t = Table(*CATEGORY_COLUMNS, title=f"{cat} ({rows[0].prompts if rows else 0} prompts)")
+            t = Table(*CATEGORY_COLUMNS, title=f"{cat} ({_count(rows)})")
             for r in rows:
                 t.add_row(*category_cells(r), style="red" if r.flagged else None)
             tables.append(t)

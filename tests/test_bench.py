@@ -281,6 +281,15 @@ def test_cli_bad_input_is_one_line_before_the_model_loads(args, fragment):
     _one_line_error(runner.invoke(app, ["bench", *args]), fragment)
 
 
+def test_cli_takes_shell_expanded_profiles_after_the_option(tmp_path):
+    # `--profiles dir/*.yaml` reaches the CLI as `--profiles a.yaml b.yaml`: b.yaml must count as a profile
+    good, bad = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    shutil.copy(EXAMPLE, good)
+    bad.write_text("schema_version: 1\n")
+    _one_line_error(runner.invoke(app, ["bench", "--profiles", str(good), str(bad), "--peers", "hf-greedy"]),
+                    f"{bad}: missing required key")
+
+
 def test_cli_collects_profiles_from_options_commas_globs_and_arguments(tmp_path):
     from skipsearch.cli import _profile_paths
 
@@ -309,3 +318,11 @@ def test_cli_end_to_end_on_the_default_model(tmp_path):
     assert "skipsearch bench --model smollm2-135m" in md.read_text()
     measured = load_profile(prof).measured
     assert measured.source == "bench" and measured.n_prompts == 1 and measured.speedup is not None
+
+
+def test_a_failed_hf_call_cannot_leave_the_model_truncated(sm):
+    # HF's early-exit drafter lowers num_hidden_layers without try/finally; the counter restores it
+    with pytest.raises(RuntimeError), bn._count_forwards(sm):
+        sm.hf.model.config.num_hidden_layers = 1
+        raise RuntimeError("inside HF generate")
+    assert sm.hf.model.config.num_hidden_layers == sm.num_layers
