@@ -206,7 +206,9 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
             lines += [f"### {cat} ({_count(rows)})", "",
                       *_md_table(CATEGORY_COLUMNS, [category_cells(r) for r in rows]), ""]
     if report.sweeps:
-        lines += [f"## Peer sweeps ({st.sweep_prompts} prompts of the calib split, each value against HF greedy)", ""]
+        n = st.sweep_prompts
+        lines += [f"## Peer sweeps ({n} prompt{'' if n == 1 else 's'} of the calib split, each value against HF "
+                  "greedy; the chosen value then ran in the table above)", ""]
         sweep_rows = [(s.peer, r.setting + (" (chosen)" if r.method == f"{s.peer}[{s.best}]" else ""),
                        _f(r.tokens_per_s, 1), _speedup(r), _f(r.tau), _f(r.acceptance_rate), _identical(r))
                       for s in report.sweeps for r in s.rows]

@@ -284,7 +284,11 @@ def bench(
     ] = False,
     force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch.")] = False,
 ) -> None:
-    """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output."""
+    """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
+
+    HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
+    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
+    """
     import dataclasses as dc
     import shlex
 
