@@ -249,6 +249,147 @@ def optimize(
             raise typer.Exit(130)
 
 
+def _profile_paths(given: list[str]) -> list[str]:
+    """Paths from --profiles: repeated, comma-separated, or a glob the shell left unexpanded."""
+    import glob
+
+    out: list[str] = []
+    for item in given:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            matches = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
+            if not matches:
+                raise ProfileError(f"{part}: no profile matches this pattern")
+            out.extend(m for m in matches if m not in out)
+    return out
+
+
+@app.command()
+def bench(
+    more_profiles: Annotated[
+        list[str] | None, typer.Argument(help="More profiles (so that `--profiles dir/*.yaml` works unquoted).")
+    ] = None,
+    profiles: Annotated[
+        list[str] | None, typer.Option(help="Profiles to bench: repeat, comma-separate or give a glob.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias, directory or hub id (default: the profiles').")]
+    = None,
+    peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit.")]
+    = "hf-greedy,hf-prompt-lookup,hf-early-exit",
+    dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
+    = "mtbench,humaneval",
+    split: Annotated[str, typer.Option(help="heldout (prompts the search did not see), calib or all.")] = "heldout",
+    n_prompts: Annotated[int, typer.Option(min=1, help="Prompts to bench.")] = 16,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt and method (median).")] = 1,
+    sweep_prompts: Annotated[
+        int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
+    ] = 2,
+    seed: Annotated[int, typer.Option(help="Which prompts are drawn.")] = 0,
+    device: Annotated[str, typer.Option()] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="Default: the profiles' dtype, else float32.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
+    as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
+    by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
+    write_measured: Annotated[
+        bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
+    ] = False,
+    force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch.")] = False,
+) -> None:
+    """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
+
+    HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
+    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
+    """
+    import dataclasses as dc
+    import shlex
+
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from skipsearch import bench as bn
+    from skipsearch import bench_report as br
+    from skipsearch.models import load_model
+    from skipsearch.profile import check_model, save_profile
+
+    _warnings_to_stderr()
+    with user_errors():
+        # 1. everything that can be wrong with the input fails here, before the model loads
+        paths = _profile_paths([*(profiles or []), *(more_profiles or [])])
+        profs = [(p, load_profile(p)) for p in paths]
+        names = {prof.model.name for _, prof in profs}
+        if len(names) > 1 or (model is not None and names and model not in names):
+            raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
+        peer_list = list(dict.fromkeys(p.strip() for p in peers.split(",") if p.strip()))
+        for p in peer_list:
+            if p not in bn.PEERS:
+                raise ConfigError(f"unknown peer '{p}': use {', '.join(bn.PEERS)}")
+        prompts = load_prompts(dataset, split=split, n=n_prompts, seed=seed)
+        sweeping = sweep_prompts > 0 and any(bn.PEERS[p].option for p in peer_list)
+        sweep_set = load_prompts(dataset, split="calib", n=sweep_prompts, seed=seed) if sweeping else ()
+        name = model or (names.pop() if names else "smollm2-135m")
+        dtype = dtype or (profs[0][1].model.dtype if profs else "float32")
+        if threads:
+            torch.set_num_threads(threads)
+        sm = load_model(name, device=device, dtype=dtype)
+        for path, prof in profs:
+            check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=force, source=path)
+        # 2. the run, with a progress bar per stage on stderr
+        err = Console(stderr=True)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=err) as progress:
+            task = [None]
+
+            def on_stage(title: str, total: int) -> None:
+                task[0] = progress.add_task(title, total=total, last="")
+
+            def on_progress(done: int, total: int, what: str) -> None:
+                progress.update(task[0], completed=done, last=what)
+
+            result = bn.bench(
+                sm, prompts, profiles=profs, peers=peer_list, max_new_tokens=max_new_tokens, repeats=repeats,
+                sweep_prompts=sweep_set, sweep=sweep_prompts > 0, dataset=dataset, split=split,
+                on_stage=on_stage, on_progress=on_progress,
+            )
+    # 3. print and write at the edge
+    command = ["skipsearch", "bench", "--model", name]
+    if paths:
+        command += ["--profiles", ",".join(paths)]
+    command += ["--peers", ",".join(peer_list), "--dataset", dataset, "--split", split, "--n-prompts", str(n_prompts),
+                "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--sweep-prompts",
+                str(sweep_prompts), "--seed", str(seed), "--device", device, "--dtype", dtype]
+    command += ["--threads", str(threads)] if threads else []
+    command += ["--report", str(report)] if report else []
+    command += ["--json", str(as_json)] if as_json else []
+    out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
+    for table in br.rich_tables(result, by_category=by_category):
+        out.print(table)
+    for line in br.summary_lines(result):
+        typer.echo(line)
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(br.render_markdown(result, command=shlex.join(command)))
+        typer.echo(f"wrote {report}")
+    if as_json:
+        as_json.parent.mkdir(parents=True, exist_ok=True)
+        as_json.write_text(br.report_json(result))
+        typer.echo(f"wrote {as_json}")
+    if write_measured:
+        rows = {r.setting: r for r in result.rows if r.family == "skipsearch"}
+        for path, prof in profs:
+            row = rows[path]
+            if row.flagged:
+                typer.echo(f"warning: {path}: output differs from hf-greedy; its measured block is left as it was",
+                           err=True)
+                continue
+            save_profile(dc.replace(prof, measured=br.measured_for(result, row)), path)
+            typer.echo(f"updated the measured block of {path}")
+    for row in result.rows:
+        if row.flagged:
+            typer.echo(f"warning: {row.method} output differs from hf-greedy ({row.first_mismatch})", err=True)
+
+
 @study_app.command("show")
 def study_show(
     study: Annotated[str | None, typer.Argument(help="Study directory.")] = None,
