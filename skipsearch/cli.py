@@ -128,9 +128,10 @@ def decode(
             else:
                 s = d.result.stats
                 acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+                own = "".join(f", {k} {v:.3g}" for k, v in s.drafter_stats)  # the method's own figures
                 typer.echo(
                     f"\n[{s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
-                    f"tau {s.tau:.2f}, acceptance {acc}]",
+                    f"tau {s.tau:.2f}, acceptance {acc}{own}]",
                     err=True,
                 )
 

@@ -305,9 +305,15 @@ def format_plan(plan: Plan) -> str:
         verdict = "pays" if plan.third_level_pays else "does not pay"
         lines.append(f"best three-level (n>=1): m={three.m}, n={three.n}: predicted {three.speedup:.3f}x: "
                      f"the third level {verdict} here")
-        cs = f"c_s < {plan.break_even_cs:.3f}" if plan.break_even_cs is not None else "no c_s >= 0 (not even free)"
-        beta = f"β >= {plan.break_even_beta:.3f}" if plan.break_even_beta is not None else "no β <= 1"
-        lines.append(f"it would pay with {cs} (here {i.cs:.3f}), or with {beta} (here {i.beta:.3f})")
+        # each break-even moves one input and holds the others fixed
+        if plan.break_even_cs is not None:
+            lines.append(f"c_s break-even: the third level pays when c_s < {plan.break_even_cs:.3f} (here {i.cs:.3f})")
+        else:
+            lines.append(f"c_s break-even: none; not even a free M_s (c_s = 0) pays (here {i.cs:.3f})")
+        if plan.break_even_beta is not None:
+            lines.append(f"β break-even: the third level pays when β >= {plan.break_even_beta:.3f} (here {i.beta:.3f})")
+        else:
+            lines.append(f"β break-even: none; not even β = 1 pays (here {i.beta:.3f})")
     return "\n".join(lines)
 
 
