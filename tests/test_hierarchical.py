@@ -3,6 +3,7 @@ measured planner on a tiny model, and greedy identity with HF on the real defaul
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -292,6 +293,7 @@ def test_plan_model_measures_plans_validates_and_ships(tiny_sm, tmp_path):
         (rep.plan.best_three_level.m, rep.plan.best_three_level.n), (rep.plan.best_two_level.m, 0)}
     for row in rep.validation:
         assert row.measured_speedup > 0 and row.predicted_speedup > 0 and row.measured_tau >= 1
+    json.dumps(rep.to_dict())  # --json prints it
     text = render_markdown(rep, num_layers=tiny_sm.num_layers, command="skipsearch plan ...")
     assert "Predicted against measured" in text and "| m | n |" in text
     path = save_profile(build_profile(rep, tiny_sm, rep.chosen()), tmp_path / "h.yaml")
