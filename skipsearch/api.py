@@ -52,6 +52,7 @@ def open_model(
 DRAFTERS: dict[str, str] = {
     "layer-skip": "skipsearch.api:layer_skip_drafter",
     "clasp-dynamic": "skipsearch.clasp:dynamic_drafter",
+    "hierarchical": "skipsearch.hierarchical:hierarchical_drafter",
 }
 
 

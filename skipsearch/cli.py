@@ -128,9 +128,10 @@ def decode(
             else:
                 s = d.result.stats
                 acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+                own = "".join(f", {k} {v:.3g}" for k, v in s.drafter_stats)  # the method's own figures
                 typer.echo(
                     f"\n[{s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
-                    f"tau {s.tau:.2f}, acceptance {acc}]",
+                    f"tau {s.tau:.2f}, acceptance {acc}{own}]",
                     err=True,
                 )
 
@@ -388,6 +389,76 @@ def bench(
     for row in result.rows:
         if row.flagged:
             typer.echo(f"warning: {row.method} output differs from hf-greedy ({row.first_mismatch})", err=True)
+
+
+@app.command()
+def plan(
+    alpha: Annotated[float | None, typer.Option(help="Analysis: M_q tokens' acceptance by M_p, in [0, 1].")] = None,
+    beta: Annotated[float | None, typer.Option(help="Analysis: M_s tokens' acceptance by M_q, in [0, 1].")] = None,
+    c: Annotated[float | None, typer.Option("--c", help="Analysis: one M_q step / one M_p step.")] = None,
+    cs: Annotated[float | None, typer.Option("--cs", help="Analysis: one M_s step / one M_q step.")] = None,
+    verify: Annotated[
+        str | None, typer.Option(help="Analysis: v(1),v(2),...: a k-token forward / one step (default: free).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model (default: the --medium profile's).")] = None,
+    medium: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_q.")] = None,
+    small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
+    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
+    n_prompts: Annotated[int, typer.Option(min=1, help="Calibration prompts (calib split).")] = 4,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens decoded per prompt.")] = 64,
+    max_m: Annotated[int, typer.Option(help="Largest m (medium tokens per cycle) planned.")] = 8,
+    max_n: Annotated[int, typer.Option(help="Largest n (small tokens per medium token) planned.")] = 4,
+    validate: Annotated[bool, typer.Option(help="Decode the best three- and two-level pairs and time them.")] = False,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt when validating (median).")] = 1,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option()] = "cpu",
+    dtype: Annotated[str, typer.Option()] = "float32",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Draw predicted speedup over (m, n) to this PNG.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write a hierarchical profile of the chosen (m, n).")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
+) -> None:
+    """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
+    from skipsearch import plan as planner
+
+    _warnings_to_stderr()
+    with user_errors():
+        given = {"--alpha": alpha, "--beta": beta, "--c": c, "--cs": cs}
+        if any(v is not None for v in given.values()) or verify is not None:
+            if medium or small or model or validate or out:
+                raise ConfigError("give either --alpha --beta --c --cs (analysis) or --medium and --small (measured)")
+            missing = [k for k, v in given.items() if v is None]
+            if missing:
+                raise ConfigError(f"analysis needs {', '.join(missing)} as well")
+            inputs = planner.PlanInputs(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""))
+            result = planner.plan_table(inputs, max_m=max_m, max_n=max_n)
+            text, data = planner.format_plan(result), result.to_dict()
+            body = f"# Hierarchical planner, given inputs\n\n{text}\n"
+        else:
+            from skipsearch import hierplan
+
+            if medium is None or small is None:
+                raise ConfigError("give --alpha --beta --c --cs (analysis) or both --medium and --small (measured)")
+            rep, sm = hierplan.plan_from_profiles(
+                medium, small, model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
+                max_m=max_m, max_n=max_n, run_validation=validate, repeats=repeats, seed=seed, device=device,
+                dtype=dtype, on_stage=lambda msg: typer.echo(msg, err=True),
+            )
+            result, data = rep.plan, rep.to_dict()
+            text = body = hierplan.render_markdown(rep, num_layers=sm.num_layers,
+                                                   command=" ".join(["skipsearch", *sys.argv[1:]]))
+            if out:
+                from skipsearch.profile import save_profile
+
+                save_profile(hierplan.build_profile(rep, sm, rep.chosen()), out)
+        if plot:
+            planner.plot_plan(result, str(plot))
+        if report:
+            planner.write_text(report, body)
+    typer.echo(json.dumps(data) if as_json else text)
+    for path, what in ((plot, "plot"), (report, "report"), (out, "profile")):
+        if path:
+            typer.echo(f"wrote {what} {path}", err=True)
 
 
 @study_app.command("show")

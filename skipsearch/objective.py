@@ -75,6 +75,7 @@ class Trace:
 
     matches: tuple[bool, ...]
     confidences: tuple[float, ...]
+    predictions: tuple[int, ...] = ()  # the draft's argmax at each position (compare two drafts with it)
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def trace(
     probs = out.logits[0].float().softmax(-1)  # [T, V]
     conf, pred = probs.max(-1)  # [T], [T]
     target = torch.tensor(list(continuation), device=pred.device)
-    return Trace(tuple((pred == target).tolist()), tuple(conf.tolist()))
+    return Trace(tuple((pred == target).tolist()), tuple(conf.tolist()), tuple(pred.tolist()))
 
 
 @dataclass(frozen=True)
