@@ -77,7 +77,9 @@ class LevelCosts:
 
 def measure_level_costs(sm: SkippableModel, context: Sequence[int], medium: DraftConfig, small: DraftConfig, *,
                         max_verify: int, max_verify_medium: int, repeats: int = 7) -> LevelCosts:
-    full = measure_costs(sm, context, max_verify=max_verify, repeats=repeats)
+    # v(k) measured at a spread of sizes up to the largest block, interpolated between them
+    sizes = sorted({k for k in (1, 2, 3, 4, 6, 9, 13, 19, 28, 41, 60) if k <= max_verify} | {max_verify})
+    full = measure_costs(sm, context, verify_sizes=sizes, repeats=repeats)
     cache = sm.new_cache()
     sm.forward(torch.tensor(list(context)), start=0, cache=cache)
     n = len(context)
@@ -90,8 +92,8 @@ def measure_level_costs(sm: SkippableModel, context: Sequence[int], medium: Draf
                 sm.forward(ids, start=n, cache=cache, last_only=k == 1)  # a draft step: last logits only
             sm.crop(cache, n)
 
-        # the minimum: interference from other work only ever adds time to a microbenchmark
-        return timing.time_call(once, device=sm.device, repeats=repeats, warmup=2)[0].best
+        # the median, as measure_costs takes for the full model, so that c and c_s are like for like
+        return timing.time_call(once, device=sm.device, repeats=repeats, warmup=2)[0].median
 
     medium_step, small_step = best(medium, 1), best(small, 1)
     vq = [1.0]
