@@ -37,12 +37,6 @@ from skipsearch.study import open_study, records, run_search
 PROMPT = [3, 5, 7, 9, 11, 2, 4, 6]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

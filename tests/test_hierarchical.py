@@ -33,12 +33,6 @@ SMALL = DraftConfig(skip_attn=(1, 2), skip_mlp=(1, 3))
 SHAPES = [(1, 0), (1, 1), (2, 1), (3, 2), (1, 4), (4, 3)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # -- greedy -----------------------------------------------------------------------------------------------

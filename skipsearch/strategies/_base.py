@@ -51,6 +51,17 @@ class Strategy(ABC):
         """Define this trial's parameters (``trial.suggest_*``) and return the config they mean,
         which the space must contain (strategies repair what they propose)."""
 
+    def suggest_k_and_exit(self, trial: optuna.Trial) -> tuple[int, float, bool]:
+        """K, the exit threshold γ0 and the adaptive flag, as Optuna parameters "k", "threshold"
+        and "adaptive" (the last two only where the space leaves them open)."""
+        k = trial.suggest_categorical("k", list(self.space.max_draft_tokens))
+        lo, hi, step = self.space.threshold_grid()
+        threshold = trial.suggest_float("threshold", lo, hi, step=step) if hi > lo else lo
+        adaptive = self.space.adaptive_exit
+        if adaptive is None:
+            adaptive = trial.suggest_categorical("adaptive", [True, False])
+        return k, threshold, adaptive
+
     def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
         """Parameters to enqueue for the next trial, or None to let the sampler decide."""
         return None

@@ -90,12 +90,7 @@ class ClaspStrategy(Strategy):
             return self.space.repair(_decode(fixed))
         sub = trial.suggest_categorical("sublayer", list(self.modes)) if len(self.modes) > 1 else self.modes[0]
         m = trial.suggest_int("m", 1, max(self.limits.values()))
-        k = trial.suggest_categorical("k", list(self.space.max_draft_tokens))
-        lo, hi, step = self.space.threshold_grid()
-        threshold = trial.suggest_float("threshold", lo, hi, step=step) if hi > lo else lo
-        adaptive = self.space.adaptive_exit
-        if adaptive is None:
-            adaptive = trial.suggest_categorical("adaptive", [True, False])
+        k, threshold, adaptive = self.suggest_k_and_exit(trial)
         layers = self.plan.sets(sub)[max(1, min(m, self.limits[sub]))]
         base = DraftConfig(max_draft_tokens=k, exit=ExitRule(threshold=threshold, adaptive=adaptive))
         return self.space.repair(config_for(sub, layers, base))

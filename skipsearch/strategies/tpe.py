@@ -61,12 +61,7 @@ class TPEStrategy(Strategy):
 
     def suggest(self, trial: optuna.Trial) -> DraftConfig:
         attn, mlp = self.bits(lambda sub, i: trial.suggest_categorical(f"{sub}_{i}", [0, 1]))
-        k = trial.suggest_categorical("k", list(self.space.max_draft_tokens))
-        lo, hi, step = self.space.threshold_grid()
-        threshold = trial.suggest_float("threshold", lo, hi, step=step) if hi > lo else lo
-        adaptive = self.space.adaptive_exit
-        if adaptive is None:
-            adaptive = trial.suggest_categorical("adaptive", [True, False])
+        k, threshold, adaptive = self.suggest_k_and_exit(trial)
         # TPE knows nothing of the skip budget; it learns from the params it chose, and the
         # trial records the repaired config that was actually evaluated.
         return self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive))
