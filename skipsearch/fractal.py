@@ -433,7 +433,8 @@ class FractalDrafter:
 
 def fractal_drafter(profile, sm: SkippableModel) -> FractalDrafter | None:
     """api.DRAFTERS entry: a fresh drafter for a ``method: fractal`` profile (None: plain decoding)."""
+    params = params_from_method_params(profile.method_params)
+    params.positions(sm.num_layers)
     if profile.draft.max_draft_tokens == 0:  # the search found nothing that pays: plain decoding
         return None
-    params = params_from_method_params(profile.method_params)
     return FractalDrafter(sm, params, max_draft_tokens=profile.draft.max_draft_tokens)
