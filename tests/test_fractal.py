@@ -68,6 +68,25 @@ def _pass(sm, *, n, w, scheme="int8-dynamic", kv_cache=True, positions=None, rec
     return draft, cache
 
 
+# -- the models.py helpers the pass runs on -------------------------------------------------------------------
+def test_run_layers_reproduces_the_model_and_reads_the_prefix_kv_without_writing_it(sm):
+    ids = torch.tensor([*PROMPT, 11, 4, 8])
+    full = sm.hidden_states(ids)  # embeddings, then each layer's input, the last one normed
+    with torch.inference_mode():
+        h = sm.embedding(ids)
+        frame = sm.frame(start=0, length=len(ids) + 3)  # a frame longer than the window is sliced to it
+        for i, layer in enumerate(sm.layers):
+            assert torch.equal(h, full[i]), f"layer {i}"
+            h = sm.run_layers(h, [layer], frame=frame)
+        # the last three rows again, on top of the first nine's KV from the cache
+        cache = sm.new_cache()
+        sm.forward(ids[:9], start=0, cache=cache)
+        tail = sm.run_layers(sm.embedding(ids[9:]), sm.layers, frame=sm.frame(start=9, length=3),
+                             context=sm.prefix_kv(cache, 9))
+    torch.testing.assert_close(tail, h[9:], rtol=1e-5, atol=1e-5)
+    assert sm.cache_lengths(cache) == (9,) * sm.num_layers
+
+
 # -- lossless ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize(("n", "w"), [(1, 1), (2, 3), (4, 4), (3, 1)])
