@@ -51,6 +51,8 @@ def open_model(
 # method's name in profile.KNOWN_METHODS.
 DRAFTERS: dict[str, str] = {
     "layer-skip": "skipsearch.api:layer_skip_drafter",
+    "clasp-dynamic": "skipsearch.clasp:dynamic_drafter",
+    "hierarchical": "skipsearch.hierarchical:hierarchical_drafter",
     "fractal": "skipsearch.fractal:fractal_drafter",
 }
 

@@ -19,7 +19,7 @@ import typer
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import DataError, Prompt, load_prompts
 from skipsearch.models import ModelError
-from skipsearch.profile import ProfileError, load_profile
+from skipsearch.profile import ProfileError, load_profile, save_profile
 from skipsearch.study import StudyError
 
 app = typer.Typer(
@@ -128,9 +128,10 @@ def decode(
             else:
                 s = d.result.stats
                 acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+                own = "".join(f", {k} {v:.3g}" for k, v in s.drafter_stats)  # the method's own figures
                 typer.echo(
                     f"\n[{s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
-                    f"tau {s.tau:.2f}, acceptance {acc}]",
+                    f"tau {s.tau:.2f}, acceptance {acc}{own}]",
                     err=True,
                 )
 
@@ -154,7 +155,8 @@ def profile_show(path: Annotated[str, typer.Argument(help="Profile YAML to descr
 @app.command()
 def optimize(
     model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
-    strategy: Annotated[str, typer.Option(help="Search strategy: tpe, bayes, or fractal (an (n, w) grid).")] = "tpe",
+    strategy: Annotated[str, typer.Option(help="Search strategy: tpe, bayes, clasp, or fractal (an (n, w) grid).")]
+    = "tpe",
     budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")] = 100,
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
     n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
@@ -172,6 +174,12 @@ def optimize(
     storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
     out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
+    warm_start: Annotated[
+        list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
+    ] = None,
+    clasp_loi: Annotated[
+        int, typer.Option(min=1, help="--strategy clasp: the LOI of the <out>-dynamic.yaml profile also written.")
+    ] = 8,
     seed: Annotated[int, typer.Option()] = 0,
     device: Annotated[str, typer.Option()] = "cpu",
     dtype: Annotated[str, typer.Option()] = "float32",
@@ -204,14 +212,16 @@ def optimize(
             raise StudyError(f"--budget must be >= 1, got {budget}")
         if objective not in opt.OBJECTIVES:
             raise ConfigError(f"unknown objective '{objective}': use {', '.join(opt.OBJECTIVES)}")
-        from skipsearch.strategies import REGISTRY
+        from skipsearch.strategies import check_strategy
 
-        if strategy not in REGISTRY:
-            raise ConfigError(f"unknown strategy '{strategy}': use {', '.join(sorted(REGISTRY))}")
+        check_strategy(strategy)  # before the model loads: a typo should cost milliseconds
         if storage is None and study is None:
             study = f"studies/{Path(model).name}-{strategy}"
         load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads
+        for p in warm_start or ():
+            load_profile(p)  # and on a bad warm-start profile
         sm = load_model(model, device=device, dtype=dtype)
+        warm = [load_profile(p, num_layers=sm.num_layers) for p in warm_start or ()]
         space = SearchSpace(
             num_layers=sm.num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
             protect_ends=protect_ends, max_skip_ratio=max_skip_ratio,
@@ -219,7 +229,7 @@ def optimize(
         settings = opt.OptimizeSettings(
             strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
             objective=objective, shortlist=shortlist, seed=seed, repeats=repeats, space=space, study_dir=study,
-            storage=storage, study_name=study_name,
+            storage=storage, study_name=study_name, warm_start=tuple(p.draft for p in warm),
         )
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -245,6 +255,10 @@ def optimize(
                 f"acceptance {m.acceptance_rate or 0:.2f}  {opt.config_summary(r.config)}"
             )
         typer.echo(f"{result.verdict}\nwrote {path}")
+        if result.plan is not None:  # CLaSp: the dynamic profile goes next to the static one
+            dynamic = path.with_name(f"{path.stem}-dynamic{path.suffix or '.yaml'}")
+            save_profile(opt.clasp_dynamic_profile(result, loi=clasp_loi, protect_ends=protect_ends), dynamic)
+            typer.echo(f"wrote {dynamic}")
         if result.interrupted:
             typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
             raise typer.Exit(130)
@@ -273,6 +287,217 @@ def _optimize_fractal(*, model: str, dataset: str, n_prompts: int, max_new_token
     result = fs.search_fractal(sm, settings, on_point=show, on_stage=lambda msg: typer.echo(msg, err=True))
     path = save_profile(result.profile, out or Path(study or f"studies/{Path(model).name}-fractal") / "best.yaml")
     typer.echo(f"{result.verdict}\nwrote {path}")
+
+
+def _profile_paths(given: list[str]) -> list[str]:
+    """Paths from --profiles: repeated, comma-separated, or a glob the shell left unexpanded."""
+    import glob
+
+    out: list[str] = []
+    for item in given:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            matches = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
+            if not matches:
+                raise ProfileError(f"{part}: no profile matches this pattern")
+            out.extend(m for m in matches if m not in out)
+    return out
+
+
+@app.command()
+def bench(
+    more_profiles: Annotated[
+        list[str] | None, typer.Argument(help="More profiles (so that `--profiles dir/*.yaml` works unquoted).")
+    ] = None,
+    profiles: Annotated[
+        list[str] | None, typer.Option(help="Profiles to bench: repeat, comma-separate or give a glob.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias, directory or hub id (default: the profiles').")]
+    = None,
+    peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit.")]
+    = "hf-greedy,hf-prompt-lookup,hf-early-exit",
+    dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
+    = "mtbench,humaneval",
+    split: Annotated[str, typer.Option(help="heldout (prompts the search did not see), calib or all.")] = "heldout",
+    n_prompts: Annotated[int, typer.Option(min=1, help="Prompts to bench.")] = 16,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt and method (median).")] = 1,
+    sweep_prompts: Annotated[
+        int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
+    ] = 2,
+    seed: Annotated[int, typer.Option(help="Which prompts are drawn.")] = 0,
+    device: Annotated[str, typer.Option()] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help="Default: the profiles' dtype, else float32.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
+    as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
+    by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
+    write_measured: Annotated[
+        bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
+    ] = False,
+    force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch.")] = False,
+) -> None:
+    """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
+
+    HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
+    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
+    """
+    import dataclasses as dc
+    import shlex
+
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from skipsearch import bench as bn
+    from skipsearch import bench_report as br
+    from skipsearch.models import load_model
+    from skipsearch.profile import check_model, save_profile
+
+    _warnings_to_stderr()
+    with user_errors():
+        # 1. everything that can be wrong with the input fails here, before the model loads
+        paths = _profile_paths([*(profiles or []), *(more_profiles or [])])
+        profs = [(p, load_profile(p)) for p in paths]
+        names = {prof.model.name for _, prof in profs}
+        if len(names) > 1 or (model is not None and names and model not in names):
+            raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
+        peer_list = list(dict.fromkeys(p.strip() for p in peers.split(",") if p.strip()))
+        for p in peer_list:
+            if p not in bn.PEERS:
+                raise ConfigError(f"unknown peer '{p}': use {', '.join(bn.PEERS)}")
+        prompts = load_prompts(dataset, split=split, n=n_prompts, seed=seed)
+        sweeping = sweep_prompts > 0 and any(bn.PEERS[p].option for p in peer_list)
+        sweep_set = load_prompts(dataset, split="calib", n=sweep_prompts, seed=seed) if sweeping else ()
+        name = model or (names.pop() if names else "smollm2-135m")
+        dtype = dtype or (profs[0][1].model.dtype if profs else "float32")
+        if threads:
+            torch.set_num_threads(threads)
+        sm = load_model(name, device=device, dtype=dtype)
+        for path, prof in profs:
+            check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=force, source=path)
+        # 2. the run, with a progress bar per stage on stderr
+        err = Console(stderr=True)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=err) as progress:
+            task = [None]
+
+            def on_stage(title: str, total: int) -> None:
+                task[0] = progress.add_task(title, total=total, last="")
+
+            def on_progress(done: int, total: int, what: str) -> None:
+                progress.update(task[0], completed=done, last=what)
+
+            result = bn.bench(
+                sm, prompts, profiles=profs, peers=peer_list, max_new_tokens=max_new_tokens, repeats=repeats,
+                sweep_prompts=sweep_set, sweep=sweep_prompts > 0, dataset=dataset, split=split,
+                on_stage=on_stage, on_progress=on_progress,
+            )
+    # 3. print and write at the edge
+    command = ["skipsearch", "bench", "--model", name]
+    if paths:
+        command += ["--profiles", ",".join(paths)]
+    command += ["--peers", ",".join(peer_list), "--dataset", dataset, "--split", split, "--n-prompts", str(n_prompts),
+                "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--sweep-prompts",
+                str(sweep_prompts), "--seed", str(seed), "--device", device, "--dtype", dtype]
+    command += ["--threads", str(threads)] if threads else []
+    command += ["--report", str(report)] if report else []
+    command += ["--json", str(as_json)] if as_json else []
+    out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
+    for table in br.rich_tables(result, by_category=by_category):
+        out.print(table)
+    for line in br.summary_lines(result):
+        typer.echo(line)
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(br.render_markdown(result, command=shlex.join(command)))
+        typer.echo(f"wrote {report}")
+    if as_json:
+        as_json.parent.mkdir(parents=True, exist_ok=True)
+        as_json.write_text(br.report_json(result))
+        typer.echo(f"wrote {as_json}")
+    if write_measured:
+        rows = {r.setting: r for r in result.rows if r.family == "skipsearch"}
+        for path, prof in profs:
+            row = rows[path]
+            if row.flagged:
+                typer.echo(f"warning: {path}: output differs from hf-greedy; its measured block is left as it was",
+                           err=True)
+                continue
+            save_profile(dc.replace(prof, measured=br.measured_for(result, row)), path)
+            typer.echo(f"updated the measured block of {path}")
+    for row in result.rows:
+        if row.flagged:
+            typer.echo(f"warning: {row.method} output differs from hf-greedy ({row.first_mismatch})", err=True)
+
+
+@app.command()
+def plan(
+    alpha: Annotated[float | None, typer.Option(help="Analysis: M_q tokens' acceptance by M_p, in [0, 1].")] = None,
+    beta: Annotated[float | None, typer.Option(help="Analysis: M_s tokens' acceptance by M_q, in [0, 1].")] = None,
+    c: Annotated[float | None, typer.Option("--c", help="Analysis: one M_q step / one M_p step.")] = None,
+    cs: Annotated[float | None, typer.Option("--cs", help="Analysis: one M_s step / one M_q step.")] = None,
+    verify: Annotated[
+        str | None, typer.Option(help="Analysis: v(1),v(2),...: a k-token forward / one step (default: free).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model (default: the --medium profile's).")] = None,
+    medium: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_q.")] = None,
+    small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
+    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
+    n_prompts: Annotated[int, typer.Option(min=1, help="Calibration prompts (calib split).")] = 4,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens decoded per prompt.")] = 64,
+    max_m: Annotated[int, typer.Option(help="Largest m (medium tokens per cycle) planned.")] = 8,
+    max_n: Annotated[int, typer.Option(help="Largest n (small tokens per medium token) planned.")] = 4,
+    validate: Annotated[bool, typer.Option(help="Decode the best three- and two-level pairs and time them.")] = False,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt when validating (median).")] = 1,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option()] = "cpu",
+    dtype: Annotated[str, typer.Option()] = "float32",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Draw predicted speedup over (m, n) to this PNG.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write a hierarchical profile of the chosen (m, n).")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
+) -> None:
+    """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
+    from skipsearch import plan as planner
+
+    _warnings_to_stderr()
+    with user_errors():
+        given = {"--alpha": alpha, "--beta": beta, "--c": c, "--cs": cs}
+        if any(v is not None for v in given.values()) or verify is not None:
+            if medium or small or model or validate or out:
+                raise ConfigError("give either --alpha --beta --c --cs (analysis) or --medium and --small (measured)")
+            missing = [k for k, v in given.items() if v is None]
+            if missing:
+                raise ConfigError(f"analysis needs {', '.join(missing)} as well")
+            inputs = planner.PlanInputs(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""))
+            result = planner.plan_table(inputs, max_m=max_m, max_n=max_n)
+            text, data = planner.format_plan(result), result.to_dict()
+            body = f"# Hierarchical planner, given inputs\n\n{text}\n"
+        else:
+            from skipsearch import hierplan
+
+            if medium is None or small is None:
+                raise ConfigError("give --alpha --beta --c --cs (analysis) or both --medium and --small (measured)")
+            rep, sm = hierplan.plan_from_profiles(
+                medium, small, model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
+                max_m=max_m, max_n=max_n, run_validation=validate, repeats=repeats, seed=seed, device=device,
+                dtype=dtype, on_stage=lambda msg: typer.echo(msg, err=True),
+            )
+            result, data = rep.plan, rep.to_dict()
+            text = body = hierplan.render_markdown(rep, num_layers=sm.num_layers,
+                                                   command=" ".join(["skipsearch", *sys.argv[1:]]))
+            if out:
+                from skipsearch.profile import save_profile
+
+                save_profile(hierplan.build_profile(rep, sm, rep.chosen()), out)
+        if plot:
+            planner.plot_plan(result, str(plot))
+        if report:
+            planner.write_text(report, body)
+    typer.echo(json.dumps(data) if as_json else text)
+    for path, what in ((plot, "plot"), (report, "report"), (out, "profile")):
+        if path:
+            typer.echo(f"wrote {what} {path}", err=True)
 
 
 @study_app.command("show")

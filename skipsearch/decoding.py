@@ -77,6 +77,10 @@ class Drafter(Protocol):
     def threshold(self) -> float | None: ...
 
     # Optional: ``report() -> tuple[tuple[str, float], ...]`` fills DecodeStats.drafter_stats.
+    # Optional: a drafter with ``wants_hidden_states = True`` gets, after each verify step that the
+    # decode goes on from, ``verified(sm, cache, hidden=[L+1, H], position=p)``: the verify pass's
+    # per-layer hidden states of the last kept token (at position p), e.g. to re-plan its skip set.
+    # Its time counts in DecodeStats.seconds but in neither draft_seconds nor verify_seconds.
 
 
 # -- sampling helpers ---------------------------------------------------------------------------
@@ -186,6 +190,7 @@ def generate(
     if drafter is None:
         drafter = make_drafter(config)
     max_k = config.max_draft_tokens if config is not None else (1 << 30)
+    wants_hidden = getattr(drafter, "wants_hidden_states", False)  # only then does verify keep hidden states
     eos = set(sm.eos_token_ids if eos_token_ids is None else eos_token_ids)
     device = sm.device
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -225,7 +230,11 @@ def generate(
         t1 = timing.now(device)
         # 2. verify in one full forward; first drop the draft's partial-model KV
         sm.crop(cache, n)
-        logits = sm.forward(torch.tensor([pending, *draft.tokens]), start=n, cache=cache)  # [k+1, V]
+        verify_ids = torch.tensor([pending, *draft.tokens])
+        if wants_hidden:
+            logits, hidden = sm.forward_hidden(verify_ids, start=n, cache=cache)  # [k+1, V], [L+1, k+1, H]
+        else:
+            logits = sm.forward(verify_ids, start=n, cache=cache)  # [k+1, V]
         verify_steps += 1
         # 3. accept / resample
         if sampling.greedy:
@@ -260,6 +269,9 @@ def generate(
         t2 = timing.now(device)
         draft_s += t1 - t0
         verify_s += t2 - t1
+        # 5. a drafter that re-plans from the verify pass sees the last kept token's hidden states
+        if wants_hidden and len(out) < max_new_tokens and pending not in eos:
+            drafter.verified(sm, cache, hidden=hidden[:, a], position=n - 1)
 
     total = timing.now(device) - t_start
     stats = DecodeStats(

@@ -214,6 +214,59 @@ class SkippableModel:
         return out.logits[0].float()  # [T, V]
 
     @torch.inference_mode()
+    def forward_hidden(self, token_ids: torch.Tensor, *, start: int, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` that also returns the residual stream: logits [T, V] and hidden [L+1, T, H].
+
+        ``hidden[0]`` is what enters layer 0 (the embeddings), ``hidden[i + 1]`` what leaves layer i,
+        *before* the final norm (HF's ``output_hidden_states`` puts the normed state last instead).
+        Read with forward hooks that live only for this call, so no other forward pays for them.
+        """
+        captured: list[torch.Tensor] = []
+
+        def keep(module, args, output) -> None:
+            captured.append((output[0] if isinstance(output, tuple) else output)[0])  # [T, H]
+
+        modules = [self.hf.get_input_embeddings(), *self.layers]
+        handles = [m.register_forward_hook(keep) for m in modules]
+        try:
+            logits = self.forward(token_ids, start=start, cache=cache)
+        finally:
+            for h in handles:
+                h.remove()
+        return logits, torch.stack(captured)  # [T, V], [L+1, T, H]
+
+    @torch.inference_mode()
+    def run_layer(self, layer: int, hidden: torch.Tensor, positions: torch.Tensor, cache, *,
+                  skip: str | None = None) -> torch.Tensor:
+        """Run decoder layer ``layer`` on Q independent states ``hidden`` [Q, H] at ``positions`` [Q].
+
+        Each state attends to the cached KV of the positions before its own and to its own KV, as a
+        draft token does, and never to the other Q-1 states: a mask over [cache | Q] lets them share
+        one call and one cache instead of Q copies (CLaSp's "sequence parallel", §3.6). What the call
+        appends to ``cache`` is cropped off again. ``skip`` ("attn" or "mlp") runs the layer with
+        that sublayer skipped. Sliding-window attention is not applied here.
+        """
+        q = hidden.shape[0]
+        pos = positions.to(self.device).view(1, q)  # [1, Q]
+        before = self.cache_lengths(cache)[layer] if cache is not None and layer < len(cache.layers) else 0
+        see_cache = torch.arange(before, device=self.device).unsqueeze(0) < pos.view(q, 1)  # [Q, C]
+        see_self = torch.eye(q, dtype=torch.bool, device=self.device)  # [Q, Q]
+        mask = torch.cat([see_cache, see_self], dim=1)[None, None]  # [1, 1, Q, C+Q]; True = attend
+        h = hidden.to(self.device, self.dtype).unsqueeze(0)  # [1, Q, H]
+        rope = self.hf.model.rotary_emb(h, position_ids=pos)
+        if skip not in (None, "attn", "mlp"):
+            raise ValueError(f"skip must be None, 'attn' or 'mlp', got {skip!r}")
+        swap = {"attn": DraftConfig(skip_attn=(layer,)), "mlp": DraftConfig(skip_mlp=(layer,))}.get(skip)
+        with self.drafting(swap) if swap is not None else contextlib.nullcontext():
+            out = self.layers[layer](h, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                                     use_cache=cache is not None, position_embeddings=rope)
+        if cache is not None and layer < len(cache.layers):
+            entry = cache.layers[layer]
+            if getattr(entry, "keys", None) is not None and entry.keys.dim() == 4:
+                entry.keys, entry.values = entry.keys[..., :before, :], entry.values[..., :before, :]
+        return (out[0] if isinstance(out, tuple) else out)[0]  # [Q, H]
+
+    @torch.inference_mode()
     def hidden_states(self, token_ids: torch.Tensor, *, start: int = 0, cache=None) -> tuple[torch.Tensor, ...]:
         """Hidden states after each layer for ``token_ids``: L+1 tensors [T, H] (embeddings first)."""
         ids = token_ids.view(1, -1).to(self.device)
@@ -263,6 +316,7 @@ class SkippableModel:
         for layer in layers:
             h = layer(h, attention_mask=mask, position_embeddings=position_embeddings, past_key_values=context,
                       use_cache=context is not None)
+            h = h[0] if isinstance(h, tuple) else h  # older transformers return (hidden, ...)
         return h[0]
 
     @staticmethod

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import optuna
 
-from skipsearch.config import AUTOREGRESSIVE, DraftConfig
+from skipsearch.clasp import ClaspPlan, DynamicParams, config_for, granularity, static_plan
+from skipsearch.config import AUTOREGRESSIVE, DraftConfig, ExitRule
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.measure import Measurement
 from skipsearch.models import SkippableModel
@@ -25,12 +26,16 @@ from skipsearch.objective import ModelObjective, calibrate
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
+from skipsearch.strategies.clasp import mode_limit, modes
 from skipsearch.study import (
     CONFIG_ATTR,
+    ERROR_ATTR,
+    KIND_ATTR,
     MEASUREMENT_ATTR,
     SearchSummary,
     TrialRecord,
     best,
+    config_from_dict,
     config_to_dict,
     open_study,
     records,
@@ -39,6 +44,7 @@ from skipsearch.study import (
 )
 
 OBJECTIVES = ("two-stage", "surrogate", "timed")
+_STATES = optuna.trial.TrialState
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class OptimizeSettings:
     study_dir: str | None = None
     storage: str | None = None
     study_name: str | None = None
+    warm_start: tuple[DraftConfig, ...] = ()  # configs tried first, e.g. another profile's (CLaSp's) draft
+    clasp_tokens: int = 16  # strategy "clasp": calibration tokens per prompt that its DP averages over
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class OptimizeResult:
     timed: tuple[TrialRecord, ...]  # the shortlist's timed records, best first
     verdict: str  # one sentence: what ships and why
     interrupted: bool = False  # Ctrl-C stopped the search; the profile holds the best so far
+    plan: ClaspPlan | None = None  # strategy "clasp": the DP's skip sets
 
 
 def _fail_orphans(study: optuna.Study) -> None:
@@ -77,14 +86,45 @@ def _fail_orphans(study: optuna.Study) -> None:
         study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
 
 
-def record_timed(study: optuna.Study, config: DraftConfig, m: Measurement) -> None:
-    """Add a finished timed trial (fixed config, not proposed by the sampler) to the study."""
-    study.add_trial(
-        optuna.trial.create_trial(
-            value=m.speedup, params={}, distributions={},
-            user_attrs={CONFIG_ATTR: config_to_dict(config), MEASUREMENT_ATTR: m.to_dict()},
-        )
-    )
+def claim_timed(study: optuna.Study, config: DraftConfig) -> int | None:
+    """Claim the timing of ``config`` for this worker: a RUNNING trial that other workers see.
+
+    Returns the claim's trial id, or None when the config is timed (or being timed) already.
+    Two workers claiming at the same moment both add a claim; the lower trial number keeps it and
+    the other marks its own claim failed, so no config is ever timed twice.
+    """
+    def twins() -> list[optuna.trial.FrozenTrial]:
+        live = study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING))
+        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and _config_of(t) == config]
+
+    if twins():
+        return None
+    study.add_trial(optuna.trial.create_trial(
+        state=_STATES.RUNNING, params={}, distributions={},
+        user_attrs={CONFIG_ATTR: config_to_dict(config), KIND_ATTR: "timed"},
+    ))
+    mine = max((t for t in twins() if t.state == _STATES.RUNNING), key=lambda t: t.number)
+    if min(t.number for t in twins()) != mine.number:
+        study._storage.set_trial_user_attr(mine._trial_id, ERROR_ATTR, "another worker claimed this config first")
+        study._storage.set_trial_state_values(mine._trial_id, _STATES.FAIL)
+        return None
+    return mine._trial_id
+
+
+def record_timed(study: optuna.Study, claim: int, m: Measurement) -> None:
+    """Finish a claimed timed trial with its measurement."""
+    study._storage.set_trial_user_attr(claim, MEASUREMENT_ATTR, m.to_dict())
+    study._storage.set_trial_state_values(claim, _STATES.COMPLETE, [m.speedup])
+
+
+def _fail_claim(study: optuna.Study, claim: int, error: str) -> None:
+    study._storage.set_trial_user_attr(claim, ERROR_ATTR, error)
+    study._storage.set_trial_state_values(claim, _STATES.FAIL)
+
+
+def _config_of(t: optuna.trial.FrozenTrial) -> DraftConfig | None:
+    raw = t.user_attrs.get(CONFIG_ATTR)
+    return config_from_dict(raw) if raw is not None else None
 
 
 def optimize(
@@ -97,7 +137,7 @@ def optimize(
     s = settings
     say = on_stage or (lambda _: None)
     space = s.space or SearchSpace(num_layers=sm.num_layers)
-    strategy = make_strategy(s.strategy, space, seed=s.seed)
+    strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=s.warm_start)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
     if s.storage is None and s.study_dir is not None:
         _fail_orphans(study)
@@ -106,6 +146,16 @@ def optimize(
     say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
     cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=s.max_new_tokens)
     objective = ModelObjective(sm, cal, repeats=s.repeats)
+    plan = None
+    if s.strategy == "clasp":
+        # CLaSp sweeps its DP's skip sets, which come from the model's hidden states on the calibration
+        # data; the strategy is rebuilt with them (the study only keeps its name, space and sampler).
+        say(f"CLaSp: dynamic programming over {s.clasp_tokens} tokens of each calibration prompt")
+        plan = static_plan(sm, cal.prompts, cal.continuations, allowed=space.skippable_layers(),
+                           limits={m: mode_limit(space, m) for m in modes(space)}, tokens_per_sequence=s.clasp_tokens)
+        strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=s.warm_start, plan=plan)
+        if s.storage is not None:
+            strategy.for_shared_study()
     search_kind = "timed" if s.objective == "timed" else "surrogate"
     say(f"searching: {s.strategy}, budget {s.budget}, {search_kind} objective")
     interrupted = False
@@ -113,11 +163,18 @@ def optimize(
     try:
         summary = run_search(study, strategy, objective, budget=s.budget, kind=search_kind, on_trial=on_trial)
         if s.objective == "two-stage":
-            done = {r.config for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"}
             for config in shortlist(study, s.shortlist):
-                if config not in done:  # resumed runs keep earlier timings
-                    say(f"timing {config_summary(config)}")
-                    record_timed(study, config, objective.evaluate(config, kind="timed"))
+                claim = claim_timed(study, config)  # None: timed already, by a resumed run or another worker
+                if claim is None:
+                    continue
+                say(f"timing {config_summary(config)}")
+                try:
+                    record_timed(study, claim, objective.evaluate(config, kind="timed"))
+                except KeyboardInterrupt:
+                    _fail_claim(study, claim, "interrupted")
+                    raise
+                except Exception as e:  # e.g. out of memory: recorded, and the next config is timed
+                    _fail_claim(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
     except KeyboardInterrupt:
         # Ctrl-C: every finished trial is already in the study; ship the best found so far.
         interrupted = True
@@ -132,7 +189,7 @@ def optimize(
     if top is not None and top.measurement.kind == "timed" and top.measurement.speedup > 1.0:
         config, m = top.config, top.measurement
         verdict = f"ships {config_summary(config)}: {m.speedup:.3f}x measured against autoregressive decoding"
-    elif top is not None and top.measurement.kind == "surrogate":
+    elif top is not None and top.measurement.kind == "surrogate" and top.measurement.speedup > 1.0:
         config, m = top.config, top.measurement
         verdict = f"ships {config_summary(config)}: {m.speedup:.3f}x predicted (surrogate only; not timed)"
     else:
@@ -156,7 +213,7 @@ def optimize(
             objective=s.objective, seed=s.seed,
         ),
     )
-    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted)
+    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, plan)
 
 
 def _measured(m: Measurement | None, s: OptimizeSettings, sm, costs, verdict: str, *, shipped_autoregressive: bool):
@@ -189,3 +246,30 @@ def config_summary(c: DraftConfig) -> str:
 def write_profile(result: OptimizeResult, out: str | Path) -> Path:
     return save_profile(result.profile, out)
 
+
+
+def clasp_dynamic_profile(result: OptimizeResult, *, loi: int, protect_ends: bool = True) -> Profile:
+    """The ``clasp-dynamic`` companion of a ``clasp`` search's profile.
+
+    M and the granularity are those of the best config that skips whole layers, only attention or
+    only MLPs (the shipped one, else the best timed, else the best trial); it also gives the
+    starting skip set, K and the exit rule. ``loi`` is not searched here: the profile says so, and
+    ``scripts/report_clasp.py`` measures the speedup against LOI.
+    """
+    if result.plan is None:
+        raise ValueError("a clasp-dynamic profile needs the plan of a clasp search")
+    best = result.summary.best
+    candidates = [result.profile.draft, *(r.config for r in result.timed), *([best.config] if best else [])]
+    chosen = next((c for c in candidates if c is not None and not c.is_autoregressive and granularity(c)), None)
+    if chosen is None:  # nothing pure was tried: the plan's first granularity, a quarter of its reach
+        sub = result.plan.sublayers[0]
+        sets = result.plan.sets(sub)
+        chosen = config_for(sub, sets[max(1, (len(sets) - 1) // 4)],
+                            DraftConfig(max_draft_tokens=2, exit=ExitRule(threshold=0.5)))
+    sub, m = granularity(chosen)
+    params = DynamicParams(num_skips=m, loi=loi, sublayer=sub, protect_ends=protect_ends)
+    static = result.profile
+    notes = (f"dynamic CLaSp: the DP re-plans {m} skipped {'layers' if sub == 'layer' else sub + ' sublayers'} "
+             f"every {loi} verify steps, starting from the static set; not timed by optimize")
+    measured = Measured(device=static.measured.device if static.measured else None, source="optimize", notes=notes)
+    return replace(static, method="clasp-dynamic", draft=chosen, measured=measured, method_params=params.to_pairs())

@@ -25,6 +25,12 @@ _STATES = optuna.trial.TrialState
 _COUNTED = (_STATES.COMPLETE, _STATES.FAIL, _STATES.RUNNING)  # what the budget counts, over all workers
 STRATEGY_ATTR, SPACE_ATTR, SEED_ATTR = "strategy", "space", "seed"  # study user attrs
 CONFIG_ATTR, MEASUREMENT_ATTR, ERROR_ATTR, REUSED_ATTR = "config", "measurement", "error", "reused_from"  # trial's
+KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so other workers see it
+OPEN_ATTEMPTS = 5  # tries to create-or-load a study that other workers may be creating right now
+TWIN_POLL_SECONDS = 0.2  # how often a worker looks whether another's evaluation of its config is done
+# How long a worker waits for another's evaluation of the same config before doing it itself: a
+# worker killed mid-trial leaves its trial RUNNING in a shared storage for good.
+TWIN_TIMEOUT_SECONDS = 300.0
 
 
 class StudyError(RuntimeError):
@@ -82,7 +88,13 @@ def open_study(*, study_dir: str | Path | None = None, storage: str | None = Non
                strategy: Strategy, direction: str = "maximize") -> optuna.Study:
     """Create or resume a study. Storage is ``<study_dir>/study.db`` (SQLite) unless ``storage``
     names any Optuna RDB URL; with neither, the study lives in memory. A study remembers the
-    strategy and search space that made it and refuses to be resumed with others."""
+    strategy and search space that made it and refuses to be resumed with others.
+
+    With ``storage`` (shared by workers), each worker's sampler gets its own random stream: two
+    workers seeded alike would otherwise propose the same points from the same history. The seed
+    then makes a single-worker search reproducible, not a distributed one (whose trial order
+    depends on timing anyway)."""
+    shared = storage is not None
     if storage is None and study_dir is not None:
         try:
             Path(study_dir).mkdir(parents=True, exist_ok=True)
@@ -90,13 +102,26 @@ def open_study(*, study_dir: str | Path | None = None, storage: str | None = Non
             raise StudyError(f"cannot create study directory '{study_dir}': {e.strerror or e}") from None
         storage = f"sqlite:///{Path(study_dir).resolve() / 'study.db'}"
     name = study_name or (Path(study_dir).resolve().name if study_dir is not None else "skipsearch")
-    try:
-        rdb = None if storage is None else optuna.storages.RDBStorage(storage)
-        study = optuna.create_study(storage=rdb, study_name=name, sampler=strategy.sampler(),
-                                    direction=direction, load_if_exists=True)
-    except Exception as e:  # sqlalchemy and driver errors vary by backend; the user needs the first line
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StudyError(f"cannot open storage '{_shown(storage)}': {first}") from None
+    sampler = strategy.sampler()
+    if shared:
+        strategy.for_shared_study()
+        sampler.reseed_rng()
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            rdb = None if storage is None else optuna.storages.RDBStorage(storage)
+            study = optuna.create_study(storage=rdb, study_name=name, sampler=sampler,
+                                        direction=direction, load_if_exists=True)
+            break
+        except sqlalchemy.exc.IntegrityError:
+            # Workers started together race to create the schema or the study; the loser's insert
+            # violates a unique key. By the next attempt the winner has committed: load it.
+            if attempt == OPEN_ATTEMPTS - 1:
+                raise StudyError(f"cannot open storage '{_shown(storage)}': other workers kept racing to create "
+                                 f"study '{name}'") from None
+            time.sleep(0.2 * (attempt + 1))
+        except Exception as e:  # sqlalchemy and driver errors vary by backend; the user needs the first line
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise StudyError(f"cannot open storage '{_shown(storage)}': {first}") from None
     _check_or_stamp(study, strategy)
     return study
 
@@ -201,6 +226,32 @@ def best(study: optuna.Study, *, prefer: Kind = "timed") -> TrialRecord | None:
 # -- the loop -------------------------------------------------------------------------------------
 
 
+def _earlier_twin(study: optuna.Study, config: DraftConfig, kind: str, number: int) -> TrialRecord | None:
+    """The completed trial that already measured ``config`` as ``kind``, if any.
+
+    If a lower-numbered trial (another worker's) is evaluating the same config right now, wait
+    for it rather than measure the config twice. Only lower numbers are waited for, so two
+    workers never wait for each other; if the twin fails, this trial evaluates the config itself.
+    """
+    deadline = time.monotonic() + TWIN_TIMEOUT_SECONDS
+    while True:
+        twin_running = False
+        for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING)):
+            if t.number == number or t.user_attrs.get(CONFIG_ATTR) is None:
+                continue
+            r = _record(t)
+            if r.config != config:
+                continue
+            if r.measurement is not None and r.measurement.kind == kind:
+                return r
+            if t.state == _STATES.RUNNING and t.number < number and t.user_attrs.get(KIND_ATTR) == kind:
+                twin_running = True
+        if not twin_running or time.monotonic() > deadline:
+            return None
+        time.sleep(TWIN_POLL_SECONDS)
+
+
+
 def _used(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_COUNTED))
 
@@ -229,8 +280,9 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
             # 2. params -> config, recorded before evaluation so a failed trial still shows it
             config = strategy.suggest(trial)
             trial.set_user_attr(CONFIG_ATTR, config_to_dict(config))
+            trial.set_user_attr(KIND_ATTR, kind)
             # 3. evaluate, or reuse the measurement of the same config: a repeat costs nothing
-            earlier = next((r for r in _completed(study, kind) if r.config == config), None)  # the first: the original
+            earlier = _earlier_twin(study, config, kind, trial.number)
             if earlier is not None:
                 measurement = replace(earlier.measurement, seconds=0.0)
                 trial.set_user_attr(REUSED_ATTR, earlier.number)

@@ -124,3 +124,51 @@ def test_optimize_end_to_end_then_decode(real_sm, tmp_path):
     assert again.exit_code == 0, again.output
     shown = runner.invoke(app, ["study", "show", str(tmp_path / "study")])
     assert shown.exit_code == 0 and "timed" in shown.stdout
+
+
+@pytest.mark.model
+def test_sigkill_mid_search_then_the_same_command_resumes(tmp_path):
+    """Kill -9 a running `skipsearch optimize`; the same command then resumes with every finished trial."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+
+    study_dir = tmp_path / "study"
+    cmd = [sys.executable, "-m", "skipsearch", "optimize", "--model", "smollm2-135m", "--strategy", "tpe",
+           "--objective", "surrogate", "--n-prompts", "1", "--max-new-tokens", "8", "--study", str(study_dir),
+           "--out", str(tmp_path / "p.yaml")]
+    storage = f"sqlite:///{study_dir / 'study.db'}"
+
+    def finished() -> dict[int, dict]:
+        try:
+            trials = optuna.load_study(study_name="study", storage=storage).get_trials(deepcopy=False)
+        except Exception:  # not created yet
+            return {}
+        return {t.number: dict(t.user_attrs) for t in trials if t.state == optuna.trial.TrialState.COMPLETE}
+
+    proc = subprocess.Popen([*cmd, "--budget", "500"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while len(finished()) < 4 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = finished()
+    assert len(before) >= 4, proc.stderr.read().decode()[-2000:]
+    assert not (tmp_path / "p.yaml").exists()  # killed mid-search: nothing was written
+
+    counted = [t for t in optuna.load_study(study_name="study", storage=storage).trials
+               if t.state != optuna.trial.TrialState.WAITING]  # enqueued seeds do not count towards the budget
+    budget = len(counted) + 3
+    again = subprocess.run([*cmd, "--budget", str(budget)], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    study = optuna.load_study(study_name="study", storage=storage)
+    after = {t.number: dict(t.user_attrs) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert all(after[n] == attrs for n, attrs in before.items())  # every finished trial intact
+    assert len(after) == len(before) + 3  # the killed trial counts as failed; three more finished
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.RUNNING not in states  # the killed trial is marked failed, not left running
+    assert (tmp_path / "p.yaml").exists()

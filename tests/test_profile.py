@@ -244,7 +244,7 @@ def test_missing_required_key(tmp_path, section, key, named):
     (lambda r: r["draft"].update(max_draft_tokens=-1), "draft.max_draft_tokens must be an integer >= 0, got -1"),
     (lambda r: r["draft"].update(max_draft_tokens=True), "draft.max_draft_tokens must be an integer, got True"),
     (lambda r: r["draft"].update(skip_atn=[1]), "unknown key draft.skip_atn"),
-    (lambda r: r.update(method="medusa"), "unknown method 'medusa' (known: "),
+    (lambda r: r.update(method="no-such-method"), "unknown method 'no-such-method' (known: "),
     (lambda r: r.update(method=3), "method must be a string, got 3"),
     (lambda r: r.update(drafts={}), "unknown top-level key 'drafts' (known: schema_version, model, method"),
     (lambda r: r.update(model="smollm2"), "model must be a mapping, got 'smollm2'"),

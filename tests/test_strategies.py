@@ -152,7 +152,7 @@ def test_registry_entry_is_named_by_its_key(name):
 
 
 def test_unknown_strategy_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"^unknown strategy 'nope': use bayes, tpe$"):
+    with pytest.raises(ConfigError, match=r"^unknown strategy 'nope': use bayes, clasp, tpe$"):
         make_strategy("nope", SearchSpace(num_layers=6), seed=0)
 
 

@@ -7,26 +7,35 @@ the shared suite against it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Strategy
 from skipsearch.strategies.bayes import BayesStrategy
+from skipsearch.strategies.clasp import ClaspStrategy
 from skipsearch.strategies.tpe import TPEStrategy
 
 REGISTRY: dict[str, type[Strategy]] = {
     "tpe": TPEStrategy,
     "bayes": BayesStrategy,
+    "clasp": ClaspStrategy,
 }
 
 
-def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
-                  warm_start: Sequence[DraftConfig] = ()) -> Strategy:
+def check_strategy(name: str) -> type[Strategy]:
+    """The strategy class registered as ``name``; a one-line ConfigError for anything else."""
     try:
-        cls = REGISTRY[name]
+        return REGISTRY[name]
     except KeyError:
         raise ConfigError(f"unknown strategy '{name}': use {', '.join(sorted(REGISTRY))}") from None
-    return cls(space, seed=seed, warm_start=warm_start)
 
 
-__all__ = ["REGISTRY", "BayesStrategy", "Strategy", "TPEStrategy", "make_strategy"]
+def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
+                  warm_start: Sequence[DraftConfig] = (), **options: Any) -> Strategy:
+    """``options`` go to the strategy's constructor: what only some strategies take, such as
+    CLaSp's ``plan`` (its skip sets, computed from the model)."""
+    return check_strategy(name)(space, seed=seed, warm_start=warm_start, **options)
+
+
+__all__ = ["REGISTRY", "BayesStrategy", "ClaspStrategy", "Strategy", "TPEStrategy", "check_strategy", "make_strategy"]

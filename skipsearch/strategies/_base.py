@@ -8,6 +8,7 @@ several workers, without any state of its own.
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -32,6 +33,14 @@ class Strategy(ABC):
         layers = space.skippable_layers()
         attn = tuple(("attn", i) for i in layers if space.skips_attn)
         self.slots: tuple[tuple[str, int], ...] = attn + tuple(("mlp", i) for i in layers if space.skips_mlp)
+
+    #: 0 alone; a random stream id per process when workers share a study (see ``for_shared_study``)
+    worker: int = 0
+
+    def for_shared_study(self) -> None:
+        """Give this worker its own random stream: workers seeded alike would otherwise propose
+        the same points from the same history, and evaluate them twice."""
+        self.worker = secrets.randbits(32)
 
     def sampler(self) -> optuna.samplers.BaseSampler:
         """The sampler for parameters the strategy leaves to Optuna (none are fixed by next_params)."""
@@ -61,7 +70,8 @@ class Strategy(ABC):
         # Set first: a second worker starting at the same moment then sees it and does not seed again.
         study.set_user_attr(SEEDED_ATTR, True)
         for config in self.seed_points():
-            study.enqueue_trial(encode(config))
+            # skip_if_exists: a second worker that raced past the attr check adds no twin seeds
+            study.enqueue_trial(encode(config), skip_if_exists=True)
         return True
 
     def bits(self, on: Callable[[str, int], bool]) -> tuple[list[bool], list[bool]]:

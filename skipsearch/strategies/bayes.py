@@ -88,8 +88,9 @@ class BayesStrategy(Strategy):
         names = list(self.bounds)
         ours = [t for t in trials if set(names) <= t.params.keys()]
         done = [t for t in ours if t.state == _STATES.COMPLETE]
-        # Seeded by the history's length, so that a given history always gives the same proposal.
-        rng = np.random.default_rng([self.seed, len(trials)])
+        # Seeded by the history length (and, in a shared study, the worker): a given history and worker
+        # always give the same proposal.
+        rng = np.random.default_rng([self.seed, len(trials), self.worker])
         if not done:
             return self._as_params(self._uniform(rng, 1)[0])
         # 1. the GP, fitted to every completed trial (a point seen twice counts once, at its mean)

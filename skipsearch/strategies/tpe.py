@@ -33,7 +33,9 @@ class TPEStrategy(Strategy):
         self.prior_weight = prior_weight
 
     def sampler(self) -> optuna.samplers.BaseSampler:
-        kwargs = {"seed": self.seed, "n_startup_trials": self.n_startup_trials}
+        # constant_liar: trials other workers are still running count as bad, so that parallel
+        # workers spread out instead of proposing the same region (no effect with one worker).
+        kwargs = {"seed": self.seed, "n_startup_trials": self.n_startup_trials, "constant_liar": True}
         with warnings.catch_warnings():
             # Deprecated in Optuna 4.9 and to be removed in 6.0, with no replacement yet.
             warnings.simplefilter("ignore", FutureWarning)

@@ -1,0 +1,498 @@
+"""``skipsearch bench``: every method and the HF peers side by side, in one run, on the same prompt ids.
+
+One harness, Spec-Bench's contract with one timing loop:
+- a *method* is a name plus ``decode(prompt_ids, max_new_tokens) -> MethodOutput``. Profiles decode
+  through ``api.drafter_factory`` + ``decoding.generate`` (the one engine), whatever their method;
+  the HF peers through ``model.generate``;
+- every method is warmed up, then the methods are interleaved prompt by prompt (round robin, the
+  order rotated every round), so that slow machine drift spreads evenly over them;
+- each call is timed whole with the one timer (``timing.now``): prefill, drafting, verification
+  and the loop's own overhead, which is what a user waits for;
+- HF greedy is both the speed baseline and the reference output, in the same run. A method whose
+  output differs from it on any prompt is flagged and gets no speedup figure.
+Peers run at their best setting, which ``sweep_peer`` finds on other prompts (the calib split).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from skipsearch import timing
+from skipsearch.config import ConfigError
+from skipsearch.data import Prompt
+from skipsearch.decoding import Drafter, generate, hf_generate
+from skipsearch.memory import memory_probe
+from skipsearch.models import SkippableModel
+
+BASELINE = "hf-greedy"  # the speed baseline and the reference output
+OURS_AR = "skipsearch-ar"  # our own engine with no drafter: separates loop overhead from speculation
+
+
+@dataclass(frozen=True)
+class MethodOutput:
+    """What one decode produced. Counts are None where a method cannot report them."""
+
+    token_ids: tuple[int, ...]  # generated tokens only
+    verify_steps: int | None = None  # full-model forwards after the one that gave the first token
+    drafted: int | None = None  # draft tokens proposed to the full model
+    accepted: int | None = None  # draft tokens it kept
+    draft_steps: int | None = None  # draft forwards
+    draft_seconds: float | None = None  # engine-internal split (skipsearch methods only)
+    verify_seconds: float | None = None
+
+
+Decode = Callable[[Sequence[int], int], MethodOutput]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # the row label, unique in a run
+    family: str  # "hf" (a peer) or "skipsearch"
+    setting: str  # what was run, for people: a profile path, "prompt_lookup_num_tokens=4", ...
+    decode: Decode = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """An HF ``generate`` decoding mode that users would otherwise pick, and the values of its knob."""
+
+    name: str
+    option: str | None  # the ``generate`` argument that is swept; None: nothing to set
+    values: Callable[[int], tuple[int, ...]] = field(compare=False, repr=False)  # num_layers -> candidates
+
+
+def early_exit_layers(num_layers: int) -> tuple[int, ...]:
+    """Exit after about 1/8, 1/4 and 1/2 of the layers (4, 8, 15 for a 30-layer model)."""
+    return tuple(sorted({min(max(1, round(num_layers * f)), num_layers - 1) for f in (1 / 8, 1 / 4, 1 / 2)}))
+
+
+PEERS: dict[str, Peer] = {
+    BASELINE: Peer(BASELINE, None, lambda n: ()),
+    "hf-prompt-lookup": Peer("hf-prompt-lookup", "prompt_lookup_num_tokens", lambda n: (2, 4, 10)),
+    "hf-early-exit": Peer("hf-early-exit", "assistant_early_exit", early_exit_layers),
+}
+
+
+# -- methods ---------------------------------------------------------------------------------------
+@dataclass
+class _Forwards:
+    full: int = 0  # forwards through every layer
+    fed: int = 0  # positions those forwards processed
+    draft: int = 0  # forwards with the layer count lowered (HF's early-exit draft)
+    unknown: bool = False  # a forward without input_ids: counts cannot be trusted
+
+
+@contextlib.contextmanager
+def _count_forwards(sm: SkippableModel) -> Iterator[_Forwards]:
+    """Count the HF model's forwards. HF's early-exit assistant is the model itself with
+    ``config.num_hidden_layers`` lowered, so a lowered count marks a draft forward."""
+    counts = _Forwards()
+    base = getattr(sm.hf, sm.hf.base_model_prefix)
+
+    def hook(module, args, kwargs) -> None:
+        if base.config.num_hidden_layers < sm.num_layers:
+            counts.draft += 1
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        counts.full += 1
+        if ids is None:
+            counts.unknown = True
+        else:
+            counts.fed += int(ids.shape[-1])
+
+    handle = sm.hf.register_forward_pre_hook(hook, with_kwargs=True)
+    layers = base.config.num_hidden_layers
+    try:
+        yield counts
+    finally:
+        handle.remove()
+        # HF's early-exit drafter lowers the layer count without try/finally: an exception
+        # inside it must not leave a truncated model for the methods that run next.
+        base.config.num_hidden_layers = layers
+
+
+def hf_method(sm: SkippableModel, name: str, *, setting: str = "", **generate_kwargs) -> Method:
+    """An HF ``generate`` mode as a method; τ and acceptance come from counting its forwards."""
+
+    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> MethodOutput:
+        with _count_forwards(sm) as n:
+            ids = hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, **generate_kwargs)
+        if n.unknown or n.full == 0:
+            return MethodOutput(ids)
+        # Every full forward emits (its accepted drafts + 1) tokens. The first one also reads the
+        # prompt, whose last token plays the part that the pending token plays in later forwards.
+        drafted = n.fed - (len(prompt_ids) - 1) - n.full
+        return MethodOutput(
+            ids, verify_steps=n.full - 1, drafted=drafted, accepted=max(len(ids) - n.full, 0),
+            draft_steps=n.draft,
+        )
+
+    return Method(name, "hf", setting or "model.generate(do_sample=False)", decode)
+
+
+def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Method:
+    """The peer ``peer`` at one value of its knob (the row name carries the value)."""
+    spec = PEERS.get(peer)
+    if spec is None:
+        raise ConfigError(f"unknown peer '{peer}': use {', '.join(PEERS)}")
+    if spec.option is None or value is None:
+        return hf_method(sm, spec.name)
+    return hf_method(sm, spec.name, setting=f"{spec.option}={value}", **{spec.option: value})
+
+
+def engine_method(
+    sm: SkippableModel, name: str, drafters: Callable[[], Drafter | None], *, setting: str = ""
+) -> Method:
+    """A method decoded by ``decoding.generate``; ``drafters`` gives a fresh drafter per prompt."""
+
+    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> MethodOutput:
+        res = generate(sm, prompt_ids, drafter=drafters(), max_new_tokens=max_new_tokens)
+        s = res.stats
+        return MethodOutput(
+            res.token_ids, verify_steps=s.verify_steps, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
+            draft_steps=s.draft_steps, draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds,
+        )
+
+    return Method(name, "skipsearch", setting, decode)
+
+
+def ours_autoregressive(sm: SkippableModel) -> Method:
+    return engine_method(sm, OURS_AR, lambda: None, setting="decoding.generate, no drafter")
+
+
+def profile_method(sm: SkippableModel, path: str, profile) -> Method:
+    """A profile of any registered method, decoded through the one engine."""
+    from skipsearch.api import drafter_factory  # api imports the model loader; keep bench light
+
+    name = f"{profile.method}:{Path(path).stem}"
+    return engine_method(sm, name, drafter_factory(profile, sm), setting=str(path))
+
+
+# -- the harness -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Run:
+    """One timed decode of one prompt by one method."""
+
+    method: str
+    prompt: int  # index into the run's prompts
+    repeat: int
+    slot: int  # position in its round: the rotation puts every method in every slot
+    seconds: float
+    peak_bytes: int
+    added_bytes: int  # peak minus what was in use just before the call
+    output: MethodOutput
+
+
+Progress = Callable[[int, int, str], None]  # (done, total, what) after each timed call
+
+
+def run_rounds(
+    methods: Sequence[Method],
+    prompt_ids: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    device: torch.device,
+    repeats: int = 1,
+    warmup_tokens: int = 16,
+    on_progress: Progress | None = None,
+) -> tuple[Run, ...]:
+    """Time every method on every prompt, interleaved. The one timing loop of the bench."""
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"method names must be unique, got {', '.join(names)}")
+    if repeats < 1 or max_new_tokens < 1:
+        raise ConfigError("repeats and max_new_tokens must be >= 1")
+    if not methods or not prompt_ids:
+        raise ConfigError("a bench needs at least one method and one prompt")
+    probe = memory_probe(device)
+    # 1. warm up: first calls pay for allocation, lazy imports and HF's generation setup
+    for m in methods:
+        m.decode(prompt_ids[0], min(max_new_tokens, warmup_tokens))
+    runs: list[Run] = []
+    total = len(prompt_ids) * repeats * len(methods)
+    for i, ids in enumerate(prompt_ids):
+        for r in range(repeats):
+            # 2. rotate the order every round, so each method runs first, second, ... equally often
+            shift = (i * repeats + r) % len(methods)
+            for slot, m in enumerate([*methods[shift:], *methods[:shift]]):
+                # 3. time the whole call with the one timer; memory is reset outside the timed span
+                probe.reset()
+                before = probe.current()
+                start = timing.now(device)
+                out = m.decode(ids, max_new_tokens)
+                seconds = timing.now(device) - start
+                peak = probe.peak()
+                runs.append(Run(m.name, i, r, slot, seconds, peak, max(peak - before, 0), out))
+                if on_progress:
+                    on_progress(len(runs), total, m.name)
+    return tuple(runs)
+
+
+# -- summaries -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchRow:
+    method: str
+    family: str
+    setting: str
+    prompts: int
+    identical: int  # prompts whose output equals HF greedy's, token for token (every repeat)
+    new_tokens: int
+    seconds: float  # sum over prompts of the median over repeats: the method's wall time
+    tokens_per_s: float
+    speedup: float | None  # HF greedy seconds / this method's seconds; None when its output differs
+    vs_ours_ar: float | None  # our autoregressive path's seconds / this method's seconds (same rule)
+    tau: float | None  # tokens emitted per full-model forward after the first (as ``decode`` reports)
+    acceptance_rate: float | None  # accepted / drafted draft tokens
+    peak_memory_mib: float | None  # the largest per-call peak (see BenchSettings.memory_kind)
+    added_memory_mib: float | None  # the largest per-call peak above what was in use before the call
+    draft_ms: float | None  # mean draft forward, skipsearch methods only
+    verify_ms: float | None  # mean verify forward (pending + drafts), skipsearch methods only
+    first_mismatch: str | None  # "prompt <id>, token <j>" for a flagged method
+
+    @property
+    def flagged(self) -> bool:
+        return self.identical < self.prompts
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    for j, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return j
+    return min(len(a), len(b))
+
+
+def summarize(
+    methods: Sequence[Method], runs: Sequence[Run], prompt_labels: Sequence[str], *,
+    subset: Sequence[int] | None = None, flagged: frozenset[str] = frozenset(),
+) -> tuple[BenchRow, ...]:
+    """One row per method over ``subset`` of the prompts (all by default).
+
+    ``flagged`` names methods that differ somewhere in the run: they get no speedup even on a
+    subset where they happen to match.
+    """
+    prompts = list(range(len(prompt_labels))) if subset is None else list(subset)
+    by: dict[tuple[str, int], list[Run]] = {}
+    for run in runs:
+        by.setdefault((run.method, run.prompt), []).append(run)
+    reference = {i: by[(BASELINE, i)][0].output.token_ids for i in prompts if (BASELINE, i) in by}
+
+    def seconds_of(name: str) -> float | None:
+        if any((name, i) not in by for i in prompts):
+            return None
+        return sum(statistics.median(r.seconds for r in by[(name, i)]) for i in prompts)
+
+    base_s, ar_s = seconds_of(BASELINE), seconds_of(OURS_AR)
+    rows = []
+    for m in methods:
+        mine = [(i, by[(m.name, i)]) for i in prompts if (m.name, i) in by]
+        if not mine:
+            continue
+        identical, mismatch = 0, None
+        for i, rs in mine:
+            ref = reference.get(i)
+            bad = next((r for r in rs if r.output.token_ids != ref), None) if ref is not None else rs[0]
+            if bad is None:
+                identical += 1
+            elif mismatch is None and ref is not None:
+                mismatch = f"prompt {prompt_labels[i]}, token {_first_difference(bad.output.token_ids, ref)}"
+        secs = sum(statistics.median(r.seconds for r in rs) for _, rs in mine)
+        outs = [rs[0].output for _, rs in mine]  # counts from the first repeat: decoding is deterministic
+        tokens = sum(len(o.token_ids) for o in outs)
+        clean = identical == len(mine) and m.name not in flagged
+        rows.append(BenchRow(
+            method=m.name, family=m.family, setting=m.setting, prompts=len(mine), identical=identical,
+            new_tokens=tokens, seconds=secs, tokens_per_s=tokens / secs if secs > 0 else 0.0,
+            speedup=base_s / secs if clean and base_s and secs > 0 else None,
+            vs_ours_ar=ar_s / secs if clean and ar_s and secs > 0 else None,
+            tau=_ratio([len(o.token_ids) - 1 for o in outs], [o.verify_steps for o in outs]),
+            acceptance_rate=_ratio([o.accepted for o in outs], [o.drafted for o in outs]),
+            peak_memory_mib=max(r.peak_bytes for _, rs in mine for r in rs) / 2**20 or None,
+            added_memory_mib=max(r.added_bytes for _, rs in mine for r in rs) / 2**20,
+            draft_ms=_ms([o.draft_seconds for o in outs], [o.draft_steps for o in outs]),
+            verify_ms=_ms([o.verify_seconds for o in outs], [o.verify_steps for o in outs]),
+            first_mismatch=mismatch,
+        ))
+    return tuple(rows)
+
+
+def _ratio(num: Sequence[int | None], den: Sequence[int | None]) -> float | None:
+    if any(v is None for v in (*num, *den)) or not sum(den):
+        return None
+    return sum(num) / sum(den)
+
+
+def _ms(seconds: Sequence[float | None], steps: Sequence[int | None]) -> float | None:
+    r = _ratio(seconds, steps)  # type: ignore[arg-type]
+    return None if r is None else 1000 * r
+
+
+# -- the peer sweep --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sweep:
+    """Every value of one peer's knob, timed against HF greedy on the sweep prompts."""
+
+    peer: str
+    option: str
+    rows: tuple[BenchRow, ...]  # one per value, in the order tried
+    best: int  # the chosen value: fastest among those with identical output (fastest overall if none)
+
+
+def sweep_peer(
+    sm: SkippableModel, peer: str, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
+    values: Sequence[int] | None = None, on_progress: Progress | None = None,
+) -> Sweep:
+    spec = PEERS.get(peer)
+    if spec is None or spec.option is None:
+        raise ConfigError(f"peer '{peer}' has no setting to sweep")
+    values = tuple(values) if values is not None else spec.values(sm.num_layers)
+    if not values:
+        raise ConfigError(f"no values to sweep for {peer}")
+    tried = [peer_method(sm, peer, v) for v in values]
+    named = [Method(f"{peer}[{v}]", m.family, m.setting, m.decode) for v, m in zip(values, tried, strict=True)]
+    methods = [peer_method(sm, BASELINE), *named]
+    runs = run_rounds(methods, prompt_ids, max_new_tokens=max_new_tokens, device=sm.device, on_progress=on_progress)
+    rows = summarize(methods, runs, [str(i) for i in range(len(prompt_ids))])[1:]
+    clean = [(r.tokens_per_s, v) for r, v in zip(rows, values, strict=True) if not r.flagged]
+    best = max(clean or [(r.tokens_per_s, v) for r, v in zip(rows, values, strict=True)])[1]
+    return Sweep(peer, spec.option, rows, best)
+
+
+# -- one bench run ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchSettings:
+    model: str
+    device: str
+    dtype: str
+    dataset: str
+    split: str
+    n_prompts: int
+    max_new_tokens: int
+    repeats: int
+    threads: int  # torch intra-op threads during the run
+    sweep_prompts: int  # prompts each peer's sweep ran on (the calib split in the CLI)
+    memory_kind: str  # what peak_memory_mib measures
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """One method on one prompt: the per-prompt record behind every row."""
+
+    method: str
+    prompt_id: str  # "<source>:<id>"
+    category: str
+    new_tokens: int
+    seconds: float  # median over repeats
+    identical: bool  # equals HF greedy's output on this prompt
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    settings: BenchSettings
+    environment: tuple[tuple[str, str | None], ...]
+    rows: tuple[BenchRow, ...]
+    categories: tuple[tuple[str, tuple[BenchRow, ...]], ...]  # (category, rows over its prompts)
+    sweeps: tuple[Sweep, ...]
+    prompts: tuple[PromptResult, ...]
+    wall_seconds: float
+
+    def row(self, method: str) -> BenchRow | None:
+        return next((r for r in self.rows if r.method == method), None)
+
+
+def bench(
+    sm: SkippableModel,
+    prompts: Sequence[Prompt],
+    *,
+    profiles: Sequence[tuple[str, object]] = (),
+    peers: Sequence[str] = (BASELINE,),
+    max_new_tokens: int = 128,
+    repeats: int = 1,
+    sweep_prompts: Sequence[Prompt] = (),
+    peer_values: dict[str, Sequence[int]] | None = None,
+    sweep: bool = True,
+    dataset: str = "",
+    split: str = "",
+    on_stage: Callable[[str, int], None] | None = None,
+    on_progress: Progress | None = None,
+) -> BenchReport:
+    """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
+    autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
+    ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
+    ``on_stage(title, total calls)`` opens each stage."""
+    from skipsearch.data import encode_prompt
+    from skipsearch.profile import Environment
+
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise ConfigError(f"unknown peer '{unknown[0]}': use {', '.join(PEERS)}")
+    if not prompts:
+        raise ConfigError("a bench needs at least one prompt")
+    t0 = timing.now(sm.device)
+    # 0. encode once: every method decodes exactly these ids
+    ids = [encode_prompt(sm.tokenizer, p) for p in prompts]
+    sweep_ids = [encode_prompt(sm.tokenizer, p) for p in sweep_prompts]
+    # 1. each peer with a knob: sweep it on the sweep prompts and keep its best value
+    sweeps, methods = [], [peer_method(sm, BASELINE), ours_autoregressive(sm)]
+    for peer in dict.fromkeys(peers):
+        spec = PEERS[peer]
+        if spec.option is None:
+            continue
+        values = tuple((peer_values or {}).get(peer) or spec.values(sm.num_layers))
+        if not sweep:
+            # unswept: the middle candidate, and the row says so
+            best, note = values[len(values) // 2], " (not swept)"
+        elif len(values) > 1:
+            if not sweep_ids:
+                raise ConfigError(f"sweeping {peer} needs sweep prompts (or one value for it)")
+            if on_stage:
+                on_stage(f"sweep {peer}", len(sweep_ids) * (len(values) + 1))
+            sweeps.append(sweep_peer(sm, peer, sweep_ids, max_new_tokens=max_new_tokens, values=values,
+                                     on_progress=on_progress))
+            best, note = sweeps[-1].best, f" (best of {', '.join(map(str, values))})"
+        else:
+            best, note = values[0], ""
+        m = peer_method(sm, peer, best)
+        methods.append(Method(m.name, m.family, m.setting + note, m.decode))
+    for path, profile in profiles:
+        m = profile_method(sm, path, profile)
+        taken = {x.name for x in methods}
+        name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in taken)
+        methods.append(Method(name, m.family, m.setting, m.decode))
+    # 2. the main run: every method, interleaved over the same prompt ids
+    if on_stage:
+        on_stage("bench", len(ids) * repeats * len(methods))
+    runs = run_rounds(methods, ids, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
+                      on_progress=on_progress)
+    # 3. rows over all prompts, then per category with the same flags
+    labels = [f"{p.source}:{p.id}" for p in prompts]
+    rows = summarize(methods, runs, labels)
+    flagged = frozenset(r.method for r in rows if r.flagged)
+    cats: dict[str, list[int]] = {}
+    for i, p in enumerate(prompts):
+        cats.setdefault(p.category or "(none)", []).append(i)
+    categories = tuple((c, summarize(methods, runs, labels, subset=idx, flagged=flagged)) for c, idx in cats.items())
+    per_prompt = []
+    for m in methods:
+        for i, p in enumerate(prompts):
+            rs = [r for r in runs if r.method == m.name and r.prompt == i]
+            ref = next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
+            per_prompt.append(PromptResult(m.name, labels[i], p.category, len(rs[0].output.token_ids),
+                                           statistics.median(r.seconds for r in rs),
+                                           all(r.output.token_ids == ref for r in rs)))
+    settings = BenchSettings(
+        model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
+        n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
+        sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind,
+    )
+    env = Environment.current(str(sm.device))
+    return BenchReport(
+        settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),
+        rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=tuple(per_prompt),
+        wall_seconds=timing.now(sm.device) - t0,
+    )

@@ -1,0 +1,265 @@
+"""A bench report as data, Markdown, JSON and rich tables. Nothing here runs a model.
+
+The summary keeps two gains apart so that neither hides the other:
+- *loop overhead gain*: our autoregressive path over HF greedy (same model, no drafting), which
+  is what our loop saves or costs per token whatever the draft does;
+- *speculation gain*: our best profile over our own autoregressive path, which is what drafting
+  itself buys.
+Their product is the best profile's speedup over HF greedy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from skipsearch.bench import BASELINE, OURS_AR, BenchReport, BenchRow
+from skipsearch.profile import Measured
+
+JSON_FORMAT = "skipsearch-bench"
+# JSON versions: 1: first version (settings, environment, summary, rows, categories, sweeps, prompts).
+JSON_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    baseline_tokens_per_s: float | None  # HF greedy
+    loop_overhead_gain: float | None  # skipsearch-ar speed / HF greedy speed
+    best_profile: str | None  # the fastest profile row whose output is identical
+    best_profile_speedup: float | None  # vs HF greedy
+    speculation_gain: float | None  # best profile speed / skipsearch-ar speed
+    peers: tuple[tuple[str, float | None], ...]  # each HF peer's speedup (None: output differs)
+    not_slower_than_hf_greedy: bool | None  # goal 1; None without a usable profile row
+    beats_every_peer: bool | None  # goal 2; None without a usable profile row or any peer
+    flagged: tuple[str, ...]  # methods whose output differs from HF greedy
+
+
+def _profiles(report: BenchReport) -> list[BenchRow]:
+    return [r for r in report.rows if r.family == "skipsearch" and r.method != OURS_AR]
+
+
+def summarize_report(report: BenchReport) -> Summary:
+    base, ar = report.row(BASELINE), report.row(OURS_AR)
+    usable = [r for r in _profiles(report) if r.speedup is not None]
+    best = max(usable, key=lambda r: r.speedup, default=None)
+    peers = tuple((r.method, r.speedup) for r in report.rows if r.family == "hf" and r.method != BASELINE)
+    beats = None
+    if best is not None and peers:
+        beats = all(s is None or best.speedup > s for _, s in peers)
+    return Summary(
+        baseline_tokens_per_s=base.tokens_per_s if base else None,
+        loop_overhead_gain=ar.speedup if ar else None,
+        best_profile=best.method if best else None,
+        best_profile_speedup=best.speedup if best else None,
+        speculation_gain=best.vs_ours_ar if best else None,
+        peers=peers,
+        not_slower_than_hf_greedy=None if best is None else best.speedup >= 1.0,
+        beats_every_peer=beats,
+        flagged=tuple(r.method for r in report.rows if r.flagged),
+    )
+
+
+def report_to_dict(report: BenchReport) -> dict:
+    """The JSON document: everything measured, per prompt included, and the summary."""
+
+    def rows(rs: Sequence[BenchRow]) -> list[dict]:
+        return [{**dataclasses.asdict(r), "flagged": r.flagged} for r in rs]
+
+    return {
+        "format": JSON_FORMAT,
+        "version": JSON_VERSION,
+        "settings": dataclasses.asdict(report.settings),
+        "environment": dict(report.environment),
+        "wall_seconds": report.wall_seconds,
+        "summary": dataclasses.asdict(summarize_report(report)),
+        "rows": rows(report.rows),
+        "categories": {c: rows(rs) for c, rs in report.categories},
+        "sweeps": [{"peer": s.peer, "option": s.option, "best": s.best, "rows": rows(s.rows)} for s in report.sweeps],
+        "prompts": [dataclasses.asdict(p) for p in report.prompts],
+    }
+
+
+def report_json(report: BenchReport) -> str:
+    return json.dumps(report_to_dict(report), indent=2) + "\n"
+
+
+# -- formatting ------------------------------------------------------------------------------------
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _identical(r: BenchRow) -> str:
+    return f"{r.identical}/{r.prompts}" + ("" if not r.flagged else " DIFFERS")
+
+
+def _speedup(r: BenchRow) -> str:
+    return "no (output differs)" if r.flagged else _x(r.speedup)
+
+
+def _memory(r: BenchRow) -> str:
+    if r.peak_memory_mib is None:
+        return "-"
+    return f"{r.peak_memory_mib:.0f} (+{r.added_memory_mib or 0:.1f})"
+
+
+MAIN_COLUMNS = ("method", "setting", "tokens/s", "speedup vs HF greedy", f"vs {OURS_AR}", "τ", "acceptance",
+                "wall s", "peak MiB (+added)", "identical")
+
+
+def main_cells(r: BenchRow) -> tuple[str, ...]:
+    return (r.method, r.setting, _f(r.tokens_per_s, 1), _speedup(r), "-" if r.flagged else _x(r.vs_ours_ar),
+            _f(r.tau), _f(r.acceptance_rate), _f(r.seconds, 1), _memory(r), _identical(r))
+
+
+CATEGORY_COLUMNS = ("method", "tokens/s", "speedup vs HF greedy", "τ", "acceptance", "identical")
+
+
+def category_cells(r: BenchRow) -> tuple[str, ...]:
+    return (r.method, _f(r.tokens_per_s, 1), _speedup(r), _f(r.tau), _f(r.acceptance_rate), _identical(r))
+
+
+def _count(rows: Sequence[BenchRow]) -> str:
+    n = rows[0].prompts if rows else 0
+    return f"{n} prompt" if n == 1 else f"{n} prompts"
+
+
+def _md_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return [line(columns), "|" + "---|" * len(columns), *(line(r) for r in rows)]
+
+
+def summary_lines(report: BenchReport) -> list[str]:
+    """The gains and goals in words, each figure as measured in this run."""
+    s = summarize_report(report)
+    out = [
+        f"Loop overhead gain ({OURS_AR} over {BASELINE}, no drafting on either side): {_x(s.loop_overhead_gain)}",
+    ]
+    if s.best_profile is None:
+        out.append("No profile with identical output was benched, so there is no speculation gain to report.")
+    else:
+        out.append(f"Speculation gain ({s.best_profile} over {OURS_AR}): {_x(s.speculation_gain)}")
+        out.append(f"Best profile {s.best_profile}: {_x(s.best_profile_speedup)} HF greedy; "
+                   f"goal 'never slower than HF greedy': {'met' if s.not_slower_than_hf_greedy else 'missed'}")
+        if s.peers:
+            peers = ", ".join(f"{name} {'differs' if v is None else _x(v)}" for name, v in s.peers)
+            out.append(f"Peers: {peers}; goal 'beats every peer': {'met' if s.beats_every_peer else 'missed'}")
+    if s.flagged:
+        out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
+    return out
+
+
+def diagnosis_rows(report: BenchReport) -> list[tuple[str, ...]]:
+    """Why a profile is as fast as it is: acceptance, draft cost and verify cost, per step.
+
+    c is one draft forward over one autoregressive token of our own loop; a draft of k tokens
+    pays when the tokens it adds (τ) outweigh k·c plus the verify forward.
+    """
+    ar = report.row(OURS_AR)
+    ar_ms = 1000 * ar.seconds / ar.new_tokens if ar and ar.new_tokens else None
+    out = []
+    for r in _profiles(report):
+        c = r.draft_ms / ar_ms if r.draft_ms is not None and ar_ms else None
+        v = r.verify_ms / ar_ms if r.verify_ms is not None and ar_ms else None
+        out.append((r.method, _f(r.tau), _f(r.acceptance_rate), _f(r.draft_ms), _f(r.verify_ms), _f(ar_ms),
+                    _f(c), _f(v)))
+    return out
+
+
+DIAGNOSIS_COLUMNS = ("profile", "τ", "acceptance", "draft ms/forward", "verify ms/cycle", f"{OURS_AR} ms/token",
+                     "c = draft/AR", "verify/AR")
+
+
+def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
+    st = report.settings
+    lines = [f"# skipsearch bench: {st.model} on {dict(report.environment).get('device_name') or st.device}", ""]
+    if command:
+        lines += ["Reproduce with:", "", "```bash", command, "```", ""]
+    lines += [
+        f"{st.n_prompts} prompts from `{st.dataset or '?'}` ({st.split or '?'} split), at most {st.max_new_tokens} new "
+        f"tokens each, greedy, {st.repeats} timed run(s) per prompt and method, {st.dtype} on {st.device}, "
+        f"{st.threads} torch thread(s). Baseline and reference output: HF `generate(do_sample=False)` in the same "
+        f"run. Every method decoded the same prompt token ids, warmed up first, interleaved prompt by prompt with "
+        f"the order rotated. The whole bench took {report.wall_seconds:.0f} s.",
+        "",
+        *_md_table(MAIN_COLUMNS, [main_cells(r) for r in report.rows]),
+        "",
+        "## Summary",
+        "",
+        *(f"- {line}" for line in summary_lines(report)),
+        "",
+    ]
+    diag = diagnosis_rows(report)
+    if diag:
+        lines += ["## Why: acceptance, draft cost, verify cost (measured in this run)", "",
+                  *_md_table(DIAGNOSIS_COLUMNS, diag), ""]
+    if len(report.categories) > 1:
+        lines += ["## Per category", ""]
+        for cat, rows in report.categories:
+            lines += [f"### {cat} ({_count(rows)})", "",
+                      *_md_table(CATEGORY_COLUMNS, [category_cells(r) for r in rows]), ""]
+    if report.sweeps:
+        n = st.sweep_prompts
+        lines += [f"## Peer sweeps ({n} prompt{'' if n == 1 else 's'} of the calib split, each value against HF "
+                  "greedy; the chosen value then ran in the table above)", ""]
+        sweep_rows = [(s.peer, r.setting + (" (chosen)" if r.method == f"{s.peer}[{s.best}]" else ""),
+                       _f(r.tokens_per_s, 1), _speedup(r), _f(r.tau), _f(r.acceptance_rate), _identical(r))
+                      for s in report.sweeps for r in s.rows]
+        lines += [*_md_table(("peer", "setting", "tokens/s", "speedup vs HF greedy", "τ", "acceptance",
+                              "identical"), sweep_rows), ""]
+    lines += [
+        "## What the columns mean",
+        "",
+        "- tokens/s: new tokens over the method's wall time (prefill included), summed over prompts; each prompt's "
+        "time is the median over its timed runs.",
+        "- speedup: HF greedy's wall time over the method's, on the same prompts. A method whose output differs from "
+        "HF greedy on any prompt gets none.",
+        "- τ: tokens emitted per full-model forward after the first; acceptance: accepted over drafted tokens. For HF "
+        "peers both are counted from the model's forward calls.",
+        f"- memory: {st.memory_kind}; in brackets, the most one call added above what was in use before it.",
+        "- environment: " + ", ".join(f"{k} {v}" for k, v in report.environment if v),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def rich_tables(report: BenchReport, *, by_category: bool = False) -> list:
+    """The main table (and, with ``by_category``, one per category) as rich Tables."""
+    from rich.table import Table
+
+    st = report.settings
+    main = Table(*MAIN_COLUMNS, title=f"{st.model} on {st.device}: {st.n_prompts} prompts, "
+                 f"{st.max_new_tokens} new tokens, baseline {BASELINE}")
+    for r in report.rows:
+        main.add_row(*main_cells(r), style="red" if r.flagged else None)
+    tables = [main]
+    if by_category:
+        for cat, rows in report.categories:
+            t = Table(*CATEGORY_COLUMNS, title=f"{cat} ({_count(rows)})")
+            for r in rows:
+                t.add_row(*category_cells(r), style="red" if r.flagged else None)
+            tables.append(t)
+    return tables
+
+
+def measured_for(report: BenchReport, row: BenchRow) -> Measured:
+    """A profile's ``measured`` block from its bench row (speedup against HF greedy, same run)."""
+    st = report.settings
+    base = report.row(BASELINE)
+    return Measured(
+        speedup=row.speedup, tokens_per_s=row.tokens_per_s,
+        baseline_tokens_per_s=base.tokens_per_s if base else None, tau=row.tau,
+        acceptance_rate=row.acceptance_rate, wall_seconds=row.seconds,
+        baseline="hf-greedy (transformers generate, do_sample=False), same bench run",
+        device=dict(report.environment).get("device_name") or st.device, dataset=f"{st.dataset} ({st.split})",
+        n_prompts=st.n_prompts, max_new_tokens=st.max_new_tokens, source="bench",
+        notes=f"identical output {row.identical}/{row.prompts}; {_x(row.vs_ours_ar)} over skipsearch's own "
+              f"autoregressive loop; {st.threads} torch thread(s)",
+    )

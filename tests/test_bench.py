@@ -1,0 +1,328 @@
+"""The bench harness: identical-output flags, interleaving, HF peers, reports and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import make_tiny_model
+from typer.testing import CliRunner
+
+from skipsearch import bench as bn
+from skipsearch import bench_report as br
+from skipsearch.cli import app
+from skipsearch.data import Prompt
+from skipsearch.memory import memory_probe
+from skipsearch.profile import load_profile, profile_from_dict, save_profile
+
+CPU = torch.device("cpu")
+EXAMPLE = "profiles/smollm2-135m/example.yaml"
+runner = CliRunner()
+
+
+class _CharTokenizer:
+    """Enough of a tokenizer for encode_prompt on plain prompts: one id per character."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1] + [2 + ord(c) % 60 for c in text]}
+
+
+@pytest.fixture(scope="module")
+def sm():
+    torch.set_num_threads(1)
+    model = make_tiny_model(name="tiny-bench")
+    model.tokenizer = _CharTokenizer()
+    return model
+
+
+# Repetitive prompts, so that prompt lookup finds n-grams to draft from.
+PROMPT_IDS = [[1, 5, 7, 9, 1, 5, 7, 9, 3], [2, 11, 4, 11, 4, 11, 6], [8, 8, 3, 8, 8, 3, 8]]
+LABELS = ["t:a", "t:b", "t:c"]
+
+
+def _tiny_profile(**draft):
+    return profile_from_dict({"schema_version": 1, "model": {"name": "tiny-bench", "num_layers": 4},
+                              "method": "layer-skip", "draft": {"max_draft_tokens": 3, **draft}})
+
+
+def _broken(method: bn.Method, *, prompt: tuple[int, ...], position: int) -> bn.Method:
+    """``method`` with one output token changed on one prompt: what a decoder bug looks like."""
+
+    def decode(ids, max_new_tokens):
+        out = method.decode(ids, max_new_tokens)
+        if tuple(ids) != prompt:
+            return out
+        tokens = list(out.token_ids)
+        tokens[position] = (tokens[position] + 1) % 64
+        return dataclasses.replace(out, token_ids=tuple(tokens))
+
+    return bn.Method("broken", "skipsearch", "one token changed", decode)
+
+
+# -- the identical-output check ------------------------------------------------------------------
+def test_a_method_that_changes_one_token_is_flagged_and_gets_no_speedup(sm):
+    ar = bn.ours_autoregressive(sm)
+    methods = [bn.peer_method(sm, bn.BASELINE), ar, _broken(ar, prompt=tuple(PROMPT_IDS[1]), position=5)]
+    runs = bn.run_rounds(methods, PROMPT_IDS, max_new_tokens=12, device=CPU)
+    rows = {r.method: r for r in bn.summarize(methods, runs, LABELS)}
+    bad = rows["broken"]
+    assert bad.flagged and (bad.identical, bad.prompts) == (2, 3)
+    assert bad.speedup is None and bad.vs_ours_ar is None
+    assert bad.first_mismatch == "prompt t:b, token 5"
+    for name in (bn.BASELINE, bn.OURS_AR):
+        assert not rows[name].flagged and rows[name].identical == 3 and rows[name].speedup is not None
+    # a flagged method gets no speedup on a subset where it happens to match either
+    [sub] = [r for r in bn.summarize(methods, runs, LABELS, subset=[0], flagged=frozenset({"broken"}))
+             if r.method == "broken"]
+    assert sub.identical == sub.prompts == 1 and sub.speedup is None
+
+
+def test_the_report_shows_the_flag_and_leaves_a_broken_profile_out_of_the_summary(sm):
+    prof = _tiny_profile(skip_attn=[1])
+    report = bn.bench(sm, [Prompt("a", "abcabcabc", False, "x", "t")], profiles=[("p/ok.yaml", prof)],
+                      max_new_tokens=8)
+    ok = report.row("layer-skip:ok")
+    broken = dataclasses.replace(ok, method="layer-skip:bad", identical=0, speedup=None, vs_ours_ar=None,
+                                 first_mismatch="prompt t:a, token 2")
+    report = dataclasses.replace(report, rows=(*report.rows, broken))
+    md = br.render_markdown(report)
+    assert "| layer-skip:bad |" in md and "0/1 DIFFERS" in md and "no (output differs)" in md
+    assert "Output differs from HF greedy (no speedup given): layer-skip:bad" in md
+    summary = br.summarize_report(report)
+    assert summary.flagged == ("layer-skip:bad",) and summary.best_profile == "layer-skip:ok"
+
+
+# -- the harness -----------------------------------------------------------------------------------
+def test_every_method_is_warmed_up_then_interleaved_with_rotation_on_the_same_ids():
+    calls = []
+
+    def fake(name):
+        def decode(ids, max_new_tokens):
+            calls.append((name, tuple(ids), max_new_tokens))
+            return bn.MethodOutput(tuple(ids[:2]))
+
+        return bn.Method(name, "hf" if name == bn.BASELINE else "skipsearch", "", decode)
+
+    methods = [fake(bn.BASELINE), fake("m1"), fake("m2")]
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    runs = bn.run_rounds(methods, prompts, max_new_tokens=20, device=CPU, warmup_tokens=4)
+    # 1. one short warm-up call per method before anything is timed
+    assert calls[:3] == [(m.name, (1, 2, 3), 4) for m in methods]
+    # 2. then each prompt once per method, every method given exactly the same ids
+    timed = calls[3:]
+    assert len(timed) == len(runs) == 9
+    for i, ids in enumerate(prompts):
+        rnd = timed[3 * i: 3 * i + 3]
+        assert {c[1] for c in rnd} == {tuple(ids)} and {c[2] for c in rnd} == {20}
+        assert sorted(c[0] for c in rnd) == sorted(m.name for m in methods)
+    # 3. the order rotates: with 3 prompts and 3 methods, every method takes every slot once
+    for m in methods:
+        assert sorted(r.slot for r in runs if r.method == m.name) == [0, 1, 2]
+
+
+def test_run_rounds_rejects_duplicate_names_and_empty_input():
+    m = bn.Method("a", "hf", "", lambda ids, n: bn.MethodOutput(()))
+    with pytest.raises(bn.ConfigError, match="unique"):
+        bn.run_rounds([m, m], [[1]], max_new_tokens=2, device=CPU)
+    with pytest.raises(bn.ConfigError, match="at least one"):
+        bn.run_rounds([m], [], max_new_tokens=2, device=CPU)
+
+
+def test_hf_peers_are_lossless_and_their_forwards_are_counted(sm):
+    greedy = bn.peer_method(sm, bn.BASELINE)
+    lookup = bn.peer_method(sm, "hf-prompt-lookup", 4)
+    early = bn.peer_method(sm, "hf-early-exit", 2)
+    for ids in PROMPT_IDS:
+        ref = greedy.decode(ids, 16)
+        # plain greedy: one full forward per token, nothing drafted
+        assert ref.drafted == 0 and ref.accepted == 0 and ref.verify_steps == len(ref.token_ids) - 1
+        for out in (lookup.decode(ids, 16), early.decode(ids, 16)):
+            assert out.token_ids == ref.token_ids
+            assert 0 <= out.accepted <= out.drafted
+            # every full forward emits its accepted drafts plus one token
+            assert out.accepted + out.verify_steps + 1 == len(out.token_ids)
+    assert early.decode(PROMPT_IDS[0], 16).draft_steps > 0  # the truncated model's forwards are drafts
+    assert lookup.decode(PROMPT_IDS[0], 16).drafted > 0  # the repeated 4-gram is looked up
+    with pytest.raises(bn.ConfigError, match="unknown peer"):
+        bn.peer_method(sm, "hf-warp")
+
+
+def test_early_exit_candidates_stay_inside_the_model():
+    assert bn.early_exit_layers(30) == (4, 8, 15)
+    assert all(1 <= v < 4 for v in bn.early_exit_layers(4))
+
+
+def test_the_sweep_times_every_value_and_picks_an_identical_one(sm):
+    sweep = bn.sweep_peer(sm, "hf-prompt-lookup", PROMPT_IDS[:2], max_new_tokens=10, values=(2, 4))
+    assert [r.setting for r in sweep.rows] == ["prompt_lookup_num_tokens=2", "prompt_lookup_num_tokens=4"]
+    assert sweep.best in (2, 4) and all(not r.flagged for r in sweep.rows)
+    fastest = max(sweep.rows, key=lambda r: r.tokens_per_s)
+    assert fastest.setting.endswith(f"={sweep.best}")
+    with pytest.raises(bn.ConfigError, match="no setting"):
+        bn.sweep_peer(sm, bn.BASELINE, PROMPT_IDS, max_new_tokens=4)
+
+
+def test_bench_end_to_end_on_the_tiny_model(sm, tmp_path):
+    prompts = [Prompt("a", "abcabcabc", False, "x", "t"), Prompt("b", "hello hello", False, "y", "t"),
+               Prompt("c", "zzzz", False, "x", "t")]
+    stages = []
+    report = bn.bench(
+        sm, prompts, profiles=[("p/ls.yaml", _tiny_profile(skip_attn=[1, 2])), ("q/ls.yaml", _tiny_profile())],
+        peers=["hf-prompt-lookup", "hf-early-exit"], max_new_tokens=10, sweep_prompts=prompts[:1],
+        peer_values={"hf-early-exit": (2,)}, dataset="t", split="all",
+        on_stage=lambda title, total: stages.append((title, total)),
+    )
+    assert stages == [("sweep hf-prompt-lookup", 4), ("bench", 3 * 6)]  # a single value needs no sweep
+    names = [r.method for r in report.rows]
+    assert names == ["hf-greedy", "skipsearch-ar", "hf-prompt-lookup", "hf-early-exit", "layer-skip:ls",
+                     "layer-skip:ls#2"]
+    assert all(r.identical == r.prompts == 3 and r.speedup is not None for r in report.rows)
+    assert report.row(bn.BASELINE).speedup == pytest.approx(1.0)
+    assert report.row("layer-skip:ls").acceptance_rate is not None and report.row("layer-skip:ls").draft_ms > 0
+    assert [c for c, _ in report.categories] == ["x", "y"]
+    assert [r.prompts for r in dict(report.categories)["x"]] == [2] * 6
+    assert len(report.prompts) == 3 * 6 and all(p.identical for p in report.prompts)
+    assert report.settings.n_prompts == 3 and report.settings.sweep_prompts == 1
+    # JSON: everything, machine-readable
+    doc = json.loads(br.report_json(report))
+    assert doc["format"] == "skipsearch-bench" and doc["version"] == br.JSON_VERSION
+    assert [r["method"] for r in doc["rows"]] == names and set(doc["categories"]) == {"x", "y"}
+    assert doc["sweeps"][0]["peer"] == "hf-prompt-lookup" and len(doc["sweeps"][0]["rows"]) == 3
+    assert doc["summary"]["loop_overhead_gain"] == pytest.approx(report.row(bn.OURS_AR).speedup)
+    # Markdown: one row per method, the breakdown, the sweep, the definitions
+    md = br.render_markdown(report, command="skipsearch bench --n-prompts 3")
+    for name in names:
+        assert f"| {name} |" in md
+    assert "3/3" in md and "### x (2 prompts)" in md and "(chosen)" in md and "skipsearch bench --n-prompts 3" in md
+    assert "## Why" in md and "process resident memory" in md
+    # rich: the same rows
+    tables = br.rich_tables(report, by_category=True)
+    assert len(tables) == 3 and tables[0].row_count == 6
+
+
+def test_bench_rejects_unknown_peers_and_unswept_knobs_need_prompts(sm):
+    prompts = [Prompt("a", "abc", False, "", "t")]
+    with pytest.raises(bn.ConfigError, match="unknown peer 'hf-warp'"):
+        bn.bench(sm, prompts, peers=["hf-warp"])
+    with pytest.raises(bn.ConfigError, match="needs sweep prompts"):
+        bn.bench(sm, prompts, peers=["hf-prompt-lookup"], max_new_tokens=4)
+    report = bn.bench(sm, prompts, peers=["hf-prompt-lookup"], max_new_tokens=4, sweep=False)
+    assert report.row("hf-prompt-lookup").setting == "prompt_lookup_num_tokens=4 (not swept)"
+
+
+# -- summary and profile block ---------------------------------------------------------------------
+def _row(method, family, speedup, vs_ar=None, identical=4):
+    return bn.BenchRow(method, family, "", 4, identical, 100, 1.0, 100.0, speedup, vs_ar, None, None, None, None,
+                       None, None, None)
+
+
+def _report(rows):
+    settings = bn.BenchSettings("m", "cpu", "float32", "d", "heldout", 4, 32, 1, 1, 0, "memory")
+    return bn.BenchReport(settings, (("device_name", "cpu"),), tuple(rows), (), (), (), 1.0)
+
+
+def test_the_summary_keeps_loop_overhead_and_speculation_gains_apart():
+    report = _report([
+        _row("hf-greedy", "hf", 1.0), _row("skipsearch-ar", "skipsearch", 1.25, 1.0),
+        _row("layer-skip:a", "skipsearch", 1.5, 1.2), _row("layer-skip:b", "skipsearch", 0.9, 0.72),
+        _row("hf-prompt-lookup", "hf", 0.8), _row("hf-early-exit", "hf", None, identical=3),
+    ])
+    s = br.summarize_report(report)
+    assert s.loop_overhead_gain == 1.25 and s.speculation_gain == 1.2
+    assert s.best_profile == "layer-skip:a" and s.best_profile_speedup == 1.5
+    assert s.not_slower_than_hf_greedy and s.beats_every_peer and s.flagged == ("hf-early-exit",)
+    text = "\n".join(br.summary_lines(report))
+    assert "Loop overhead gain" in text and "1.25x" in text and "Speculation gain (layer-skip:a" in text
+    assert "hf-early-exit differs" in text
+    slow = br.summarize_report(_report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:a", "skipsearch", 0.7, 0.8),
+                                        _row("hf-prompt-lookup", "hf", 0.8)]))
+    assert not slow.not_slower_than_hf_greedy and not slow.beats_every_peer
+
+
+def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
+    report = _report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:example", "skipsearch", 1.1, 1.05)])
+    measured = br.measured_for(report, report.row("layer-skip:example"))
+    assert measured.source == "bench" and measured.speedup == 1.1 and "hf-greedy" in measured.baseline
+    path = save_profile(dataclasses.replace(load_profile(EXAMPLE), measured=measured), tmp_path / "p.yaml")
+    assert load_profile(path).measured.speedup == 1.1
+
+
+def test_memory_probe_reports_a_peak():
+    probe = memory_probe(CPU)
+    probe.reset()
+    assert probe.kind and probe.peak() >= probe.current() > 0
+
+
+# -- CLI ---------------------------------------------------------------------------------------------
+def _one_line_error(result, fragment):
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--peers", "hf-greedy,hf-warp"], "unknown peer 'hf-warp'"),
+        (["--profiles", "no/such/*.yaml"], "no profile matches"),
+        (["--profiles", "no-such.yaml"], "cannot read the profile"),
+        (["--dataset", "nope.txt"], "unknown dataset"),
+        (["--split", "test"], "unknown split"),
+        (["--model", "other-model", "--profiles", EXAMPLE], "bench one model at a time"),
+    ],
+)
+def test_cli_bad_input_is_one_line_before_the_model_loads(args, fragment):
+    _one_line_error(runner.invoke(app, ["bench", *args]), fragment)
+
+
+def test_cli_takes_shell_expanded_profiles_after_the_option(tmp_path):
+    # `--profiles dir/*.yaml` reaches the CLI as `--profiles a.yaml b.yaml`: b.yaml must count as a profile
+    good, bad = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    shutil.copy(EXAMPLE, good)
+    bad.write_text("schema_version: 1\n")
+    _one_line_error(runner.invoke(app, ["bench", "--profiles", str(good), str(bad), "--peers", "hf-greedy"]),
+                    f"{bad}: missing required key")
+
+
+def test_cli_collects_profiles_from_options_commas_globs_and_arguments(tmp_path):
+    from skipsearch.cli import _profile_paths
+
+    for name in ("a.yaml", "b.yaml"):
+        shutil.copy(EXAMPLE, tmp_path / name)
+    a, b = str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")
+    assert _profile_paths([str(tmp_path / "*.yaml")]) == [a, b]
+    assert _profile_paths([f"{b},{a}", a]) == [b, a]
+
+
+@pytest.mark.model
+def test_cli_end_to_end_on_the_default_model(tmp_path):
+    prof = tmp_path / "example.yaml"
+    shutil.copy(EXAMPLE, prof)
+    md, js = tmp_path / "bench.md", tmp_path / "bench.json"
+    result = runner.invoke(app, [
+        "bench", "--profiles", str(prof), "--peers", "hf-greedy", "--dataset", "humaneval", "--n-prompts", "1",
+        "--max-new-tokens", "8", "--threads", "1", "--report", str(md), "--json", str(js), "--write-measured",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "layer-skip:example" in result.stdout and "Loop overhead gain" in result.stdout
+    doc = json.loads(js.read_text())
+    assert [r["method"] for r in doc["rows"]] == ["hf-greedy", "skipsearch-ar", "layer-skip:example"]
+    assert all(r["identical"] == r["prompts"] == 1 for r in doc["rows"])
+    assert doc["settings"]["split"] == "heldout" and doc["settings"]["model"] == "smollm2-135m"
+    assert "skipsearch bench --model smollm2-135m" in md.read_text()
+    measured = load_profile(prof).measured
+    assert measured.source == "bench" and measured.n_prompts == 1 and measured.speedup is not None
+
+
+def test_a_failed_hf_call_cannot_leave_the_model_truncated(sm):
+    # HF's early-exit drafter lowers num_hidden_layers without try/finally; the counter restores it
+    with pytest.raises(RuntimeError), bn._count_forwards(sm):
+        sm.hf.model.config.num_hidden_layers = 1
+        raise RuntimeError("inside HF generate")
+    assert sm.hf.model.config.num_hidden_layers == sm.num_layers
