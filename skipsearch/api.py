@@ -53,6 +53,7 @@ DRAFTERS: dict[str, str] = {
     "layer-skip": "skipsearch.api:layer_skip_drafter",
     "clasp-dynamic": "skipsearch.clasp:dynamic_drafter",
     "hierarchical": "skipsearch.hierarchical:hierarchical_drafter",
+    "fractal": "skipsearch.fractal:fractal_drafter",
 }
 
 

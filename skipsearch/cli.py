@@ -155,7 +155,8 @@ def profile_show(path: Annotated[str, typer.Argument(help="Profile YAML to descr
 @app.command()
 def optimize(
     model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
-    strategy: Annotated[str, typer.Option(help="Search strategy: tpe, bayes or clasp.")] = "tpe",
+    strategy: Annotated[str, typer.Option(help="Search strategy: tpe, bayes, clasp, or fractal (an (n, w) grid).")]
+    = "tpe",
     budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")] = 100,
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
     n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
@@ -182,6 +183,11 @@ def optimize(
     seed: Annotated[int, typer.Option()] = 0,
     device: Annotated[str, typer.Option()] = "cpu",
     dtype: Annotated[str, typer.Option()] = "float32",
+    n: Annotated[str | None, typer.Option("--n", help="fractal: numbers of fractal layers to try, e.g. 3,5,7.")]
+    = None,
+    w: Annotated[str | None, typer.Option("--w", help="fractal: draft windows to try, e.g. 3,5,7.")] = None,
+    quantization: Annotated[str, typer.Option(help="fractal: auto, int8-dynamic, int8-weight-only, bnb-int8, none.")]
+    = "auto",
 ) -> None:
     """Search draft configs with a timed objective and write the best as a profile."""
     import optuna
@@ -193,7 +199,15 @@ def optimize(
 
     _warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if strategy == "fractal":
+        with user_errors():
+            _optimize_fractal(model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
+                              repeats=repeats, n=n or "3,5,7", w=w or "3,5,7", quantization=quantization, study=study,
+                              out=out, seed=seed, device=device, dtype=dtype)
+        return
     with user_errors():
+        if n is not None or w is not None:
+            raise ConfigError("--n and --w apply to --strategy fractal only")
         if budget < 1:
             raise StudyError(f"--budget must be >= 1, got {budget}")
         if objective not in opt.OBJECTIVES:
@@ -248,6 +262,31 @@ def optimize(
         if result.interrupted:
             typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
             raise typer.Exit(130)
+
+
+def _optimize_fractal(*, model: str, dataset: str, n_prompts: int, max_new_tokens: int, repeats: int, n: str, w: str,
+                      quantization: str, study: str | None, out: Path | None, seed: int, device: str,
+                      dtype: str) -> None:
+    """``optimize --strategy fractal``: time the (n, w) grid and write the best as a profile."""
+    from skipsearch import fractal_search as fs
+    from skipsearch.models import load_model
+    from skipsearch.profile import save_profile
+
+    settings = fs.FractalSearchSettings(
+        n_values=fs.parse_int_list(n, "--n"), w_values=fs.parse_int_list(w, "--w"), dataset=dataset,
+        n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, quantization=quantization, seed=seed,
+    )
+    load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads
+    sm = load_model(model, device=device, dtype=dtype)
+
+    def show(point) -> None:
+        m = point.measurement
+        typer.echo(f"timed  {m.speedup:.3f}x  tau {m.tau or 0:.2f}  accepted/verify {point.accepted_per_verify:.2f}  "
+                   f"n={point.params.n} w={point.params.w}")
+
+    result = fs.search_fractal(sm, settings, on_point=show, on_stage=lambda msg: typer.echo(msg, err=True))
+    path = save_profile(result.profile, out or Path(study or f"studies/{Path(model).name}-fractal") / "best.yaml")
+    typer.echo(f"{result.verdict}\nwrote {path}")
 
 
 def _profile_paths(given: list[str]) -> list[str]:

@@ -277,6 +277,52 @@ class SkippableModel:
         )
         return tuple(h[0] for h in out.hidden_states)
 
+    # -- running parts of the stack (for drafters that work between layers, e.g. FractalLLM) -------------
+    @property
+    def embedding(self) -> nn.Module:
+        return self.hf.get_input_embeddings()
+
+    @property
+    def final_norm(self) -> nn.Module:
+        return self.hf.model.norm
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.hf.get_output_embeddings()
+
+    def frame(self, *, start: int, length: int) -> LayerFrame:
+        """Rotary embeddings and the causal mask for windows of up to ``length`` tokens at positions
+        ``start``.., which attend to the ``start`` earlier positions held in a KV view (none when
+        ``start`` is 0). Built once per draft pass; ``LayerFrame.take`` slices it per window."""
+        positions = torch.arange(start, start + length, device=self.device).unsqueeze(0)  # [1, length]
+        probe = torch.empty(0, device=self.device, dtype=self.dtype)  # rotary reads only its dtype and device
+        cos, sin = self.hf.model.rotary_emb(probe, positions)  # [1, length, head_dim] each
+        keys = torch.arange(start + length, device=self.device)  # [start + length]
+        mask = keys.unsqueeze(0) <= positions.view(-1, 1)  # [length, start + length]: True = attend
+        return LayerFrame(start, cos, sin, mask[None, None])
+
+    @torch.inference_mode()
+    def run_layers(
+        self, hidden: torch.Tensor, layers, *, frame: LayerFrame, context: PrefixKV | None = None
+    ) -> torch.Tensor:
+        """Run ``hidden`` [T, H] through ``layers`` (this model's decoder layers, or copies of them that
+        keep their ``layer_idx``) at the frame's positions; attention also reads ``context``'s KV.
+
+        Nothing is written to any cache: ``context`` is a read-only view (see ``PrefixKV``).
+        """
+        T = hidden.shape[0]
+        position_embeddings, mask = frame.take(T)
+        h = hidden.unsqueeze(0)  # [1, T, H]
+        for layer in layers:
+            h = layer(h, attention_mask=mask, position_embeddings=position_embeddings, past_key_values=context,
+                      use_cache=context is not None)
+            h = h[0] if isinstance(h, tuple) else h  # older transformers return (hidden, ...)
+        return h[0]
+
+    @staticmethod
+    def prefix_kv(cache, length: int) -> PrefixKV:
+        return PrefixKV(cache, length)
+
     @staticmethod
     def crop(cache, length: int) -> None:
         """Cut every layer's KV back to ``length`` positions (rejected or draft-only entries go)."""
@@ -294,6 +340,53 @@ class SkippableModel:
             keys = getattr(layer, "keys", None)
             out.append(0 if keys is None or keys.dim() != 4 else int(keys.shape[-2]))
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class LayerFrame:
+    """Positions, rotary embeddings and causal mask shared by the windows of one draft pass.
+
+    A window's first T rows are the frame's first T positions, and row i attends to keys
+    0..context+i whatever T is, so every window is a top-left slice of the one frame.
+    """
+
+    context: int  # positions before the window, held in the KV view it attends to
+    cos: torch.Tensor  # [1, length, head_dim]
+    sin: torch.Tensor  # [1, length, head_dim]
+    mask: torch.Tensor  # [1, 1, length, context + length], bool, True = attend
+
+    def take(self, T: int) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        if T > self.cos.shape[1]:
+            raise ValueError(f"a window of {T} tokens does not fit a frame of {self.cos.shape[1]}")
+        return (self.cos[:, :T], self.sin[:, :T]), self.mask[..., :T, : self.context + T]
+
+
+class PrefixKV:
+    """The first ``length`` positions of a KV cache, read-only, in the role of a cache.
+
+    Attention calls ``update(key, value, layer_idx)`` and attends to what it returns; here that is
+    the prefix followed by the window's own KV, which is then forgotten. So layers (or compressed
+    copies of them) can run on top of the committed prefix any number of times without writing
+    to, or needing a crop of, the real cache.
+    """
+
+    def __init__(self, cache, length: int) -> None:
+        self.length = length
+        self._kv: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        for layer in cache.layers:
+            keys = getattr(layer, "keys", None)
+            if keys is None or keys.dim() != 4 or length == 0:
+                self._kv.append(None)
+                continue
+            if keys.shape[-2] < length:
+                raise ValueError(f"the cache holds {keys.shape[-2]} positions, fewer than the prefix's {length}")
+            self._kv.append((keys[..., :length, :], layer.values[..., :length, :]))
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        kv = self._kv[layer_idx]
+        if kv is None:
+            return key_states, value_states
+        return torch.cat([kv[0], key_states], dim=-2), torch.cat([kv[1], value_states], dim=-2)
 
 
 # -- loading ---------------------------------------------------------------------------------

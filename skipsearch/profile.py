@@ -28,7 +28,7 @@ from .config import ConfigError, DraftConfig, ExitRule
 SCHEMA_VERSION = 1
 _UPGRADES: dict[int, Callable[[dict], dict]] = {}  # version v -> function returning version v+1
 
-KNOWN_METHODS: set[str] = {"layer-skip", "clasp-dynamic", "hierarchical"}
+KNOWN_METHODS: set[str] = {"layer-skip", "clasp-dynamic", "hierarchical", "fractal"}
 _TOP_KEYS = ("schema_version", "model", "method", "draft", "measured", "environment", "search", "method_params")
 
 

@@ -74,6 +74,8 @@ def test_notebooks_draw_committed_results(tmp_path, monkeypatch):
     (tmp_path / "profiles" / "fractal.yaml").write_text(yaml.safe_dump(
         {"schema_version": 1, "model": {"name": "m", "num_layers": 8}, "method": "fractal", "draft": {},
          "measured": grid}))
+    (tmp_path / "profiles" / "unknown.yaml").write_text(yaml.safe_dump(
+        {"schema_version": 1, "model": {"name": "m", "num_layers": 8}, "method": "no-such-method", "draft": {}}))
 
     text = _execute(ROOT / "notebooks" / "study_history.ipynb", tmp_path / "notebooks", monkeypatch)
     assert "1 committed study(ies)" in text
@@ -83,4 +85,4 @@ def test_notebooks_draw_committed_results(tmp_path, monkeypatch):
     assert "1 n/w grid(s) found" in text and "best n=2 w=2 at 1.100x" in text
     # a profile of a method this checkout does not know is reported and left out, not a crash
     text = _execute(ROOT / "notebooks" / "skip_map.ipynb", tmp_path / "notebooks", monkeypatch)
-    assert "skipped:" in text and "0 profile(s)" in text
+    assert "skipped:" in text and "no-such-method" in text and "1 profile(s)" in text

@@ -1,0 +1,440 @@
+"""FractalLLM: an 8-bit copy of the model, embedded between its own layers, drafts many tokens at once.
+
+The method is §3.2 of ``shared/papers/fractal-llm.txt``. One *draft pass* runs the full-precision
+decoder over the pending token followed by ``w`` draft slots. Before each of the ``n`` *fractal
+layers* p (0-based: the original layer the fractal layer sits in front of), the hidden states h
+entering layer p take a detour through the compressed copy:
+
+1. h runs through the compressed *upper* layers p..L-1, the compressed final norm and LM head;
+   the argmax at the last prefix row and at every slot row gives one token per row;
+2. the prefix plus those tokens is re-embedded with the compressed embedding and run through the
+   compressed *lower* layers 0..p-1, giving ĥ;
+3. merge: the draft-slot rows of h are replaced by ĥ's; the prefix rows of h are kept as they are;
+then the original layer p continues on the merged rows. After the last layer, the full model's
+own norm and LM head read the last prefix row and the slots: those tokens are the draft, which
+the engine verifies with one plain full forward, as for every other method (decoding.generate).
+
+The paper leaves these points open; this module's reading, each covered by tests/test_fractal.py:
+- *Positions.* Row r of the upper pass predicts the token at position r+1 (ordinary next-token
+  shift). The last prefix row's token lands in the first slot, slot j's in slot j+1, and the last
+  slot's in a new slot after it: each fractal layer adds one slot, so the window grows from
+  w to w+n slots and the final LM head yields w+n+1 draft tokens, the paper's count.
+- *The new slot.* A slot added at fractal layer p has no original hidden state below p; its row
+  comes from ĥ alone (the merge replaces every slot row, so it has one to take).
+- *Prefix rows.* "Prefix" means the committed tokens and the pending token. Their rows in h are
+  never replaced, so the pending token's row stays the full model's own and the first draft token
+  is the full model's next token: it is always accepted (up to float noise, which verification
+  catches anyway).
+- *Initial slots.* The paper's "special tokens without contextual information" are the embedding
+  of ``slot_token``; by default (None) the mean of the input embedding table, a vector that is no
+  particular token.
+- *Layer positions.* n evenly spaced with gap L/n (Appendix D), 1-based layer round(j·L/n) for
+  j = 1..n, i.e. 0-based p_j = round(j·L/n) − 1: for L = 28, n = 7 that is before every 4th layer,
+  the last one in front of the final layer. A profile may list its own positions instead.
+- *KV cache* (the paper ran without one; its Limitations ask for one). With the cache, every layer
+  of the pass, original or compressed, attends to the full model's committed KV for the prefix
+  (a read-only view, models.PrefixKV) and computes only the window's rows: the compressed layer p
+  is a copy of layer p, so the full model's KV is what its own would approximate. Without the
+  cache (``kv_cache=False``, as in the paper) the whole sequence runs through every layer each
+  pass, and the compressed lower layers recompute the prefix from the re-embedded tokens; only
+  their slot rows are kept. Verification always uses the engine's cache.
+- *Sampling.* The draft exposes distributions: with temperature > 0 each draft token is sampled
+  from the processed final logits of its row (q), and the engine's rejection rule keeps the output
+  distribution exact. The rows are computed before any draft token is sampled, so each token is
+  drawn from exactly its q. The fractal layers' internal choices stay argmax, as in the paper.
+- *Limit.* Near max_new_tokens the engine allows fewer tokens; w shrinks (to 0 at least) so that
+  no pass drafts much more than can be used.
+
+Quantization (Appendix C, 8-bit): ``int8-dynamic`` is torch's dynamic quantization (per-channel
+int8 weights, activations quantized on the fly; CPU), ``int8-weight-only`` stores int8 weights with
+per-row scales and dequantizes per call (any device), ``bnb-int8`` is bitsandbytes' LLM.int8 (CUDA,
+when installed), ``none`` uses the full-precision modules themselves (an ablation; adds no memory).
+``auto`` picks int8-dynamic on CPU, bnb-int8 on CUDA when importable, else int8-weight-only.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import warnings
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from skipsearch.config import ConfigError, SamplingParams
+from skipsearch.decoding import Draft, process_logits
+from skipsearch.models import SkippableModel
+
+METHOD = "fractal"
+SCHEMES = ("int8-dynamic", "int8-weight-only", "bnb-int8", "none")
+MAX_W = 64  # a sanity bound: every slot costs attention and MLP rows in n+1 passes
+
+
+# -- parameters --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FractalParams:
+    """What a fractal profile fixes (its ``method_params``)."""
+
+    n: int = 3  # number of fractal layers
+    w: int = 3  # draft window: slots appended before the first fractal layer
+    layers: tuple[int, ...] = ()  # 0-based layer each fractal layer sits in front of; () = evenly spaced
+    quantization: str = "auto"  # one of SCHEMES, or auto
+    slot_token: int | None = None  # token id whose embedding fills the initial slots; None = mean embedding
+
+    def __post_init__(self) -> None:
+        for name, low, high in (("n", 1, None), ("w", 1, MAX_W)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+                bound = f">= {low}" if high is None else f"in {low}..{high}"
+                raise ConfigError(f"fractal {name} must be an integer {bound}, got {value!r}")
+        layers = tuple(self.layers)
+        if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in layers):
+            raise ConfigError(f"fractal layers must be 0-based layer indices (integers >= 0), got {list(layers)}")
+        if layers and (len(layers) != self.n or list(layers) != sorted(set(layers))):
+            raise ConfigError(f"fractal layers must list n = {self.n} distinct indices in increasing order, "
+                              f"got {list(layers)}")
+        object.__setattr__(self, "layers", layers)
+        if self.quantization not in (*SCHEMES, "auto"):
+            raise ConfigError(f"unknown fractal quantization {self.quantization!r}: use auto, {', '.join(SCHEMES)}")
+        st = self.slot_token
+        if st is not None and (isinstance(st, bool) or not isinstance(st, int) or st < 0):
+            raise ConfigError(f"fractal slot_token must be a token id >= 0 or null, got {st!r}")
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.w + self.n + 1
+
+    def positions(self, num_layers: int) -> tuple[int, ...]:
+        """The 0-based layers the fractal layers sit in front of, checked against the model."""
+        if self.n > num_layers:
+            raise ConfigError(f"fractal n = {self.n} is more than the model's {num_layers} layers")
+        if self.layers:
+            if self.layers[-1] >= num_layers:
+                raise ConfigError(f"fractal layer {self.layers[-1]} does not exist: the model has "
+                                  f"{num_layers} layers (0..{num_layers - 1})")
+            return self.layers
+        return even_positions(self.n, num_layers)
+
+    def to_method_params(self, num_layers: int, device: str | torch.device = "cpu") -> tuple[tuple[str, Any], ...]:
+        """The profile's method_params: positions and the quantization scheme written out in full."""
+        out = [("n", self.n), ("w", self.w), ("layers", list(self.positions(num_layers))),
+               ("quantization", resolve_scheme(self.quantization, device))]
+        if self.slot_token is not None:
+            out.append(("slot_token", self.slot_token))
+        return tuple(out)
+
+
+def even_positions(n: int, num_layers: int) -> tuple[int, ...]:
+    """n layers with gap L/n: 1-based round(j·L/n) for j = 1..n, as 0-based indices."""
+    return tuple(int(round(j * num_layers / n)) - 1 for j in range(1, n + 1))
+
+
+def params_from_method_params(raw: Sequence[tuple[str, Any]] | dict) -> FractalParams:
+    """Validate a profile's free-form method_params; every problem is one ConfigError line."""
+    values = dict(raw)
+    known = {"n", "w", "layers", "quantization", "slot_token"}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown fractal method_params key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    for key in ("n", "w"):
+        if key not in values:
+            raise ConfigError(f"fractal method_params needs {key}")
+    layers = values.get("layers") or ()
+    if not isinstance(layers, (list, tuple)):
+        raise ConfigError(f"fractal method_params.layers must be a list of layer indices, got {layers!r}")
+    quantization = values.get("quantization", "auto")
+    if not isinstance(quantization, str):
+        raise ConfigError(f"fractal method_params.quantization must be a string, got {quantization!r}")
+    return FractalParams(n=values["n"], w=values["w"], layers=tuple(layers), quantization=quantization,
+                         slot_token=values.get("slot_token"))
+
+
+# -- the compressed copy -------------------------------------------------------------------------------
+def resolve_scheme(scheme: str, device: str | torch.device) -> str:
+    """``auto`` made concrete for a device; an explicit scheme is checked against it."""
+    kind = torch.device(device).type
+    if scheme == "auto":
+        if kind == "cpu":
+            return "int8-dynamic"
+        if kind == "cuda" and importlib.util.find_spec("bitsandbytes") is not None:
+            return "bnb-int8"
+        return "int8-weight-only"
+    if scheme == "int8-dynamic" and kind != "cpu":
+        raise ConfigError(f"fractal quantization int8-dynamic runs on CPU only, not {kind}: use int8-weight-only")
+    if scheme == "bnb-int8":
+        if kind != "cuda":
+            raise ConfigError("fractal quantization bnb-int8 needs a CUDA device")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise ConfigError("fractal quantization bnb-int8 needs bitsandbytes: pip install bitsandbytes")
+    return scheme
+
+
+class Int8Linear(nn.Module):
+    """Weight-only int8 (symmetric, one scale per output row), dequantized at each call."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [out]
+        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale.to(linear.weight.dtype))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.qweight.to(x.dtype) * self.scale.to(x.dtype)[:, None]  # [out, in]
+        return nn.functional.linear(x, weight, self.bias)
+
+
+class Int8Embedding(nn.Module):
+    """Weight-only int8 embedding table (one scale per token row)."""
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__()
+        w = embedding.weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [V]
+        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale.to(embedding.weight.dtype))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.qweight[ids].to(self.scale.dtype) * self.scale[ids].unsqueeze(-1)  # [..., H]
+
+
+def _quantize_linears(module: nn.Module, scheme: str) -> nn.Module:
+    """A quantized copy of ``module``: every nn.Linear inside becomes 8-bit; the original is untouched."""
+    module = copy.deepcopy(module)
+    if scheme == "int8-dynamic":
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        with warnings.catch_warnings():  # torch marks torch.ao.quantization deprecated; it is what runs here
+            warnings.simplefilter("ignore")
+            if isinstance(module, nn.Linear):
+                return quantize_dynamic(nn.Sequential(module), {nn.Linear: per_channel_dynamic_qconfig},
+                                        dtype=torch.qint8)[0]
+            return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
+                                    inplace=True)
+    make = Int8Linear if scheme == "int8-weight-only" else _bnb_linear
+    if isinstance(module, nn.Linear):
+        return make(module)
+    for name, child in list(module.named_modules()):
+        if isinstance(child, nn.Linear):
+            parent_name, _, attr = name.rpartition(".")
+            setattr(module.get_submodule(parent_name) if parent_name else module, attr, make(child))
+    return module
+
+
+def _bnb_linear(linear: nn.Linear) -> nn.Module:
+    """bitsandbytes LLM.int8 linear (quantizes when moved to the GPU). Not exercised by the CPU tests."""
+    import bitsandbytes as bnb
+
+    device = linear.weight.device
+    out = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                              has_fp16_weights=False, threshold=6.0)
+    out.weight = bnb.nn.Int8Params(linear.weight.detach().cpu().clone(), requires_grad=False,
+                                   has_fp16_weights=False)
+    if linear.bias is not None:
+        out.bias = nn.Parameter(linear.bias.detach().cpu().clone(), requires_grad=False)
+    return out.to(device)
+
+
+def _module_bytes(module: nn.Module) -> int:
+    """Bytes held by a module's own tensors, quantized and packed weights included."""
+    total = 0
+    for m in module.modules():
+        packed = getattr(m, "_packed_params", None)
+        if packed is not None and hasattr(packed, "_weight_bias"):
+            weight, bias = packed._weight_bias()
+            total += weight.int_repr().numel() * weight.int_repr().element_size()
+            if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+                total += weight.q_per_channel_scales().numel() * 8 + weight.q_per_channel_zero_points().numel() * 8
+            total += 0 if bias is None else bias.numel() * bias.element_size()
+        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False)):
+            total += t.numel() * t.element_size()
+    return total
+
+
+class CompressedModel:
+    """The 8-bit copy a fractal draft runs through: decoder layers, final norm, LM head, embedding.
+
+    Real state (quantized modules), hence a class. The full-precision model is never modified;
+    each compressed layer keeps its original's ``layer_idx``, so it reads that layer's prefix KV.
+    """
+
+    def __init__(self, sm: SkippableModel, scheme: str) -> None:
+        self.scheme = resolve_scheme(scheme, sm.device)
+        if self.scheme == "none":  # the ablation: the draft's "compressed" model is the model itself
+            self.layers, self.norm, self.lm_head, self.embedding = sm.layers, sm.final_norm, sm.lm_head, sm.embedding
+            self.nbytes = 0
+            return
+        with torch.no_grad():
+            self.layers = nn.ModuleList(_quantize_linears(layer, self.scheme) for layer in sm.layers).eval()
+            self.norm = copy.deepcopy(sm.final_norm)  # RMSNorm weights stay in full precision (H values)
+            self.lm_head = _quantize_linears(sm.lm_head, self.scheme).eval()
+            self.embedding = Int8Embedding(sm.embedding).to(sm.device)
+        self.nbytes = sum(_module_bytes(m) for m in (self.layers, self.norm, self.lm_head, self.embedding))
+
+
+_COMPRESSED: weakref.WeakKeyDictionary[SkippableModel, dict[str, CompressedModel]] = weakref.WeakKeyDictionary()
+
+
+def compressed_model(sm: SkippableModel, scheme: str = "auto") -> CompressedModel:
+    """The compressed copy of ``sm`` for ``scheme``, built once per model and scheme."""
+    scheme = resolve_scheme(scheme, sm.device)
+    per_model = _COMPRESSED.setdefault(sm, {})
+    if scheme not in per_model:
+        per_model[scheme] = CompressedModel(sm, scheme)
+    return per_model[scheme]
+
+
+def model_bytes(sm: SkippableModel) -> int:
+    """Bytes of the full-precision model's parameters and buffers (tied weights counted once)."""
+    seen, total = set(), 0
+    for t in (*sm.hf.parameters(), *sm.hf.buffers()):
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+# -- the draft pass --------------------------------------------------------------------------------------
+def merge(h: torch.Tensor, h_hat: torch.Tensor, keep: int) -> torch.Tensor:
+    """h's first ``keep`` rows (the prefix, untouched) followed by ĥ's draft-slot rows.
+
+    h: [keep + s, H]; h_hat: [keep + s + 1, H] (one slot more) -> [keep + s + 1, H].
+    """
+    return torch.cat([h[:keep], h_hat[keep:]], dim=0)
+
+
+def fractal_layer(
+    sm: SkippableModel, cm: CompressedModel, h: torch.Tensor, prefix_ids: torch.Tensor, p: int, *,
+    frame, context, keep: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One fractal layer in front of original layer ``p``: returns (merged h with one more slot, tokens).
+
+    h: [keep + s, H], the hidden states entering layer p; prefix_ids: [keep], the window's prefix tokens.
+    """
+    # 1. compressed upper layers p..L-1, compressed norm + LM head; argmax at the last prefix row and the slots
+    upper = sm.run_layers(h, cm.layers[p:], frame=frame, context=context)  # [keep + s, H]
+    tokens = cm.lm_head(cm.norm(upper[keep - 1:])).argmax(-1)  # [s + 1]: for positions of rows keep..keep+s
+    # 2. re-embed prefix + new tokens with the compressed embedding; compressed lower layers 0..p-1
+    ids = torch.cat([prefix_ids, tokens])  # [keep + s + 1]
+    h_hat = sm.run_layers(cm.embedding(ids), cm.layers[:p], frame=frame, context=context)  # [keep + s + 1, H]
+    # 3. merge: only the draft slots take ĥ; the prefix rows stay the full model's
+    return merge(h, h_hat, keep), tokens
+
+
+@torch.inference_mode()
+def draft_pass(
+    sm: SkippableModel, cm: CompressedModel, prefix_ids: Sequence[int], *, start: int, cache, positions: Sequence[int],
+    w: int, slot: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None = None,
+    record: list | None = None,
+) -> Draft:
+    """One fractal draft pass: w + n + 1 tokens after the prefix, and their q when sampling.
+
+    With ``cache`` (full-model KV for positions [0, start)), ``prefix_ids`` is just the pending
+    token at position ``start``; without it, ``prefix_ids`` is the whole sequence 0..start.
+    ``record``, if given, receives the hidden states entering each original layer, then the last.
+    """
+    base = start if cache is not None else 0  # position of the window's first row
+    keep = start - base + 1  # prefix rows in the window: the pending token and, without a cache, all before it
+    if len(prefix_ids) != keep:
+        raise ValueError(f"the draft window's prefix has {len(prefix_ids)} tokens, expected {keep}")
+    context = sm.prefix_kv(cache, start) if cache is not None else None
+    frame = sm.frame(start=base, length=keep + w + len(positions))
+    ids = torch.tensor(list(prefix_ids), device=sm.device)  # [keep]
+    h = torch.cat([sm.embedding(ids), slot.expand(w, -1)])  # [keep + w, H]
+    fractal_at = set(positions)
+    for p, layer in enumerate(sm.layers):
+        if p in fractal_at:
+            h, _ = fractal_layer(sm, cm, h, ids, p, frame=frame, context=context, keep=keep)
+        if record is not None:
+            record.append(h)
+        h = sm.run_layers(h, [layer], frame=frame, context=context)  # [keep + s, H]
+    if record is not None:
+        record.append(h)
+    # 4. the full model's own norm + LM head at the last prefix row and every slot
+    logits = sm.lm_head(sm.final_norm(h[keep - 1:])).float()  # [w + n + 1, V]
+    if sampling.greedy:
+        return Draft(tuple(logits.argmax(-1).tolist()), None)
+    q = process_logits(logits, sampling)  # [w + n + 1, V]
+    tokens = torch.multinomial(q, 1, generator=generator).view(-1)  # one draw from each row's own q
+    return Draft(tuple(tokens.tolist()), q)
+
+
+class FractalDrafter:
+    """The engine's Drafter for FractalLLM: one draft pass per verify step, no exit threshold."""
+
+    def __init__(
+        self, sm: SkippableModel, params: FractalParams, *, max_draft_tokens: int | None = None,
+        kv_cache: bool = True, prompt_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.params = params
+        self.positions = params.positions(sm.num_layers)
+        self.cm = compressed_model(sm, params.quantization)
+        self.max_draft_tokens = params.max_draft_tokens if max_draft_tokens is None else max_draft_tokens
+        self.kv_cache = kv_cache
+        if not kv_cache and prompt_ids is None:
+            raise ConfigError("fractal drafting without a KV cache recomputes the prefix, so it needs prompt_ids")
+        # Without a cache the drafter keeps the sequence itself: the prompt, then each cycle's pending
+        # token and the drafts the engine accepted (read off the next call's start).
+        self._history = list(prompt_ids) if prompt_ids is not None else []
+        self._last: tuple[int, int, tuple[int, ...]] | None = None  # (start, pending, draft) of the last call
+        vocab = sm.embedding.weight.shape[0]
+        st = params.slot_token
+        if st is not None and st >= vocab:
+            raise ConfigError(f"fractal slot_token {st} is not in the model's vocabulary (0..{vocab - 1})")
+        with torch.inference_mode():
+            table = sm.embedding.weight
+            self.slot = (table[st] if st is not None else table.mean(0)).detach().unsqueeze(0)  # [1, H]
+        self.passes = 0
+        self.drafted = 0
+        self.accepted = 0
+
+    @property
+    def threshold(self) -> float | None:
+        return None
+
+    def _prefix(self, start: int, pending: int) -> list[int]:
+        if self.kv_cache:
+            return [pending]
+        if self._last is not None:
+            last_start, last_pending, last_draft = self._last
+            accepted = start - last_start - 1
+            self._history[last_start:] = [last_pending, *last_draft[:accepted]]
+        if len(self._history) != start:
+            raise RuntimeError(f"fractal drafter lost track of the sequence: {len(self._history)} tokens, "
+                               f"the engine is at position {start}")
+        return [*self._history, pending]
+
+    def draft(self, sm, cache, *, pending, start, limit, sampling, generator) -> Draft:
+        limit = min(limit, self.max_draft_tokens)
+        n = len(self.positions)
+        w = max(0, min(self.params.w, limit - n - 1))  # no slots beyond what the limit lets through
+        draft = draft_pass(
+            sm, self.cm, self._prefix(start, pending), start=start, cache=cache if self.kv_cache else None,
+            positions=self.positions, w=w, slot=self.slot, sampling=sampling, generator=generator,
+        )
+        self.passes += 1
+        tokens = draft.tokens[:limit]
+        self._last = (start, pending, tokens)
+        return Draft(tokens, None if draft.probs is None else draft.probs[:limit])
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def report(self) -> tuple[tuple[str, float], ...]:
+        return (("fractal_n", float(len(self.positions))), ("fractal_w", float(self.params.w)),
+                ("draft_passes", float(self.passes)), ("compressed_mb", self.cm.nbytes / 2**20))
+
+
+def fractal_drafter(profile, sm: SkippableModel) -> FractalDrafter | None:
+    """api.DRAFTERS entry: a fresh drafter for a ``method: fractal`` profile (None: plain decoding)."""
+    params = params_from_method_params(profile.method_params)
+    params.positions(sm.num_layers)
+    if profile.draft.max_draft_tokens == 0:  # the search found nothing that pays: plain decoding
+        return None
+    return FractalDrafter(sm, params, max_draft_tokens=profile.draft.max_draft_tokens)
