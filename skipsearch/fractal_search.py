@@ -16,18 +16,15 @@ Stages:
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from skipsearch import timing
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.decoding import Drafter, generate
 from skipsearch.fractal import METHOD, FractalDrafter, FractalParams, compressed_model, model_bytes
 from skipsearch.measure import Measurement
 from skipsearch.models import SkippableModel
-from skipsearch.objective import LosslessnessError
+from skipsearch.objective import time_drafter
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo
 
 
@@ -64,51 +61,6 @@ class FractalSearchResult:
     profile: Profile
     grid: tuple[GridPoint, ...]  # in grid order
     verdict: str
-
-
-def time_drafter(
-    sm: SkippableModel, prompts: Sequence[Sequence[int]], make_drafter: Callable[[Sequence[int]], Drafter | None], *,
-    max_new_tokens: int, repeats: int = 1,
-) -> tuple[Measurement, float]:
-    """Decode ``prompts`` with fresh drafters and autoregressively, interleaved, with the one timer.
-
-    Returns the timed Measurement and accepted draft tokens per verification. ``make_drafter``
-    gets each prompt (a drafter without a KV cache needs it). Greedy outputs must be identical.
-    """
-    t0 = timing.now(sm.device)
-    warm = prompts[0]  # first-call effects (allocator, packed kernels) must not land on one side
-    generate(sm, warm, max_new_tokens=min(max_new_tokens, 8))
-    generate(sm, warm, drafter=make_drafter(warm), max_new_tokens=min(max_new_tokens, 8))
-    base_s, spec_s = [], []
-    tokens = drafted = accepted = verify_steps = 0
-    for i, prompt in enumerate(prompts):
-        base_runs, spec_runs = [], []
-        for r in range(repeats):
-            for side in (("base", "spec") if (i + r) % 2 == 0 else ("spec", "base")):
-                drafter = make_drafter(prompt) if side == "spec" else None
-                result = generate(sm, prompt, drafter=drafter, max_new_tokens=max_new_tokens)
-                (spec_runs if side == "spec" else base_runs).append(result)
-        if any(s.token_ids != b.token_ids for s, b in zip(spec_runs, base_runs, strict=True)):
-            raise LosslessnessError("fractal greedy output differs from autoregressive decoding")
-        base_s.append(statistics.median(b.stats.seconds for b in base_runs))
-        spec_s.append(statistics.median(s.stats.seconds for s in spec_runs))
-        st = spec_runs[0].stats
-        tokens += st.new_tokens
-        drafted += st.drafted_tokens
-        accepted += st.accepted_tokens
-        verify_steps += st.verify_steps
-    base_total, spec_total = sum(base_s), sum(spec_s)
-    m = Measurement(
-        kind="timed",
-        speedup=base_total / spec_total,
-        tokens_per_s=tokens / spec_total,
-        baseline_tokens_per_s=tokens / base_total,
-        # the prefill's token is not a verification's, as in ModelObjective.time
-        tau=(tokens - len(prompts)) / verify_steps if verify_steps else 1.0,
-        acceptance_rate=accepted / drafted if drafted else None,
-        seconds=timing.now(sm.device) - t0,
-    )
-    return m, accepted / verify_steps if verify_steps else 0.0
 
 
 def search_fractal(

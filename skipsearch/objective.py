@@ -26,14 +26,14 @@ but to full KV in the trace. The timed stage holds the prediction to account.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
 from skipsearch import timing
-from skipsearch.config import AUTOREGRESSIVE, DraftConfig
-from skipsearch.decoding import LayerSkipDrafter, generate
+from skipsearch.config import DraftConfig
+from skipsearch.decoding import Drafter, LayerSkipDrafter, generate, make_drafter
 from skipsearch.measure import Kind, Measurement
 from skipsearch.models import SkippableModel
 
@@ -260,7 +260,6 @@ class ModelObjective:
         self.repeats = repeats
         self._costs: CostModel | None = None
         self._full: list | None = None  # full-model KV per calibration sequence, built once
-        self._warm = False
 
     @property
     def costs(self) -> CostModel:
@@ -304,41 +303,53 @@ class ModelObjective:
     def time(self, config: DraftConfig) -> Measurement:
         """Decode every calibration prompt with ``config`` and autoregressively, interleaved."""
         t0 = timing.now(self.sm.device)
-        n = self.cal.max_new_tokens
-        if not self._warm:  # first-call effects (allocator, kernels) must not land on one side
-            generate(self.sm, self.cal.prompts[0], max_new_tokens=min(n, 8))
-            generate(self.sm, self.cal.prompts[0], config=config, max_new_tokens=min(n, 8))
-            self._warm = True
-        base_s, spec_s, tokens, drafted, accepted, cycles = [], [], 0, 0, 0, 0
-        for i, prompt in enumerate(self.cal.prompts):
-            for r in range(self.repeats):
-                # alternate which side goes first, so slow drift favours neither
-                order = (AUTOREGRESSIVE, config) if (i + r) % 2 == 0 else (config, AUTOREGRESSIVE)
-                results = {id(c): generate(self.sm, prompt, config=c, max_new_tokens=n) for c in order}
-                base, spec = results[id(AUTOREGRESSIVE)], results[id(config)]
-                if base.token_ids != spec.token_ids:
-                    raise LosslessnessError(f"greedy output differs from autoregressive for {config}")
-                base_s.append(base.stats.seconds)
-                spec_s.append(spec.stats.seconds)
-                if r == 0:
-                    tokens += spec.stats.new_tokens
-                    drafted += spec.stats.drafted_tokens
-                    accepted += spec.stats.accepted_tokens
-                    cycles += spec.stats.verify_steps
-        per = self.repeats
-        # per prompt: median over repeats; then totals over prompts
-        base_total = sum(statistics.median(base_s[i * per : (i + 1) * per]) for i in range(len(self.cal.prompts)))
-        spec_total = sum(statistics.median(spec_s[i * per : (i + 1) * per]) for i in range(len(self.cal.prompts)))
+        m, _ = time_drafter(self.sm, self.cal.prompts, lambda _prompt: make_drafter(config),
+                            max_new_tokens=self.cal.max_new_tokens, repeats=self.repeats, label=str(config))
         predicted = self.predict(config)
-        return Measurement(
-            kind="timed",
-            speedup=base_total / spec_total,
-            predicted_speedup=predicted.speedup,
-            tokens_per_s=tokens / spec_total,
-            baseline_tokens_per_s=tokens / base_total,
-            tau=(tokens - len(self.cal.prompts)) / cycles if cycles else 1.0,
-            acceptance_rate=accepted / drafted if drafted else None,
-            alpha=predicted.alpha,
-            cost_ratio=predicted.cost_ratio,
-            seconds=timing.now(self.sm.device) - t0,
-        )
+        return replace(m, predicted_speedup=predicted.speedup, alpha=predicted.alpha,
+                       cost_ratio=predicted.cost_ratio, seconds=timing.now(self.sm.device) - t0)
+
+
+def time_drafter(
+    sm: SkippableModel, prompts: Sequence[Sequence[int]], make_drafter: Callable[[Sequence[int]], Drafter | None], *,
+    max_new_tokens: int, repeats: int = 1, label: str = "draft",
+) -> tuple[Measurement, float]:
+    """Decode ``prompts`` with fresh drafters and autoregressively, interleaved, with the one timer.
+
+    Returns the timed Measurement and accepted draft tokens per verification. ``make_drafter``
+    gets each prompt (a drafter without a KV cache needs it). Greedy outputs must be identical.
+    """
+    t0 = timing.now(sm.device)
+    warm = prompts[0]  # first-call effects (allocator, packed kernels) must not land on one side
+    generate(sm, warm, max_new_tokens=min(max_new_tokens, 8))
+    generate(sm, warm, drafter=make_drafter(warm), max_new_tokens=min(max_new_tokens, 8))
+    base_s, spec_s = [], []
+    tokens = drafted = accepted = verify_steps = 0
+    for i, prompt in enumerate(prompts):
+        base_runs, spec_runs = [], []
+        for r in range(repeats):
+            for side in (("base", "spec") if (i + r) % 2 == 0 else ("spec", "base")):
+                drafter = make_drafter(prompt) if side == "spec" else None
+                result = generate(sm, prompt, drafter=drafter, max_new_tokens=max_new_tokens)
+                (spec_runs if side == "spec" else base_runs).append(result)
+        if any(s.token_ids != b.token_ids for s, b in zip(spec_runs, base_runs, strict=True)):
+            raise LosslessnessError(f"greedy output differs from autoregressive decoding ({label})")
+        base_s.append(statistics.median(b.stats.seconds for b in base_runs))
+        spec_s.append(statistics.median(s.stats.seconds for s in spec_runs))
+        st = spec_runs[0].stats
+        tokens += st.new_tokens
+        drafted += st.drafted_tokens
+        accepted += st.accepted_tokens
+        verify_steps += st.verify_steps
+    base_total, spec_total = sum(base_s), sum(spec_s)
+    m = Measurement(
+        kind="timed",
+        speedup=base_total / spec_total,
+        tokens_per_s=tokens / spec_total,
+        baseline_tokens_per_s=tokens / base_total,
+        # the prefill's token is not a verification's
+        tau=(tokens - len(prompts)) / verify_steps if verify_steps else 1.0,
+        acceptance_rate=accepted / drafted if drafted else None,
+        seconds=timing.now(sm.device) - t0,
+    )
+    return m, accepted / verify_steps if verify_steps else 0.0

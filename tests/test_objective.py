@@ -106,9 +106,9 @@ def test_timed_measurement_holds_the_prediction_beside_it(tiny_sm, calibration):
 def test_a_decoder_that_changes_the_output_is_caught(tiny_sm, calibration, monkeypatch):
     import skipsearch.objective as objective
 
-    def broken(sm, prompt, *, config=None, **kw):
-        result = generate(sm, prompt, config=config, **kw)
-        if config is not None and not config.is_autoregressive:  # corrupt the speculative side only
+    def broken(sm, prompt, *, drafter=None, **kw):
+        result = generate(sm, prompt, drafter=drafter, **kw)
+        if drafter is not None:  # corrupt the speculative side only
             result = type(result)((result.token_ids[0] + 1, *result.token_ids[1:]), result.stats)
         return result
 
