@@ -249,11 +249,22 @@ def rich_tables(report: BenchReport, *, by_category: bool = False) -> list:
     return tables
 
 
-def measured_for(report: BenchReport, row: BenchRow) -> Measured:
-    """A profile's ``measured`` block from its bench row (speedup against HF greedy, same run)."""
+def measured_for(report: BenchReport, row: BenchRow, previous: Measured | None = None) -> Measured:
+    """A profile's ``measured`` block from its bench row (speedup against HF greedy, same run).
+
+    What an earlier block recorded is kept, not lost: its extra keys (a search's α, c and v(k), a
+    fractal grid) stay, and its headline figures and notes move under ``extra.before_bench``.
+    """
     st = report.settings
     base = report.row(BASELINE)
-    return Measured(
+    extra: tuple = ()
+    if previous is not None:
+        before = {k: v for k, v in (("speedup", previous.speedup), ("tau", previous.tau),
+                                    ("baseline", previous.baseline), ("source", previous.source),
+                                    ("dataset", previous.dataset), ("notes", previous.notes)) if v is not None}
+        kept = tuple((k, v) for k, v in previous.extra if k != "before_bench")
+        extra = kept + ((("before_bench", before),) if before else ())
+    return Measured(extra=extra,
         speedup=row.speedup, tokens_per_s=row.tokens_per_s,
         baseline_tokens_per_s=base.tokens_per_s if base else None, tau=row.tau,
         acceptance_rate=row.acceptance_rate, wall_seconds=row.seconds,

@@ -423,7 +423,7 @@ def bench(
                 typer.echo(f"warning: {path}: output differs from hf-greedy; its measured block is left as it was",
                            err=True)
                 continue
-            save_profile(dc.replace(prof, measured=br.measured_for(result, row)), path)
+            save_profile(dc.replace(prof, measured=br.measured_for(result, row, prof.measured)), path)
             typer.echo(f"updated the measured block of {path}")
     for row in result.rows:
         if row.flagged:

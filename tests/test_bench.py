@@ -326,3 +326,19 @@ def test_a_failed_hf_call_cannot_leave_the_model_truncated(sm):
         sm.hf.model.config.num_hidden_layers = 1
         raise RuntimeError("inside HF generate")
     assert sm.hf.model.config.num_hidden_layers == sm.num_layers
+
+
+def test_writing_a_measured_block_keeps_what_the_search_recorded(tmp_path):
+    from skipsearch.profile import Measured
+
+    report = _report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:example", "skipsearch", 0.9, 0.95)])
+    searched = Measured(speedup=0.83, source="optimize", notes="no (n, w) beat plain decoding",
+                        extra=(("grid", [[3, 3, 0.83]]), ("alpha", 0.87)))
+    measured = br.measured_for(report, report.row("layer-skip:example"), searched)
+    assert measured.source == "bench" and measured.speedup == 0.9
+    extra = dict(measured.extra)
+    assert extra["grid"] == [[3, 3, 0.83]] and extra["alpha"] == 0.87
+    assert extra["before_bench"] == {"speedup": 0.83, "source": "optimize", "notes": "no (n, w) beat plain decoding"}
+    path = save_profile(dataclasses.replace(load_profile(EXAMPLE), measured=measured), tmp_path / "p.yaml")
+    again = br.measured_for(report, report.row("layer-skip:example"), load_profile(path).measured)
+    assert dict(again.extra)["grid"] == [[3, 3, 0.83]]  # a second bench keeps it too
