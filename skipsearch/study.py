@@ -25,6 +25,7 @@ _STATES = optuna.trial.TrialState
 _COUNTED = (_STATES.COMPLETE, _STATES.FAIL, _STATES.RUNNING)  # what the budget counts, over all workers
 STRATEGY_ATTR, SPACE_ATTR, SEED_ATTR = "strategy", "space", "seed"  # study user attrs
 CONFIG_ATTR, MEASUREMENT_ATTR, ERROR_ATTR, REUSED_ATTR = "config", "measurement", "error", "reused_from"  # trial's
+EVALUATING_ATTR = "evaluating"  # trial's: set when a shared study's trial starts measuring its config
 KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so other workers see it
 OPEN_ATTEMPTS = 5  # tries to create-or-load a study that other workers may be creating right now
 TWIN_POLL_SECONDS = 0.2  # how often a worker looks whether another's evaluation of its config is done
@@ -112,12 +113,13 @@ def open_study(*, study_dir: str | Path | None = None, storage: str | None = Non
             study = optuna.create_study(storage=rdb, study_name=name, sampler=sampler,
                                         direction=direction, load_if_exists=True)
             break
-        except sqlalchemy.exc.IntegrityError:
-            # Workers started together race to create the schema or the study; the loser's insert
-            # violates a unique key. By the next attempt the winner has committed: load it.
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+            # Workers started together race to create the schema or the study; the loser's CREATE
+            # or INSERT fails (duplicate table, unique key). By the next attempt the winner has
+            # committed: load it. Any other cause fails the same way every time and is shown.
             if attempt == OPEN_ATTEMPTS - 1:
-                raise StudyError(f"cannot open storage '{_shown(storage)}': other workers kept racing to create "
-                                 f"study '{name}'") from None
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise StudyError(f"cannot open storage '{_shown(storage)}': {first}") from None
             time.sleep(0.2 * (attempt + 1))
         except Exception as e:  # sqlalchemy and driver errors vary by backend; the user needs the first line
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -226,16 +228,23 @@ def best(study: optuna.Study, *, prefer: Kind = "timed") -> TrialRecord | None:
 # -- the loop -------------------------------------------------------------------------------------
 
 
-def _earlier_twin(study: optuna.Study, config: DraftConfig, kind: str, number: int) -> TrialRecord | None:
+def _earlier_twin(study: optuna.Study, config: DraftConfig, kind: str, number: int, *,
+                  shared: bool = False) -> TrialRecord | None:
     """The completed trial that already measured ``config`` as ``kind``, if any.
 
-    If a lower-numbered trial (another worker's) is evaluating the same config right now, wait
-    for it rather than measure the config twice. Only lower numbers are waited for, so two
-    workers never wait for each other; if the twin fails, this trial evaluates the config itself.
+    Workers sharing a study must not measure one config twice. Every trial announces its config
+    (step 2 of ``run_search``) before it gets here. In a shared study it then waits one poll
+    period, so that every twin announced before that is visible, and yields to any twin that is
+    already evaluating, or to an announced twin with a lower number; the twin's measurement is
+    reused when it completes. Only these two rules decide, so two workers never wait for each
+    other, and one that announced more than a poll period after another finds it evaluating.
+    If the twin fails (or hangs past TWIN_TIMEOUT_SECONDS), this trial evaluates the config itself.
     """
+    if shared:
+        time.sleep(TWIN_POLL_SECONDS)
     deadline = time.monotonic() + TWIN_TIMEOUT_SECONDS
     while True:
-        twin_running = False
+        yield_to = False
         for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING)):
             if t.number == number or t.user_attrs.get(CONFIG_ATTR) is None:
                 continue
@@ -244,12 +253,11 @@ def _earlier_twin(study: optuna.Study, config: DraftConfig, kind: str, number: i
                 continue
             if r.measurement is not None and r.measurement.kind == kind:
                 return r
-            if t.state == _STATES.RUNNING and t.number < number and t.user_attrs.get(KIND_ATTR) == kind:
-                twin_running = True
-        if not twin_running or time.monotonic() > deadline:
+            if t.state == _STATES.RUNNING and t.user_attrs.get(KIND_ATTR) == kind and not t.user_attrs.get(ERROR_ATTR):
+                yield_to = yield_to or t.user_attrs.get(EVALUATING_ATTR, False) or t.number < number
+        if not yield_to or time.monotonic() > deadline:
             return None
         time.sleep(TWIN_POLL_SECONDS)
-
 
 
 def _used(study: optuna.Study) -> int:
@@ -282,11 +290,13 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
             trial.set_user_attr(CONFIG_ATTR, config_to_dict(config))
             trial.set_user_attr(KIND_ATTR, kind)
             # 3. evaluate, or reuse the measurement of the same config: a repeat costs nothing
-            earlier = _earlier_twin(study, config, kind, trial.number)
+            earlier = _earlier_twin(study, config, kind, trial.number, shared=strategy.shared)
             if earlier is not None:
                 measurement = replace(earlier.measurement, seconds=0.0)
                 trial.set_user_attr(REUSED_ATTR, earlier.number)
             else:
+                if strategy.shared:
+                    trial.set_user_attr(EVALUATING_ATTR, True)  # twins announced from now on wait for this one
                 measurement = objective.evaluate(config, kind=kind)
             if not math.isfinite(measurement.speedup):
                 raise ValueError(f"the objective returned speedup {measurement.speedup}")

@@ -36,11 +36,13 @@ class Strategy(ABC):
 
     #: 0 alone; a random stream id per process when workers share a study (see ``for_shared_study``)
     worker: int = 0
+    shared: bool = False  # other workers may be running trials in the same study
 
     def for_shared_study(self) -> None:
         """Give this worker its own random stream: workers seeded alike would otherwise propose
         the same points from the same history, and evaluate them twice."""
         self.worker = secrets.randbits(32)
+        self.shared = True
 
     def sampler(self) -> optuna.samplers.BaseSampler:
         """The sampler for parameters the strategy leaves to Optuna (none are fixed by next_params)."""
