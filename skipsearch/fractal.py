@@ -173,15 +173,21 @@ def resolve_scheme(scheme: str, device: str | torch.device) -> str:
     return scheme
 
 
+def _quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 with one scale per row: (int8 weights, scales in the weight's dtype)."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [rows]
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale.to(weight.dtype)
+
+
 class Int8Linear(nn.Module):
     """Weight-only int8 (symmetric, one scale per output row), dequantized at each call."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [out]
-        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(linear.weight.dtype))
+        qweight, scale = _quantize_rows(linear.weight)  # [out, in], [out]
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -194,10 +200,9 @@ class Int8Embedding(nn.Module):
 
     def __init__(self, embedding: nn.Embedding) -> None:
         super().__init__()
-        w = embedding.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [V]
-        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(embedding.weight.dtype))
+        qweight, scale = _quantize_rows(embedding.weight)  # [V, H], [V]
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.qweight[ids].to(self.scale.dtype) * self.scale[ids].unsqueeze(-1)  # [..., H]

@@ -35,12 +35,12 @@ from skipsearch.study import (
     SearchSummary,
     TrialRecord,
     best,
-    config_from_dict,
     config_to_dict,
     open_study,
     records,
     run_search,
     shortlist,
+    trial_config,
 )
 
 OBJECTIVES = ("two-stage", "surrogate", "timed")
@@ -81,9 +81,8 @@ def _fail_orphans(study: optuna.Study) -> None:
 
     Only for a local study directory: with a shared --storage, RUNNING may be another worker's.
     """
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "error", "orphaned: its worker stopped")
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    for t in study.get_trials(deepcopy=False, states=(_STATES.RUNNING,)):
+        _fail_trial(study, t._trial_id, "orphaned: its worker stopped")
 
 
 def claim_timed(study: optuna.Study, config: DraftConfig) -> int | None:
@@ -95,7 +94,7 @@ def claim_timed(study: optuna.Study, config: DraftConfig) -> int | None:
     """
     def twins() -> list[optuna.trial.FrozenTrial]:
         live = study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING))
-        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and _config_of(t) == config]
+        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and trial_config(t) == config]
 
     if twins():
         return None
@@ -105,8 +104,7 @@ def claim_timed(study: optuna.Study, config: DraftConfig) -> int | None:
     ))
     mine = max((t for t in twins() if t.state == _STATES.RUNNING), key=lambda t: t.number)
     if min(t.number for t in twins()) != mine.number:
-        study._storage.set_trial_user_attr(mine._trial_id, ERROR_ATTR, "another worker claimed this config first")
-        study._storage.set_trial_state_values(mine._trial_id, _STATES.FAIL)
+        _fail_trial(study, mine._trial_id, "another worker claimed this config first")
         return None
     return mine._trial_id
 
@@ -117,14 +115,10 @@ def record_timed(study: optuna.Study, claim: int, m: Measurement) -> None:
     study._storage.set_trial_state_values(claim, _STATES.COMPLETE, [m.speedup])
 
 
-def _fail_claim(study: optuna.Study, claim: int, error: str) -> None:
-    study._storage.set_trial_user_attr(claim, ERROR_ATTR, error)
-    study._storage.set_trial_state_values(claim, _STATES.FAIL)
-
-
-def _config_of(t: optuna.trial.FrozenTrial) -> DraftConfig | None:
-    raw = t.user_attrs.get(CONFIG_ATTR)
-    return config_from_dict(raw) if raw is not None else None
+def _fail_trial(study: optuna.Study, trial_id: int, error: str) -> None:
+    """Mark a trial this process added or found orphaned as failed, with its one-line error."""
+    study._storage.set_trial_user_attr(trial_id, ERROR_ATTR, error)
+    study._storage.set_trial_state_values(trial_id, _STATES.FAIL)
 
 
 def optimize(
@@ -171,10 +165,10 @@ def optimize(
                 try:
                     record_timed(study, claim, objective.evaluate(config, kind="timed"))
                 except KeyboardInterrupt:
-                    _fail_claim(study, claim, "interrupted")
+                    _fail_trial(study, claim, "interrupted")
                     raise
                 except Exception as e:  # e.g. out of memory: recorded, and the next config is timed
-                    _fail_claim(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
+                    _fail_trial(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
     except KeyboardInterrupt:
         # Ctrl-C: every finished trial is already in the study; ship the best found so far.
         interrupted = True

@@ -179,10 +179,15 @@ def _check_or_stamp(study: optuna.Study, strategy: Strategy) -> None:
 # -- reading the record ---------------------------------------------------------------------------
 
 
+def trial_config(t: optuna.trial.FrozenTrial) -> DraftConfig | None:
+    """The config a trial evaluated (or is evaluating); None before it had one."""
+    raw = t.user_attrs.get(CONFIG_ATTR)
+    return config_from_dict(raw) if raw is not None else None
+
+
 def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
-    config, measurement = t.user_attrs.get(CONFIG_ATTR), t.user_attrs.get(MEASUREMENT_ATTR)
-    return TrialRecord(number=t.number, state=t.state.name,
-                       config=config_from_dict(config) if config is not None else None,
+    measurement = t.user_attrs.get(MEASUREMENT_ATTR)
+    return TrialRecord(number=t.number, state=t.state.name, config=trial_config(t),
                        measurement=Measurement.from_dict(measurement) if measurement is not None else None,
                        error=t.user_attrs.get(ERROR_ATTR))
 

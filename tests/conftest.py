@@ -80,3 +80,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "real_sm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.model)
+
+
+def assert_one_line_error(result, fragment: str) -> None:
+    """A CLI result (typer's CliRunner) that failed as users must see it: exit 2, one stderr line
+    ``error: ...`` containing ``fragment``, and no traceback."""
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
+    assert "Traceback" not in result.output

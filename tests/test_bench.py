@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import make_tiny_model
+from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
@@ -260,12 +260,6 @@ def test_memory_probe_reports_a_peak():
 
 
 # -- CLI ---------------------------------------------------------------------------------------------
-def _one_line_error(result, fragment):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
-
-
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -278,7 +272,7 @@ def _one_line_error(result, fragment):
     ],
 )
 def test_cli_bad_input_is_one_line_before_the_model_loads(args, fragment):
-    _one_line_error(runner.invoke(app, ["bench", *args]), fragment)
+    assert_one_line_error(runner.invoke(app, ["bench", *args]), fragment)
 
 
 def test_cli_takes_shell_expanded_profiles_after_the_option(tmp_path):
@@ -286,7 +280,7 @@ def test_cli_takes_shell_expanded_profiles_after_the_option(tmp_path):
     good, bad = tmp_path / "a.yaml", tmp_path / "b.yaml"
     shutil.copy(EXAMPLE, good)
     bad.write_text("schema_version: 1\n")
-    _one_line_error(runner.invoke(app, ["bench", "--profiles", str(good), str(bad), "--peers", "hf-greedy"]),
+    assert_one_line_error(runner.invoke(app, ["bench", "--profiles", str(good), str(bad), "--peers", "hf-greedy"]),
                     f"{bad}: missing required key")
 
 

@@ -6,20 +6,13 @@ import json
 
 import pytest
 import yaml
+from conftest import assert_one_line_error
 from typer.testing import CliRunner
 
 from skipsearch.cli import app
 
 runner = CliRunner()
 EXAMPLE = "profiles/smollm2-135m/example.yaml"
-
-
-def _one_line_error(result, fragment: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
-    assert "Traceback" not in result.output
 
 
 def _write(tmp_path, text: str):
@@ -50,20 +43,21 @@ def test_profile_validate_bad_inputs(tmp_path, mutate, fragment):
     good = yaml.safe_load(open(EXAMPLE))
     bad = mutate(good)
     path = _write(tmp_path, bad if isinstance(bad, str) else yaml.safe_dump(bad))
-    _one_line_error(runner.invoke(app, ["profile", "validate", path]), fragment)
+    assert_one_line_error(runner.invoke(app, ["profile", "validate", path]), fragment)
 
 
 def test_decode_bad_profile_fails_before_model_load(tmp_path):
     path = _write(tmp_path, "schema_version: 1\nmodel: {name: smollm2-135m, num_layers: 30}\n")
-    _one_line_error(runner.invoke(app, ["decode", "--profile", path, "--prompt", "hi"]), "missing required key method")
+    result = runner.invoke(app, ["decode", "--profile", path, "--prompt", "hi"])
+    assert_one_line_error(result, "missing required key method")
 
 
 def test_decode_unknown_model():
-    _one_line_error(runner.invoke(app, ["decode", "--model", "llama-2-13b", "--prompt", "hi"]), "unknown model")
+    assert_one_line_error(runner.invoke(app, ["decode", "--model", "llama-2-13b", "--prompt", "hi"]), "unknown model")
 
 
 def test_decode_needs_exactly_one_prompt_source():
-    _one_line_error(runner.invoke(app, ["decode", "--model", "smollm2-135m"]), "--prompt")
+    assert_one_line_error(runner.invoke(app, ["decode", "--model", "smollm2-135m"]), "--prompt")
 
 
 @pytest.mark.parametrize(
@@ -77,11 +71,11 @@ def test_decode_needs_exactly_one_prompt_source():
 )
 def test_optimize_bad_inputs(tmp_path, args, fragment):
     result = runner.invoke(app, ["optimize", "--study", str(tmp_path / "s"), *args])
-    _one_line_error(result, fragment)
+    assert_one_line_error(result, fragment)
 
 
 def test_study_show_missing_study(tmp_path):
-    _one_line_error(runner.invoke(app, ["study", "show", str(tmp_path / "nothing")]), "no study")
+    assert_one_line_error(runner.invoke(app, ["study", "show", str(tmp_path / "nothing")]), "no study")
 
 
 @pytest.mark.model

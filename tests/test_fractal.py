@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import yaml
-from conftest import make_tiny_model
+from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import api, fractal, fractal_search
@@ -356,13 +356,6 @@ def test_speculative_sampling_with_fractal_drafts_matches_the_target():
 
 
 # -- search and CLI ------------------------------------------------------------------------------------------
-def _runner_error(result, fragment: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
-    assert "Traceback" not in result.output
-
-
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -373,11 +366,12 @@ def _runner_error(result, fragment: str) -> None:
     ],
 )
 def test_optimize_fractal_bad_grid_is_one_line(args, fragment):
-    _runner_error(CliRunner().invoke(app, ["optimize", "--strategy", "fractal", *args]), fragment)
+    assert_one_line_error(CliRunner().invoke(app, ["optimize", "--strategy", "fractal", *args]), fragment)
 
 
 def test_n_and_w_belong_to_the_fractal_strategy():
-    _runner_error(CliRunner().invoke(app, ["optimize", "--strategy", "tpe", "--n", "3"]), "--strategy fractal only")
+    result = CliRunner().invoke(app, ["optimize", "--strategy", "tpe", "--n", "3"])
+    assert_one_line_error(result, "--strategy fractal only")
 
 
 def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import assert_one_line_error
 from typer.testing import CliRunner
 
 from skipsearch.cli import app
@@ -197,12 +198,6 @@ def test_bad_inputs_are_one_line_config_errors(call, fragment):
 
 
 # -- the CLI, analysis mode -------------------------------------------------------------------------------
-def _one_line_error(result, fragment: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
-
-
 def test_cli_plan_analysis_prints_the_table_and_the_verdict():
     result = runner.invoke(app, ["plan", "--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5",
                                  "--max-m", "3", "--max-n", "2"])
@@ -240,4 +235,4 @@ def test_cli_plan_json_plot_and_report(tmp_path):
     ],
 )
 def test_cli_plan_bad_input_is_one_line_and_exit_2(args, fragment):
-    _one_line_error(runner.invoke(app, ["plan", *args]), fragment)
+    assert_one_line_error(runner.invoke(app, ["plan", *args]), fragment)
