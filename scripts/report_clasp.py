@@ -1,7 +1,9 @@
 """CLaSp report: static vs dynamic CLaSp vs a tpe profile, LOI and M sweeps, DP vs brute force.
 
-Everything is measured in this one process, on held-out prompts (not the calibration half), against
-HF greedy ``generate`` as the baseline; every method's tokens are checked equal to HF's.
+Everything is measured in this one process, on held-out prompts (not the calibration half), in one
+run of the one harness (``skipsearch.harness.run_rounds``): every method of every table, and HF greedy
+``generate`` as the baseline, once per round, the order rotated every round. Every method's tokens are
+checked equal to HF's. The DP's cost is micro-timed with ``skipsearch.timing.time_call``.
 
     python scripts/report_clasp.py --static profiles/smollm2-135m/cpu-float32-clasp.yaml \\
         --dynamic profiles/smollm2-135m/cpu-float32-clasp-dynamic.yaml \\
@@ -22,9 +24,19 @@ import torch
 
 from skipsearch import timing
 from skipsearch.api import drafter_factory
-from skipsearch.clasp import ClaspDynamicDrafter, ModelLayers, approximation_check, dp_skip_sets, dynamic_params
+from skipsearch.bench import BASELINE, peer_method
+from skipsearch.clasp import ClaspDynamicDrafter, ModelLayers, approximation_check, dp_skip_sets
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.decoding import generate, hf_generate
+from skipsearch.harness import (
+    LosslessnessError,
+    Method,
+    Run,
+    engine_method,
+    first_outputs,
+    method_seconds,
+    run_rounds,
+)
+from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 
@@ -33,25 +45,19 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def run_method(sm, prompts, make_drafter, *, max_new_tokens: int, refs) -> dict:
-    """Decode every prompt with a fresh drafter; return totals and check output against HF."""
-    secs = draft = verify = dp = 0.0
-    tokens = drafted = accepted = cycles = 0
-    for ids, (ref, _) in zip(prompts, refs, strict=True):
-        res = generate(sm, ids, drafter=make_drafter(), max_new_tokens=max_new_tokens)
-        if res.token_ids != ref:
-            raise SystemExit(f"output differs from HF greedy: {res.token_ids[:8]}... vs {ref[:8]}...")
-        s = res.stats
-        secs += s.seconds
-        draft += s.draft_seconds
-        verify += s.verify_seconds
-        dp += dict(s.drafter_stats).get("dp_seconds", 0.0)
-        tokens += s.new_tokens
-        drafted += s.drafted_tokens
-        accepted += s.accepted_tokens
-        cycles += s.verify_steps
-    base = sum(t for _, t in refs)
-    return {"speedup": base / secs, "tau": (tokens - len(prompts)) / cycles if cycles else 1.0,
+def summarize(runs: list[Run] | tuple[Run, ...], name: str) -> dict:
+    """One method's row: speedup over HF greedy (same rounds), tau, acceptance, time shares."""
+    seconds = method_seconds(runs)
+    secs = seconds[name]
+    outs = first_outputs(runs, name)
+    tokens = sum(len(o.token_ids) for o in outs)
+    drafted = sum(o.drafted or 0 for o in outs)
+    accepted = sum(o.accepted or 0 for o in outs)
+    cycles = sum(o.verify_steps or 0 for o in outs)
+    draft = sum(o.draft_seconds or 0.0 for o in outs)
+    verify = sum(o.verify_seconds or 0.0 for o in outs)
+    dp = sum(dict(o.drafter_stats).get("dp_seconds", 0.0) for o in outs)
+    return {"speedup": seconds[BASELINE] / secs, "tau": (tokens - len(outs)) / cycles if cycles else 1.0,
             "acceptance": accepted / drafted if drafted else float("nan"), "dp_share": dp / secs,
             "draft_share": draft / secs, "verify_share": verify / secs, "seconds": secs}
 
@@ -77,47 +83,58 @@ def main() -> None:
 
     sm = load_model(args.model)
     dyn = load_profile(args.dynamic, num_layers=sm.num_layers)
-    params = dynamic_params(dyn, source=args.dynamic)
+    params = CLASP_DYNAMIC.parse(dyn.method_params, draft=dyn.draft, num_layers=sm.num_layers)
     prompts = [encode_prompt(sm.tokenizer, p) for p in load_prompts(args.dataset, split="heldout", n=args.n_prompts)]
     n = args.max_new_tokens
-    hf_generate(sm, prompts[0], max_new_tokens=min(n, 8))  # warm-up
-    refs = []
-    for ids in prompts:
-        t0 = timing.now(sm.device)
-        ref = hf_generate(sm, ids, max_new_tokens=n)
-        refs.append((ref, timing.now(sm.device) - t0))
+
+    # 0. every method of the three tables, named by table, and HF greedy: one harness run
+    def dynamic(p):
+        return lambda _ids: ClaspDynamicDrafter(p, dyn.draft, num_layers=sm.num_layers)
+
+    methods: list[Method] = [peer_method(sm, BASELINE)]
+    main_rows = []
+    for label, path in (("static CLaSp", args.static), ("dynamic CLaSp", args.dynamic), ("tpe", args.tpe)):
+        if path:
+            make = drafter_factory(load_profile(path, num_layers=sm.num_layers), sm)
+            methods.append(engine_method(sm, f"{label} (`{Path(path).name}`)", lambda _ids, make=make: make()))
+            main_rows.append(methods[-1].name)
+    lois, ms = _ints(args.lois), _ints(args.ms)
+    methods += [engine_method(sm, f"LOI {loi}", dynamic(replace(params, loi=loi))) for loi in lois]
+    methods += [engine_method(sm, f"M {m}", dynamic(replace(params, num_skips=m))) for m in ms]
+    try:
+        runs = run_rounds(methods, prompts, max_new_tokens=n, device=sm.device, warmup_tokens=8,
+                          reference=BASELINE, strict=True)
+    except LosslessnessError as e:
+        raise SystemExit(f"output differs from HF greedy: {e}") from None
+    base_s = method_seconds(runs)[BASELINE]
+    ref0 = first_outputs(runs, BASELINE)[0].token_ids
     lines = [f"# CLaSp on {args.model} (CPU, {args.threads} thread)", "",
              f"Held-out prompts: {len(prompts)} from {args.dataset} (heldout split), {n} new tokens each. Baseline: "
-             f"HF greedy `generate`, same process ({sum(t for _, t in refs):.2f} s in all). Every method's tokens "
-             "were checked equal to HF's. Shares are of each method's own wall time.", "",
+             f"HF greedy `generate`, same process and same rounds as every method ({base_s:.2f} s in all). Every "
+             "method's tokens were checked equal to HF's. Shares are of each method's own wall time.", "",
              "| method | speedup | tau | acceptance | draft | verify | DP |", "|---|---|---|---|---|---|---|"]
 
-    def row(label, r):
+    def row(label, name):
+        r = summarize(runs, name)
         lines.append(f"| {label} | {r['speedup']:.3f}x | {r['tau']:.2f} | {r['acceptance']:.2f} | "
                      f"{r['draft_share']:.0%} | {r['verify_share']:.0%} | {r['dp_share']:.1%} |")
 
     # 1. static vs dynamic vs tpe
-    for label, path in (("static CLaSp", args.static), ("dynamic CLaSp", args.dynamic), ("tpe", args.tpe)):
-        if path:
-            prof = load_profile(path, num_layers=sm.num_layers)
-            row(f"{label} (`{Path(path).name}`)", run_method(sm, prompts, drafter_factory(prof, sm),
-                                                            max_new_tokens=n, refs=refs))
+    for name in main_rows:
+        row(name, name)
 
     # 2. LOI and M sweeps of the dynamic profile
-    def dynamic(p):
-        return lambda: ClaspDynamicDrafter(p, dyn.draft, num_layers=sm.num_layers)
-
     lines += ["", f"## Dynamic CLaSp against LOI (M = {params.num_skips}, {params.sublayer})", "",
               "| LOI | speedup | tau | acceptance | draft | verify | DP |", "|---|---|---|---|---|---|---|"]
-    for loi in _ints(args.lois):
-        row(str(loi), run_method(sm, prompts, dynamic(replace(params, loi=loi)), max_new_tokens=n, refs=refs))
+    for loi in lois:
+        row(str(loi), f"LOI {loi}")
     lines += ["", f"## Dynamic CLaSp against M (LOI = {params.loi}, {params.sublayer})", "",
               "| M | speedup | tau | acceptance | draft | verify | DP |", "|---|---|---|---|---|---|---|"]
-    for m in _ints(args.ms):
-        row(str(m), run_method(sm, prompts, dynamic(replace(params, num_skips=m)), max_new_tokens=n, refs=refs))
+    for m in ms:
+        row(str(m), f"M {m}")
 
     # 3. the DP's cost: sequence-parallel against the naive double loop, one token as in decoding
-    ids = list(prompts[0]) + list(refs[0][0])
+    ids = list(prompts[0]) + list(ref0)
     cache = sm.new_cache()
     _, hidden = sm.forward_hidden(torch.tensor(ids), start=0, cache=cache)
     pos = len(ids) - 1
@@ -152,8 +169,8 @@ def main() -> None:
     # 4. the approximation: DP vs brute force on a sub-range of middle layers, the others always run
     first, last = _ints(args.sub_range.replace("-", ","))
     sub_range = list(range(first, last + 1))
-    n_tok = min(args.bf_tokens, len(refs[0][0]))
-    tok_pos = torch.tensor(sorted({len(prompts[0]) - 1 + (k * len(refs[0][0])) // n_tok for k in range(n_tok)}))
+    n_tok = min(args.bf_tokens, len(ref0))
+    tok_pos = torch.tensor(sorted({len(prompts[0]) - 1 + (k * len(ref0)) // n_tok for k in range(n_tok)}))
     targets = hidden[:, tok_pos]
     check = approximation_check(targets, ModelLayers(sm, [cache], [tok_pos], sublayer="layer"), sub_range=sub_range,
                                 num_skips=range(1, min(args.bf_max_m, len(sub_range)) + 1))

@@ -4,11 +4,12 @@
     PYTHONPATH=. .venv/bin/python scripts/report_fractal.py --n-prompts 1 --max-new-tokens 8 \\
         --n 3 --w 3 --out /tmp/fractal-smoke.md                                  # a smoke run
 
-Everything is measured in this one process, prompt by prompt, with the methods' order rotated from
-one prompt to the next so that drift favours none: HF greedy (``model.generate``), skipsearch's
-autoregressive engine, every (n, w) of the grid with the KV cache, the same points without it
-(``--no-cache`` picks which), and a layer-skip profile if one is given. Every output must equal HF
-greedy token for token; the script exits 1 if one does not. Times come from skipsearch.timing.
+Everything is timed in this one process by the one harness (``skipsearch.harness.run_rounds``:
+warm-up, then every method once per round, the order rotated every round so that drift favours
+none, HF greedy in the same rounds): HF greedy (``model.generate``), skipsearch's autoregressive
+engine, every (n, w) of the grid with the KV cache, the same points without it (``--no-cache`` picks
+which), and a layer-skip profile if one is given. Every output must equal HF greedy token for token;
+the script exits 1 if one does not.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import ctypes
 import gc
 import os
 import platform
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from skipsearch import api, timing
+from skipsearch import api
+from skipsearch.bench import BASELINE, peer_method
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.decoding import DecodeResult, generate, hf_generate
 from skipsearch.fractal import FractalDrafter, FractalParams, compressed_model, model_bytes
-from skipsearch.fractal_search import parse_int_list
+from skipsearch.harness import Method, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 
@@ -67,7 +67,15 @@ class Row:
         return (self.tokens - self.prompts) / self.verify_steps if self.verify_steps else None
 
 
-Runner = Callable[[list[int], int], tuple[tuple[int, ...], DecodeResult | None]]  # (prompt, max_new_tokens)
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7)."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values:
+        raise SystemExit(f"{option} must be comma-separated integers, e.g. 3,5,7; got {text!r}")
+    return values
 
 
 def _rss_mib() -> float | None:
@@ -84,69 +92,50 @@ def _rss_mib() -> float | None:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _methods(sm, args) -> dict[str, Runner]:
-    n_values, w_values = parse_int_list(args.n, "--n"), parse_int_list(args.w, "--w")
-    out: dict[str, Runner] = {
-        "hf-greedy": lambda ids, new: (hf_generate(sm, ids, max_new_tokens=new), None),
-        "autoregressive": lambda ids, new: ((r := generate(sm, ids, max_new_tokens=new)).token_ids, r),
-    }
-
-    def fractal(params: FractalParams, kv_cache: bool) -> Runner:
-        def run(ids, new):
-            drafter = FractalDrafter(sm, params, kv_cache=kv_cache, prompt_ids=ids)
-            r = generate(sm, ids, drafter=drafter, max_new_tokens=new)
-            return r.token_ids, r
-        return run
-
+def _methods(sm, args) -> list[Method]:
+    n_values, w_values = _ints(args.n, "--n"), _ints(args.w, "--w")
+    out = [peer_method(sm, BASELINE), engine_method(sm, "autoregressive", lambda _ids: None)]
     for n in n_values:
         for w in w_values:
             params = FractalParams(n=n, w=w, quantization=args.quantization)
             params.positions(sm.num_layers)
-            out[f"fractal n={n} w={w}"] = fractal(params, True)
-            if args.no_cache == "all" or (args.no_cache == "diagonal" and n == w):
-                out[f"fractal n={n} w={w} no-cache"] = fractal(params, False)
+            for kv_cache in (True, False):
+                if kv_cache or args.no_cache == "all" or (args.no_cache == "diagonal" and n == w):
+                    # without its cache the drafter re-reads the whole sequence, so it needs the prompt
+                    out.append(engine_method(
+                        sm, f"fractal n={n} w={w}" + ("" if kv_cache else " no-cache"),
+                        lambda ids, p=params, kv=kv_cache: FractalDrafter(sm, p, kv_cache=kv, prompt_ids=ids)))
     if args.layer_skip_profile:
         prof = load_profile(args.layer_skip_profile, num_layers=sm.num_layers)
         make = api.drafter_factory(prof, sm)
-
-        def layer_skip(ids, new):
-            r = generate(sm, ids, drafter=make(), max_new_tokens=new)
-            return r.token_ids, r
-        out[f"layer-skip ({Path(args.layer_skip_profile).name})"] = layer_skip
+        out.append(engine_method(sm, f"layer-skip ({Path(args.layer_skip_profile).name})", lambda _ids: make()))
     return out
 
 
-def measure(sm, prompts: list[list[int]], methods: dict[str, Runner], *, max_new_tokens: int, repeats: int,
+def measure(sm, prompts: list[list[int]], methods: list[Method], *, max_new_tokens: int, repeats: int,
             say: Callable[[str], None]) -> dict[str, Row]:
-    rows = {label: Row(label, prompts=len(prompts)) for label in methods}
-    for run in methods.values():  # warm-up: first-call effects (allocator, packed int8 kernels) land nowhere
-        run(prompts[0], min(max_new_tokens, 8))
-    labels = list(methods)
-    for i, ids in enumerate(prompts):
-        order = labels[i % len(labels):] + labels[: i % len(labels)]
-        times: dict[str, list[float]] = {label: [] for label in labels}
-        outputs: dict[str, tuple[tuple[int, ...], DecodeResult | None]] = {}
-        for _ in range(repeats):
-            for label in order:
-                t0 = timing.now(sm.device)
-                outputs[label] = methods[label](ids, max_new_tokens)
-                times[label].append(timing.now(sm.device) - t0)
-        reference = outputs["hf-greedy"][0]
-        for label in labels:
-            tokens, result = outputs[label]
-            row = rows[label]
-            row.seconds += statistics.median(times[label])
-            row.tokens += len(tokens)
-            if tokens != reference:
-                row.mismatches.append(f"prompt {i}")
-            if result is not None:
-                st = result.stats
-                row.verify_steps += st.verify_steps
-                row.drafted += st.drafted_tokens
-                row.accepted += st.accepted_tokens
-                row.draft_seconds += st.draft_seconds
-                row.verify_seconds += st.verify_seconds
-        say(f"prompt {i + 1}/{len(prompts)} done ({len(ids)} prompt tokens)")
+    """Time every method through the one harness; one Row each, HF greedy the reference."""
+
+    def progress(done: int, total: int, what: str) -> None:
+        if done % len(methods) == 0:  # a round is complete
+            say(f"round {done // len(methods)}/{total // len(methods)} done")
+
+    runs = run_rounds(methods, prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
+                      warmup_tokens=8, reference=BASELINE, on_progress=progress)
+    seconds = method_seconds(runs)
+    checks = check_outputs(runs, reference=BASELINE)
+    rows = {}
+    for m in methods:
+        row = Row(m.name, seconds=seconds[m.name], prompts=len(prompts),
+                  mismatches=[f"prompt {i}" for i, _ in checks[m.name].mismatches])
+        for out in first_outputs(runs, m.name):
+            row.tokens += len(out.token_ids)
+            row.verify_steps += out.verify_steps or 0
+            row.drafted += out.drafted or 0
+            row.accepted += out.accepted or 0
+            row.draft_seconds += out.draft_seconds or 0.0
+            row.verify_seconds += out.verify_seconds or 0.0
+        rows[m.name] = row
     return rows
 
 
@@ -156,7 +145,7 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 def render(sm, args, rows: dict[str, Row], *, prompt_lens: list[int], memory: dict[str, float | None]) -> str:
     hf = rows["hf-greedy"]
-    n_values, w_values = parse_int_list(args.n, "--n"), parse_int_list(args.w, "--w")
+    n_values, w_values = _ints(args.n, "--n"), _ints(args.w, "--w")
 
     def speedup(label: str) -> float | None:
         row = rows.get(label)
@@ -173,8 +162,9 @@ def render(sm, args, rows: dict[str, Row], *, prompt_lens: list[int], memory: di
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
         f"- prompts: {len(prompt_lens)} from `{args.dataset}` (heldout split, seed {args.seed}), "
         f"{min(prompt_lens)}-{max(prompt_lens)} tokens; {args.max_new_tokens} new tokens each; greedy",
-        f"- timing: one process; methods interleaved per prompt, order rotated per prompt; median of {args.repeats} "
-        "run(s) per prompt and method, summed over prompts; speedup = HF greedy seconds / method seconds",
+        f"- timing: one process, the one harness (skipsearch.harness): every method once per round, HF greedy "
+        f"included, order rotated every round; median of {args.repeats} run(s) per prompt and method, summed over "
+        "prompts; speedup = HF greedy seconds / method seconds",
         f"- baseline: HF `generate(do_sample=False)` on the same model, {hf.tok_s:.2f} tok/s here; skipsearch's "
         f"autoregressive engine: {rows['autoregressive'].tok_s:.2f} tok/s ({_fmt(speedup('autoregressive'), '.3f')}x)",
         "- every output below equals HF greedy token for token: "

@@ -11,10 +11,13 @@ never on the budget, so the study after N trials is exactly what a fresh run wit
 
 Wall time counts the search and the timing of that budget's shortlist, not the shared calibration.
 Finally the best timed config overall is decoded on held-out prompts against HF greedy and our
-autoregressive path, interleaved, with the identical-output check.
+autoregressive path, by the one harness (skipsearch.harness.run_rounds: warm-up, rotated rounds, HF
+greedy in the same rounds), with the identical-output check.
 
   .venv/bin/python scripts/search_benchmark.py --budgets 25,50,100,200 --timed-budgets 25,50 \
       --report studies/search-smollm2-cpu.md
+  .venv/bin/python scripts/search_benchmark.py --strategies tpe --budgets 2 --timed-budgets "" --n-prompts 1 \
+      --max-new-tokens 8 --shortlist 1 --heldout-prompts 1 --heldout-tokens 8 --report /tmp/sb.md   # a smoke run
 """
 
 from __future__ import annotations
@@ -22,25 +25,27 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import optuna
 import torch
 
+from skipsearch import methods as draft_methods
 from skipsearch import timing
+from skipsearch.bench import BASELINE, peer_method
 from skipsearch.config import AUTOREGRESSIVE
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.decoding import generate, hf_generate
+from skipsearch.harness import check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.measure import Measurement
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective, calibrate
-from skipsearch.optimize import config_summary
+from skipsearch.optimize import candidate_summary
 from skipsearch.profile import Environment
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
-from skipsearch.study import config_from_dict, open_study, run_search, shortlist
+from skipsearch.study import open_study, run_search, shortlist, trial_candidate
 
 
 def main() -> None:
@@ -62,7 +67,7 @@ def main() -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    t_all = time.perf_counter()
+    t_all = timing.now()
 
     sm = load_model(a.model)
     prompts = load_prompts(a.dataset, split="calib", n=a.n_prompts, seed=a.seed)
@@ -70,12 +75,12 @@ def main() -> None:
     objective = ModelObjective(sm, cal)
     costs = objective.costs
     space = SearchSpace(num_layers=sm.num_layers)
-    timed_cache: dict = {}  # config -> timed Measurement, shared by every run (the same objective)
+    timed_cache: dict = {}  # candidate -> timed Measurement, shared by every run (the same objective)
 
-    def timed(config):
-        if config not in timed_cache:
-            timed_cache[config] = objective.evaluate(config, kind="timed")
-        return timed_cache[config]
+    def timed(candidate):
+        if candidate not in timed_cache:
+            timed_cache[candidate] = objective.evaluate(candidate, kind="timed")
+        return timed_cache[candidate]
 
     rows = []
     for name in a.strategies.split(","):
@@ -86,7 +91,7 @@ def main() -> None:
             study = open_study(strategy=strategy)  # in memory
             wall = 0.0
             for budget in sorted(int(b) for b in budgets.split(",")):
-                t0 = time.perf_counter()
+                t0 = timing.now()
                 kind = "timed" if mode == "timed" else "surrogate"
                 run_search(study, strategy, objective, budget=budget, kind=kind)
                 if mode == "two-stage":
@@ -94,33 +99,33 @@ def main() -> None:
                     config, m = max(tried, key=lambda cm: cm[1].speedup)
                 else:
                     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-                        timed_cache.setdefault(config_from_dict(t.user_attrs["config"]),
-                                               Measurement.from_dict(t.user_attrs["measurement"]))
+                        timed_cache.setdefault(trial_candidate(t), Measurement.from_dict(t.user_attrs["measurement"]))
                     best_trial = study.best_trial
-                    config = config_from_dict(best_trial.user_attrs["config"])
+                    config = trial_candidate(best_trial)
                     m = Measurement.from_dict(best_trial.user_attrs["measurement"])
-                wall += time.perf_counter() - t0
+                wall += timing.now() - t0
                 rows.append(dict(strategy=name, mode=mode, budget=budget, speedup=m.speedup,
                                  predicted=m.predicted_speedup, tau=m.tau, acceptance=m.acceptance_rate,
-                                 wall_s=wall, config=config_summary(config)))
+                                 wall_s=wall, config=candidate_summary(config)))
                 print(json.dumps(rows[-1]), flush=True)
 
     every_timed = sorted(timed_cache.items(), key=lambda cm: -cm[1].speedup)
     pred_err = [abs(m.predicted_speedup - m.speedup) / m.speedup for _, m in every_timed]
-    best_config, best_m = every_timed[0] if every_timed else (AUTOREGRESSIVE, None)
-    ship = best_config if best_m is not None and best_m.speedup > 1.0 else AUTOREGRESSIVE
+    plain = LAYER_SKIP.candidate(AUTOREGRESSIVE)  # plain decoding
+    best_config, best_m = every_timed[0] if every_timed else (plain, None)
+    ship = best_config if best_m is not None and best_m.speedup > 1.0 else plain
     heldout = heldout_check(sm, ship, best_config, a)
     report = dict(
         model=a.model, device=str(sm.device), torch_threads=torch.get_num_threads(),
         environment=asdict(Environment.current(str(sm.device))), dataset=a.dataset, n_prompts=a.n_prompts,
         max_new_tokens=a.max_new_tokens, seed=a.seed, costs=dict(step_ms=costs.step_seconds * 1e3,
         verify_ratio=[round(v, 3) for v in costs.verify_ratio]),
-        rows=rows, timed=[dict(config=config_summary(c), speedup=m.speedup, predicted=m.predicted_speedup,
+        rows=rows, timed=[dict(config=candidate_summary(c), speedup=m.speedup, predicted=m.predicted_speedup,
                                tau=m.tau, acceptance=m.acceptance_rate, alpha=m.alpha, c=m.cost_ratio)
                           for c, m in every_timed],
         prediction_error=dict(median=statistics.median(pred_err) if pred_err else None,
                               within_10pct=sum(e <= 0.10 for e in pred_err), n=len(pred_err)),
-        heldout=heldout, total_seconds=time.perf_counter() - t_all,
+        heldout=heldout, total_seconds=timing.now() - t_all,
     )
     out = Path(a.report)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -130,35 +135,27 @@ def main() -> None:
 
 
 def heldout_check(sm, ship, best_config, a) -> dict:
-    """HF greedy vs our autoregressive path vs the shipped config and the best draft, interleaved per prompt."""
+    """HF greedy vs our autoregressive path vs the shipped config and the best draft, by the one harness."""
     prompts = load_prompts(a.dataset, split="heldout", n=a.heldout_prompts, seed=a.seed)
     ids = [encode_prompt(sm.tokenizer, p) for p in prompts]
     n = a.heldout_tokens
-    methods = {"hf-greedy": None, "ours-autoregressive": AUTOREGRESSIVE, "shipped": ship, "best-draft": best_config}
-    seconds = {k: 0.0 for k in methods}
-    tokens = {k: 0 for k in methods}
-    identical = {k: 0 for k in methods}
-    generate(sm, ids[0], max_new_tokens=8)  # warm-up
-    hf_generate(sm, ids[0], max_new_tokens=8)
-    for i, p in enumerate(ids):
-        names = list(methods)
-        names = names[i % len(names):] + names[: i % len(names)]  # rotate who goes first
-        outs = {}
-        for k in names:
-            t0 = timing.now(sm.device)
-            if methods[k] is None:
-                outs[k] = hf_generate(sm, p, max_new_tokens=n)
-            else:
-                outs[k] = generate(sm, p, config=methods[k], max_new_tokens=n).token_ids
-            seconds[k] += timing.now(sm.device) - t0
-            tokens[k] += len(outs[k])
-        for k in methods:
-            identical[k] += outs[k] == outs["hf-greedy"]
-    base = tokens["hf-greedy"] / seconds["hf-greedy"]
-    return {k: dict(tokens_per_s=tokens[k] / seconds[k], speedup_vs_hf=tokens[k] / seconds[k] / base,
-                    identical=f"{identical[k]}/{len(ids)}",
-                    config=config_summary(methods[k]) if methods[k] is not None else "HF generate greedy")
-            for k in methods} | {"prompts": len(ids), "max_new_tokens": n}
+    plain = LAYER_SKIP.candidate(AUTOREGRESSIVE)  # plain decoding
+    configs = {"ours-autoregressive": plain, "shipped": ship, "best-draft": best_config}
+    methods = [peer_method(sm, BASELINE), *(engine_method(sm, k, lambda _ids, c=c: draft_methods.build_drafter(c, sm))
+                                            for k, c in configs.items())]
+    runs = run_rounds(methods, ids, max_new_tokens=n, device=sm.device, warmup_tokens=8, reference=BASELINE)
+    seconds = method_seconds(runs)
+    checks = check_outputs(runs, reference=BASELINE)
+    tokens = {m.name: sum(len(o.token_ids) for o in first_outputs(runs, m.name)) for m in methods}
+    base = tokens[BASELINE] / seconds[BASELINE]
+    out = {}
+    for m in methods:
+        rate = tokens[m.name] / seconds[m.name]
+        config = configs.get(m.name)
+        out[m.name] = dict(tokens_per_s=rate, speedup_vs_hf=rate / base,
+                           identical=f"{checks[m.name].identical}/{len(ids)}",
+                           config=candidate_summary(config) if config is not None else "HF generate greedy")
+    return out | {"prompts": len(ids), "max_new_tokens": n}
 
 
 def render(r: dict, a) -> str:

@@ -5,14 +5,24 @@ The CLI only parses options, calls these, and prints what they return.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from skipsearch.config import AUTOREGRESSIVE, GREEDY, DraftConfig, SamplingParams
-from skipsearch.data import Prompt, encode_prompt
-from skipsearch.decoding import DecodeResult, Drafter, generate, make_drafter
-from skipsearch.models import DEFAULT_MODEL, ModelError, SkippableModel, load_model
+from skipsearch import methods
+from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
+from skipsearch.data import DataError, Prompt, encode_prompt
+from skipsearch.decoding import DecodeResult, Drafter, generate
+from skipsearch.models import (
+    DEFAULT_MODEL,
+    ModelError,
+    SkippableModel,
+    arch_fingerprint,
+    find_checkpoint,
+    load_model,
+    read_config,
+    weights_fingerprint,
+)
+from skipsearch.placement import DEFAULT_MAX_TOKENS
 from skipsearch.profile import Profile, check_model, load_profile
 
 
@@ -25,62 +35,53 @@ class Decoded:
 
 
 def open_model(
-    *, model: str | None = None, profile: str | None = None, device: str = "cpu", dtype: str | None = None,
-    force: bool = False,
+    *, model: str | None = None, profile: str | None = None, device: str = "auto", dtype: str | None = "auto",
+    force: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> tuple[SkippableModel, Profile | None]:
     """Load the model a profile names (or ``model``) and check the profile fits it.
 
     The profile is read and validated *before* the model loads, so a bad file fails in
-    milliseconds rather than after a model load.
+    milliseconds rather than after a model load; so do other weights, whose fingerprint is read
+    from the checkpoint's files. With a profile, ``model`` may name another path or alias: it is
+    accepted when its weights are the profile's (a schema-1 profile, which does not record them,
+    still needs the same name). ``dtype`` auto (or None) is fp32 on the CPU and the profile's dtype
+    on a GPU. ``max_tokens`` (longest prompt + max_new_tokens) sizes the KV cache in the memory check.
     """
     prof = load_profile(profile) if profile else None
-    if prof is not None and model is not None and model != prof.model.name:
-        raise ModelError(f"--model {model} differs from the profile's model {prof.model.name}; pass one of them")
-    name = prof.model.name if prof is not None else (model or DEFAULT_MODEL)
-    dtype = dtype or (prof.model.dtype if prof is not None else "float32")
-    sm = load_model(name, device=device, dtype=dtype)
+    if prof is not None and model not in (None, prof.model.name) and prof.model.weights_fingerprint is None:
+        raise ModelError(f"--model {model} differs from the profile's model {prof.model.name}, and the profile "
+                         "records no weights fingerprint to compare them by; pass one of them")
+    name = model or (prof.model.name if prof is not None else DEFAULT_MODEL)
+    checkpoint = find_checkpoint(name)
+    checked = prof is None
     if prof is not None:
-        check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=force, source=profile)
+        config = read_config(checkpoint)
+        weights = weights_fingerprint(checkpoint.path)
+        if weights is not None or prof.model.weights_fingerprint is None:
+            check_model(prof, num_layers=config.num_hidden_layers, fingerprint=arch_fingerprint(config, name),
+                        weights_fingerprint=weights, force=force, source=profile)
+            checked = True
+        else:  # no safetensors files: the weights can only be hashed once they are loaded
+            check_model(prof, num_layers=config.num_hidden_layers, source=profile)
+    sm = load_model(checkpoint, device=device, dtype=dtype or "auto", max_tokens=max_tokens,
+                    profile_dtype=prof.model.dtype if prof is not None else None)
+    if not checked:
+        check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint,
+                    weights_fingerprint=sm.weights_fingerprint, force=force, source=profile)
     return sm, prof
 
 
-# Which drafter runs each profile method: "module:function", imported on first use so that a
-# method's dependencies load only when a profile asks for it. The function takes
-# (profile, model) and returns a *fresh* Drafter (drafters hold per-sequence state such as the
-# adaptive exit threshold), or None for plain decoding. Adding a method: one line here, plus the
-# method's name in profile.KNOWN_METHODS.
-DRAFTERS: dict[str, str] = {
-    "layer-skip": "skipsearch.api:layer_skip_drafter",
-    "clasp-dynamic": "skipsearch.clasp:dynamic_drafter",
-    "hierarchical": "skipsearch.hierarchical:hierarchical_drafter",
-    "fractal": "skipsearch.fractal:fractal_drafter",
-}
-
-
-def layer_skip_drafter(profile: Profile, sm: SkippableModel) -> Drafter | None:
-    return make_drafter(profile.draft)
-
-
 def drafter_factory(profile: Profile | None, sm: SkippableModel) -> Callable[[], Drafter | None]:
-    """A function that builds a fresh drafter for ``profile`` (plain decoding without one)."""
+    """A function that builds a fresh drafter for ``profile`` (plain decoding without one).
+
+    Drafters hold per-sequence state (the adaptive exit threshold, a lookup index), hence one per prompt.
+    The first is built here, so that parameters that do not fit the model fail before any prompt.
+    """
     if profile is None:
         return lambda: None
-    target = DRAFTERS.get(profile.method)
-    if target is None:
-        raise ModelError(f"profile method '{profile.method}' is not supported by this skipsearch's decoder")
-    module, _, name = target.partition(":")
-    build = getattr(importlib.import_module(module), name)
-    build(profile, sm)  # fail now, before any prompt, if the profile's parameters do not fit the model
-    return lambda: build(profile, sm)
-
-
-def draft_config_for(profile: Profile | None) -> DraftConfig:
-    """The layer-skip draft config a profile holds; plain autoregressive decoding without one."""
-    if profile is None:
-        return AUTOREGRESSIVE
-    if profile.method != "layer-skip":
-        raise ModelError(f"profile method '{profile.method}' has no single layer-skip config")
-    return profile.draft
+    candidate = profile.candidate
+    methods.build_drafter(candidate, sm)
+    return lambda: methods.build_drafter(candidate, sm)
 
 
 def decode_prompts(
@@ -93,32 +94,89 @@ def decode_prompts(
     max_new_tokens: int = 128,
     seed: int = 0,
     on_text: Callable[[int, str], None] | None = None,
-) -> list[Decoded]:
-    """Decode each prompt; ``on_text(index, new_text)`` streams text as it is produced.
+) -> Iterator[Decoded]:
+    """Decode each prompt and yield its result as soon as it is done, so that a caller can write
+    it before the next starts: an interrupt or a failure later loses nothing that finished.
 
-    ``drafters`` (from ``drafter_factory``) gives each prompt a fresh drafter; without it,
-    ``config`` is the layer-skip draft config.
+    Every prompt is encoded and checked (not empty, fits the model's context with
+    ``max_new_tokens`` more) here, before the first is decoded: bad input fails at the call, in
+    milliseconds. ``on_text(index, new_text)`` streams text as it is produced. ``drafters`` (from
+    ``drafter_factory``) gives each prompt a fresh drafter; without it, ``config`` is the
+    layer-skip draft config.
     """
-    out = []
-    for i, prompt in enumerate(prompts):
-        ids = encode_prompt(sm.tokenizer, prompt)
-        streamed: list[int] = []
-        shown = [0]
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
+    return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,
+                        max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
 
-        def stream(new: Sequence[int], i: int = i, streamed: list[int] = streamed, shown: list[int] = shown) -> None:
-            # Decode the whole continuation each time: a token may complete a multi-byte char.
-            streamed.extend(new)
-            text = sm.tokenizer.decode(streamed, skip_special_tokens=True)
-            if len(text) > shown[0]:
-                on_text(i, text[shown[0]:])
-                shown[0] = len(text)
 
+def _decode_each(sm: SkippableModel, work: list[tuple[Prompt, list[int]]], *, config: DraftConfig,
+                 drafters: Callable[[], Drafter | None] | None, sampling: SamplingParams, max_new_tokens: int,
+                 seed: int, on_text: Callable[[int, str], None] | None) -> Iterator[Decoded]:
+    for i, (prompt, ids) in enumerate(work):
+        stream = _TextStream(sm.tokenizer, lambda text, i=i: on_text(i, text)) if on_text else None
         drafter = drafters() if drafters is not None else None
         result = generate(
             sm, ids, config=None if drafter is not None else config, drafter=drafter, sampling=sampling,
-            max_new_tokens=max_new_tokens, seed=seed,
-            on_tokens=stream if on_text else None,
+            max_new_tokens=max_new_tokens, seed=seed, on_tokens=stream.push if stream else None,
         )
-        text = sm.tokenizer.decode(list(result.token_ids), skip_special_tokens=True)
-        out.append(Decoded(prompt, tuple(ids), result, text))
-    return out
+        text = stream.finish() if stream else sm.tokenizer.decode(list(result.token_ids), skip_special_tokens=True)
+        yield Decoded(prompt, tuple(ids), result, text)
+
+
+def prompt_label(prompt: Prompt) -> str:
+    """How messages name a prompt: ``<source>:<id>`` (a file and its line), or the source alone."""
+    return f"{prompt.source}:{prompt.id}" if prompt.id else prompt.source
+
+
+def context_length(sm: SkippableModel) -> int | None:
+    """The most positions the model was made for (its max_position_embeddings); None if unknown."""
+    value = getattr(sm.hf.config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def encode_checked(sm: SkippableModel, prompt: Prompt, *, max_new_tokens: int) -> list[int]:
+    """The prompt's token ids, or a one-line DataError naming the prompt if it cannot be decoded:
+    empty, or too long for the model's context once ``max_new_tokens`` are added."""
+    ids = encode_prompt(sm.tokenizer, prompt)
+    if not ids:
+        raise DataError(f"{prompt_label(prompt)}: the prompt is empty")
+    limit = context_length(sm)
+    if limit is not None and len(ids) + max_new_tokens > limit:
+        fix = (f"shorten it or lower --max-new-tokens to {limit - len(ids)} or less" if len(ids) < limit
+               else "shorten it")
+        raise DataError(f"{prompt_label(prompt)}: {len(ids)} prompt tokens + {max_new_tokens} new tokens exceed "
+                        f"the model's context length of {limit} tokens; {fix}")
+    return ids
+
+
+class _TextStream:
+    """Text of a token stream, written as it grows, never showing a character half-decoded.
+
+    A byte-level tokenizer splits one character (an emoji, a CJK ideograph) over several tokens;
+    decoded alone, the first of them is U+FFFD. Text ending in U+FFFD is therefore held back until
+    more tokens arrive, and whatever is left is written at the end.
+    """
+
+    def __init__(self, tokenizer, write: Callable[[str], None]) -> None:
+        self.tokenizer, self.write = tokenizer, write
+        self.ids: list[int] = []
+        self.shown = 0  # characters of the decoded text written so far
+
+    def push(self, new: Sequence[int]) -> None:
+        # Decode the whole continuation each time: a token may complete a character begun earlier.
+        self.ids.extend(new)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        self._write_to(text, len(text.rstrip("\ufffd")))
+
+    def finish(self) -> str:
+        """Write what was held back; return the whole text."""
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        self._write_to(text, len(text))
+        return text
+
+    def _write_to(self, text: str, end: int) -> None:
+        if end > self.shown:
+            self.write(text[self.shown:end])
+            self.shown = end

@@ -1,16 +1,15 @@
 """``skipsearch bench``: every method and the HF peers side by side, in one run, on the same prompt ids.
 
-One harness, Spec-Bench's contract with one timing loop:
-- a *method* is a name plus ``decode(prompt_ids, max_new_tokens) -> MethodOutput``. Profiles decode
-  through ``api.drafter_factory`` + ``decoding.generate`` (the one engine), whatever their method;
-  the HF peers through ``model.generate``;
-- every method is warmed up, then the methods are interleaved prompt by prompt (round robin, the
-  order rotated every round), so that slow machine drift spreads evenly over them;
-- each call is timed whole with the one timer (``timing.now``): prefill, drafting, verification
-  and the loop's own overhead, which is what a user waits for;
-- HF greedy is both the speed baseline and the reference output, in the same run. A method whose
-  output differs from it on any prompt is flagged and gets no speedup figure.
-Peers run at their best setting, which ``sweep_peer`` finds on other prompts (the calib split).
+The timing itself is ``harness.run_rounds``, the one harness (warm-up, rotated rounds, every call
+timed whole; its docstring has the rules). What bench adds:
+- the HF peers as methods (``model.generate`` with a forward counter, for τ and acceptance);
+  profiles decode through ``api.drafter_factory`` + ``decoding.generate`` (the one engine),
+  whatever their method;
+- HF greedy is both the speed baseline and the reference output, in the same rounds. Every other
+  output gets a verdict from ``equivalence.check`` (the model teacher-forced over it): identical,
+  equal up to numerical ties (16-bit dtypes only), or different. A method that is different on any
+  prompt is flagged and gets no speedup figure; tie-equal rows get one, with their tie count;
+- each peer runs at its best setting, which ``sweep_peer`` finds on other prompts (the calib split).
 """
 
 from __future__ import annotations
@@ -26,36 +25,24 @@ import torch
 from skipsearch import timing
 from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
-from skipsearch.decoding import Drafter, generate, hf_generate
+from skipsearch.decoding import hf_generate
+from skipsearch.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, worst
+from skipsearch.harness import (
+    OURS_AR,
+    Method,
+    MethodOutput,
+    Progress,
+    Run,
+    engine_method,
+    first_difference,
+    method_seconds,
+    ours_autoregressive,
+    run_rounds,
+)
 from skipsearch.memory import memory_probe
 from skipsearch.models import SkippableModel
 
 BASELINE = "hf-greedy"  # the speed baseline and the reference output
-OURS_AR = "skipsearch-ar"  # our own engine with no drafter: separates loop overhead from speculation
-
-
-@dataclass(frozen=True)
-class MethodOutput:
-    """What one decode produced. Counts are None where a method cannot report them."""
-
-    token_ids: tuple[int, ...]  # generated tokens only
-    verify_steps: int | None = None  # full-model forwards after the one that gave the first token
-    drafted: int | None = None  # draft tokens proposed to the full model
-    accepted: int | None = None  # draft tokens it kept
-    draft_steps: int | None = None  # draft forwards
-    draft_seconds: float | None = None  # engine-internal split (skipsearch methods only)
-    verify_seconds: float | None = None
-
-
-Decode = Callable[[Sequence[int], int], MethodOutput]
-
-
-@dataclass(frozen=True)
-class Method:
-    name: str  # the row label, unique in a run
-    family: str  # "hf" (a peer) or "skipsearch"
-    setting: str  # what was run, for people: a profile path, "prompt_lookup_num_tokens=4", ...
-    decode: Decode = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -146,92 +133,13 @@ def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Meth
     return hf_method(sm, spec.name, setting=f"{spec.option}={value}", **{spec.option: value})
 
 
-def engine_method(
-    sm: SkippableModel, name: str, drafters: Callable[[], Drafter | None], *, setting: str = ""
-) -> Method:
-    """A method decoded by ``decoding.generate``; ``drafters`` gives a fresh drafter per prompt."""
-
-    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> MethodOutput:
-        res = generate(sm, prompt_ids, drafter=drafters(), max_new_tokens=max_new_tokens)
-        s = res.stats
-        return MethodOutput(
-            res.token_ids, verify_steps=s.verify_steps, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
-            draft_steps=s.draft_steps, draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds,
-        )
-
-    return Method(name, "skipsearch", setting, decode)
-
-
-def ours_autoregressive(sm: SkippableModel) -> Method:
-    return engine_method(sm, OURS_AR, lambda: None, setting="decoding.generate, no drafter")
-
-
 def profile_method(sm: SkippableModel, path: str, profile) -> Method:
     """A profile of any registered method, decoded through the one engine."""
     from skipsearch.api import drafter_factory  # api imports the model loader; keep bench light
 
     name = f"{profile.method}:{Path(path).stem}"
-    return engine_method(sm, name, drafter_factory(profile, sm), setting=str(path))
-
-
-# -- the harness -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Run:
-    """One timed decode of one prompt by one method."""
-
-    method: str
-    prompt: int  # index into the run's prompts
-    repeat: int
-    slot: int  # position in its round: the rotation puts every method in every slot
-    seconds: float
-    peak_bytes: int
-    added_bytes: int  # peak minus what was in use just before the call
-    output: MethodOutput
-
-
-Progress = Callable[[int, int, str], None]  # (done, total, what) after each timed call
-
-
-def run_rounds(
-    methods: Sequence[Method],
-    prompt_ids: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int,
-    device: torch.device,
-    repeats: int = 1,
-    warmup_tokens: int = 16,
-    on_progress: Progress | None = None,
-) -> tuple[Run, ...]:
-    """Time every method on every prompt, interleaved. The one timing loop of the bench."""
-    names = [m.name for m in methods]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"method names must be unique, got {', '.join(names)}")
-    if repeats < 1 or max_new_tokens < 1:
-        raise ConfigError("repeats and max_new_tokens must be >= 1")
-    if not methods or not prompt_ids:
-        raise ConfigError("a bench needs at least one method and one prompt")
-    probe = memory_probe(device)
-    # 1. warm up: first calls pay for allocation, lazy imports and HF's generation setup
-    for m in methods:
-        m.decode(prompt_ids[0], min(max_new_tokens, warmup_tokens))
-    runs: list[Run] = []
-    total = len(prompt_ids) * repeats * len(methods)
-    for i, ids in enumerate(prompt_ids):
-        for r in range(repeats):
-            # 2. rotate the order every round, so each method runs first, second, ... equally often
-            shift = (i * repeats + r) % len(methods)
-            for slot, m in enumerate([*methods[shift:], *methods[:shift]]):
-                # 3. time the whole call with the one timer; memory is reset outside the timed span
-                probe.reset()
-                before = probe.current()
-                start = timing.now(device)
-                out = m.decode(ids, max_new_tokens)
-                seconds = timing.now(device) - start
-                peak = probe.peak()
-                runs.append(Run(m.name, i, r, slot, seconds, peak, max(peak - before, 0), out))
-                if on_progress:
-                    on_progress(len(runs), total, m.name)
-    return tuple(runs)
+    make = drafter_factory(profile, sm)
+    return engine_method(sm, name, lambda _ids: make(), setting=str(path))
 
 
 # -- summaries -------------------------------------------------------------------------------------
@@ -253,70 +161,100 @@ class BenchRow:
     added_memory_mib: float | None  # the largest per-call peak above what was in use before the call
     draft_ms: float | None  # mean draft forward, skipsearch methods only
     verify_ms: float | None  # mean verify forward (pending + drafts), skipsearch methods only
-    first_mismatch: str | None  # "prompt <id>, token <j>" for a flagged method
+    first_mismatch: str | None  # "prompt <id>, token <j>[: why]": the first position outside tolerance
+    ties: int = 0  # prompts not identical but equal to HF greedy up to numerical ties (equivalence.py)
+    tie_tokens: int = 0  # tokens decided by a tie, summed over those prompts
 
     @property
     def flagged(self) -> bool:
-        return self.identical < self.prompts
+        """Different from HF greedy on some prompt: no speedup figure."""
+        return self.identical + self.ties < self.prompts
+
+    @property
+    def verdict(self) -> str:
+        """The row's verdict over its prompts: the worst of theirs."""
+        return DIFFERENT if self.flagged else TIES if self.ties else IDENTICAL
 
 
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
-    for j, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return j
-    return min(len(a), len(b))
+Verdicts = dict[tuple[str, int], Verdict]  # (method, prompt index) -> its output against HF greedy's
+
+
+def exact_verdicts(runs: Sequence[Run], *, reference: str = BASELINE) -> Verdicts:
+    """Verdicts without a model: identical, or different at the first differing token. For runs whose
+    model is gone; ``model_verdicts`` tells ties apart."""
+    return _verdicts(runs, reference, lambda i, got, want: Verdict(
+        DIFFERENT, len(got), "", (), first_difference(got, want), first_difference(got, want)))
+
+
+def model_verdicts(sm: SkippableModel, runs: Sequence[Run], prompt_ids: Sequence[Sequence[int]], *,
+                   reference: str = BASELINE) -> Verdicts:
+    """Every method's output on every prompt against the reference's, by ``equivalence.check``: one
+    teacher-forced forward per output that is not identical, run after (never inside) the timed rounds."""
+    return _verdicts(runs, reference, lambda i, got, want: check(sm, prompt_ids[i], got, want))
+
+
+def _verdicts(runs: Sequence[Run], reference: str, differs) -> Verdicts:
+    ref = {r.prompt: r.output.token_ids for r in runs if r.method == reference and r.repeat == 0}
+    outputs: dict[tuple[str, int], list[tuple[int, ...]]] = {}
+    for r in runs:
+        seen = outputs.setdefault((r.method, r.prompt), [])
+        if r.output.token_ids not in seen:
+            seen.append(r.output.token_ids)
+    out = {}
+    for (name, i), outs in outputs.items():
+        want = ref.get(i)
+        if want is None:  # the reference did not run on this prompt: nothing to be equal to
+            out[name, i] = Verdict(DIFFERENT, len(outs[0]), "", reason="no reference output")
+            continue
+        # every repeat's output is judged; the prompt's verdict is the least equal of them
+        out[name, i] = worst([Verdict(IDENTICAL, len(got), "") if got == want else differs(i, got, want)
+                              for got in outs])
+    return out
 
 
 def summarize(
     methods: Sequence[Method], runs: Sequence[Run], prompt_labels: Sequence[str], *,
-    subset: Sequence[int] | None = None, flagged: frozenset[str] = frozenset(),
+    subset: Sequence[int] | None = None, flagged: frozenset[str] = frozenset(), verdicts: Verdicts | None = None,
 ) -> tuple[BenchRow, ...]:
     """One row per method over ``subset`` of the prompts (all by default).
 
     ``flagged`` names methods that differ somewhere in the run: they get no speedup even on a
-    subset where they happen to match.
+    subset where they happen to match. ``verdicts`` (``model_verdicts``) judge each output against
+    HF greedy's; without them only identical output counts (``exact_verdicts``).
     """
     prompts = list(range(len(prompt_labels))) if subset is None else list(subset)
-    by: dict[tuple[str, int], list[Run]] = {}
-    for run in runs:
-        by.setdefault((run.method, run.prompt), []).append(run)
-    reference = {i: by[(BASELINE, i)][0].output.token_ids for i in prompts if (BASELINE, i) in by}
-
-    def seconds_of(name: str) -> float | None:
-        if any((name, i) not in by for i in prompts):
-            return None
-        return sum(statistics.median(r.seconds for r in by[(name, i)]) for i in prompts)
-
-    base_s, ar_s = seconds_of(BASELINE), seconds_of(OURS_AR)
+    if verdicts is None:
+        verdicts = exact_verdicts(runs)
+    seconds = method_seconds(runs, prompts=prompts)
+    base_s, ar_s = seconds.get(BASELINE), seconds.get(OURS_AR)
     rows = []
     for m in methods:
-        mine = [(i, by[(m.name, i)]) for i in prompts if (m.name, i) in by]
+        mine = [r for r in runs if r.method == m.name and r.prompt in prompts]
         if not mine:
             continue
-        identical, mismatch = 0, None
-        for i, rs in mine:
-            ref = reference.get(i)
-            bad = next((r for r in rs if r.output.token_ids != ref), None) if ref is not None else rs[0]
-            if bad is None:
-                identical += 1
-            elif mismatch is None and ref is not None:
-                mismatch = f"prompt {prompt_labels[i]}, token {_first_difference(bad.output.token_ids, ref)}"
-        secs = sum(statistics.median(r.seconds for r in rs) for _, rs in mine)
-        outs = [rs[0].output for _, rs in mine]  # counts from the first repeat: decoding is deterministic
+        ran = sorted({r.prompt for r in mine})
+        mine_v = [(i, verdicts[m.name, i]) for i in ran]
+        kinds = [v.kind for _, v in mine_v]
+        mismatch = next((f"prompt {prompt_labels[i]}, token {v.position}" + (f": {v.reason}" if v.reason else "")
+                         for i, v in mine_v if not v.ok), None)
+        secs = method_seconds(mine, prompts=ran)[m.name]
+        # counts from the first repeat: decoding is deterministic
+        outs = [r.output for r in sorted(mine, key=lambda r: r.prompt) if r.repeat == 0]
         tokens = sum(len(o.token_ids) for o in outs)
-        clean = identical == len(mine) and m.name not in flagged
+        clean = DIFFERENT not in kinds and m.name not in flagged
         rows.append(BenchRow(
-            method=m.name, family=m.family, setting=m.setting, prompts=len(mine), identical=identical,
+            method=m.name, family=m.family, setting=m.setting, prompts=len(ran), identical=kinds.count(IDENTICAL),
             new_tokens=tokens, seconds=secs, tokens_per_s=tokens / secs if secs > 0 else 0.0,
             speedup=base_s / secs if clean and base_s and secs > 0 else None,
             vs_ours_ar=ar_s / secs if clean and ar_s and secs > 0 else None,
             tau=_ratio([len(o.token_ids) - 1 for o in outs], [o.verify_steps for o in outs]),
             acceptance_rate=_ratio([o.accepted for o in outs], [o.drafted for o in outs]),
-            peak_memory_mib=max(r.peak_bytes for _, rs in mine for r in rs) / 2**20 or None,
-            added_memory_mib=max(r.added_bytes for _, rs in mine for r in rs) / 2**20,
+            peak_memory_mib=max(r.peak_bytes for r in mine) / 2**20 or None,
+            added_memory_mib=max(r.added_bytes for r in mine) / 2**20,
             draft_ms=_ms([o.draft_seconds for o in outs], [o.draft_steps for o in outs]),
             verify_ms=_ms([o.verify_seconds for o in outs], [o.verify_steps for o in outs]),
-            first_mismatch=mismatch,
+            first_mismatch=mismatch, ties=kinds.count(TIES),
+            tie_tokens=sum(v.tie_tokens for _, v in mine_v if v.kind == TIES),
         ))
     return tuple(rows)
 
@@ -357,7 +295,8 @@ def sweep_peer(
     named = [Method(f"{peer}[{v}]", m.family, m.setting, m.decode) for v, m in zip(values, tried, strict=True)]
     methods = [peer_method(sm, BASELINE), *named]
     runs = run_rounds(methods, prompt_ids, max_new_tokens=max_new_tokens, device=sm.device, on_progress=on_progress)
-    rows = summarize(methods, runs, [str(i) for i in range(len(prompt_ids))])[1:]
+    rows = summarize(methods, runs, [str(i) for i in range(len(prompt_ids))],
+                     verdicts=model_verdicts(sm, runs, prompt_ids))[1:]
     clean = [(r.tokens_per_s, v) for r, v in zip(rows, values, strict=True) if not r.flagged]
     best = max(clean or [(r.tokens_per_s, v) for r, v in zip(rows, values, strict=True)])[1]
     return Sweep(peer, spec.option, rows, best)
@@ -389,6 +328,8 @@ class PromptResult:
     new_tokens: int
     seconds: float  # median over repeats
     identical: bool  # equals HF greedy's output on this prompt
+    verdict: str = IDENTICAL  # equivalence's verdict against HF greedy's output (every repeat)
+    tie_tokens: int = 0  # tokens decided by a numerical tie (verdict TIES)
 
 
 @dataclass(frozen=True)
@@ -471,20 +412,23 @@ def bench(
                       on_progress=on_progress)
     # 3. rows over all prompts, then per category with the same flags
     labels = [f"{p.source}:{p.id}" for p in prompts]
-    rows = summarize(methods, runs, labels)
+    verdicts = model_verdicts(sm, runs, ids)  # after the timed rounds: checking costs no one's time
+    rows = summarize(methods, runs, labels, verdicts=verdicts)
     flagged = frozenset(r.method for r in rows if r.flagged)
     cats: dict[str, list[int]] = {}
     for i, p in enumerate(prompts):
         cats.setdefault(p.category or "(none)", []).append(i)
-    categories = tuple((c, summarize(methods, runs, labels, subset=idx, flagged=flagged)) for c, idx in cats.items())
+    categories = tuple((c, summarize(methods, runs, labels, subset=idx, flagged=flagged, verdicts=verdicts))
+                       for c, idx in cats.items())
     per_prompt = []
     for m in methods:
         for i, p in enumerate(prompts):
             rs = [r for r in runs if r.method == m.name and r.prompt == i]
             ref = next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
+            v = verdicts[m.name, i]
             per_prompt.append(PromptResult(m.name, labels[i], p.category, len(rs[0].output.token_ids),
                                            statistics.median(r.seconds for r in rs),
-                                           all(r.output.token_ids == ref for r in rs)))
+                                           all(r.output.token_ids == ref for r in rs), v.kind, v.tie_tokens))
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),

@@ -6,6 +6,9 @@ The summary keeps two gains apart so that neither hides the other:
 - *speculation gain*: our best profile over our own autoregressive path, which is what drafting
   itself buys.
 Their product is the best profile's speedup over HF greedy.
+
+Every row carries its verdict against HF greedy's output (``equivalence.py``): identical, equal up to
+numerical ties (with the number of tied tokens), or different. The first two get a speedup figure.
 """
 
 from __future__ import annotations
@@ -16,24 +19,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from skipsearch.bench import BASELINE, OURS_AR, BenchReport, BenchRow
+from skipsearch.equivalence import tolerance_rule
 from skipsearch.profile import Measured
 
 JSON_FORMAT = "skipsearch-bench"
 # JSON versions: 1: first version (settings, environment, summary, rows, categories, sweeps, prompts).
-JSON_VERSION = 1
+# 2: rows gain ties, tie_tokens and verdict; prompts gain verdict and tie_tokens; the summary gains
+#    tie_equal. A version-1 reader that ignores unknown keys still reads every version-1 field.
+JSON_VERSION = 2
 
 
 @dataclass(frozen=True)
 class Summary:
     baseline_tokens_per_s: float | None  # HF greedy
     loop_overhead_gain: float | None  # skipsearch-ar speed / HF greedy speed
-    best_profile: str | None  # the fastest profile row whose output is identical
+    best_profile: str | None  # the fastest profile row whose output is identical or equal up to ties
     best_profile_speedup: float | None  # vs HF greedy
     speculation_gain: float | None  # best profile speed / skipsearch-ar speed
     peers: tuple[tuple[str, float | None], ...]  # each HF peer's speedup (None: output differs)
     not_slower_than_hf_greedy: bool | None  # goal 1; None without a usable profile row
     beats_every_peer: bool | None  # goal 2; None without a usable profile row or any peer
     flagged: tuple[str, ...]  # methods whose output differs from HF greedy
+    tie_equal: tuple[tuple[str, int, int], ...] = ()  # (method, prompts, tied tokens) equal only up to ties
 
 
 def _profiles(report: BenchReport) -> list[BenchRow]:
@@ -58,6 +65,7 @@ def summarize_report(report: BenchReport) -> Summary:
         not_slower_than_hf_greedy=None if best is None else best.speedup >= 1.0,
         beats_every_peer=beats,
         flagged=tuple(r.method for r in report.rows if r.flagged),
+        tie_equal=tuple((r.method, r.ties, r.tie_tokens) for r in report.rows if r.ties and not r.flagged),
     )
 
 
@@ -65,7 +73,7 @@ def report_to_dict(report: BenchReport) -> dict:
     """The JSON document: everything measured, per prompt included, and the summary."""
 
     def rows(rs: Sequence[BenchRow]) -> list[dict]:
-        return [{**dataclasses.asdict(r), "flagged": r.flagged} for r in rs]
+        return [{**dataclasses.asdict(r), "flagged": r.flagged, "verdict": r.verdict} for r in rs]
 
     return {
         "format": JSON_FORMAT,
@@ -94,12 +102,20 @@ def _f(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 def _identical(r: BenchRow) -> str:
-    return f"{r.identical}/{r.prompts}" + ("" if not r.flagged else " DIFFERS")
+    """Identical prompts of all, then those equal up to ties (and their tied tokens), then the flag."""
+    ties = f" + {r.ties} up to ties ({_tokens(r.tie_tokens)})" if r.ties else ""
+    return f"{r.identical}/{r.prompts}{ties}" + ("" if not r.flagged else " DIFFERS")
 
 
 def _speedup(r: BenchRow) -> str:
-    return "no (output differs)" if r.flagged else _x(r.speedup)
+    if r.flagged:
+        return "no (output differs)"
+    return _x(r.speedup) + (f" (ties: {_tokens(r.tie_tokens)})" if r.ties and r.speedup is not None else "")
 
 
 def _memory(r: BenchRow) -> str:
@@ -109,7 +125,7 @@ def _memory(r: BenchRow) -> str:
 
 
 MAIN_COLUMNS = ("method", "setting", "tokens/s", "speedup vs HF greedy", f"vs {OURS_AR}", "τ", "acceptance",
-                "wall s", "peak MiB (+added)", "identical")
+                "wall s", "peak MiB (+added)", "identical (+ up to ties)")
 
 
 def main_cells(r: BenchRow) -> tuple[str, ...]:
@@ -117,7 +133,7 @@ def main_cells(r: BenchRow) -> tuple[str, ...]:
             _f(r.tau), _f(r.acceptance_rate), _f(r.seconds, 1), _memory(r), _identical(r))
 
 
-CATEGORY_COLUMNS = ("method", "tokens/s", "speedup vs HF greedy", "τ", "acceptance", "identical")
+CATEGORY_COLUMNS = ("method", "tokens/s", "speedup vs HF greedy", "τ", "acceptance", "identical (+ up to ties)")
 
 
 def category_cells(r: BenchRow) -> tuple[str, ...]:
@@ -143,7 +159,8 @@ def summary_lines(report: BenchReport) -> list[str]:
         f"Loop overhead gain ({OURS_AR} over {BASELINE}, no drafting on either side): {_x(s.loop_overhead_gain)}",
     ]
     if s.best_profile is None:
-        out.append("No profile with identical output was benched, so there is no speculation gain to report.")
+        out.append("No profile with identical (or tie-equal) output was benched, so there is no speculation gain "
+                   "to report.")
     else:
         out.append(f"Speculation gain ({s.best_profile} over {OURS_AR}): {_x(s.speculation_gain)}")
         out.append(f"Best profile {s.best_profile}: {_x(s.best_profile_speedup)} HF greedy; "
@@ -151,6 +168,9 @@ def summary_lines(report: BenchReport) -> list[str]:
         if s.peers:
             peers = ", ".join(f"{name} {'differs' if v is None else _x(v)}" for name, v in s.peers)
             out.append(f"Peers: {peers}; goal 'beats every peer': {'met' if s.beats_every_peer else 'missed'}")
+    if s.tie_equal:
+        out.append("Equal to HF greedy up to numerical ties (speedup given): " + ", ".join(
+            f"{name} ({n} prompt{'' if n == 1 else 's'}, {_tokens(k)})" for name, n, k in s.tie_equal))
     if s.flagged:
         out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
     return out
@@ -219,8 +239,13 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
         "",
         "- tokens/s: new tokens over the method's wall time (prefill included), summed over prompts; each prompt's "
         "time is the median over its timed runs.",
-        "- speedup: HF greedy's wall time over the method's, on the same prompts. A method whose output differs from "
-        "HF greedy on any prompt gets none.",
+        "- speedup: HF greedy's wall time over the method's, on the same prompts. A method whose output is different "
+        "from HF greedy's on any prompt gets none.",
+        "- identical (+ up to ties): prompts whose output equals HF greedy's token for token; then those where it "
+        "differs, but the model, teacher-forced over the method's whole output in one forward, puts every token "
+        f"within a numerical tie of its argmax ({tolerance_rule(st.dtype)}); in brackets, the tokens that such "
+        "ties decided. Anything else is DIFFERS, with the first token outside the tolerance "
+        "(skipsearch/equivalence.py).",
         "- τ: tokens emitted per full-model forward after the first; acceptance: accepted over drafted tokens. For HF "
         "peers both are counted from the model's forward calls.",
         f"- memory: {st.memory_kind}; in brackets, the most one call added above what was in use before it.",
@@ -271,6 +296,8 @@ def measured_for(report: BenchReport, row: BenchRow, previous: Measured | None =
         baseline="hf-greedy (transformers generate, do_sample=False), same bench run",
         device=dict(report.environment).get("device_name") or st.device, dataset=f"{st.dataset} ({st.split})",
         n_prompts=st.n_prompts, max_new_tokens=st.max_new_tokens, source="bench",
-        notes=f"identical output {row.identical}/{row.prompts}; {_x(row.vs_ours_ar)} over skipsearch's own "
+        notes=f"identical output {row.identical}/{row.prompts}"
+              + (f", equal up to numerical ties on {row.ties} ({_tokens(row.tie_tokens)})" if row.ties else "")
+              + f"; {_x(row.vs_ours_ar)} over skipsearch's own "
               f"autoregressive loop; {st.threads} torch thread(s)",
     )

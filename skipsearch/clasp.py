@@ -25,7 +25,7 @@ Two uses:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,10 +33,9 @@ import torch.nn.functional as F
 from skipsearch import timing
 from skipsearch.config import DraftConfig
 from skipsearch.decoding import Draft, LayerSkipDrafter
+from skipsearch.methods.clasp_dynamic import SUBLAYERS, DynamicParams, skippable
 from skipsearch.models import SkippableModel
-from skipsearch.profile import ProfileError
 
-SUBLAYERS = ("layer", "attn", "mlp")
 # (layer, states [S, N, H]) -> [S, N, H]: one decoder layer (or a layer with a sublayer skipped) on S
 # stacked candidate states for the same N tokens.
 LayerFn = Callable[[int, torch.Tensor], torch.Tensor]
@@ -52,10 +51,10 @@ class DPResult:
 
 
 @dataclass(frozen=True)
-class ClaspPlan:
+class ClaspSkipSets:
     """The DP's skip set for every M, per granularity: ``skip_sets[k][m]`` for ``sublayers[k]``.
 
-    What the static strategy sweeps (strategies/clasp.py); ``static_plan`` makes one from a model.
+    What the static strategy sweeps (strategies/clasp.py); ``static_skip_sets`` makes one from a model.
     """
 
     sublayers: tuple[str, ...]  # "layer", "attn", "mlp"
@@ -250,7 +249,7 @@ def config_for(sublayer: str, layers: Sequence[int], base: DraftConfig) -> Draft
     layers = tuple(layers)
     attn = layers if sublayer in ("layer", "attn") else ()
     mlp = layers if sublayer in ("layer", "mlp") else ()
-    return base.with_(skip_attn=attn, skip_mlp=mlp)
+    return replace(base, skip_attn=attn, skip_mlp=mlp)
 
 
 def granularity(config: DraftConfig) -> tuple[str, int] | None:
@@ -265,8 +264,8 @@ def granularity(config: DraftConfig) -> tuple[str, int] | None:
     return None
 
 
-def static_plan(sm: SkippableModel, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *,
-                allowed: Sequence[int], limits: dict[str, int], tokens_per_sequence: int = 16) -> ClaspPlan:
+def static_skip_sets(sm: SkippableModel, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *,
+                allowed: Sequence[int], limits: dict[str, int], tokens_per_sequence: int = 16) -> ClaspSkipSets:
     """Static CLaSp: one DP per granularity over the calibration tokens, one shared decision per
     (i, j) by the mean cosine over all of them. ``limits``: granularity -> the largest M wanted.
 
@@ -283,56 +282,10 @@ def static_plan(sm: SkippableModel, prompts: Sequence[Sequence[int]], continuati
         subs.append(sub)
         sets.append(result.skip_sets)
         sims.append(result.similarity)
-    return ClaspPlan(tuple(subs), tuple(sets), tuple(sims), source="dp")
-
-
-def skippable(num_layers: int, protect_ends: bool) -> tuple[int, ...]:
-    return tuple(range(1, num_layers - 1)) if protect_ends else tuple(range(num_layers))
+    return ClaspSkipSets(tuple(subs), tuple(sets), tuple(sims), source="dp")
 
 
 # -- dynamic mode: the profile's parameters and the drafter ------------------------------------------
-
-
-@dataclass(frozen=True)
-class DynamicParams:
-    """``method_params`` of a ``clasp-dynamic`` profile."""
-
-    num_skips: int  # M: layers (or sublayers of the chosen kind) the DP skips
-    loi: int  # layer-optimization interval: verify steps between DP runs (1 = after every one)
-    sublayer: str = "layer"  # granularity: whole layers (the paper), or only attention / only MLP
-    protect_ends: bool = True  # never skip the first or the last layer
-
-    def to_pairs(self) -> tuple[tuple[str, object], ...]:
-        return (("num_skips", self.num_skips), ("loi", self.loi), ("sublayer", self.sublayer),
-                ("protect_ends", self.protect_ends))
-
-
-def dynamic_params(profile, *, source: str | None = None) -> DynamicParams:
-    """Validate a clasp-dynamic profile's method_params against its model's depth; ProfileError if bad."""
-    raw = dict(profile.method_params)
-    where = f"{source}: " if source else "clasp-dynamic profile: "
-    known = ("num_skips", "loi", "sublayer", "protect_ends")
-    for key in raw:
-        if key not in known:
-            raise ProfileError(f"{where}unknown key method_params.{key} for clasp-dynamic "
-                               f"(known: {', '.join(known)})")
-    for key in ("num_skips", "loi"):
-        if key not in raw:
-            raise ProfileError(f"{where}clasp-dynamic needs method_params.{key}")
-    sublayer = raw.get("sublayer", "layer")
-    if sublayer not in SUBLAYERS:
-        raise ProfileError(f"{where}method_params.sublayer must be one of {', '.join(SUBLAYERS)}, got {sublayer!r}")
-    protect = raw.get("protect_ends", True)
-    if not isinstance(protect, bool):
-        raise ProfileError(f"{where}method_params.protect_ends must be true or false, got {protect!r}")
-    layers = len(skippable(profile.model.num_layers, protect))
-    loi, m = raw["loi"], raw["num_skips"]
-    if isinstance(loi, bool) or not isinstance(loi, int) or loi < 1:
-        raise ProfileError(f"{where}method_params.loi must be an integer >= 1 (verify steps), got {loi!r}")
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= layers:
-        raise ProfileError(f"{where}method_params.num_skips must be an integer in 1..{layers} "
-                           f"(the skippable layers of a {profile.model.num_layers}-layer model), got {m!r}")
-    return DynamicParams(num_skips=m, loi=loi, sublayer=sublayer, protect_ends=protect)
 
 
 class ClaspDynamicDrafter:
@@ -390,14 +343,6 @@ class ClaspDynamicDrafter:
                 ("skip_set_changes", float(self.changes)))
 
 
-def dynamic_drafter(profile, sm: SkippableModel) -> ClaspDynamicDrafter | None:
-    """api.DRAFTERS["clasp-dynamic"]: a fresh drafter for the profile (None when K is 0)."""
-    params = dynamic_params(profile)
-    if profile.draft.is_autoregressive:
-        return None
-    return ClaspDynamicDrafter(params, profile.draft, num_layers=sm.num_layers)
-
-
 # -- the brute-force check used by tests and the report ---------------------------------------------
 
 
@@ -416,7 +361,7 @@ def approximation_check(targets: torch.Tensor, layers: ModelLayers, *, sub_range
 
 
 __all__ = [
-    "SUBLAYERS", "BruteForce", "ClaspDynamicDrafter", "ClaspPlan", "DPResult", "DynamicParams", "ModelLayers",
-    "approximation_check", "brute_force", "config_for", "dp_skip_sets", "dynamic_drafter", "dynamic_params",
-    "final_similarity", "granularity", "sequence_targets", "skippable", "static_plan",
+    "SUBLAYERS", "BruteForce", "ClaspDynamicDrafter", "ClaspSkipSets", "DPResult", "DynamicParams", "ModelLayers",
+    "approximation_check", "brute_force", "config_for", "dp_skip_sets",
+    "final_similarity", "granularity", "sequence_targets", "skippable", "static_skip_sets",
 ]

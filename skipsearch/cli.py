@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import warnings
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
 
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import DataError, Prompt, load_prompts
@@ -22,7 +24,32 @@ from skipsearch.models import ModelError
 from skipsearch.profile import ProfileError, load_profile, save_profile
 from skipsearch.study import StudyError
 
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """Typer's own option errors (``--max-new-tokens 0``, an unknown flag) as one ``error:`` line and
+    exit 2, like every other kind of bad input, instead of a usage panel."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:  # Ctrl-C outside a command's own handler
+            typer.echo("interrupted", err=True)
+            code = 130
+        except typer.TyperException as exc:  # typer's usage errors: a bad value, an unknown option
+            message = exc.format_message()
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `skipsearch profile` alone: its help, as asked
+                typer.echo(message)
+                code = 0
+            else:
+                typer.echo(f"error: {' '.join(message.split())}", err=True)
+                code = 2
+        if not standalone_mode:
+            return code
+        sys.exit(code or 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     help="Search, ship and run self-speculative decoding draft profiles.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -50,28 +77,58 @@ def user_errors():
 
 
 def _warnings_to_stderr() -> None:
-    # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each.
+    # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each, and skipsearch's own
+    # informational lines (where a model is placed, and why) likewise.
     warnings.showwarning = lambda msg, cat, *a, **k: typer.echo(f"warning: {msg}", err=True)
+    log = logging.getLogger("skipsearch")
+    if not any(getattr(h, "skipsearch_cli", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.skipsearch_cli = True
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 def _read_prompts_file(path: Path, chat_default: bool) -> tuple[Prompt, ...]:
-    prompts = []
+    """Prompts from JSONL, one {"prompt": str, "chat": bool} object a line. A value of the wrong type
+    is refused, naming the file and line, never coerced: null is not the text "None", "false" is not true."""
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise DataError(f"cannot read prompts file {path}: {exc.strerror or exc}") from None
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read prompts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    prompts = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        where = f"{path}:{no}"
         try:
             row = json.loads(line)
-            text = row["prompt"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise DataError(f"{path}:{no}: each line must be a JSON object with a \"prompt\" string") from None
-        prompts.append(Prompt(str(no), str(text), bool(row.get("chat", chat_default)), "", path.name))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise DataError(f"{where}: not valid JSON (nested too deeply)") from None
+        if not isinstance(row, dict):
+            raise DataError(f'{where}: each line must be a JSON object like {{"prompt": "...", "chat": false}}, '
+                            f"got {_json_short(row)}")
+        text, chat = row.get("prompt"), row.get("chat")
+        if not isinstance(text, str):
+            if "prompt" not in row:
+                raise DataError(f'{where}: no "prompt" key')
+            raise DataError(f'{where}: "prompt" must be a string, got {_json_short(text)}')
+        if not text:
+            raise DataError(f'{where}: "prompt" is empty')
+        if chat is not None and not isinstance(chat, bool):  # null, like a missing key, means the default
+            raise DataError(f'{where}: "chat" must be true or false, got {_json_short(chat)}')
+        prompts.append(Prompt(str(no), text, chat_default if chat is None else chat, "", str(path)))
     if not prompts:
         raise DataError(f"{path} holds no prompts")
     return tuple(prompts)
+
+
+def _json_short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @app.command()
@@ -88,10 +145,15 @@ def decode(
     top_p: Annotated[float, typer.Option()] = 1.0,
     top_k: Annotated[int, typer.Option(min=0)] = 0,
     seed: Annotated[int, typer.Option()] = 0,
-    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, or auto (spread over GPUs).")] = "cpu",
-    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16 or float16 (default: the profile's).")] = None,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
+                                             "cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (float32 on CPU; on GPU the profile's, else the checkpoint's), "
+                                            "float32, bfloat16, float16.")] = "auto",
     force: Annotated[bool, typer.Option(help="Use a profile despite a model fingerprint mismatch.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt on stdout.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Greedy only: also decode with HF greedy and print each "
+                                                        "output's verdict (identical, equal up to numerical ties, "
+                                                        "different) on stderr; with --json, as \"check\".")] = False,
 ) -> None:
     """Decode with a draft profile (lossless), or plainly with --model."""
     from skipsearch import api
@@ -100,9 +162,14 @@ def decode(
     with user_errors():
         if (prompt is None) == (prompts_file is None):
             raise DataError("give exactly one of --prompt or --prompts-file")
+        if prompt == "":
+            raise DataError("--prompt is empty: give the text to continue")
         sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        if check and not sampling.greedy:
+            raise ConfigError("--check compares greedy output with HF greedy: leave --temperature at 0")
+        # 1. all the input is checked before the model loads: a typo costs milliseconds
         prompts = (
-            _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("1", prompt, chat, "", "cli"),)
+            _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("", prompt, chat, "", "--prompt"),)
         )
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force)
         drafters = api.drafter_factory(prof, sm)
@@ -111,11 +178,15 @@ def decode(
             sys.stdout.write(text)
             sys.stdout.flush()
 
+        # 2. every prompt is encoded and checked against the context here, before the first decodes
         results = api.decode_prompts(
             sm, prompts, drafters=drafters, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
             on_text=None if as_json else show,
         )
+        # 3. each result is written (and flushed) as soon as its prompt is done: Ctrl-C or a failure
+        # later keeps every finished one
         for d in results:
+            verdict = _check_decoded(sm, d, max_new_tokens) if check else None
             if as_json:
                 row = {
                     "prompt": d.prompt.text,
@@ -123,8 +194,9 @@ def decode(
                     "token_ids": list(d.result.token_ids),
                     "text": d.text,
                     "stats": dataclasses.asdict(d.result.stats),
+                    **({"check": verdict.to_dict()} if verdict is not None else {}),
                 }
-                typer.echo(json.dumps(row))
+                typer.echo(json.dumps(row))  # click's echo flushes
             else:
                 s = d.result.stats
                 acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
@@ -134,6 +206,15 @@ def decode(
                     f"tau {s.tau:.2f}, acceptance {acc}{own}]",
                     err=True,
                 )
+            if verdict is not None:
+                typer.echo(f"[check: {verdict.describe()}]", err=True)
+
+
+def _check_decoded(sm, decoded, max_new_tokens: int):
+    """``decode --check``: the output against HF greedy's, judged by skipsearch.equivalence."""
+    from skipsearch.equivalence import check_against_hf
+
+    return check_against_hf(sm, decoded.prompt_token_ids, decoded.result.token_ids, max_new_tokens=max_new_tokens)
 
 
 @profile_app.command("validate")
@@ -155,17 +236,21 @@ def profile_show(path: Annotated[str, typer.Argument(help="Profile YAML to descr
 @app.command()
 def optimize(
     model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
-    strategy: Annotated[str, typer.Option(help="Search strategy: tpe, bayes, clasp, or fractal (an (n, w) grid).")]
-    = "tpe",
-    budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")] = 100,
+    strategy: Annotated[str, typer.Option(
+        help="Search strategy: tpe, bayes, clasp, fractal, ngram or hybrid (`skipsearch methods` says which searches "
+             "what).")
+    ] = "tpe",
+    budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")]
+    = 100,
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
     n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens decoded per calibration prompt.")] = 64,
-    objective: Annotated[str, typer.Option(help="two-stage (surrogate, then time a shortlist), surrogate, timed.")]
-    = "two-stage",
-    shortlist: Annotated[int, typer.Option(help="Configs timed after a surrogate search.")] = 5,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt (median).")] = 1,
-    max_k: Annotated[int, typer.Option(min=1, help="Largest max_draft_tokens searched.")] = 8,
+    objective: Annotated[str, typer.Option(
+        help="auto (two-stage where the method has a surrogate, else timed), two-stage (surrogate, then time a "
+             "shortlist), surrogate, timed.")] = "auto",
+    shortlist: Annotated[int, typer.Option(help="Candidates timed after a surrogate search.")] = 5,
+    repeats: Annotated[int, typer.Option(help="Timed runs per prompt (median).")] = 1,
+    max_k: Annotated[int, typer.Option(help="Largest max_draft_tokens searched.")] = 8,
     max_skip_ratio: Annotated[float, typer.Option(help="Most of the 2L sublayers a draft may skip.")] = 0.5,
     protect_ends: Annotated[bool, typer.Option(help="Never skip the first or last layer.")] = True,
     study: Annotated[
@@ -174,63 +259,92 @@ def optimize(
     storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
     out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch profile.")] = False,
     warm_start: Annotated[
         list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
     ] = None,
     clasp_loi: Annotated[
-        int, typer.Option(min=1, help="--strategy clasp: the LOI of the <out>-dynamic.yaml profile also written.")
-    ] = 8,
+        int | None, typer.Option(min=1, help="clasp: the LOI of the <out>-dynamic.yaml profile it also writes (8).")
+    ] = None,
     seed: Annotated[int, typer.Option()] = 0,
-    device: Annotated[str, typer.Option()] = "cpu",
-    dtype: Annotated[str, typer.Option()] = "float32",
-    n: Annotated[str | None, typer.Option("--n", help="fractal: numbers of fractal layers to try, e.g. 3,5,7.")]
-    = None,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
+    n: Annotated[str | None, typer.Option("--n", help="fractal: fractal layer counts, e.g. 3,5,7; ngram and hybrid: "
+                                                      "suffix lengths looked up, e.g. 1,2,3,4.")] = None,
     w: Annotated[str | None, typer.Option("--w", help="fractal: draft windows to try, e.g. 3,5,7.")] = None,
-    quantization: Annotated[str, typer.Option(help="fractal: auto, int8-dynamic, int8-weight-only, bnb-int8, none.")]
-    = "auto",
+    quantization: Annotated[
+        str | None, typer.Option(help="fractal: auto, int8-dynamic, int8-weight-only, bnb-int8, none.")
+    ] = None,
+    vocab_sizes: Annotated[str | None, typer.Option(
+        help="hybrid: trimmed draft heads to try, V' most frequent tokens, 0 = the full head; e.g. 0,8192,16384.")
+    ] = None,
+    costs: Annotated[str | None, typer.Option(
+        help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
+             "no new trials.")] = None,
+    time_shortlist: Annotated[bool, typer.Option(
+        help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
 ) -> None:
-    """Search draft configs with a timed objective and write the best as a profile."""
+    """Search draft candidates with a timed objective and write the best as a profile."""
     import optuna
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from skipsearch import optimize as opt
     from skipsearch.models import load_model
+    from skipsearch.profile import check_profile_target
     from skipsearch.space import SearchSpace
 
     _warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if strategy == "fractal":
-        with user_errors():
-            _optimize_fractal(model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-                              repeats=repeats, n=n or "3,5,7", w=w or "3,5,7", quantization=quantization, study=study,
-                              out=out, seed=seed, device=device, dtype=dtype)
-        return
     with user_errors():
-        if n is not None or w is not None:
-            raise ConfigError("--n and --w apply to --strategy fractal only")
-        if budget < 1:
-            raise StudyError(f"--budget must be >= 1, got {budget}")
-        if objective not in opt.OBJECTIVES:
-            raise ConfigError(f"unknown objective '{objective}': use {', '.join(opt.OBJECTIVES)}")
-        from skipsearch.strategies import check_strategy
-
-        check_strategy(strategy)  # before the model loads: a typo should cost milliseconds
+        # 1. everything that can be wrong with the input fails here, before the model loads
+        if costs is not None or budget == 0:  # re-rank the study for another device (skipsearch.replan)
+            if costs is None or budget != 0:
+                raise ConfigError("--budget must be >= 1, got 0 (--budget 0 re-ranks a study and needs --costs)"
+                                  if costs is None else
+                                  "--costs re-ranks the study's evaluated configs without new trials: give --budget 0")
+            return _rerank(costs, model=model, strategy=strategy, study=study, storage=storage, study_name=study_name,
+                           dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, shortlist=shortlist,
+                           time_shortlist=time_shortlist, repeats=repeats, seed=seed, device=device, dtype=dtype,
+                           out=out, force=force)
+        for flag, value in (("--budget", budget), ("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens),
+                            ("--shortlist", shortlist), ("--repeats", repeats), ("--max-k", max_k)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {value}")
+        given = {"n_values": ("--n", n and _int_list(n, "--n")), "w_values": ("--w", w and _int_list(w, "--w")),
+                 "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
+                 "vocab_sizes": ("--vocab-sizes", vocab_sizes and _int_list(vocab_sizes, "--vocab-sizes"))}
+        options = tuple((key, value) for key, (_, value) in given.items() if value is not None)
         if storage is None and study is None:
             study = f"studies/{Path(model).name}-{strategy}"
-        load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads
-        for p in warm_start or ():
-            load_profile(p)  # and on a bad warm-start profile
-        sm = load_model(model, device=device, dtype=dtype)
-        warm = [load_profile(p, num_layers=sm.num_layers) for p in warm_start or ()]
-        space = SearchSpace(
-            num_layers=sm.num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
-            protect_ends=protect_ends, max_skip_ratio=max_skip_ratio,
-        )
+        path = out or Path(study or ".") / "best.yaml"
+        check_profile_target(path, force=force)
+        prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
+        warm = [load_profile(p) for p in warm_start or ()]
         settings = opt.OptimizeSettings(
             strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-            objective=objective, shortlist=shortlist, seed=seed, repeats=repeats, space=space, study_dir=study,
-            storage=storage, study_name=study_name, warm_start=tuple(p.draft for p in warm),
+            objective=objective, shortlist=shortlist, seed=seed, repeats=repeats, study_dir=study, storage=storage,
+            study_name=study_name, warm_start=tuple(p.draft for p in warm), strategy_options=options,
         )
+        # Before the model loads its depth is unknown: check the options on a deep stand-in (the warm start's
+        # depth when there is one); they are checked again, against the model, by optimize itself.
+        layers = warm[0].model.num_layers if warm else 128
+        try:
+            opt.build_strategy(_space(SearchSpace, layers, max_k, protect_ends, max_skip_ratio), settings)
+        except ConfigError as e:  # "strategy 'tpe' does not take n-values": name the option as typed
+            text, taken = str(e), " does not take "
+            if taken in text:
+                key = text.rsplit(taken, 1)[1].replace("-", "_")
+                text = text.rsplit(taken, 1)[0] + taken + given.get(key, (key,))[0]
+            raise ConfigError(text) from None
+        # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
+        # character, and a chat template adds a few dozen.
+        longest = max(len(p.text) for p in prompts) + 64
+        sm = load_model(model, device=device, dtype=dtype, max_tokens=longest + max_new_tokens)
+        for p in warm_start or ():
+            load_profile(p, num_layers=sm.num_layers)  # a warm start made for another depth names other layers
+        settings = dataclasses.replace(settings, space=_space(SearchSpace, sm.num_layers, max_k, protect_ends,
+                                                              max_skip_ratio))
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=False,
@@ -246,47 +360,94 @@ def optimize(
                 progress.update(task, completed=min(record.number + 1, budget), best=label)
 
             result = opt.optimize(sm, settings, on_trial=on_trial, on_stage=lambda msg: progress.console.log(msg))
-        path = out or Path(study or ".") / "best.yaml"
-        opt.write_profile(result, path)
+        save_profile(result.profile, path)
         for r in result.timed:
             m = r.measurement
             typer.echo(
                 f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
-                f"acceptance {m.acceptance_rate or 0:.2f}  {opt.config_summary(r.config)}"
+                f"acceptance {m.acceptance_rate or 0:.2f}  {opt.candidate_summary(r.candidate)}"
+                + (f"  [{m.notes}]" if m.notes else "")
             )
         typer.echo(f"{result.verdict}\nwrote {path}")
-        if result.plan is not None:  # CLaSp: the dynamic profile goes next to the static one
-            dynamic = path.with_name(f"{path.stem}-dynamic{path.suffix or '.yaml'}")
-            save_profile(opt.clasp_dynamic_profile(result, loi=clasp_loi, protect_ends=protect_ends), dynamic)
-            typer.echo(f"wrote {dynamic}")
+        for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
+            beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
+            save_profile(companion, beside)
+            typer.echo(f"wrote {beside}")
         if result.interrupted:
             typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
             raise typer.Exit(130)
 
 
-def _optimize_fractal(*, model: str, dataset: str, n_prompts: int, max_new_tokens: int, repeats: int, n: str, w: str,
-                      quantization: str, study: str | None, out: Path | None, seed: int, device: str,
-                      dtype: str) -> None:
-    """``optimize --strategy fractal``: time the (n, w) grid and write the best as a profile."""
-    from skipsearch import fractal_search as fs
+def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage: str | None, study_name: str | None,
+            dataset: str, n_prompts: int, max_new_tokens: int, shortlist: int, time_shortlist: bool, repeats: int,
+            seed: int, device: str, dtype: str, out: Path | None, force: bool) -> None:
+    """``optimize --study S --costs C --budget 0``: the study's configs re-ranked under C (inside user_errors)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from skipsearch import replan
+    from skipsearch.costs import load_costs
+    from skipsearch.data import encode_prompt
     from skipsearch.models import load_model
-    from skipsearch.profile import save_profile
+    from skipsearch.objective import calibrate
+    from skipsearch.optimize import config_summary
+    from skipsearch.profile import check_profile_target
+    from skipsearch.study import load_records
 
-    settings = fs.FractalSearchSettings(
-        n_values=fs.parse_int_list(n, "--n"), w_values=fs.parse_int_list(w, "--w"), dataset=dataset,
-        n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, quantization=quantization, seed=seed,
-    )
-    load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # fail on bad data before the model loads
+    # 1. the input, before the model loads
+    for flag, value in (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
+                        ("--repeats", repeats)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    target = load_costs(costs)
+    if storage is None and study is None:
+        study = f"studies/{Path(model).name}-{strategy}"
+    label, records = load_records(study_dir=study, storage=storage, study_name=study_name)
+    path = out or Path(study or ".") / f"rerank-{Path(costs).stem}.yaml"
+    check_profile_target(path, force=force)
+    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
+    # 2. trace the study's skip sets on the model and replay every config under the other costs
     sm = load_model(model, device=device, dtype=dtype)
+    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn()) as progress:
+        task = progress.add_task("tracing skip sets", total=None)
+        rr = replan.rerank_study(sm, cal, records, target, costs_source=costs, shortlist=shortlist,
+                                 workload=f"{dataset} (calib split), {n_prompts} prompts x {max_new_tokens} tokens",
+                                 on_progress=lambda done, total: progress.update(task, completed=done, total=total))
+        if time_shortlist:  # 3. time the shortlist here, each against plain decoding in the same rounds
+            timing = progress.add_task("timing the shortlist", total=min(shortlist, len(rr.rows)))
+            timed = replan.time_rows(sm, cal, rr.rows[:shortlist], repeats=repeats,
+                                     on_row=lambda _row: progress.advance(timing))
+            rr = dataclasses.replace(rr, rows=timed + rr.rows[shortlist:])
+    prof, verdict = replan.reranked_profile(sm, rr, target, study=label, dataset=f"{dataset} (calib split)",
+                                            n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed)
+    save_profile(prof, path)
+    # 4. print at the edge
+    typer.echo(f"study {label}: {len(rr.rows)} configs re-ranked under {costs} ({target.device}, {target.dtype})"
+               + (f"; {rr.skipped} trials of other methods left out" if rr.skipped else ""))
+    for i, r in enumerate(rr.rows[: max(shortlist, 10)], 1):
+        where = f"trial {r.trial}" if r.trial is not None else "re-planned"
+        study_timed = f"  study timed {r.study_timed:.3f}x" if r.study_timed is not None else ""
+        here = f"  timed here {r.timed.speedup:.3f}x" if r.timed is not None else ""
+        typer.echo(f"{i:>3}. predicted {r.predicted.speedup:.3f}x{here}{study_timed}  ({where})  "
+                   f"{config_summary(r.config)}")
+    typer.echo(f"{verdict}\nwrote {path}")
 
-    def show(point) -> None:
-        m = point.measurement
-        typer.echo(f"timed  {m.speedup:.3f}x  tau {m.tau or 0:.2f}  accepted/verify {point.accepted_per_verify:.2f}  "
-                   f"n={point.params.n} w={point.params.w}")
 
-    result = fs.search_fractal(sm, settings, on_point=show, on_stage=lambda msg: typer.echo(msg, err=True))
-    path = save_profile(result.profile, out or Path(study or f"studies/{Path(model).name}-fractal") / "best.yaml")
-    typer.echo(f"{result.verdict}\nwrote {path}")
+def _space(space_type, num_layers: int, max_k: int, protect_ends: bool, max_skip_ratio: float):
+    return space_type(num_layers=num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
+                      protect_ends=protect_ends, max_skip_ratio=max_skip_ratio)
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7); anything else is a one-line ConfigError naming the option."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values:
+        raise ConfigError(f"{option} must be comma-separated integers, e.g. 3,5,7; got {text[:40]!r}")
+    return values
 
 
 def _profile_paths(given: list[str]) -> list[str]:
@@ -325,8 +486,10 @@ def bench(
         int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
     ] = 2,
     seed: Annotated[int, typer.Option(help="Which prompts are drawn.")] = 0,
-    device: Annotated[str, typer.Option()] = "cpu",
-    dtype: Annotated[str | None, typer.Option(help="Default: the profiles' dtype, else float32.")] = None,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
+                                             "cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
@@ -351,13 +514,16 @@ def bench(
     from skipsearch import bench as bn
     from skipsearch import bench_report as br
     from skipsearch.models import load_model
-    from skipsearch.profile import check_model, save_profile
+    from skipsearch.profile import check_model, check_profile_target, save_profile
 
     _warnings_to_stderr()
     with user_errors():
         # 1. everything that can be wrong with the input fails here, before the model loads
         paths = _profile_paths([*(profiles or []), *(more_profiles or [])])
         profs = [(p, load_profile(p)) for p in paths]
+        for target in (report, as_json, *(paths if write_measured else ())):
+            if target:
+                check_profile_target(target, force=True)  # writable; what is there is replaced on purpose
         names = {prof.model.name for _, prof in profs}
         if len(names) > 1 or (model is not None and names and model not in names):
             raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
@@ -428,6 +594,55 @@ def bench(
     for row in result.rows:
         if row.flagged:
             typer.echo(f"warning: {row.method} output differs from hf-greedy ({row.first_mismatch})", err=True)
+        elif row.ties:
+            typer.echo(f"note: {row.method} output equals hf-greedy up to numerical ties on {row.ties} of "
+                       f"{row.prompts} prompts ({row.tie_tokens} tied tokens; identical on {row.identical})", err=True)
+
+
+@app.command("costs")
+def costs_command(
+    model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
+    out: Annotated[Path | None, typer.Option(help="Cost file to write (default costs/<device>-<dtype>.yaml).")]
+    = None,
+    dataset: Annotated[str, typer.Option(help="Prompts the context is taken from, as optimize's calibration.")]
+    = "mtbench",
+    max_new_tokens: Annotated[int, typer.Option(min=2, help="As optimize's: the context is the first calibration "
+                                                            "prompt plus half as many generated tokens.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, help="Samples per quantity (medians).")] = 9,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (costs depend on them).")]
+    = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
+) -> None:
+    """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
+    import shlex
+
+    import torch
+
+    from skipsearch.costs import calibration_context, measure_cost_profile, save_costs
+    from skipsearch.models import load_model
+    from skipsearch.profile import check_profile_target
+
+    _warnings_to_stderr()
+    with user_errors():
+        if out:
+            check_profile_target(out, force=force)
+        load_prompts(dataset, split="calib", n=1, seed=seed)
+        if threads:
+            torch.set_num_threads(threads)
+        sm = load_model(model, device=device, dtype=dtype)
+        path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
+        if not out:
+            check_profile_target(path, force=force)
+        typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
+        context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
+        cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]))
+        save_costs(cp, path)
+    typer.echo(cp.describe())
+    typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")
 
 
 @app.command()
@@ -439,33 +654,51 @@ def plan(
     verify: Annotated[
         str | None, typer.Option(help="Analysis: v(1),v(2),...: a k-token forward / one step (default: free).")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model (default: the --medium profile's).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model (default: the --medium profile's; smollm2-135m with "
+                                                   "--study).")] = None,
     medium: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_q.")] = None,
     small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="Re-plan this layer-skip profile (K, exit rule, skip set) for --costs, from its kept traces.")] = None,
+    costs: Annotated[str | None, typer.Option(
+        help="A cost file (skipsearch costs): the device --profile or --study is planned for.")] = None,
+    study: Annotated[str | None, typer.Option(
+        help="Choose M_q and M_s from this study's α/c Pareto front, plan (m, n), validate.")] = None,
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
     n_prompts: Annotated[int, typer.Option(min=1, help="Calibration prompts (calib split).")] = 4,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens decoded per prompt.")] = 64,
     max_m: Annotated[int, typer.Option(help="Largest m (medium tokens per cycle) planned.")] = 8,
     max_n: Annotated[int, typer.Option(help="Largest n (small tokens per medium token) planned.")] = 4,
-    validate: Annotated[bool, typer.Option(help="Decode the best three- and two-level pairs and time them.")] = False,
+    validate: Annotated[bool | None, typer.Option(
+        "--validate/--no-validate",
+        help="Decode the best three- and two-level pairs and time them (default: with --study only).")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt when validating (median).")] = 1,
     seed: Annotated[int, typer.Option()] = 0,
-    device: Annotated[str, typer.Option()] = "cpu",
-    dtype: Annotated[str, typer.Option()] = "float32",
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
+                                             "cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Draw predicted speedup over (m, n) to this PNG.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write a hierarchical profile of the chosen (m, n).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch profile.")] = False,
     report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
     from skipsearch import plan as planner
+    from skipsearch.profile import check_profile_target
 
     _warnings_to_stderr()
     with user_errors():
+        # Where the results go is checked first, so that a bad path fails before the measuring does.
+        for path in (plot, report):
+            if path:
+                check_profile_target(path, force=True)  # any writable file will do: not a profile
         given = {"--alpha": alpha, "--beta": beta, "--c": c, "--cs": cs}
         if any(v is not None for v in given.values()) or verify is not None:
-            if medium or small or model or validate or out:
-                raise ConfigError("give either --alpha --beta --c --cs (analysis) or --medium and --small (measured)")
+            if medium or small or model or validate or out or profile or study or costs:
+                raise ConfigError("give either --alpha --beta --c --cs (analysis), --medium and --small (measured), "
+                                  "--profile or --study")
             missing = [k for k, v in given.items() if v is None]
             if missing:
                 raise ConfigError(f"analysis needs {', '.join(missing)} as well")
@@ -473,14 +706,31 @@ def plan(
             result = planner.plan_table(inputs, max_m=max_m, max_n=max_n)
             text, data = planner.format_plan(result), result.to_dict()
             body = f"# Hierarchical planner, given inputs\n\n{text}\n"
+        elif profile is not None or study is not None:  # search once, deploy anywhere (skipsearch.replan)
+            if (profile is not None and study is not None) or medium or small:
+                raise ConfigError("give one of --profile, --study, or --medium and --small")
+            if plot and profile is not None:
+                raise ConfigError("--plot draws the (m, n) plan of --study or --medium/--small, not a profile's")
+            if out:
+                check_profile_target(out, force=force)
+            result, data, text, body = _plan_portable(
+                profile=profile, study=study, costs=costs, model=model, dataset=dataset, n_prompts=n_prompts,
+                max_new_tokens=max_new_tokens, max_m=max_m, max_n=max_n, validate=validate is not False,
+                repeats=repeats, seed=seed, device=device, dtype=dtype, out=out)
         else:
             from skipsearch import hierplan
 
             if medium is None or small is None:
-                raise ConfigError("give --alpha --beta --c --cs (analysis) or both --medium and --small (measured)")
+                raise ConfigError("give --alpha --beta --c --cs (analysis), both --medium and --small (measured), "
+                                  "--profile or --study")
+            if costs:
+                raise ConfigError("--costs plans --profile or --study for another device; --medium/--small are "
+                                  "measured here")
+            if out:
+                check_profile_target(out, force=force)
             rep, sm = hierplan.plan_from_profiles(
                 medium, small, model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-                max_m=max_m, max_n=max_n, run_validation=validate, repeats=repeats, seed=seed, device=device,
+                max_m=max_m, max_n=max_n, run_validation=bool(validate), repeats=repeats, seed=seed, device=device,
                 dtype=dtype, on_stage=lambda msg: typer.echo(msg, err=True),
             )
             result, data = rep.plan, rep.to_dict()
@@ -500,6 +750,52 @@ def plan(
             typer.echo(f"wrote {what} {path}", err=True)
 
 
+def _plan_portable(*, profile: str | None, study: str | None, costs: str | None, model: str | None, dataset: str,
+                   n_prompts: int, max_new_tokens: int, max_m: int, max_n: int, validate: bool, repeats: int,
+                   seed: int, device: str, dtype: str, out: Path | None) -> tuple:
+    """``plan --profile`` (no model: replayed under --costs) or ``plan --study`` (levels from the study's front):
+    (plan or None, JSON data, text, Markdown body). Inside user_errors; --out was checked."""
+    from skipsearch import replan
+    from skipsearch.costs import load_costs
+
+    command = " ".join(["skipsearch", *sys.argv[1:]])
+    if profile is not None:
+        prof = load_profile(profile)
+        target = load_costs(costs) if costs else replan.own_costs(prof, source=profile)
+        new, planned = replan.replan_profile(prof, target, source=profile, costs_source=costs or profile)
+        text = replan.format_replan(prof, new, planned, target)
+        if out:
+            save_profile(new, out)
+        body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
+        return None, replan.replan_to_dict(new, planned), text, body
+    from skipsearch import hierplan
+    from skipsearch.costs import check_costs_for
+    from skipsearch.data import encode_prompt
+    from skipsearch.models import load_model
+    from skipsearch.objective import calibrate
+    from skipsearch.study import load_records
+
+    target = load_costs(costs) if costs else None
+    label, records = load_records(study_dir=study)
+    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
+    sm = load_model(model or "smollm2-135m", device=device, dtype=dtype)
+    if target is not None:
+        check_costs_for(target, sm, source=costs)
+    say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
+    say(f"calibrating: {len(prompts)} prompts x {max_new_tokens} tokens")
+    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
+    sp = hierplan.plan_from_study(sm, cal, records, study=label, dataset=dataset,
+                                  costs=target.cost_model() if target else None, seed=seed, max_m=max_m, max_n=max_n,
+                                  run_validation=validate, repeats=repeats, on_stage=say)
+    text = hierplan.render_study_markdown(sp, num_layers=sm.num_layers, command=command)
+    if out:
+        chosen = hierplan.build_profile(sp.report, sm, sp.report.chosen())
+        save_profile(dataclasses.replace(chosen, search=dataclasses.replace(chosen.search, study=label)), out)
+    data = {"study": label, "front": [dataclasses.asdict(p) for p in sp.front],
+            "pairs": [dataclasses.asdict(p) for p in sp.pairs], "report": sp.report.to_dict()}
+    return sp.report.plan, data, text, text
+
+
 @study_app.command("show")
 def study_show(
     study: Annotated[str | None, typer.Argument(help="Study directory.")] = None,
@@ -517,6 +813,8 @@ def study_show(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
+        if top < 0:
+            raise StudyError(f"--top must be >= 0, got {top}")
         info, recs = load_records(study_dir=study, storage=storage, study_name=study_name)
     states: dict[str, int] = {}
     for r in recs:
@@ -536,5 +834,22 @@ def study_show(
             typer.echo(f"trial {r.number} failed: {r.error}")
 
 
-def main() -> None:  # pragma: no cover - console entry for `python -m skipsearch`
-    app()
+@app.command("methods")
+def methods_command() -> None:
+    """The draft methods a profile can name, and the strategy that searches each."""
+    from skipsearch import methods
+
+    for name in methods.names():
+        m = methods.get(name)
+        search = f"--strategy {m.strategy}" if m.strategy else "skipsearch plan"
+        typer.echo(f"{name:<14} {m.summary} [{search}]")
+
+
+@app.command("models")
+def models_command() -> None:
+    """The names --model takes besides a directory, and where each loads from on this machine."""
+    from skipsearch.checkpoints import list_models
+
+    for info in list_models():
+        where = str(info.path) if info.path is not None else "not on this machine"
+        typer.echo(f"{info.name:<24} {info.hub_id or info.description or '':<44} {where}")

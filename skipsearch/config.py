@@ -6,7 +6,8 @@ no module can change one behind another's back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -87,11 +88,59 @@ class DraftConfig:
         """Fraction of the 2L sublayers that the draft skips."""
         return (len(self.skip_attn) + len(self.skip_mlp)) / (2 * num_layers)
 
-    def with_(self, **changes) -> DraftConfig:
-        return replace(self, **changes)
 
 
 AUTOREGRESSIVE = DraftConfig(max_draft_tokens=0, exit=NO_EXIT)
+
+
+class FrozenMap(tuple):
+    """A mapping frozen for hashing: its sorted (key, value) pairs. ``thaw`` gives the dict back."""
+
+
+def _frozen(value: Any) -> Any:
+    # Lists and dicts from YAML or JSON become tuples, so that a candidate hashes and compares by value.
+    if isinstance(value, dict):
+        return FrozenMap(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)) and not isinstance(value, FrozenMap):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The plain YAML/JSON value a frozen one stands for: dicts and lists again."""
+    if isinstance(value, FrozenMap):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point a search evaluates and a profile ships: a draft method, its draft config, its parameters.
+
+    ``method`` names an entry of ``skipsearch.methods``; ``params`` are that method's ``method_params``
+    as (key, value) pairs, sorted, with lists frozen to tuples (empty for methods that need none).
+    """
+
+    method: str
+    draft: DraftConfig
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        pairs = self.params.items() if isinstance(self.params, dict) else self.params
+        object.__setattr__(self, "params", tuple(sorted((str(k), _frozen(v)) for k, v in pairs)))
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return thaw(dict(self.params).get(key, default))
+
+    def plain_params(self) -> dict[str, Any]:
+        """The params as a profile's ``method_params`` holds them."""
+        return {k: thaw(v) for k, v in self.params}
+
+    @property
+    def is_autoregressive(self) -> bool:
+        return self.draft.is_autoregressive
 
 
 @dataclass(frozen=True)

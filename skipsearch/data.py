@@ -174,17 +174,24 @@ def _package_dir(module: str, dist: str) -> Path:
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
     rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path.name} line {number}: invalid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path.name} line {number}: expected a JSON object")
-            rows.append(row)
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path.name} line {number}: invalid JSON ({e.msg})") from None
+                except RecursionError:
+                    raise DataError(f"{path.name} line {number}: invalid JSON (nested too deeply)") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path.name} line {number}: expected a JSON object")
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path.name}: not UTF-8 text ({e.reason})") from None
+    except OSError as e:  # unreadable, or a .gz that is not gzip
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
     return rows
 
 
@@ -200,11 +207,21 @@ def _with_datasets(part: str, *args: Any, **kwargs: Any) -> Any:
         raise DataError(f"cannot load {part!r}: {cause}") from None
 
 
-def _flag(value: Any) -> bool:
-    # CSV cells arrive as strings, where "false" must not count as true.
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes")
-    return bool(value)
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
+
+
+def _flag(value: Any, where: str) -> bool:
+    # CSV cells arrive as strings, where "false" must not count as true; anything else that is not
+    # plainly a yes or a no is refused rather than guessed.
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise DataError(f"{where}: chat must be true or false, got {shown}")
 
 
 def _from_rows(rows: Any, source: str, field: str | None) -> tuple[Prompt, ...]:
@@ -222,7 +239,7 @@ def _from_rows(rows: Any, source: str, field: str | None) -> tuple[Prompt, ...]:
             Prompt(
                 id=str(index if ident is None else ident),
                 text=text,
-                chat=_flag(row.get("chat")),
+                chat=_flag(row.get("chat"), f"{source} row {index}"),
                 category=str(row.get("category") or ""),
                 source=source,
             )

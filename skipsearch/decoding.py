@@ -77,6 +77,8 @@ class Drafter(Protocol):
     def threshold(self) -> float | None: ...
 
     # Optional: ``report() -> tuple[tuple[str, float], ...]`` fills DecodeStats.drafter_stats.
+    # Optional: a drafter with ``wants_tokens = True`` gets ``history=``, the sequence so far (prompt,
+    # output, ending with the pending token), as a list it must not change (e.g. prompt lookup).
     # Optional: a drafter with ``wants_hidden_states = True`` gets, after each verify step that the
     # decode goes on from, ``verified(sm, cache, hidden=[L+1, H], position=p)``: the verify pass's
     # per-layer hidden states of the last kept token (at position p), e.g. to re-plan its skip set.
@@ -100,6 +102,14 @@ def process_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tens
     return logits.softmax(-1)
 
 
+def one_hot_probs(tokens: Sequence[int], sm: SkippableModel) -> torch.Tensor:
+    """q for a deterministic draft (e.g. prompt lookup): one row per token, all mass on it. [k, V]"""
+    vocab = sm.lm_head.weight.shape[0]
+    q = torch.zeros(len(tokens), vocab, device=sm.device)  # [k, V]
+    q[torch.arange(len(tokens)), torch.tensor(list(tokens))] = 1.0
+    return q
+
+
 def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
@@ -110,10 +120,14 @@ def _uniform(generator: torch.Generator, device: torch.device) -> float:
 
 # -- the layer-skip drafter -------------------------------------------------------------------------
 class LayerSkipDrafter:
-    """Drafts with the same model, some sublayers skipped (Draft&Verify), with adaptive exit."""
+    """Drafts with the same model, some sublayers skipped (Draft&Verify), with adaptive exit.
 
-    def __init__(self, config: DraftConfig) -> None:
+    ``head`` (``sm.subset_head``) replaces the LM head while drafting, e.g. FR-Spec's trimmed head
+    over the most frequent tokens; verification always runs the full head."""
+
+    def __init__(self, config: DraftConfig, *, head: torch.nn.Module | None = None) -> None:
         self.config = config
+        self.head = head
         rule = config.exit
         self.gamma = rule.threshold
         self._ar: float | None = None  # running acceptance rate; None before the first verify
@@ -127,7 +141,7 @@ class LayerSkipDrafter:
         qs: list[torch.Tensor] = []
         need_conf = self.gamma > 0.0 or self.config.exit.adaptive
         token = pending
-        with sm.drafting(self.config):
+        with sm.drafting(self.config), sm.draft_head(self.head):
             for j in range(min(limit, self.config.max_draft_tokens)):
                 logits = sm.forward(torch.tensor([token]), start=start + j, cache=cache, last_only=True)[-1]  # [V]
                 if sampling.greedy:
@@ -191,6 +205,7 @@ def generate(
         drafter = make_drafter(config)
     max_k = config.max_draft_tokens if config is not None else (1 << 30)
     wants_hidden = getattr(drafter, "wants_hidden_states", False)  # only then does verify keep hidden states
+    wants_tokens = getattr(drafter, "wants_tokens", False)
     eos = set(sm.eos_token_ids if eos_token_ids is None else eos_token_ids)
     device = sm.device
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -207,6 +222,7 @@ def generate(
     pending = choose(logits[-1])
     n = len(prompt_ids)  # cache holds positions [0, n); `pending` will sit at position n
     out = [pending]
+    seq = [*prompt_ids, pending]  # the whole sequence, for drafters that read it (wants_tokens)
     if on_tokens:
         on_tokens([pending])
     t_prefill = timing.now(device)
@@ -220,8 +236,9 @@ def generate(
         # 1. draft
         t0 = timing.now(device)
         if drafter is not None and limit > 0:
+            extra = {"history": seq} if wants_tokens else {}
             draft = drafter.draft(
-                sm, cache, pending=pending, start=n, limit=limit, sampling=sampling, generator=generator
+                sm, cache, pending=pending, start=n, limit=limit, sampling=sampling, generator=generator, **extra
             )
             draft_steps += len(draft.tokens)
         else:
@@ -264,6 +281,7 @@ def generate(
         accepted += min(a, len(new))
         emitted_per_cycle.append(len(new))
         out.extend(new)
+        seq.extend(new)
         if on_tokens:
             on_tokens(new)
         t2 = timing.now(device)

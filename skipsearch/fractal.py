@@ -59,98 +59,14 @@ import importlib.util
 import warnings
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.decoding import Draft, process_logits
+from skipsearch.methods.fractal import SCHEMES, FractalParams, even_positions  # noqa: F401 (the params live there)
 from skipsearch.models import SkippableModel
-
-METHOD = "fractal"
-SCHEMES = ("int8-dynamic", "int8-weight-only", "bnb-int8", "none")
-MAX_W = 64  # a sanity bound: every slot costs attention and MLP rows in n+1 passes
-
-
-# -- parameters --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FractalParams:
-    """What a fractal profile fixes (its ``method_params``)."""
-
-    n: int = 3  # number of fractal layers
-    w: int = 3  # draft window: slots appended before the first fractal layer
-    layers: tuple[int, ...] = ()  # 0-based layer each fractal layer sits in front of; () = evenly spaced
-    quantization: str = "auto"  # one of SCHEMES, or auto
-    slot_token: int | None = None  # token id whose embedding fills the initial slots; None = mean embedding
-
-    def __post_init__(self) -> None:
-        for name, low, high in (("n", 1, None), ("w", 1, MAX_W)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
-                bound = f">= {low}" if high is None else f"in {low}..{high}"
-                raise ConfigError(f"fractal {name} must be an integer {bound}, got {value!r}")
-        layers = tuple(self.layers)
-        if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in layers):
-            raise ConfigError(f"fractal layers must be 0-based layer indices (integers >= 0), got {list(layers)}")
-        if layers and (len(layers) != self.n or list(layers) != sorted(set(layers))):
-            raise ConfigError(f"fractal layers must list n = {self.n} distinct indices in increasing order, "
-                              f"got {list(layers)}")
-        object.__setattr__(self, "layers", layers)
-        if self.quantization not in (*SCHEMES, "auto"):
-            raise ConfigError(f"unknown fractal quantization {self.quantization!r}: use auto, {', '.join(SCHEMES)}")
-        st = self.slot_token
-        if st is not None and (isinstance(st, bool) or not isinstance(st, int) or st < 0):
-            raise ConfigError(f"fractal slot_token must be a token id >= 0 or null, got {st!r}")
-
-    @property
-    def max_draft_tokens(self) -> int:
-        return self.w + self.n + 1
-
-    def positions(self, num_layers: int) -> tuple[int, ...]:
-        """The 0-based layers the fractal layers sit in front of, checked against the model."""
-        if self.n > num_layers:
-            raise ConfigError(f"fractal n = {self.n} is more than the model's {num_layers} layers")
-        if self.layers:
-            if self.layers[-1] >= num_layers:
-                raise ConfigError(f"fractal layer {self.layers[-1]} does not exist: the model has "
-                                  f"{num_layers} layers (0..{num_layers - 1})")
-            return self.layers
-        return even_positions(self.n, num_layers)
-
-    def to_method_params(self, num_layers: int, device: str | torch.device = "cpu") -> tuple[tuple[str, Any], ...]:
-        """The profile's method_params: positions and the quantization scheme written out in full."""
-        out = [("n", self.n), ("w", self.w), ("layers", list(self.positions(num_layers))),
-               ("quantization", resolve_scheme(self.quantization, device))]
-        if self.slot_token is not None:
-            out.append(("slot_token", self.slot_token))
-        return tuple(out)
-
-
-def even_positions(n: int, num_layers: int) -> tuple[int, ...]:
-    """n layers with gap L/n: 1-based round(j·L/n) for j = 1..n, as 0-based indices."""
-    return tuple(int(round(j * num_layers / n)) - 1 for j in range(1, n + 1))
-
-
-def params_from_method_params(raw: Sequence[tuple[str, Any]] | dict) -> FractalParams:
-    """Validate a profile's free-form method_params; every problem is one ConfigError line."""
-    values = dict(raw)
-    known = {"n", "w", "layers", "quantization", "slot_token"}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"unknown fractal method_params key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    for key in ("n", "w"):
-        if key not in values:
-            raise ConfigError(f"fractal method_params needs {key}")
-    layers = values.get("layers") or ()
-    if not isinstance(layers, (list, tuple)):
-        raise ConfigError(f"fractal method_params.layers must be a list of layer indices, got {layers!r}")
-    quantization = values.get("quantization", "auto")
-    if not isinstance(quantization, str):
-        raise ConfigError(f"fractal method_params.quantization must be a string, got {quantization!r}")
-    return FractalParams(n=values["n"], w=values["w"], layers=tuple(layers), quantization=quantization,
-                         slot_token=values.get("slot_token"))
 
 
 # -- the compressed copy -------------------------------------------------------------------------------
@@ -434,12 +350,3 @@ class FractalDrafter:
     def report(self) -> tuple[tuple[str, float], ...]:
         return (("fractal_n", float(len(self.positions))), ("fractal_w", float(self.params.w)),
                 ("draft_passes", float(self.passes)), ("compressed_mb", self.cm.nbytes / 2**20))
-
-
-def fractal_drafter(profile, sm: SkippableModel) -> FractalDrafter | None:
-    """api.DRAFTERS entry: a fresh drafter for a ``method: fractal`` profile (None: plain decoding)."""
-    params = params_from_method_params(profile.method_params)
-    params.positions(sm.num_layers)
-    if profile.draft.max_draft_tokens == 0:  # the search found nothing that pays: plain decoding
-        return None
-    return FractalDrafter(sm, params, max_draft_tokens=profile.draft.max_draft_tokens)

@@ -26,18 +26,13 @@ against measured run behind ``skipsearch plan`` live in hierplan.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.decoding import Draft, _draw, _rejection_sample, process_logits
 from skipsearch.plan import _check_shape
-from skipsearch.profile import Profile, ProfileError
-
-METHOD = "hierarchical"
-_PARAM_KEYS = ("m", "n", "small")
 
 
 @dataclass(frozen=True)
@@ -164,54 +159,17 @@ class HierarchicalDrafter:
 
 
 # -- profiles ------------------------------------------------------------------------------------------
-def hierarchy_from_profile(profile: Profile) -> Hierarchy:
-    """Read and check a ``method: hierarchical`` profile: draft is M_q, method_params hold m, n and M_s."""
-    where = "hierarchical profile"
-    params = dict(profile.method_params)
-    unknown = [k for k in params if k not in _PARAM_KEYS]
-    if unknown:
-        raise ProfileError(f"{where}: unknown key method_params.{unknown[0]} (known: {', '.join(_PARAM_KEYS)})")
-    for key in _PARAM_KEYS:
-        if key not in params:
-            raise ProfileError(f"{where}: missing required key method_params.{key}")
-    small_raw = params["small"]
-    if not isinstance(small_raw, Mapping):
-        raise ProfileError(f"{where}: method_params.small must be a mapping with skip_attn and skip_mlp")
-    extra = [k for k in small_raw if k not in ("skip_attn", "skip_mlp")]
-    if extra:
-        raise ProfileError(f"{where}: unknown key method_params.small.{extra[0]} (known: skip_attn, skip_mlp)")
-    lists = {}
-    for key in ("skip_attn", "skip_mlp"):
-        value = small_raw.get(key) or []
-        if not isinstance(value, (list, tuple)):
-            raise ProfileError(f"{where}: method_params.small.{key} must be a list of layer indices")
-        lists[key] = tuple(value)
-    draft = profile.draft
-    if draft.exit.threshold != 0.0 or draft.exit.adaptive:
-        raise ProfileError(f"{where}: draft.exit must be {{threshold: 0, adaptive: false}} (m and n are fixed)")
-    try:
-        small = DraftConfig(**lists, max_draft_tokens=0, exit=NO_EXIT)
-        h = Hierarchy(medium=draft, small=small, m=params["m"], n=params["n"])
-        h.check_layers(profile.model.num_layers)
-    except ConfigError as e:
-        raise ProfileError(f"{where}: {str(e).replace('draft.', 'layer ')}") from None
-    if draft.max_draft_tokens != h.max_block:
-        raise ProfileError(
-            f"{where}: draft.max_draft_tokens must be m·(n+1) = {h.max_block}, the largest block, "
-            f"got {draft.max_draft_tokens}"
-        )
-    return h
+def hierarchy_from_profile(profile) -> Hierarchy:
+    """The hierarchy a ``method: hierarchical`` profile holds (its params checked by the method's one path)."""
+    from skipsearch.methods.hierarchical import METHOD
+
+    p = METHOD.parse(profile.method_params, draft=profile.draft, num_layers=profile.model.num_layers)
+    return Hierarchy(medium=profile.draft, small=p.small, m=p.m, n=p.n)
 
 
 def hierarchy_to_profile_fields(h: Hierarchy) -> tuple[DraftConfig, tuple[tuple[str, object], ...]]:
     """(draft, method_params) for a profile of ``h``; the inverse of hierarchy_from_profile."""
-    draft = h.medium.with_(max_draft_tokens=h.max_block, exit=NO_EXIT)
-    small = {"skip_attn": list(h.small.skip_attn), "skip_mlp": list(h.small.skip_mlp)}
-    return draft, (("m", h.m), ("n", h.n), ("small", small))
+    from skipsearch.methods.hierarchical import HierarchicalParams
 
-
-def hierarchical_drafter(profile: Profile, sm) -> HierarchicalDrafter:
-    """api.DRAFTERS entry: a fresh drafter for a hierarchical profile on ``sm``."""
-    h = hierarchy_from_profile(profile)
-    h.check_layers(sm.num_layers)
-    return HierarchicalDrafter(h)
+    draft = replace(h.medium, max_draft_tokens=h.max_block, exit=NO_EXIT)
+    return draft, HierarchicalParams(m=h.m, n=h.n, small=h.small).to_pairs()

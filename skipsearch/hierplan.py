@@ -4,29 +4,35 @@ Stages (each reuses the one tool that already does the job):
 1. calibrate: the full model's greedy continuations of the prompts (objective.calibrate);
 2. α and β, teacher-forced along those continuations (objective.trace, full-model context KV):
    α = how often M_q's argmax equals M_p's token, β = how often M_s's argmax equals M_q's argmax;
-3. costs with the one timer at the calibration context: a full step and v(k) (objective.measure_costs),
-   then one M_q step, one M_s step and M_q's k-token forwards v_q(k), the same way;
+3. costs with the one timer at the calibration context, all in the same rotated rounds
+   (objective.measure_costs with M_q and M_s as extra configs): a full step and v(k), one M_q step,
+   one M_s step and M_q's k-token forwards v_q(k), each the median of its samples;
 4. plan every (m, n) (plan.plan_table);
 5. validate (optional): decode the same prompts with the best three-level (m, n), the best two-level
-   (n = 0) and plain autoregressive decoding, interleaved prompt by prompt in this process; greedy
-   output must be identical; report measured speedup, τ and the decoder's own α, β beside the prediction.
+   (n = 0) and plain autoregressive decoding through the one harness (harness.run_rounds: warm-up,
+   rotated rounds, the baseline in the same rounds); greedy output must be identical; report measured
+   speedup, τ and the decoder's own α, β beside the prediction.
+
+``plan --study S`` chooses M_q and M_s itself (``plan_from_study``): the α/c Pareto front of the study's
+layer-skip drafts (``study_front``), every pair from it the decoder allows scored by the closed forms with β
+traced here (``choose_pairs``), then stages 2-5 for the best pair.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-import torch
-
 from skipsearch import timing
-from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.decoding import generate
+from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
+from skipsearch.equivalence import lossless_check
+from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
 from skipsearch.hierarchical import HierarchicalDrafter, Hierarchy, hierarchy_to_profile_fields
+from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.models import SkippableModel
-from skipsearch.objective import Calibration, LosslessnessError, full_cache, measure_costs, trace
-from skipsearch.plan import Plan, PlanInputs, format_plan, plan_row, plan_table
+from skipsearch.objective import Calibration, CostModel, full_cache, measure_costs, trace
+from skipsearch.plan import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo
 
 Stage = Callable[[str], None]
@@ -58,7 +64,8 @@ def measure_acceptance(sm: SkippableModel, cal: Calibration, medium: DraftConfig
 
 @dataclass(frozen=True)
 class LevelCosts:
-    """Timed costs of the three levels at one context length (best of repeats)."""
+    """Timed costs of the three levels at one context length: medians of samples taken in the same
+    rotated rounds (objective.measure_costs), so that c and c_s compare like with like."""
 
     step_seconds: float  # one M_p single-token step
     medium_seconds: float  # one M_q single-token step
@@ -77,29 +84,14 @@ class LevelCosts:
 
 def measure_level_costs(sm: SkippableModel, context: Sequence[int], medium: DraftConfig, small: DraftConfig, *,
                         max_verify: int, max_verify_medium: int, repeats: int = 7) -> LevelCosts:
-    # v(k) measured at a spread of sizes up to the largest block, interpolated between them
+    """M_p's step and v(k), M_q's and M_s's steps and M_q's v_q(k), timed in one set of rounds."""
+    # v(k) measured at a spread of sizes up to the largest block, interpolated between them;
+    # v_q(k) at every k, as M_q verifies at most n + 1 tokens
     sizes = sorted({k for k in (1, 2, 3, 4, 6, 9, 13, 19, 28, 41, 60) if k <= max_verify} | {max_verify})
-    full = measure_costs(sm, context, verify_sizes=sizes, repeats=repeats)
-    cache = sm.new_cache()
-    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-    n = len(context)
-
-    def best(config: DraftConfig, k: int) -> float:
-        ids = torch.tensor((list(context) * k)[:k])
-
-        def once() -> None:
-            with sm.drafting(config):
-                sm.forward(ids, start=n, cache=cache, last_only=k == 1)  # a draft step: last logits only
-            sm.crop(cache, n)
-
-        # the median, as measure_costs takes for the full model, so that c and c_s are like for like
-        return timing.time_call(once, device=sm.device, repeats=repeats, warmup=2)[0].median
-
-    medium_step, small_step = best(medium, 1), best(small, 1)
-    vq = [1.0]
-    for k in range(2, max_verify_medium + 1):
-        vq.append(max(best(medium, k) / medium_step, vq[-1]))  # non-decreasing against noise, as v(k) is
-    return LevelCosts(full.step_seconds, medium_step, small_step, full.verify_ratio, tuple(vq))
+    costs = measure_costs(sm, context, verify_sizes=sizes, repeats=repeats, extra={"medium": medium, "small": small},
+                          extra_verify_sizes={"medium": range(1, max_verify_medium + 1)})
+    q, s = costs.extra("medium"), costs.extra("small")
+    return LevelCosts(costs.step_seconds, q.step_seconds, s.step_seconds, costs.verify_ratio, q.verify_ratio)
 
 
 @dataclass(frozen=True)
@@ -120,49 +112,40 @@ class ValidationRow:
 
 def validate(sm: SkippableModel, cal: Calibration, inputs: PlanInputs, hierarchies: Sequence[Hierarchy], *,
              repeats: int = 1) -> tuple[ValidationRow, ...]:
-    """Time each hierarchy against plain decoding on the calibration prompts; greedy must be identical."""
-    n_new = cal.max_new_tokens
-    # first-call effects (allocator, kernels) must land on no one side
-    generate(sm, cal.prompts[0], max_new_tokens=min(n_new, 8))
-    for h in hierarchies:
-        generate(sm, cal.prompts[0], drafter=HierarchicalDrafter(h), max_new_tokens=min(n_new, 8))
-    # One drafter per hierarchy for all prompts: it holds only counters, which then pool over prompts.
-    drafters = [HierarchicalDrafter(h) for h in hierarchies]
-    seconds: list[list[list[float]]] = [[[] for _ in cal.prompts] for _ in range(len(hierarchies) + 1)]
-    tokens = [0] * (len(hierarchies) + 1)
-    cycles = [0] * (len(hierarchies) + 1)
-    for i, prompt in enumerate(cal.prompts):
-        for r in range(repeats):
-            order = list(range(len(hierarchies) + 1))  # 0 = autoregressive
-            shift = (i + r) % len(order)  # rotate who goes first, so slow drift favours no one
-            outputs = {}
-            for j in order[shift:] + order[:shift]:
-                drafter = drafters[j - 1] if j else None
-                if drafter is not None and r > 0:
-                    drafter = HierarchicalDrafter(hierarchies[j - 1])  # count each prompt once
-                res = generate(sm, prompt, drafter=drafter, max_new_tokens=n_new)
-                outputs[j] = res.token_ids
-                seconds[j][i].append(res.stats.seconds)
-                if r == 0:
-                    tokens[j] += res.stats.new_tokens
-                    cycles[j] += res.stats.verify_steps
-            for j in range(1, len(order)):
-                if outputs[j] != outputs[0]:
-                    raise LosslessnessError(f"greedy output differs from autoregressive for {hierarchies[j - 1]}")
-    totals = [sum(statistics.median(per) for per in side) for side in seconds]
+    """Time each hierarchy against plain decoding on the calibration prompts, through the one harness
+    (warm-up, rotated rounds, the baseline in the same rounds); greedy output must be identical."""
+    # One drafter per hierarchy serves every timed decode, so that its counters pool α and β over the
+    # prompts: it holds no state that steers the drafting, only counters. The drafters are made afresh
+    # after the warm-up, which must not count. Each repeat adds a prompt's counts again, identical
+    # under greedy decoding, so the pooled ratios are those of a single pass.
+    pooled = [HierarchicalDrafter(h) for h in hierarchies]
+
+    def fresh_counters() -> None:
+        pooled[:] = [HierarchicalDrafter(h) for h in hierarchies]
+
+    base = ours_autoregressive(sm, name="autoregressive")
+    methods = [base, *(engine_method(sm, f"#{j} m={h.m} n={h.n}", lambda _ids, j=j: pooled[j], setting=str(h))
+                       for j, h in enumerate(hierarchies))]
+    runs = run_rounds(methods, cal.prompts, max_new_tokens=cal.max_new_tokens, device=sm.device, repeats=repeats,
+                      warmup_tokens=8, reference=base.name, strict=True, same=lossless_check(sm),
+                      on_warmed=fresh_counters)
+    seconds = method_seconds(runs)
     rows = []
-    for j, (h, drafter) in enumerate(zip(hierarchies, drafters, strict=True), start=1):
+    for method, h, drafter in zip(methods[1:], hierarchies, pooled, strict=True):
+        outs = first_outputs(runs, method.name)
+        tokens = sum(len(o.token_ids) for o in outs)
+        cycles = sum(o.verify_steps or 0 for o in outs)
         own = dict(drafter.report())
         predicted = plan_row(inputs, h.m, h.n)
         again = PlanInputs(own.get("alpha", inputs.alpha), own.get("beta", inputs.beta), inputs.c, inputs.cs,
                            inputs.verify, inputs.verify_medium)
         rows.append(ValidationRow(
             m=h.m, n=h.n, predicted_speedup=predicted.speedup, predicted_tau=predicted.tokens,
-            measured_speedup=totals[0] / totals[j],
-            measured_tau=(tokens[j] - len(cal.prompts)) / cycles[j] if cycles[j] else 1.0,
+            measured_speedup=seconds[base.name] / seconds[method.name],
+            measured_tau=(tokens - len(cal.prompts)) / cycles if cycles else 1.0,
             alpha=own.get("alpha"), beta=own.get("beta") if h.n else None,
             repredicted_speedup=plan_row(again, h.m, h.n).speedup,
-            seconds=totals[j], baseline_seconds=totals[0], tokens=tokens[j],
+            seconds=seconds[method.name], baseline_seconds=seconds[base.name], tokens=tokens,
         ))
     return tuple(rows)
 
@@ -331,9 +314,134 @@ def build_profile(rep: PlanReport, sm: SkippableModel, h: Hierarchy) -> Profile:
         seed=rep.seed, source="plan", notes=notes, extra=extra,
     )
     return Profile(
-        model=ModelRef(sm.name, sm.num_layers, sm.dtype_name, sm.fingerprint), method="hierarchical",
-        draft=draft, measured=measured, environment=Environment.current(rep.device),
+        model=ModelRef.of(sm), method=HIERARCHICAL.name,
+        draft=draft, measured=measured,
+        environment=Environment.current(rep.device, placement=getattr(sm, "placement", None)),
         search=SearchInfo(strategy="plan", objective="hierarchical planner" + (" + timed" if val else ""),
                           seed=rep.seed),
         method_params=params,
     )
+
+
+# -- choosing M_q and M_s from a study (``skipsearch plan --study S``) -----------------------------------------
+@dataclass(frozen=True)
+class FrontPoint:
+    config: DraftConfig  # the skip sets (K and the exit rule play no part in a level)
+    alpha: float  # the study's: per-position agreement with the full model on its calibration set
+    c: float  # one draft step / one full step, under the cost model in use
+    trial: int
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    medium: DraftConfig
+    small: DraftConfig
+    alpha: float  # M_q's agreement with M_p, traced here
+    beta: float  # M_s's agreement with M_q, traced here
+    c: float
+    cs: float
+    best: PlanRow  # the best (m, n) of the closed forms for this pair
+    best_three_level: PlanRow | None  # the best with n >= 1 (None where the rules allow n = 0 only)
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    study: str
+    front: tuple[FrontPoint, ...]  # cheapest first
+    pairs: tuple[PairChoice, ...]  # every pair the decoder's rules allow, best predicted first
+    report: PlanReport  # the chosen pair, measured (α, β, level costs) and, with validation, timed
+
+
+def study_front(records: Sequence, costs: CostModel | None = None) -> tuple[FrontPoint, ...]:
+    """The Pareto front of a study's layer-skip skip sets on α (higher) against c (lower). c comes from
+    ``costs`` where given (another device's), else from what the study recorded; a draft that skips nothing
+    is the full model, not a level."""
+    points: dict[tuple, FrontPoint] = {}
+    for r in records:
+        m = r.measurement
+        if r.candidate is None or r.candidate.method != LAYER_SKIP.name or m is None or m.alpha is None:
+            continue
+        d = r.config
+        if not (d.skip_attn or d.skip_mlp):
+            continue
+        key = (d.skip_attn, d.skip_mlp)
+        c = costs.draft_ratio(d) if costs is not None else m.cost_ratio
+        if c is None or key in points:
+            continue
+        points[key] = FrontPoint(DraftConfig(d.skip_attn, d.skip_mlp, 0, NO_EXIT), m.alpha, c, r.number)
+    listed = list(points.values())
+    return tuple(listed[i] for i in pareto_front([(p.alpha, p.c) for p in listed]))
+
+
+def choose_pairs(front: Sequence[FrontPoint], traces: dict, costs: CostModel, *, max_m: int = 8,
+                 max_n: int = 4) -> tuple[PairChoice, ...]:
+    """Every (M_q, M_s) from the front that the three-level decoder accepts (M_s skips every attention M_q
+    skips, and is no dearer), with α and β from the traces and the best (m, n) of the closed forms; best first.
+    With layer 0's attention skipped in M_q only n = 0 is allowed."""
+    out = []
+    for q in front:
+        for s in front:
+            if not set(q.config.skip_attn) <= set(s.config.skip_attn) or s.c > q.c or q.c <= 0:
+                continue
+            tq = traces[(q.config.skip_attn, q.config.skip_mlp)]
+            ts = traces[(s.config.skip_attn, s.config.skip_mlp)]
+            positions = sum(len(t.matches) for t in tq)
+            alpha = sum(sum(t.matches) for t in tq) / positions
+            beta = sum(a == b for x, y in zip(ts, tq, strict=True)
+                       for a, b in zip(x.predictions, y.predictions, strict=True)) / positions
+            inputs = PlanInputs(alpha, beta, q.c, s.c / q.c, costs.verify_ratio)
+            n_max = 0 if 0 in q.config.skip_attn else max_n
+            rows = [plan_row(inputs, m, n) for m in range(1, max_m + 1) for n in range(n_max + 1)]
+            three = max((r for r in rows if r.n >= 1), key=lambda r: r.speedup, default=None)
+            out.append(PairChoice(q.config, s.config, alpha, beta, q.c, s.c / q.c,
+                                  max(rows, key=lambda r: r.speedup), three))
+    # ties (the best is two-level, so M_s does not matter) go to a real third level (M_s is not M_q), then to
+    # the pair whose three-level row is best
+    return tuple(sorted(out, key=lambda p: (-round(p.best.speedup, 9), p.small == p.medium,
+                                            -(p.best_three_level.speedup if p.best_three_level else 0.0))))
+
+
+def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, study: str, dataset: str,
+                    costs: CostModel | None = None, seed: int = 0, max_m: int = 8, max_n: int = 4,
+                    run_validation: bool = True, repeats: int = 1, cost_repeats: int = 7,
+                    on_stage: Stage | None = None) -> StudyPlan:
+    """Front, pairs, then stages 2-5 of the module docstring for the best pair: its α, β and level costs
+    measured here, every (m, n) planned, and (``run_validation``) its best three- and two-level shapes timed."""
+    from skipsearch.replan import trace_skip_sets
+
+    say = on_stage or (lambda _msg: None)
+    for r in records:
+        if r.config is not None:
+            r.config.check_layers(sm.num_layers)  # a study of another model names other layers
+    if costs is None:
+        say("timing the cost model (per-sublayer costs, v(k))")
+        context = cal.prompts[0] + cal.continuations[0][: cal.max_new_tokens // 2]
+        costs = measure_costs(sm, context, repeats=cost_repeats)
+    front = study_front(records, costs)
+    if not front:
+        raise ConfigError(f"study {study} has no evaluated layer-skip draft with a recorded α: nothing to plan from")
+    say(f"tracing the {len(front)} skip sets of the α/c Pareto front")
+    traces = trace_skip_sets(sm, cal, [p.config for p in front])
+    pairs = choose_pairs(front, traces, costs, max_m=max_m, max_n=max_n)
+    top = pairs[0]
+    say(f"chosen: M_q {_skips(top.medium, sm.num_layers)}; M_s {_skips(top.small, sm.num_layers)}")
+    report = plan_model(sm, cal, top.medium, top.small, dataset=dataset, seed=seed, max_m=max_m,
+                        max_n=0 if 0 in top.medium.skip_attn else max_n, run_validation=run_validation,
+                        repeats=repeats, cost_repeats=cost_repeats, on_stage=on_stage)
+    return StudyPlan(study, front, pairs, report)
+
+
+def render_study_markdown(sp: StudyPlan, *, num_layers: int, command: str | None = None) -> str:
+    """The front, the pairs the closed forms ranked, then the chosen pair's report (render_markdown)."""
+    out = [f"# Hierarchical levels chosen from study {sp.study}", "",
+           "The α/c Pareto front of the study's layer-skip drafts (α: the study's; c: the cost model in use):", "",
+           "| trial | α | c | skip attn | skip mlp |", "|---:|---:|---:|---|---|"]
+    out += [f"| {p.trial} | {p.alpha:.3f} | {p.c:.3f} | {list(p.config.skip_attn)} | {list(p.config.skip_mlp)} |"
+            for p in sp.front]
+    out += ["", "Pairs the three-level decoder accepts, by the closed forms' best (m, n) (α, β traced here):", "",
+            "| M_q attn/mlp | M_s attn/mlp | α | β | c | c_s | best m, n | predicted |",
+            "|---|---|---:|---:|---:|---:|---|---:|"]
+    out += [f"| {list(p.medium.skip_attn)}/{list(p.medium.skip_mlp)} | {list(p.small.skip_attn)}/"
+            f"{list(p.small.skip_mlp)} | {p.alpha:.3f} | {p.beta:.3f} | {p.c:.3f} | {p.cs:.3f} | "
+            f"{p.best.m}, {p.best.n} | {p.best.speedup:.3f}x |" for p in sp.pairs[:10]]
+    return "\n".join(out) + "\n\n" + render_markdown(sp.report, num_layers=num_layers, command=command)

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, Protocol
 
-from skipsearch.config import DraftConfig
+from skipsearch.config import Candidate
 
 Kind = Literal["surrogate", "timed"]
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One evaluation of one DraftConfig.
+    """One evaluation of one candidate.
 
     ``speedup`` is the figure a search maximises: predicted by the cost model for a
     surrogate evaluation, measured against the autoregressive baseline (same process,
@@ -33,6 +33,7 @@ class Measurement:
     alpha: float | None = None  # surrogate: per-position agreement with the full model ("matchness")
     cost_ratio: float | None = None  # c: one draft step / one full step
     seconds: float = 0.0  # what this evaluation cost, wall time
+    notes: str | None = None  # why a timed figure is not to be trusted (another worker shared the machine)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,6 +44,6 @@ class Measurement:
 
 
 class Objective(Protocol):
-    """Evaluates draft configs. ``evaluate`` may raise; the study marks such a trial failed."""
+    """Evaluates candidates. ``evaluate`` may raise; the study marks such a trial failed."""
 
-    def evaluate(self, config: DraftConfig, *, kind: Kind) -> Measurement: ...
+    def evaluate(self, candidate: Candidate, *, kind: Kind) -> Measurement: ...

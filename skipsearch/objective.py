@@ -25,21 +25,35 @@ but to full KV in the trace. The timed stage holds the prediction to account.
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
-from skipsearch import timing
-from skipsearch.config import DraftConfig
-from skipsearch.decoding import Drafter, LayerSkipDrafter, generate, make_drafter
+from skipsearch import methods, timing
+from skipsearch.config import Candidate, ConfigError, DraftConfig
+from skipsearch.decoding import Drafter, LayerSkipDrafter, generate
+from skipsearch.equivalence import lossless_check
+from skipsearch.harness import LosslessnessError as LosslessnessError  # raised by its output check; re-exported
+from skipsearch.harness import (
+    engine_method,
+    first_outputs,
+    method_seconds,
+    ours_autoregressive,
+    run_rounds,
+    time_interleaved,
+)
 from skipsearch.measure import Kind, Measurement
 from skipsearch.models import SkippableModel
 
 
-class LosslessnessError(RuntimeError):
-    """A config's greedy output differed from autoregressive output: a decoder bug, never expected."""
+@dataclass(frozen=True)
+class DraftCost:
+    """One extra draft config, timed in the same rounds as the full step (``measure_costs(extra=...)``)."""
+
+    name: str
+    step_seconds: float  # one single-token step with the config's sublayers skipped (median)
+    verify_ratio: tuple[float, ...]  # k = 1..len: one k-token forward of the config / its own step
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,14 @@ class CostModel:
     fixed_seconds: float  # the rest: embedding, norms, LM head, framework overhead
     verify_ratio: tuple[float, ...]  # v(k) for k = 1..len: one forward over k tokens / one step
     num_layers: int
+    extras: tuple[DraftCost, ...] = ()  # the ``extra`` configs, costed in the same rounds
+
+    def extra(self, name: str) -> DraftCost:
+        """The measured costs of the extra config ``name``."""
+        found = next((e for e in self.extras if e.name == name), None)
+        if found is None:
+            raise KeyError(f"no extra config '{name}' was costed (have: {', '.join(e.name for e in self.extras)})")
+        return found
 
     def draft_ratio(self, config: DraftConfig) -> float:
         """c: one draft step of ``config`` relative to one full step."""
@@ -93,19 +115,31 @@ def calibrate(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, max_new_t
 
 
 def measure_costs(
-    sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9), repeats: int = 9
+    sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9), repeats: int = 9,
+    extra: Mapping[str, DraftConfig] | None = None, extra_verify_sizes: Mapping[str, Sequence[int]] | None = None,
 ) -> CostModel:
     """Time the sublayers and the verify curve at ``context``'s length, with the one timer.
 
-    Every quantity is sampled round-robin, ``repeats`` times over, and summarised by its median:
-    interleaving spreads machine drift and contention evenly over all of them, so the *ratios*
-    the model is built from hold even on a busy machine, and the median is the typical cost the
-    decoder will pay (a minimum would flatter the draft, which runs many small forwards).
+    Every quantity is sampled round-robin (``harness.time_interleaved``: order rotated every round),
+    ``repeats`` times over, and summarised by its median: interleaving spreads machine drift and
+    contention evenly over all of them, so the *ratios* the model is built from hold even on a busy
+    machine, and the median is the typical cost the decoder will pay (a minimum would flatter the
+    draft, which runs many small forwards).
     v(k) is measured at ``verify_sizes`` and interpolated linearly between them, kept
     non-decreasing. It is not affine: on CPU a one-token forward runs matrix-vector kernels and
     k >= 2 runs matrix-matrix ones, so v(2) jumps and the curve flattens after it.
+
+    ``extra`` draft configs are costed in the same rounds, so that their ratios to the full step are
+    like for like: each one's single-token draft step, and its k-token forwards at
+    ``extra_verify_sizes[name]`` (what a draft level that verifies another's drafts runs, as M_q does
+    in hierarchical decoding), as a curve relative to its own step. They come back in ``extras``.
     """
     verify_sizes = sorted({1, *verify_sizes})
+    extra = dict(extra or {})
+    extra_sizes = {name: sorted({1, *(extra_verify_sizes or {}).get(name, ())}) for name in extra}
+    unknown = set(extra_verify_sizes or {}) - set(extra)
+    if unknown:
+        raise ConfigError(f"extra_verify_sizes names configs not in extra: {', '.join(sorted(unknown))}")
     cache = sm.new_cache()
     sm.forward(torch.tensor(list(context)), start=0, cache=cache)
     n = len(context)
@@ -115,7 +149,7 @@ def measure_costs(
     def step(config: DraftConfig | None):
         token = torch.tensor([context[-1]])
 
-        def once():
+        def once():  # one decoding step: last-position logits only
             if config is None:
                 sm.forward(token, start=n, cache=cache, last_only=True)
             else:
@@ -125,11 +159,15 @@ def measure_costs(
 
         return once
 
-    def verify(k: int):
+    def verify(k: int, config: DraftConfig | None = None):
         ids = torch.tensor((list(context) * k)[:k])
 
-        def once():  # as the decoder verifies: all k rows of logits, argmax read back
-            sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
+        def once():  # as a verifier runs it: all k rows of logits, argmax read back
+            if config is None:
+                sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
+            else:
+                with sm.drafting(config):
+                    sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
             sm.crop(cache, n)
 
         return once
@@ -137,13 +175,11 @@ def measure_costs(
     calls = {"full": step(None), "no_attn": step(DraftConfig(skip_attn=every)),
              "no_mlp": step(DraftConfig(skip_mlp=every))}
     calls.update({f"v{k}": verify(k) for k in verify_sizes})
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for fn in calls.values():  # warm-up: first calls pay allocation and dispatch set-up
-        timing.time_call(fn, device=sm.device, repeats=1, warmup=2)
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            samples[name].append(timing.time_call(fn, device=sm.device, repeats=1, warmup=0)[0].best)
-    med = {name: statistics.median(v) for name, v in samples.items()}
+    for name, config in extra.items():
+        calls[f"extra {name} 1"] = step(config)
+        calls.update({f"extra {name} {k}": verify(k, config) for k in extra_sizes[name] if k > 1})
+    # three untimed calls each first: they pay allocation and dispatch set-up
+    med = {name: t.median for name, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
     full = med["full"]
     attn = max(full - med["no_attn"], 0.0) / L
     mlp = max(full - med["no_mlp"], 0.0) / L
@@ -151,11 +187,23 @@ def measure_costs(
     # The unit is the decoder's autoregressive cycle (a one-token verify: logits read back), so
     # that c and v(k) are ratios to exactly what one plain-decoding token costs.
     unit = med["v1"]
+    extras = []
+    for name in extra:
+        own = med[f"extra {name} 1"]
+        extras.append(DraftCost(name, own, _curve(extra_sizes[name], lambda k, name=name: med[f"extra {name} {k}"],
+                                                  own)))
+    return CostModel(unit, attn, mlp, fixed, _curve(verify_sizes, lambda k: med[f"v{k}"], unit), L, tuple(extras))
+
+
+def _curve(sizes: Sequence[int], seconds: Callable[[int], float], unit: float) -> tuple[float, ...]:
+    """Forward cost over k tokens relative to ``unit`` (the k = 1 cost) for k = 1..max(sizes): measured
+    at ``sizes`` (ascending, from 1), kept non-decreasing against noise (a forward over more tokens
+    never costs less), interpolated in between."""
     points, top = [], 1.0
-    for k in verify_sizes:
-        top = max(top, med[f"v{k}"] / unit)  # a forward over more tokens never costs less
+    for k in sizes:
+        top = max(top, seconds(k) / unit)
         points.append((k, top))
-    return CostModel(unit, attn, mlp, fixed, _interpolate(points), L)
+    return _interpolate(points)
 
 
 def _interpolate(points: Sequence[tuple[int, float]]) -> tuple[float, ...]:
@@ -224,9 +272,14 @@ def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
         return Replay(n, float(n), 0, 0, n)
     c = costs.draft_ratio(config)
     drafter = LayerSkipDrafter(config)  # its γ update is the decoder's own
-    t = emitted = drafted = accepted = cycles = 0
-    cost = 0.0
     n = len(tr.matches)
+    if n == 0:
+        return Replay(0, 0.0, 0, 0, 0)
+    # The first token is the prefill's, the full model's own in plain and speculative decoding alike
+    # (one step each): drafting starts after it, as in decoding.generate.
+    t = emitted = 1
+    drafted = accepted = cycles = 0
+    cost = 1.0
     while t < n:
         limit = min(config.max_draft_tokens, n - t - 1)
         k = a = 0
@@ -251,8 +304,29 @@ def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
     return Replay(emitted, cost, drafted, accepted, cycles)
 
 
+def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -> Measurement:
+    """The surrogate's Measurement from traces: replay each one and pool tokens and cost. Traces
+    belong to the model and skip set, costs to the device, so this re-runs anywhere (skipsearch.replan)."""
+    runs = [replay(tr, config, costs) for tr in traces]
+    emitted = sum(r.emitted for r in runs)
+    cost = sum(r.cost for r in runs)
+    drafted = sum(r.drafted for r in runs)
+    accepted = sum(r.accepted for r in runs)
+    matches = [m for tr in traces for m in tr.matches]
+    speedup = emitted / cost if cost else 1.0
+    return Measurement(
+        kind="surrogate", speedup=speedup, predicted_speedup=speedup,
+        tau=emitted / max(sum(r.cycles for r in runs), 1), acceptance_rate=accepted / drafted if drafted else None,
+        alpha=sum(matches) / len(matches) if matches else None, cost_ratio=costs.draft_ratio(config),
+    )
+
+
 class ModelObjective:
-    """The real objective: surrogate and timed evaluations on one model and calibration set."""
+    """The real objective: surrogate and timed evaluations of candidates on one model and calibration set.
+
+    The surrogate is the candidate's method's own ``predict`` (skipsearch.methods); timing decodes with
+    the method's drafter through the one engine and harness, whatever the method.
+    """
 
     def __init__(self, sm: SkippableModel, calibration: Calibration, *, repeats: int = 1) -> None:
         self.sm = sm
@@ -263,85 +337,85 @@ class ModelObjective:
 
     @property
     def costs(self) -> CostModel:
+        """The cost model, measured on first use (a few seconds on a small CPU model)."""
         if self._costs is None:
             context = self.cal.prompts[0] + self.cal.continuations[0][: self.cal.max_new_tokens // 2]
             self._costs = measure_costs(self.sm, context)
         return self._costs
 
-    def evaluate(self, config: DraftConfig, *, kind: Kind) -> Measurement:
-        config.check_layers(self.sm.num_layers)
-        if kind == "surrogate":
-            return self.predict(config)
-        return self.time(config)
+    @property
+    def measured_costs(self) -> CostModel | None:
+        """The cost model if it was measured already; never measures (e.g. on the way out of a Ctrl-C)."""
+        return self._costs
 
-    def predict(self, config: DraftConfig) -> Measurement:
+    def evaluate(self, candidate: Candidate, *, kind: Kind) -> Measurement:
+        candidate.draft.check_layers(self.sm.num_layers)
+        if kind == "surrogate":
+            return self.predict(candidate)
+        return self.time(candidate)
+
+    def predict(self, candidate: Candidate) -> Measurement:
+        method = methods.get(candidate.method)
+        if method.predict is None:
+            raise ConfigError(f"method '{method.name}' has no surrogate: its candidates can only be timed")
+        return method.predict(self, candidate)
+
+    def predict_layer_skip(self, config: DraftConfig) -> Measurement:
+        """Trace every calibration sequence through the draft and replay the decoder over the traces."""
         t0 = timing.now(self.sm.device)
-        costs = self.costs
+        traces = self.traces(config)
+        return replace(replay_all(traces, config, self.costs), seconds=timing.now(self.sm.device) - t0)
+
+    def full_caches(self) -> list:
+        """Full-model KV of every calibration sequence (prompt + continuation): what draft queries read.
+        Built once; ``trace`` crops its own additions off again, so every surrogate shares them."""
         if self._full is None:
             pairs = zip(self.cal.prompts, self.cal.continuations, strict=True)
             self._full = [full_cache(self.sm, p, c) for p, c in pairs]
-        rows = zip(self.cal.prompts, self.cal.continuations, self._full, strict=True)
-        traces = [trace(self.sm, p, c, config, cache=kv) for p, c, kv in rows if c]
-        runs = [replay(tr, config, costs) for tr in traces]
-        emitted = sum(r.emitted for r in runs)
-        cost = sum(r.cost for r in runs)
-        drafted = sum(r.drafted for r in runs)
-        accepted = sum(r.accepted for r in runs)
-        matches = [m for tr in traces for m in tr.matches]
-        speedup = emitted / cost if cost else 1.0
-        return Measurement(
-            kind="surrogate",
-            speedup=speedup,
-            predicted_speedup=speedup,
-            tau=emitted / max(sum(r.cycles for r in runs), 1),
-            acceptance_rate=accepted / drafted if drafted else None,
-            alpha=sum(matches) / len(matches) if matches else None,
-            cost_ratio=costs.draft_ratio(config),
-            seconds=timing.now(self.sm.device) - t0,
-        )
+        return self._full
 
-    def time(self, config: DraftConfig) -> Measurement:
-        """Decode every calibration prompt with ``config`` and autoregressively, interleaved."""
+    def traces(self, config: DraftConfig) -> list[Trace]:
+        """The draft's agreement with the full model on each calibration sequence."""
+        rows = zip(self.cal.prompts, self.cal.continuations, self.full_caches(), strict=True)
+        return [trace(self.sm, p, c, config, cache=kv) for p, c, kv in rows if c]
+
+    def time(self, candidate: Candidate) -> Measurement:
+        """Decode every calibration prompt with the candidate and autoregressively, interleaved.
+
+        The method's prediction, where it has one, is kept beside the measurement."""
         t0 = timing.now(self.sm.device)
-        m, _ = time_drafter(self.sm, self.cal.prompts, lambda _prompt: make_drafter(config),
-                            max_new_tokens=self.cal.max_new_tokens, repeats=self.repeats, label=str(config))
-        predicted = self.predict(config)
-        return replace(m, predicted_speedup=predicted.speedup, alpha=predicted.alpha,
-                       cost_ratio=predicted.cost_ratio, seconds=timing.now(self.sm.device) - t0)
+        m, _ = time_drafter(self.sm, self.cal.prompts, lambda _prompt: methods.build_drafter(candidate, self.sm),
+                            max_new_tokens=self.cal.max_new_tokens, repeats=self.repeats, label=str(candidate))
+        if methods.get(candidate.method).predict is not None:
+            predicted = self.predict(candidate)
+            m = replace(m, predicted_speedup=predicted.speedup, alpha=predicted.alpha,
+                        cost_ratio=predicted.cost_ratio)
+        return replace(m, seconds=timing.now(self.sm.device) - t0)
 
 
 def time_drafter(
     sm: SkippableModel, prompts: Sequence[Sequence[int]], make_drafter: Callable[[Sequence[int]], Drafter | None], *,
     max_new_tokens: int, repeats: int = 1, label: str = "draft",
 ) -> tuple[Measurement, float]:
-    """Decode ``prompts`` with fresh drafters and autoregressively, interleaved, with the one timer.
+    """Decode ``prompts`` with fresh drafters and autoregressively, interleaved by the one harness.
 
     Returns the timed Measurement and accepted draft tokens per verification. ``make_drafter``
-    gets each prompt (a drafter without a KV cache needs it). Greedy outputs must be identical.
+    gets each prompt (a drafter without a KV cache needs it). Greedy outputs must be identical:
+    our autoregressive loop is the reference, and a difference raises ``LosslessnessError``.
     """
     t0 = timing.now(sm.device)
-    warm = prompts[0]  # first-call effects (allocator, packed kernels) must not land on one side
-    generate(sm, warm, max_new_tokens=min(max_new_tokens, 8))
-    generate(sm, warm, drafter=make_drafter(warm), max_new_tokens=min(max_new_tokens, 8))
-    base_s, spec_s = [], []
-    tokens = drafted = accepted = verify_steps = 0
-    for i, prompt in enumerate(prompts):
-        base_runs, spec_runs = [], []
-        for r in range(repeats):
-            for side in (("base", "spec") if (i + r) % 2 == 0 else ("spec", "base")):
-                drafter = make_drafter(prompt) if side == "spec" else None
-                result = generate(sm, prompt, drafter=drafter, max_new_tokens=max_new_tokens)
-                (spec_runs if side == "spec" else base_runs).append(result)
-        if any(s.token_ids != b.token_ids for s, b in zip(spec_runs, base_runs, strict=True)):
-            raise LosslessnessError(f"greedy output differs from autoregressive decoding ({label})")
-        base_s.append(statistics.median(b.stats.seconds for b in base_runs))
-        spec_s.append(statistics.median(s.stats.seconds for s in spec_runs))
-        st = spec_runs[0].stats
-        tokens += st.new_tokens
-        drafted += st.drafted_tokens
-        accepted += st.accepted_tokens
-        verify_steps += st.verify_steps
-    base_total, spec_total = sum(base_s), sum(spec_s)
+    base = ours_autoregressive(sm, name="autoregressive")  # the baseline and the reference
+    spec = engine_method(sm, label if label != base.name else f"{label} (draft)", make_drafter, setting=label)
+    # a short warm-up (8 tokens) keeps each timed trial of a search cheap
+    runs = run_rounds([base, spec], prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
+                      warmup_tokens=8, reference=base.name, strict=True, same=lossless_check(sm))
+    seconds = method_seconds(runs)
+    base_total, spec_total = seconds[base.name], seconds[spec.name]
+    outs = first_outputs(runs, spec.name)
+    tokens = sum(len(o.token_ids) for o in outs)
+    drafted = sum(o.drafted or 0 for o in outs)
+    accepted = sum(o.accepted or 0 for o in outs)
+    verify_steps = sum(o.verify_steps or 0 for o in outs)
     m = Measurement(
         kind="timed",
         speedup=base_total / spec_total,

@@ -211,9 +211,11 @@ class Plan:
     best_two_level: PlanRow  # the best with n = 0: plain self-speculative decoding with M_q
     best_three_level: PlanRow | None  # the best with n >= 1 (None when the grid has no n >= 1)
     third_level_pays: bool  # best_three_level predicted faster than best_two_level
-    # The third level pays iff c_s is below this (None: not even a free M_s would pay), all else fixed.
+    # The third level pays iff c_s is below this, all else fixed. None: no c_s decides it, because
+    # not even a free M_s pays, or because with c = 0 an M_s step costs nothing whatever c_s is.
     break_even_cs: float | None
-    # ... or iff β is at least this, on a 0.005 grid (None: not even β = 1 would pay).
+    # ... and at every β from this one up to 1 (on a 0.005 grid that also holds the given β).
+    # None: not at β = 1. Bigger blocks cost more to verify, so paying need not grow with β.
     break_even_beta: float | None
 
     def to_dict(self) -> dict:
@@ -227,28 +229,56 @@ def plan_table(inputs: PlanInputs, *, max_m: int = 8, max_n: int = 4) -> Plan:
     two = max((r for r in rows if r.n == 0), key=lambda r: r.speedup)
     three_rows = [r for r in rows if r.n >= 1]
     three = max(three_rows, key=lambda r: r.speedup) if three_rows else None
-    # For n >= 1 a row's speedup tokens / (rest + m·n·c·c_s) falls as c_s grows, so each row has a
-    # closed-form c_s below which it beats the best two-level row; the grid's break-even is the largest.
-    cs_limits = []
-    for r in three_rows:
-        rest = r.cost - r.m * r.n * inputs.c * inputs.cs
-        if inputs.c > 0:
-            cs_limits.append((r.tokens / two.speedup - rest) / (r.m * r.n * inputs.c))
+    # The verdict and both break-evens come from one comparison: does some n >= 1 row beat the best
+    # n = 0 row? Neither c_s nor β changes an n = 0 row (no M_s in it), so that bar stays put.
+    pays = three is not None and three.speedup > two.speedup
+    # For n >= 1 a row's speedup tokens / (rest + m·n·c·c_s) falls as c_s grows (for c > 0), so each
+    # row beats the bar iff c_s is below a closed-form limit, and the third level pays iff c_s is
+    # below the largest: the same inequality as `pays`, solved for c_s. With c = 0, c_s cancels out.
+    cs_limits = [(r.tokens / two.speedup - (r.cost - r.m * r.n * inputs.c * inputs.cs)) / (r.m * r.n * inputs.c)
+                 for r in three_rows if inputs.c > 0]
     best_cs = max(cs_limits, default=None)
-    # β moves both the tokens and the verify cost (bigger blocks), so it is found by a scan.
+    # β moves both the tokens and the verify cost (bigger blocks), so it is found by a scan, down from
+    # β = 1 while the third level still pays; the given β is on the scan, so the verdict agrees with it.
     beta_even = None
-    if three_rows:
-        for i in range(201):
-            beta = i / 200
-            trial = PlanInputs(inputs.alpha, beta, inputs.c, inputs.cs, inputs.verify, inputs.verify_medium)
-            if any(plan_row(trial, r.m, r.n).speedup > two.speedup for r in three_rows):
-                beta_even = beta
-                break
+    for beta in sorted({i / 200 for i in range(201)} | {inputs.beta}, reverse=True) if three_rows else ():
+        trial = PlanInputs(inputs.alpha, beta, inputs.c, inputs.cs, inputs.verify, inputs.verify_medium)
+        if not any(plan_row(trial, r.m, r.n).speedup > two.speedup for r in three_rows):
+            break
+        beta_even = beta
     return Plan(
         inputs=inputs, rows=rows, best=max(rows, key=lambda r: r.speedup), best_two_level=two,
-        best_three_level=three, third_level_pays=three is not None and three.speedup > two.speedup,
+        best_three_level=three, third_level_pays=pays,
         break_even_cs=best_cs if best_cs is not None and best_cs > 0 else None, break_even_beta=beta_even,
     )
+
+
+# -- two levels, and choosing the levels from a study ----------------------------------------------------
+def draft_length_speedup(alpha: float, c: float, k: int, verify: Sequence[float] = ()) -> float:
+    """Plain self-speculative decoding, K = k drafts of i.i.d. acceptance α at cost c each, one verify over
+    k + 1 tokens: the composed decoder with n = 0 and m = k (every round is one M_q token), so
+    (1 − α^{k+1})/(1 − α) / (v(k+1) + k·c)."""
+    return plan_row(PlanInputs(alpha, 0.0, c, 0.0, tuple(verify)), k, 0).speedup
+
+
+def best_draft_length(alpha: float, c: float, verify: Sequence[float] = (), *,
+                      k_values: Sequence[int] = (1, 2, 3, 4, 6, 8)) -> int:
+    """The K the closed form predicts fastest; 0 when none beats plain decoding. Cheaper drafts (smaller c)
+    and cheaper verification (flatter v) never shorten it."""
+    speed = {k: draft_length_speedup(alpha, c, k, verify) for k in sorted(k_values)}
+    k = max(speed, key=lambda k: speed[k])  # the smallest K of equals
+    return k if speed[k] > 1.0 else 0
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> tuple[int, ...]:
+    """The indices of the (α, c) points that no other point beats: none has α at least as high and c at least
+    as low with one of them strictly better. Cheapest first; of equal points the first is kept."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][1], -points[i][0], i))
+    front: list[int] = []
+    for i in order:  # by c ascending: a point is on the front iff its α beats every cheaper point's
+        if not front or points[i][0] > points[front[-1]][0]:
+            front.append(i)
+    return tuple(front)
 
 
 # -- the oracle: Monte-Carlo simulation of both acceptance processes -----------------------------------
@@ -305,16 +335,31 @@ def format_plan(plan: Plan) -> str:
         verdict = "pays" if plan.third_level_pays else "does not pay"
         lines.append(f"best three-level (n>=1): m={three.m}, n={three.n}: predicted {three.speedup:.3f}x: "
                      f"the third level {verdict} here")
-        # each break-even moves one input and holds the others fixed
-        if plan.break_even_cs is not None:
-            lines.append(f"c_s break-even: the third level pays when c_s < {plan.break_even_cs:.3f} (here {i.cs:.3f})")
-        else:
-            lines.append(f"c_s break-even: none; not even a free M_s (c_s = 0) pays (here {i.cs:.3f})")
-        if plan.break_even_beta is not None:
-            lines.append(f"β break-even: the third level pays when β >= {plan.break_even_beta:.3f} (here {i.beta:.3f})")
-        else:
-            lines.append(f"β break-even: none; not even β = 1 pays (here {i.beta:.3f})")
+        lines += _break_even_lines(plan)
     return "\n".join(lines)
+
+
+def _break_even_lines(plan: Plan) -> list[str]:
+    """What would change the verdict: each break-even moves one input and holds the others fixed.
+    Every line is worded from the same verdict (plan.third_level_pays), so none contradicts it."""
+    i, pays = plan.inputs, plan.third_level_pays
+    if i.c == 0:
+        cs = (f"c_s break-even: none; with c = 0 an M_s step costs nothing whatever c_s is, so the third level "
+              f"{'pays' if pays else 'does not pay'} at any c_s (here {i.cs:.3f})")
+    elif plan.break_even_cs is not None:
+        cs = f"c_s break-even: the third level pays when c_s < {plan.break_even_cs:.3f} (here {i.cs:.3f})"
+    else:  # then it does not pay here either: c_s >= 0 is never below a limit <= 0
+        cs = f"c_s break-even: none; not even a free M_s (c_s = 0) pays (here {i.cs:.3f})"
+    if plan.break_even_beta is not None:
+        beta = f"β break-even: the third level pays when β >= {plan.break_even_beta:.3f} (here {i.beta:.3f})"
+        if pays and i.beta < plan.break_even_beta:
+            beta += "; it pays here too, but not at every β in between (bigger blocks cost more to verify)"
+    elif pays:
+        beta = (f"β break-even: none; it pays here but not at β = 1 (bigger blocks cost more to verify) "
+                f"(here {i.beta:.3f})")
+    else:
+        beta = f"β break-even: none; not even β = 1 pays (here {i.beta:.3f})"
+    return [cs, beta]
 
 
 def write_text(path, body: str) -> None:

@@ -11,6 +11,7 @@ import numbers
 import os
 import platform
 import secrets
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
@@ -19,24 +20,32 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, DraftConfig, ExitRule
+from . import methods
+from .config import Candidate, ConfigError, DraftConfig, ExitRule
 
 # Schema versions. Bump SCHEMA_VERSION whenever a key changes shape or meaning, and add a step
 # to _UPGRADES that takes a dict of the previous version to the new one, so old files still load.
 #   1: first version: schema_version, model, method, draft (skip_attn, skip_mlp,
 #      max_draft_tokens, exit), optional measured, environment, search, method_params.
-SCHEMA_VERSION = 1
-_UPGRADES: dict[int, Callable[[dict], dict]] = {}  # version v -> function returning version v+1
+#   2: new optional keys (a version-1 file is a valid version-2 file, so _v1_to_v2 changes nothing):
+#      - model.weights_fingerprint: a hash of the weights themselves, which check_model trusts over
+#        model.fingerprint (architecture and --model string), kept beside it for upgrade
+#      - environment.device, environment.device_choice: the device the model ran on and how
+#        --device/--dtype auto were resolved
+#      - measured.acceptance: the traces (per-position match bit and top probability, per calibration
+#        sequence) of the shortlisted layer-skip skip sets, and measured.costs: the cost profile the
+#        profile was planned with; what `plan --profile --costs` re-plans from (skipsearch.replan
+#        validates both, here and where they are read)
+SCHEMA_VERSION = 2
 
-KNOWN_METHODS: set[str] = {"layer-skip", "clasp-dynamic", "hierarchical", "fractal"}
+
+def _v1_to_v2(raw: dict) -> dict:
+    return dict(raw)  # version 2 only adds optional keys
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}  # version v -> function returning version v+1
+
 _TOP_KEYS = ("schema_version", "model", "method", "draft", "measured", "environment", "search", "method_params")
-
-
-def register_method(name: str) -> None:
-    """Make a method name loadable; its own module validates its method_params later."""
-    if not isinstance(name, str) or not name or name != name.strip():
-        raise ValueError(f"a method name must be a non-empty string without surrounding spaces, got {name!r}")
-    KNOWN_METHODS.add(name)
 
 
 class ProfileError(ValueError):
@@ -52,7 +61,16 @@ class ModelRef:
     name: str
     num_layers: int
     dtype: str = "float32"
-    fingerprint: str | None = None  # optional weights hash: a mismatch means the layers may differ
+    fingerprint: str | None = None  # architecture and --model string (schema 1): used without weights_fingerprint
+    # "<layout>-<content>" (skipsearch.checkpoints.weights_fingerprint): equal means the same weights
+    # wherever they live; equal layouts mean the same architecture
+    weights_fingerprint: str | None = None
+
+    @classmethod
+    def of(cls, sm: Any) -> ModelRef:
+        """The reference to a loaded SkippableModel, with both fingerprints."""
+        return cls(name=sm.name, num_layers=sm.num_layers, dtype=sm.dtype_name, fingerprint=sm.fingerprint,
+                   weights_fingerprint=sm.weights_fingerprint)
 
 
 @dataclass(frozen=True)
@@ -84,11 +102,17 @@ class Environment:
     transformers: str | None = None
     skipsearch: str | None = None
     device_name: str | None = None
+    device: str | None = None  # cpu, cuda, cuda:N, or auto (the layers spread over several GPUs)
+    device_choice: str | None = None  # how --device and --dtype were resolved, e.g. "device auto: no CUDA device; ..."
 
     @classmethod
-    def current(cls, device: str = "cpu") -> Environment:
+    def current(cls, device: str = "cpu", *, placement: Any = None) -> Environment:
+        """This machine. ``placement``: the loaded model's (``SkippableModel.placement``), recorded
+        with its reason; without it only ``device`` is."""
         versions = {name: _version(name) for name in ("torch", "transformers", "skipsearch")}
-        return cls(python=platform.python_version(), device_name=_device_name(device), **versions)
+        where = getattr(placement, "device", None) or device
+        return cls(python=platform.python_version(), device_name=_device_name(device), device=where,
+                   device_choice=getattr(placement, "reason", None), **versions)
 
 
 @dataclass(frozen=True)
@@ -109,8 +133,13 @@ class Profile:
     measured: Measured | None = None
     environment: Environment | None = None
     search: SearchInfo | None = None
-    method_params: tuple[tuple[str, Any], ...] = ()  # free-form; the method validates them
+    method_params: tuple[tuple[str, Any], ...] = ()  # the method's own; skipsearch.methods validates them
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def candidate(self) -> Candidate:
+        """What this profile decodes with: its method, draft config and method params."""
+        return Candidate(self.method, self.draft, self.method_params)
 
     def describe(self) -> str:
         """A multi-line summary for people (``skipsearch profile show``)."""
@@ -143,8 +172,17 @@ class Profile:
 
 def _named(obj: Any, skip: tuple[str, ...] = ()) -> list[str]:
     pairs = [(f.name, getattr(obj, f.name)) for f in fields(obj) if f.name not in skip and f.name != "extra"]
-    pairs += list(getattr(obj, "extra", ()))
+    pairs += [(k, _brief(k, v)) for k, v in getattr(obj, "extra", ())]
     return [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in pairs if v is not None]
+
+
+def _brief(key: str, value: Any) -> Any:
+    """measured.acceptance and measured.costs run to kilobytes: for people, say what they hold."""
+    if key == "acceptance" and isinstance(value, dict):
+        return f"traces of {len(value.get('skip_sets') or ())} skip set(s) ({value.get('workload', 'calibration')})"
+    if key == "costs" and isinstance(value, dict):
+        return f"planned with {value.get('device', '?')} costs ({value.get('source', '?')})"
+    return value
 
 
 def _version(package: str) -> str | None:
@@ -169,9 +207,38 @@ def _err(source: str, problem: str) -> ProfileError:
     return ProfileError(f"{source}: {problem}")
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _short(value: Any, limit: int = 60) -> str:
+    """repr(value) for a message, at most ``limit`` characters. A value from a file may be huge (or
+    share itself many times over through YAML aliases), so the repr is bounded while it is built."""
+    text = _bounded_repr(value, limit + 1)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bounded_repr(value: Any, budget: int) -> str:
+    # Returns at least min(len(repr(value)), budget) characters of repr(value), or a stand-in for
+    # what repr cannot show briefly. Each nesting level costs one character of the budget, so a deep
+    # or self-referencing value stops too.
+    if budget <= 0:
+        return ""
+    if isinstance(value, (str, bytes)):
+        return repr(value[:budget])
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * budget:
+        return f"<an integer of {value.bit_length()} bits>"  # repr would be long, or raise past 4300 digits
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and value:
+        opening, closing = {dict: "{}", list: "[]", tuple: "()"}.get(type(value), "{}")
+        items = value.items() if isinstance(value, dict) else value
+        text = opening
+        for item in items:
+            if len(text) >= budget:
+                return text  # cut: _short adds "..."
+            left = budget - len(text) - 1
+            if isinstance(value, dict):
+                key = _bounded_repr(item[0], left)
+                text += key + ": " + _bounded_repr(item[1], left - len(key) - 2) + ", "
+            else:
+                text += _bounded_repr(item, left) + ", "
+        return (text[:-2] if text.endswith(", ") else text) + closing
+    return repr(value)  # numbers, booleans, None, dates: short by nature
 
 
 def _mapping(value: Any, path: str, source: str) -> dict:
@@ -263,12 +330,13 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         raise _err(source, "model.name must not be empty")
     if model.num_layers < 1:  # also keeps skip_ratio's division and the "0..n-1" messages meaningful
         raise _err(source, f"model.num_layers must be >= 1, got {model.num_layers}")
-    method = _coerce(raw["method"], "str", "method", source)
-    if method not in KNOWN_METHODS:
-        raise _err(source, f"unknown method {method!r} (known: {', '.join(sorted(KNOWN_METHODS))})")
+    method_name = _coerce(raw["method"], "str", "method", source)
     draft = _build(DraftConfig, _section(DraftConfig, raw["draft"], "draft", source)[0], "draft.", source)
+    params = _mapping(raw.get("method_params") or {}, "method_params", source)
     try:
+        method = methods.get(method_name)
         draft.check_layers(model.num_layers)
+        method.parse(params, draft=draft, num_layers=model.num_layers)  # the method's one validation path
     except ConfigError as e:
         raise _err(source, str(e)) from None
     measured = environment = search = None
@@ -276,13 +344,15 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         values, unknown = _section(Measured, raw["measured"], "measured", source, keep_unknown=True,
                                    nonnegative=("n_prompts", "max_new_tokens"))
         measured = Measured(**values, extra=tuple(unknown.items()))
+        from .replan import check_measured_extra  # here: replan imports this module
+
+        check_measured_extra(measured.extra, source=source)
     if raw.get("environment") is not None:
         environment = Environment(**_section(Environment, raw["environment"], "environment", source)[0])
     if raw.get("search") is not None:
         search = SearchInfo(**_section(SearchInfo, raw["search"], "search", source, required=("strategy",),
                                        nonnegative=("budget", "trials"))[0])
-    params = _mapping(raw.get("method_params") or {}, "method_params", source)
-    return Profile(model=model, method=method, draft=draft, measured=measured, environment=environment,
+    return Profile(model=model, method=method.name, draft=draft, measured=measured, environment=environment,
                    search=search, method_params=tuple(params.items()))
 
 
@@ -321,33 +391,119 @@ _Dumper.add_representer(list, lambda dumper, data: dumper.represent_sequence(
 
 
 def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint: str | None = None,
-                force: bool = False, source: str = "<profile>") -> None:
+                weights_fingerprint: str | None = None, force: bool = False, source: str = "<profile>") -> None:
     """Refuse a profile made for another model. Only a fingerprint mismatch can be forced:
-    with another layer count the skipped indices would name other layers, or none."""
+    with another layer count the skipped indices would name other layers, or none.
+
+    When both sides know the weights fingerprint, it decides: the same weights are accepted under any
+    path or name (so the architecture fingerprint, which hashes the --model string, is not looked at);
+    other weights are refused. A schema-1 profile has only the architecture fingerprint, checked as before.
+    """
     made_for = profile.model.num_layers
     if num_layers is not None and num_layers != made_for:
         raise _err(source, f"profile was made for a {made_for}-layer model, this model has {num_layers} layers")
-    theirs = profile.model.fingerprint
-    if fingerprint is not None and theirs is not None and fingerprint != theirs:
+    theirs_w = profile.model.weights_fingerprint
+    if weights_fingerprint is not None and theirs_w is not None:
+        if weights_fingerprint == theirs_w:
+            return
+        if weights_fingerprint.split("-")[0] == theirs_w.split("-")[0]:  # same tensor names and shapes
+            problem = (f"this model has different weights of the same architecture: re-run optimize, or --force "
+                       f"(profile weights {theirs_w}, this model's {weights_fingerprint})")
+        else:
+            problem = (f"this model is another architecture than the profile's (weights {weights_fingerprint}, "
+                       f"profile {theirs_w}): re-run optimize, or --force")
+    else:
+        theirs = profile.model.fingerprint
+        if fingerprint is None or theirs is None or fingerprint == theirs:
+            return
         problem = f"profile was made for model fingerprint {theirs}, this model's is {fingerprint}"
-        if not force:
-            raise _err(source, problem + " (force to use it anyway)")
-        warnings.warn(f"{source}: {problem}; using it anyway (forced)", UserWarning, stacklevel=2)
+        problem += "" if force else " (force to use it anyway)"
+    if not force:
+        raise _err(source, problem)
+    warnings.warn(f"{source}: {problem}; using it anyway (forced)", UserWarning, stacklevel=2)
+
+
+# A profile is a few hundred bytes. The caps keep a hostile or mistaken file from costing minutes
+# and gigabytes: on the file itself, and on the document as its aliases expand it (a 1 KB
+# "billion laughs" of nested aliases is a billion nodes to anything that walks or prints it).
+MAX_PROFILE_BYTES = 1 << 20
+MAX_EXPANDED_SIZE = 1 << 20  # nodes plus scalar characters, with every alias counted in full
+_PROFILE_HEADER = "# skipsearch draft profile"  # the first line save_profile writes
+
+
+class _TooLarge(yaml.YAMLError):
+    pass
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """safe_load that refuses a document whose aliases expand it past MAX_EXPANDED_SIZE (or into
+    itself), and turns a value that Python cannot construct (a 5000-digit integer, February 30)
+    into a YAML error with its line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}  # id(node) -> expanded size, for nodes composed so far
+
+    def compose_node(self, parent, index):
+        is_alias = self.check_event(yaml.AliasEvent)
+        mark = self.peek_event().start_mark
+        node = super().compose_node(parent, index)
+        if is_alias:
+            if id(node) not in self._sizes:  # the anchor is still open: an alias to its own ancestor
+                raise yaml.composer.ComposerError(None, None, "an alias refers to a node that contains it", mark)
+            return node  # an alias adds nothing new; its parent counts it in full
+        if isinstance(node, yaml.ScalarNode):
+            size = 1 + len(node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._sizes[id(child)] for child in node.value)
+        else:
+            size = 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
+        if size > MAX_EXPANDED_SIZE:
+            raise _TooLarge(f"at line {node.start_mark.line + 1} the document expands through its aliases past "
+                            f"{MAX_EXPANDED_SIZE} nodes and characters (a profile has a few hundred)")
+        self._sizes[id(node)] = size
+        return node
+
+    def construct_object(self, node, deep=False):
+        try:
+            value = super().construct_object(node, deep)
+        except (ValueError, OverflowError) as e:  # YAMLError is not a ValueError: only Python's own
+            raise yaml.constructor.ConstructorError(None, None, str(e), node.start_mark) from None
+        if isinstance(value, int) and value.bit_length() > 256:  # e.g. 0xfff...: too long to even print
+            raise yaml.constructor.ConstructorError(None, None, f"an integer of {value.bit_length()} bits",
+                                                    node.start_mark)
+        return value
+
+
+def _read_yaml(path: str | os.PathLike, source: str) -> Any:
+    """The parsed document of a profile file, with every way of failing as one ProfileError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROFILE_BYTES + 1)  # never more, whatever the file (or /dev/zero) holds
+        if len(data) > MAX_PROFILE_BYTES:
+            raise _err(source, f"refused: larger than {MAX_PROFILE_BYTES >> 20} MiB (a profile is a few hundred bytes)")
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise _err(source, f"cannot read the profile: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except _TooLarge as e:
+        raise _err(source, f"refused: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        what = "; ".join(filter(None, (getattr(e, "context", None), getattr(e, "problem", None)))) or str(e)
+        what = what if len(what) <= 200 else what[:197] + "..."
+        raise _err(source, f"malformed YAML{where}: {what}") from None
+    except RecursionError:
+        raise _err(source, "malformed YAML: nested too deeply") from None
 
 
 def load_profile(path: str | os.PathLike, *, num_layers: int | None = None, fingerprint: str | None = None,
                  force: bool = False) -> Profile:
     """Read and validate a profile; with num_layers or fingerprint, also check it fits that model."""
     source = str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise _err(source, f"cannot read the profile: {getattr(e, 'strerror', None) or e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        what = "; ".join(filter(None, (getattr(e, "context", None), getattr(e, "problem", None)))) or str(e)
-        raise _err(source, f"malformed YAML{where}: {what}") from None
+    raw = _read_yaml(path, source)
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise _err(source, f"expected a YAML mapping at the top level, got {got}")
@@ -379,3 +535,70 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def check_profile_target(path: str | os.PathLike, *, force: bool = False) -> Path:
+    """Refuse, in one line and before any work, a path that save_profile could not or should not write.
+
+    Checked: every existing ancestor is a directory and the nearest is writable (the profile is
+    written there first and renamed); the target, if it exists, is a regular file, writable, and
+    a skipsearch profile (or empty). Another file is replaced only with ``force``: an --out typo
+    must not eat someone's work. A read-only target is refused even for root, who could replace
+    it: its write bits were taken away on purpose.
+    """
+    target, source = Path(path), str(path)
+    try:
+        _check_target(target, source, force=force)
+    except OSError as e:  # e.g. a folder on the way that may not even be looked into
+        raise _err(source, f"cannot write here: {e.strerror or e}") from None
+    return target
+
+
+def _check_target(target: Path, source: str, *, force: bool) -> None:
+    ancestor = target.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:  # the first folder that exists
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise _err(source, f"cannot write here: {ancestor} is not a directory")
+    if not _writable(ancestor, directory=True):
+        raise _err(source, f"cannot write here: directory {ancestor} is not writable")
+    if not target.exists() and not target.is_symlink():
+        return
+    if target.is_dir():
+        raise _err(source, "is a directory; give a file path")
+    if not target.is_file():
+        raise _err(source, "exists and is not a regular file; refusing to replace it")
+    if not _writable(target, directory=False):
+        raise _err(source, "exists and is read-only (or immutable); refusing to replace it")
+    if not force and not _is_profile(target):
+        raise _err(source, "exists and is not a skipsearch profile; refusing to overwrite it (force to replace it)")
+
+
+def _writable(path: Path, *, directory: bool) -> bool:
+    # os.access alone says yes to root for anything; the mode bits say what the owner meant, and a
+    # real open (which writes nothing) catches what neither sees: immutable files, read-only mounts.
+    try:
+        if not os.access(path, os.W_OK | (os.X_OK if directory else 0)) or not path.stat().st_mode & 0o222:
+            return False
+        if directory:
+            fd, probe = tempfile.mkstemp(prefix=".skipsearch-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))  # no O_CREAT, no O_TRUNC: the bytes stay
+    except OSError:
+        return False
+    return True
+
+
+def _is_profile(path: Path) -> bool:
+    """An empty file, or one that reads as a profile (valid or not): it has our header or the keys."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_PROFILE_HEADER))
+        if not head or head.decode("utf-8", "replace") == _PROFILE_HEADER:
+            return True
+        raw = _read_yaml(path, str(path))
+    except (OSError, ProfileError):
+        return False
+    return isinstance(raw, dict) and "schema_version" in raw and "model" in raw

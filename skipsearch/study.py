@@ -7,17 +7,23 @@ can share one storage, and ``show``/``compare`` read any strategy's study alike.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import socket
+import threading
 import time
-from collections.abc import Callable
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import optuna
 import sqlalchemy
 
-from skipsearch.config import DraftConfig, ExitRule
+from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.measure import Kind, Measurement, Objective
 from skipsearch.strategies import Strategy
 
@@ -27,11 +33,17 @@ STRATEGY_ATTR, SPACE_ATTR, SEED_ATTR = "strategy", "space", "seed"  # study user
 CONFIG_ATTR, MEASUREMENT_ATTR, ERROR_ATTR, REUSED_ATTR = "config", "measurement", "error", "reused_from"  # trial's
 EVALUATING_ATTR = "evaluating"  # trial's: set when a shared study's trial starts measuring its config
 KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so other workers see it
+METHOD_ATTR, PARAMS_ATTR = "method", "params"  # trial's: the candidate's method and method params
+WORKER_ATTR = "worker"  # trial's: "host:pid" of the process that runs it
 OPEN_ATTEMPTS = 5  # tries to create-or-load a study that other workers may be creating right now
 TWIN_POLL_SECONDS = 0.2  # how often a worker looks whether another's evaluation of its config is done
-# How long a worker waits for another's evaluation of the same config before doing it itself: a
-# worker killed mid-trial leaves its trial RUNNING in a shared storage for good.
-TWIN_TIMEOUT_SECONDS = 300.0
+# Liveness, by Optuna's RDBStorage heartbeats: a running trial records one every HEARTBEAT_SECONDS;
+# one whose last beat is older than GRACE_SECONDS has lost its worker (killed, machine gone), and
+# ``fail_stale_trials`` marks it failed. Nothing else ever fails another process's trial.
+HEARTBEAT_SECONDS = 5
+GRACE_SECONDS = 30
+# The storage each study was opened with: we construct it, so its public methods are ours to call.
+_STORAGES: weakref.WeakKeyDictionary[optuna.Study, optuna.storages.BaseStorage] = weakref.WeakKeyDictionary()
 
 
 class StudyError(RuntimeError):
@@ -45,9 +57,14 @@ class StudyError(RuntimeError):
 class TrialRecord:
     number: int
     state: str  # Optuna's state name: COMPLETE, FAIL, RUNNING, ...
-    config: DraftConfig | None  # None when the trial failed before it had a config
+    candidate: Candidate | None  # None when the trial failed before it had one
     measurement: Measurement | None
     error: str | None  # one line, for FAIL trials
+
+    @property
+    def config(self) -> DraftConfig | None:
+        """The candidate's draft config (skip sets, K, exit rule)."""
+        return self.candidate.draft if self.candidate is not None else None
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,12 @@ def config_to_dict(config: DraftConfig) -> dict:
 def config_from_dict(raw: dict) -> DraftConfig:
     return DraftConfig(skip_attn=tuple(raw["skip_attn"]), skip_mlp=tuple(raw["skip_mlp"]),
                        max_draft_tokens=raw["max_draft_tokens"], exit=ExitRule(**raw["exit"]))
+
+
+def candidate_attrs(candidate: Candidate) -> dict:
+    """The user attrs a trial records its candidate in (JSON: every storage keeps them)."""
+    return {CONFIG_ATTR: config_to_dict(candidate.draft), METHOD_ATTR: candidate.method,
+            PARAMS_ATTR: candidate.plain_params()}
 
 
 def _space_dict(strategy: Strategy) -> dict:
@@ -109,46 +132,204 @@ def open_study(*, study_dir: str | Path | None = None, storage: str | None = Non
         sampler.reseed_rng()
     for attempt in range(OPEN_ATTEMPTS):
         try:
-            rdb = None if storage is None else optuna.storages.RDBStorage(storage)
-            study = optuna.create_study(storage=rdb, study_name=name, sampler=sampler,
-                                        direction=direction, load_if_exists=True)
+            with _quiet_optuna():
+                backend = optuna.storages.InMemoryStorage() if storage is None else optuna.storages.RDBStorage(
+                    storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS)
+                study = optuna.create_study(storage=backend, study_name=name, sampler=sampler,
+                                            direction=direction, load_if_exists=True)
             break
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # Workers started together race to create the schema or the study; the loser's CREATE
-            # or INSERT fails (duplicate table, unique key). By the next attempt the winner has
-            # committed: load it. Any other cause fails the same way every time and is shown.
-            if attempt == OPEN_ATTEMPTS - 1:
+            # or INSERT fails (duplicate table, unique key; SQLite says "already exists" or "locked").
+            # By the next attempt the winner has committed: load it. Other causes fail every time.
+            racing = not isinstance(e, sqlalchemy.exc.OperationalError) or any(
+                word in str(e) for word in ("already exists", "database is locked"))
+            if attempt == OPEN_ATTEMPTS - 1 or not racing:
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 raise StudyError(f"cannot open storage '{_shown(storage)}': {first}") from None
             time.sleep(0.2 * (attempt + 1))
         except Exception as e:  # sqlalchemy and driver errors vary by backend; the user needs the first line
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise StudyError(f"cannot open storage '{_shown(storage)}': {first}") from None
+    _STORAGES[study] = backend
     _check_or_stamp(study, strategy)
+    fail_lost_trials(study)
     return study
+
+
+# -- liveness: heartbeats and lost trials ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    # Heartbeats are "experimental" in Optuna and "supposed to be used with Study.optimize"; they serve
+    # ask/tell as well when the runner beats itself (``heartbeat``), which is what these warnings doubt.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+        yield
+
+
+def fail_lost_trials(study: optuna.Study) -> None:
+    """Fail the RUNNING trials whose worker is provably gone (no heartbeat for GRACE_SECONDS)."""
+    if isinstance(_STORAGES.get(study), optuna.storages.RDBStorage):
+        with _quiet_optuna():
+            optuna.storages.fail_stale_trials(study)
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _trial_id(study: optuna.Study, number: int) -> int:
+    storage = _STORAGES[study]
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
+
+
+def set_trial_attr(study: optuna.Study, number: int, key: str, value) -> None:
+    """Set a user attr on trial ``number``, which this process added (a claim) or runs."""
+    _STORAGES[study].set_trial_user_attr(_trial_id(study, number), key, value)
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, number: int) -> Iterator[None]:
+    """Keep trial ``number`` alive for other workers while this block runs (RDB storages only).
+
+    The first beat is recorded before the block starts: a trial with none is never judged lost."""
+    storage = _STORAGES.get(study)
+    if not isinstance(storage, optuna.storages.RDBStorage):
+        yield
+        return
+    trial_id = _trial_id(study, number)
+    storage.record_heartbeat(trial_id)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception:  # a transient database error: the next beat tries again
+                pass
+
+    thread = threading.Thread(target=beat, name=f"skipsearch-heartbeat-{number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def other_local_workers(study: optuna.Study) -> list[str]:
+    """Other live skipsearch workers on this machine, seen through the study's running trials.
+
+    Their decoding shares this machine's cores and memory bandwidth, so timings taken now are not
+    the machine's own: the caller flags or refuses them."""
+    host, me = socket.gethostname(), worker_id()
+    fail_lost_trials(study)
+    running = study.get_trials(deepcopy=False, states=(_STATES.RUNNING,))
+    found = {t.user_attrs.get(WORKER_ATTR) for t in running}
+    return sorted(w for w in found if w and w != me and w.split(":", 1)[0] == host)
+
+
+def contention(study: optuna.Study) -> str | None:
+    """Why a timing taken now would not be this machine's own, or None."""
+    others = other_local_workers(study)
+    if others:
+        return f"timed while another skipsearch worker ran on this machine ({', '.join(others)})"
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cores + 0.5:  # this process accounts for about one
+        return f"timed under load average {load:.1f} on {cores} cores"
+    return None
 
 
 def load_records(*, study_dir: str | Path | None = None, storage: str | None = None,
                  study_name: str | None = None) -> tuple[str, list[TrialRecord]]:
-    """Read an existing study without a strategy (for ``skipsearch study show``)."""
+    """Read an existing study without a strategy (for ``skipsearch study show``).
+
+    Reading never writes: the storage is looked at first (SQLite opened read-only) and must hold
+    Optuna's tables, and Optuna is then told not to create any, so pointing this at some other
+    database leaves it exactly as it was.
+    """
     if storage is None:
         if study_dir is None:
             raise StudyError("give a study directory or --storage")
         db = Path(study_dir) / "study.db"
-        if not db.exists():
+        if not db.is_file():
             raise StudyError(f"no study at '{study_dir}' (no study.db there)")
         storage = f"sqlite:///{db.resolve()}"
-    name = study_name or (Path(study_dir).resolve().name if study_dir is not None else None)
+    # A study directory's study is named after it, unless the directory was renamed since: then
+    # its only study is the one.
+    default = Path(study_dir).resolve().name if study_dir is not None else None
+    name = study_name
+    engine_kwargs = _check_optuna_storage(storage)
     try:
-        summaries = optuna.get_all_study_summaries(storage)
-        if name is None and len(summaries) == 1:
-            name = summaries[0].study_name
-        study = optuna.load_study(study_name=name, storage=storage)
-    except Exception as e:
+        rdb = optuna.storages.RDBStorage(storage, engine_kwargs=engine_kwargs, skip_table_creation=True)
+        names = [s.study_name for s in optuna.get_all_study_summaries(rdb, include_best_trial=False)]
+        if name is None and default not in names and len(names) != 1:
+            held = f"{len(names)} studies ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+            raise StudyError(f"'{_shown(storage)}' holds {held if names else 'no study'}: give --study-name")
+        name = name or (default if default in names else names[0])
+        if name not in names:
+            raise StudyError(f"no study '{name}' in '{_shown(storage)}' (it holds: {', '.join(names) or 'none'})")
+        study = optuna.load_study(study_name=name, storage=rdb)
+    except StudyError:
+        raise
+    except Exception as e:  # sqlalchemy, driver and Optuna errors vary by backend: the first line says it
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StudyError(f"cannot read study '{name}' from '{_shown(storage)}': {first}") from None
+        raise StudyError(f"cannot read study '{name or '?'}' from '{_shown(storage)}': {first}") from None
+    try:
+        recs = records(study)
+    except Exception as e:  # noqa: BLE001 - a trial's attrs in another shape: KeyError, TypeError, ...
+        raise StudyError(f"study '{name}' in '{_shown(storage)}' has trials skipsearch did not write "
+                         f"({_one_line(e)})") from None
     label = f"{name} [{study.user_attrs.get(STRATEGY_ATTR, '?')}]"
-    return label, records(study)
+    return label, recs
+
+
+def _check_optuna_storage(url: str) -> dict:
+    """Refuse a storage that is not an Optuna one, without writing to it; return the engine
+    arguments to read it with (a bounded connect timeout, so an unreachable server fails in seconds)."""
+    import sqlite3
+    import urllib.parse
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except Exception:  # noqa: BLE001 - ArgumentError, ValueError: not a URL at all
+        raise StudyError(f"'{_shown(url)}' is not a database URL (e.g. sqlite:///study.db, postgresql://...)") from None
+    shown = _shown(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database
+        if not path or path == ":memory:" or not Path(path).is_file():
+            raise StudyError(f"no study at '{shown}' (no such database file)")
+        try:  # mode=ro: SQLite itself refuses any write, and never creates the file
+            conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+            try:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                conn.close()
+        except sqlite3.Error as e:
+            raise StudyError(f"'{path}' is not an Optuna study (not a SQLite database: {e})") from None
+        engine_kwargs: dict = {}
+    else:
+        engine_kwargs = {"connect_args": {"connect_timeout": 5}} if parsed.get_backend_name() in (
+            "postgresql", "mysql") else {}
+        try:
+            engine = sqlalchemy.create_engine(url, **engine_kwargs)
+            try:
+                tables = set(sqlalchemy.inspect(engine).get_table_names())
+            finally:
+                engine.dispose()
+        except ImportError as e:
+            raise StudyError(f"cannot read '{shown}': its database driver is not installed ({e}); install it, "
+                             f"or name an installed one in the URL, e.g. postgresql+psycopg2://") from None
+        except Exception as e:  # noqa: BLE001 - server unreachable, login refused: the first line says which
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise StudyError(f"cannot read '{shown}': {first}") from None
+    if not {"studies", "trials", "version_info"} <= tables:
+        where = parsed.database if parsed.get_backend_name() == "sqlite" else shown
+        raise StudyError(f"'{where}' is not an Optuna study (it has no Optuna tables)")
+    return engine_kwargs
 
 
 def _shown(url: str | None) -> str:
@@ -179,17 +360,32 @@ def _check_or_stamp(study: optuna.Study, strategy: Strategy) -> None:
 # -- reading the record ---------------------------------------------------------------------------
 
 
-def trial_config(t: optuna.trial.FrozenTrial) -> DraftConfig | None:
-    """The config a trial evaluated (or is evaluating); None before it had one."""
+def trial_candidate(t: optuna.trial.FrozenTrial) -> Candidate | None:
+    """The candidate a trial evaluated (or is evaluating); None before it had one.
+
+    Studies made before methods were recorded hold layer-skip configs only: their trials have no method."""
     raw = t.user_attrs.get(CONFIG_ATTR)
-    return config_from_dict(raw) if raw is not None else None
+    if raw is None:
+        return None
+    from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP  # the default of old studies
+
+    return Candidate(t.user_attrs.get(METHOD_ATTR, LAYER_SKIP.name), config_from_dict(raw),
+                     t.user_attrs.get(PARAMS_ATTR) or ())
+
+
+LOST = "lost: its worker stopped sending heartbeats"
 
 
 def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     measurement = t.user_attrs.get(MEASUREMENT_ATTR)
-    return TrialRecord(number=t.number, state=t.state.name, config=trial_config(t),
+    error = t.user_attrs.get(ERROR_ATTR)
+    if t.state == _STATES.FAIL and error is None:
+        # skipsearch records an error before it fails a trial; only Optuna's stale-heartbeat check, for a
+        # worker that was killed, fails one without (its attrs are frozen by then).
+        error = LOST
+    return TrialRecord(number=t.number, state=t.state.name, candidate=trial_candidate(t),
                        measurement=Measurement.from_dict(measurement) if measurement is not None else None,
-                       error=t.user_attrs.get(ERROR_ATTR))
+                       error=error)
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:
@@ -209,14 +405,14 @@ def _ranked(study: optuna.Study, kind: str) -> list[TrialRecord]:
     return sorted(_completed(study, kind), key=lambda r: (-r.measurement.speedup, r.number))
 
 
-def shortlist(study: optuna.Study, n: int, *, kind: Kind = "surrogate") -> list[DraftConfig]:
-    """The best ``n`` distinct configs measured as ``kind``, best first."""
-    out: list[DraftConfig] = []
+def shortlist(study: optuna.Study, n: int, *, kind: Kind = "surrogate") -> list[Candidate]:
+    """The best ``n`` distinct candidates measured as ``kind``, best first."""
+    out: list[Candidate] = []
     for r in _ranked(study, kind):
         if len(out) >= n:
             break
-        if r.config not in out:
-            out.append(r.config)
+        if r.candidate not in out:
+            out.append(r.candidate)
     return out
 
 
@@ -233,7 +429,7 @@ def best(study: optuna.Study, *, prefer: Kind = "timed") -> TrialRecord | None:
 # -- the loop -------------------------------------------------------------------------------------
 
 
-def _earlier_twin(study: optuna.Study, config: DraftConfig, kind: str, number: int, *,
+def _earlier_twin(study: optuna.Study, candidate: Candidate, kind: str, number: int, *,
                   shared: bool = False) -> TrialRecord | None:
     """The completed trial that already measured ``config`` as ``kind``, if any.
 
@@ -243,26 +439,27 @@ def _earlier_twin(study: optuna.Study, config: DraftConfig, kind: str, number: i
     already evaluating, or to an announced twin with a lower number; the twin's measurement is
     reused when it completes. Only these two rules decide, so two workers never wait for each
     other, and one that announced more than a poll period after another finds it evaluating.
-    If the twin fails (or hangs past TWIN_TIMEOUT_SECONDS), this trial evaluates the config itself.
+    If the twin fails, or its worker is lost (no heartbeat for GRACE_SECONDS), this trial evaluates
+    the candidate itself.
     """
     if shared:
         time.sleep(TWIN_POLL_SECONDS)
-    deadline = time.monotonic() + TWIN_TIMEOUT_SECONDS
     while True:
         yield_to = False
         for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING)):
             if t.number == number or t.user_attrs.get(CONFIG_ATTR) is None:
                 continue
             r = _record(t)
-            if r.config != config:
+            if r.candidate != candidate:
                 continue
             if r.measurement is not None and r.measurement.kind == kind:
                 return r
             if t.state == _STATES.RUNNING and t.user_attrs.get(KIND_ATTR) == kind and not t.user_attrs.get(ERROR_ATTR):
                 yield_to = yield_to or t.user_attrs.get(EVALUATING_ATTR, False) or t.number < number
-        if not yield_to or time.monotonic() > deadline:
+        if not yield_to:
             return None
         time.sleep(TWIN_POLL_SECONDS)
+        fail_lost_trials(study)
 
 
 def _used(study: optuna.Study) -> int:
@@ -282,30 +479,41 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
         raise StudyError(f"budget must be an integer >= 1, got {budget!r}")
     _check_or_stamp(study, strategy)
     start, ran, failed = time.perf_counter(), 0, 0
-    while _used(study) < budget:
+    while True:
+        fail_lost_trials(study)  # a dead worker's trial must not hold the budget, nor a twin, for ever
+        if _used(study) >= budget:
+            break
         # 1. the strategy may fix the next trial's params (seeds, its own model's proposal)
         params = strategy.next_params(study)
         if params is not None:
             study.enqueue_trial(params)
-        trial = study.ask()
-        config = measurement = error = None
+        with _quiet_optuna():
+            trial = study.ask()
+        candidate = measurement = error = None
         try:
-            # 2. params -> config, recorded before evaluation so a failed trial still shows it
-            config = strategy.suggest(trial)
-            trial.set_user_attr(CONFIG_ATTR, config_to_dict(config))
-            trial.set_user_attr(KIND_ATTR, kind)
-            # 3. evaluate, or reuse the measurement of the same config: a repeat costs nothing
-            earlier = _earlier_twin(study, config, kind, trial.number, shared=strategy.shared)
-            if earlier is not None:
-                measurement = replace(earlier.measurement, seconds=0.0)
-                trial.set_user_attr(REUSED_ATTR, earlier.number)
-            else:
-                if strategy.shared:
-                    trial.set_user_attr(EVALUATING_ATTR, True)  # twins announced from now on wait for this one
-                measurement = objective.evaluate(config, kind=kind)
-            if not math.isfinite(measurement.speedup):
-                raise ValueError(f"the objective returned speedup {measurement.speedup}")
-            trial.set_user_attr(MEASUREMENT_ATTR, measurement.to_dict())
+            with heartbeat(study, trial.number):
+                trial.set_user_attr(WORKER_ATTR, worker_id())
+                # 2. params -> candidate, recorded before evaluation so a failed trial still shows it
+                candidate = strategy.suggest(trial)
+                for key, value in candidate_attrs(candidate).items():
+                    trial.set_user_attr(key, value)
+                trial.set_user_attr(KIND_ATTR, kind)
+                # 3. evaluate, or reuse the measurement of the same candidate: a repeat costs nothing
+                earlier = _earlier_twin(study, candidate, kind, trial.number, shared=strategy.shared)
+                if earlier is not None:
+                    measurement = replace(earlier.measurement, seconds=0.0)
+                    trial.set_user_attr(REUSED_ATTR, earlier.number)
+                else:
+                    if strategy.shared:
+                        trial.set_user_attr(EVALUATING_ATTR, True)  # twins announced from now on wait for this one
+                    busy = contention(study) if kind == "timed" else None
+                    measurement = objective.evaluate(candidate, kind=kind)
+                    busy = busy or (contention(study) if kind == "timed" else None)
+                    if busy:  # recorded, and never shipped: see optimize's verdict
+                        measurement = replace(measurement, notes=busy)
+                if not math.isfinite(measurement.speedup):
+                    raise ValueError(f"the objective returned speedup {measurement.speedup}")
+                trial.set_user_attr(MEASUREMENT_ATTR, measurement.to_dict())
         except KeyboardInterrupt:
             trial.set_user_attr(ERROR_ATTR, "interrupted")
             study.tell(trial, state=_STATES.FAIL)
@@ -321,6 +529,6 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
         ran += 1
         if on_trial is not None:
             state = "FAIL" if error is not None else "COMPLETE"
-            on_trial(TrialRecord(trial.number, state, config, measurement, error), best(study))
+            on_trial(TrialRecord(trial.number, state, candidate, measurement, error), best(study))
     return SearchSummary(trials_total=_used(study), trials_run_here=ran, failed=failed, best=best(study),
                          seconds=time.perf_counter() - start)

@@ -41,6 +41,51 @@ def make_tiny_model(
     return SkippableModel(model, tokenizer=None, name=name)
 
 
+TINY_WORDS = "def fib ( n ) : return if else + - * 1 2 3 the a of and to in is it you what how why".split()
+
+
+def tiny_llama(seed: int = 0, **overrides):
+    """A tiny random ``LlamaForCausalLM`` that decodes its full max_new_tokens (no EOS)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    settings = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False,
+                    bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(LlamaConfig(**{**settings, **overrides})).float().eval()
+    model.generation_config.eos_token_id = None  # decode the full max_new_tokens: random weights
+    return model
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer over TINY_WORDS (anything else is <unk>), with a plain chat template."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(TINY_WORDS)}}
+    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    out.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return out
+
+
+def save_tiny_checkpoint(path, model=None, **kwargs):
+    """A tiny random Llama and its tokenizer as a checkpoint directory: ``--model PATH`` loads it, in a
+    second, wherever a command's behaviour (storage, interruption, files), not the model, is tested."""
+    from pathlib import Path
+
+    (model if model is not None else tiny_llama()).save_pretrained(path, **kwargs)
+    tiny_tokenizer().save_pretrained(path)
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny-checkpoint") / "tiny-llama")
+
+
 @pytest.fixture(scope="session")
 def tiny_sm() -> SkippableModel:
     return make_tiny_model()
@@ -90,3 +135,18 @@ def assert_one_line_error(result, fragment: str) -> None:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
     assert "Traceback" not in result.output
+
+
+def assert_greedy_equivalent(sm: SkippableModel, prompt_ids, tokens, reference=None, *, allow_ties: bool = True):
+    """Greedy output ``tokens`` against ``reference`` (HF greedy's, decoded here when None) by
+    skipsearch.equivalence: identical, or, where ``allow_ties`` and the dtype has a tie tolerance (16-bit
+    floats), equal up to numerical ties. Returns the verdict. In fp32 this is token-for-token identity."""
+    from skipsearch.decoding import hf_generate
+    from skipsearch.equivalence import IDENTICAL, check
+
+    tokens = tuple(tokens)
+    if reference is None:
+        reference = hf_generate(sm, prompt_ids, max_new_tokens=len(tokens))
+    verdict = check(sm, prompt_ids, tokens, reference)
+    assert verdict.ok and (allow_ties or verdict.kind == IDENTICAL), verdict.describe()
+    return verdict

@@ -23,7 +23,8 @@ class SlowObjective:
     def __init__(self, log: str) -> None:
         self.log = log
 
-    def evaluate(self, config, *, kind):
+    def evaluate(self, candidate, *, kind):
+        config = candidate.draft
         time.sleep(0.05)
         with open(self.log, "a") as f:
             f.write(json.dumps(config_to_dict(config)) + "\n")

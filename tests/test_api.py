@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from skipsearch import api
-from skipsearch.config import DraftConfig
+from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.data import Prompt
 from skipsearch.decoding import LayerSkipDrafter, generate
-from skipsearch.models import ModelError
 from skipsearch.profile import ModelRef, Profile
 
 
@@ -32,7 +31,7 @@ def test_an_autoregressive_profile_drafts_nothing(tiny_sm):
 
 
 def test_an_unsupported_method_is_a_clear_error(tiny_sm):
-    with pytest.raises(ModelError, match="method 'no-such-method' is not supported"):
+    with pytest.raises(ConfigError, match="unknown method 'no-such-method' \\(known: clasp-dynamic, fractal"):
         api.drafter_factory(_profile("no-such-method", DraftConfig()), tiny_sm)
 
 

@@ -1,4 +1,5 @@
-"""The bench harness: identical-output flags, interleaving, HF peers, reports and the CLI."""
+"""The bench: identical-output flags, HF peers and their sweep, reports and the CLI (the timing harness
+itself is tested in test_harness.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from skipsearch import bench as bn
 from skipsearch import bench_report as br
 from skipsearch.cli import app
 from skipsearch.data import Prompt
-from skipsearch.memory import memory_probe
 from skipsearch.profile import load_profile, profile_from_dict, save_profile
 
 CPU = torch.device("cpu")
@@ -98,42 +98,7 @@ def test_the_report_shows_the_flag_and_leaves_a_broken_profile_out_of_the_summar
     assert summary.flagged == ("layer-skip:bad",) and summary.best_profile == "layer-skip:ok"
 
 
-# -- the harness -----------------------------------------------------------------------------------
-def test_every_method_is_warmed_up_then_interleaved_with_rotation_on_the_same_ids():
-    calls = []
-
-    def fake(name):
-        def decode(ids, max_new_tokens):
-            calls.append((name, tuple(ids), max_new_tokens))
-            return bn.MethodOutput(tuple(ids[:2]))
-
-        return bn.Method(name, "hf" if name == bn.BASELINE else "skipsearch", "", decode)
-
-    methods = [fake(bn.BASELINE), fake("m1"), fake("m2")]
-    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
-    runs = bn.run_rounds(methods, prompts, max_new_tokens=20, device=CPU, warmup_tokens=4)
-    # 1. one short warm-up call per method before anything is timed
-    assert calls[:3] == [(m.name, (1, 2, 3), 4) for m in methods]
-    # 2. then each prompt once per method, every method given exactly the same ids
-    timed = calls[3:]
-    assert len(timed) == len(runs) == 9
-    for i, ids in enumerate(prompts):
-        rnd = timed[3 * i: 3 * i + 3]
-        assert {c[1] for c in rnd} == {tuple(ids)} and {c[2] for c in rnd} == {20}
-        assert sorted(c[0] for c in rnd) == sorted(m.name for m in methods)
-    # 3. the order rotates: with 3 prompts and 3 methods, every method takes every slot once
-    for m in methods:
-        assert sorted(r.slot for r in runs if r.method == m.name) == [0, 1, 2]
-
-
-def test_run_rounds_rejects_duplicate_names_and_empty_input():
-    m = bn.Method("a", "hf", "", lambda ids, n: bn.MethodOutput(()))
-    with pytest.raises(bn.ConfigError, match="unique"):
-        bn.run_rounds([m, m], [[1]], max_new_tokens=2, device=CPU)
-    with pytest.raises(bn.ConfigError, match="at least one"):
-        bn.run_rounds([m], [], max_new_tokens=2, device=CPU)
-
-
+# -- the HF peers (the harness itself: tests/test_harness.py) ------------------------------------------
 def test_hf_peers_are_lossless_and_their_forwards_are_counted(sm):
     greedy = bn.peer_method(sm, bn.BASELINE)
     lookup = bn.peer_method(sm, "hf-prompt-lookup", 4)
@@ -251,12 +216,6 @@ def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
     assert measured.source == "bench" and measured.speedup == 1.1 and "hf-greedy" in measured.baseline
     path = save_profile(dataclasses.replace(load_profile(EXAMPLE), measured=measured), tmp_path / "p.yaml")
     assert load_profile(path).measured.speedup == 1.1
-
-
-def test_memory_probe_reports_a_peak():
-    probe = memory_probe(CPU)
-    probe.reset()
-    assert probe.kind and probe.peak() >= probe.current() > 0
 
 
 # -- CLI ---------------------------------------------------------------------------------------------

@@ -14,22 +14,22 @@ from skipsearch import api
 from skipsearch.clasp import (
     SUBLAYERS,
     ClaspDynamicDrafter,
-    ClaspPlan,
+    ClaspSkipSets,
     DynamicParams,
     ModelLayers,
     approximation_check,
     brute_force,
     config_for,
     dp_skip_sets,
-    dynamic_params,
     final_similarity,
     granularity,
     sequence_targets,
-    static_plan,
+    static_skip_sets,
 )
-from skipsearch.config import DraftConfig, ExitRule, SamplingParams
+from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
 from skipsearch.decoding import generate, hf_generate
-from skipsearch.profile import ModelRef, Profile, ProfileError, load_profile, save_profile
+from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
+from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
 from skipsearch.study import open_study, records, run_search
@@ -148,9 +148,9 @@ def test_batched_dp_equals_the_naive_double_loop(sm8):
         assert batched.layer_calls < naive.layer_calls
 
 
-def test_static_plan_gives_a_set_for_every_m(sm8):
+def test_static_skip_sets_give_a_set_for_every_m(sm8):
     cont = generate(sm8, PROMPT, max_new_tokens=12).token_ids
-    plan = static_plan(sm8, [PROMPT, PROMPT[:5]], [cont, cont[:6]], allowed=range(1, 7),
+    plan = static_skip_sets(sm8, [PROMPT, PROMPT[:5]], [cont, cont[:6]], allowed=range(1, 7),
                        limits={"layer": 3, "attn": 6}, tokens_per_sequence=4)
     assert plan.sublayers == ("layer", "attn") and plan.source == "dp"
     for sub, limit in (("layer", 3), ("attn", 6)):
@@ -232,6 +232,10 @@ def test_engine_asks_no_hidden_states_of_other_drafters(sm8, monkeypatch):
 # -- the profile ---------------------------------------------------------------------------------------
 
 
+def _dyn(profile):
+    return CLASP_DYNAMIC.parse(profile.method_params, draft=profile.draft, num_layers=profile.model.num_layers)
+
+
 def _profile(num_layers=8, **params):
     return Profile(model=ModelRef(name="tiny", num_layers=num_layers), method="clasp-dynamic",
                    draft=DraftConfig(skip_attn=(2,), max_draft_tokens=2), method_params=tuple(params.items()))
@@ -244,27 +248,27 @@ def _profile(num_layers=8, **params):
     ({"num_skips": "3", "loi": 4}, "num_skips"),
     ({"num_skips": 3, "loi": 0}, "loi must be an integer >= 1"),
     ({"num_skips": 3, "loi": 2.5}, "loi must be an integer >= 1"),
-    ({"num_skips": 3}, "needs method_params.loi"),
-    ({"loi": 3}, "needs method_params.num_skips"),
+    ({"num_skips": 3}, "missing required key method_params.loi"),
+    ({"loi": 3}, "missing required key method_params.num_skips"),
     ({"num_skips": 3, "loi": 2, "sublayer": "heads"}, "sublayer must be one of"),
     ({"num_skips": 3, "loi": 2, "protect_ends": "yes"}, "protect_ends"),
     ({"num_skips": 3, "loi": 2, "m": 4}, "unknown key method_params.m"),
 ])
-def test_invalid_dynamic_params_are_one_line_profile_errors(sm8, params, fragment):
-    with pytest.raises(ProfileError, match=fragment) as info:
+def test_invalid_dynamic_params_are_one_line_errors(sm8, params, fragment):
+    with pytest.raises(ConfigError, match=fragment) as info:
         api.drafter_factory(_profile(**params), sm8)
     assert "\n" not in str(info.value)
 
 
 def test_protect_ends_off_allows_every_layer():
-    assert dynamic_params(_profile(num_skips=8, loi=1, protect_ends=False)).num_skips == 8
+    assert _dyn(_profile(num_skips=8, loi=1, protect_ends=False)).num_skips == 8
 
 
 def test_dynamic_profile_round_trips_and_decodes_through_the_api(sm8, tmp_path):
     prof = _profile(num_skips=3, loi=2, sublayer="attn")
     path = save_profile(prof, tmp_path / "d.yaml")
     again = load_profile(path, num_layers=8)
-    assert again.method == "clasp-dynamic" and dynamic_params(again) == DynamicParams(3, 2, "attn")
+    assert again.method == "clasp-dynamic" and _dyn(again) == DynamicParams(3, 2, "attn")
     build = api.drafter_factory(again, sm8)
     first, second = build(), build()
     assert isinstance(first, ClaspDynamicDrafter) and first is not second  # a fresh drafter per prompt
@@ -275,16 +279,17 @@ def test_dynamic_profile_round_trips_and_decodes_through_the_api(sm8, tmp_path):
 # -- the static strategy -----------------------------------------------------------------------------
 
 
-def test_static_strategy_drafts_with_the_plans_sets():
+def test_static_strategy_drafts_with_the_dps_sets():
     space = SearchSpace(num_layers=10, max_draft_tokens=(1, 2, 3))
     layers = space.skippable_layers()  # 1..8
-    plan = ClaspPlan(("layer", "attn", "mlp"), tuple(
+    plan = ClaspSkipSets(("layer", "attn", "mlp"), tuple(
         tuple(tuple(sorted(layers[::-1][:m])) for m in range(len(layers) + 1)) for _ in range(3)))
-    strategy = make_strategy("clasp", space, seed=0, plan=plan)
+    strategy = make_strategy("clasp", space, seed=0, skip_sets=plan)
     study = open_study(strategy=strategy)
 
     class Objective:
-        def evaluate(self, config, *, kind):
+        def evaluate(self, candidate, *, kind):
+            config = candidate.draft
             from skipsearch.measure import Measurement
 
             return Measurement(kind=kind, speedup=1.0 + 0.01 * len(config.skip_attn))
@@ -360,5 +365,5 @@ def test_cli_optimize_clasp_writes_static_and_dynamic_profiles(tmp_path):
     assert result.exit_code == 0, result.output
     static, dyn = load_profile(out, num_layers=30), load_profile(tmp_path / "clasp-dynamic.yaml", num_layers=30)
     assert static.method == "layer-skip" and static.search.strategy == "clasp"
-    params = dynamic_params(dyn)
+    params = _dyn(dyn)
     assert dyn.method == "clasp-dynamic" and params.loi == 3 and granularity(dyn.draft)[1] == params.num_skips

@@ -53,7 +53,7 @@ def test_decode_bad_profile_fails_before_model_load(tmp_path):
 
 
 def test_decode_unknown_model():
-    assert_one_line_error(runner.invoke(app, ["decode", "--model", "llama-2-13b", "--prompt", "hi"]), "unknown model")
+    assert_one_line_error(runner.invoke(app, ["decode", "--model", "no-such-model", "--prompt", "hi"]), "unknown model")
 
 
 def test_decode_needs_exactly_one_prompt_source():
@@ -120,49 +120,27 @@ def test_optimize_end_to_end_then_decode(real_sm, tmp_path):
     assert shown.exit_code == 0 and "timed" in shown.stdout
 
 
-@pytest.mark.model
-def test_sigkill_mid_search_then_the_same_command_resumes(tmp_path):
-    """Kill -9 a running `skipsearch optimize`; the same command then resumes with every finished trial."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["decode", "--prompt", "hi", "--max-new-tokens", "0"], "Invalid value for '--max-new-tokens'"),
+    (["bench", "--bogus"], "No such option: --bogus"),
+    (["optimize", "--budget", "many"], "Invalid value for '--budget'"),
+])
+def test_typers_own_usage_errors_are_one_line_and_exit_2(args, fragment):
+    assert_one_line_error(runner.invoke(app, args), fragment)
 
-    import optuna
 
-    study_dir = tmp_path / "study"
-    cmd = [sys.executable, "-m", "skipsearch", "optimize", "--model", "smollm2-135m", "--strategy", "tpe",
-           "--objective", "surrogate", "--n-prompts", "1", "--max-new-tokens", "8", "--study", str(study_dir),
-           "--out", str(tmp_path / "p.yaml")]
-    storage = f"sqlite:///{study_dir / 'study.db'}"
+def test_methods_lists_every_registered_method_with_its_search():
+    from skipsearch import methods
 
-    def finished() -> dict[int, dict]:
-        try:
-            trials = optuna.load_study(study_name="study", storage=storage).get_trials(deepcopy=False)
-        except Exception:  # not created yet
-            return {}
-        return {t.number: dict(t.user_attrs) for t in trials if t.state == optuna.trial.TrialState.COMPLETE}
+    result = runner.invoke(app, ["methods"])
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert set(rows) == set(methods.names())
+    for name in methods.names():
+        strategy = methods.get(name).strategy
+        assert (f"--strategy {strategy}" if strategy else "skipsearch plan") in rows[name]
 
-    proc = subprocess.Popen([*cmd, "--budget", "500"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 600
-    while len(finished()) < 4 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    before = finished()
-    assert len(before) >= 4, proc.stderr.read().decode()[-2000:]
-    assert not (tmp_path / "p.yaml").exists()  # killed mid-search: nothing was written
 
-    counted = [t for t in optuna.load_study(study_name="study", storage=storage).trials
-               if t.state != optuna.trial.TrialState.WAITING]  # enqueued seeds do not count towards the budget
-    budget = len(counted) + 3
-    again = subprocess.run([*cmd, "--budget", str(budget)], capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    study = optuna.load_study(study_name="study", storage=storage)
-    after = {t.number: dict(t.user_attrs) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
-    assert all(after[n] == attrs for n, attrs in before.items())  # every finished trial intact
-    assert len(after) == len(before) + 3  # the killed trial counts as failed; three more finished
-    states = {t.state for t in study.trials}
-    assert optuna.trial.TrialState.RUNNING not in states  # the killed trial is marked failed, not left running
-    assert (tmp_path / "p.yaml").exists()
+def test_models_lists_the_aliases():
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0 and "llama-2-13b " in result.stdout and "meta-llama/Llama-2-13b-hf" in result.stdout

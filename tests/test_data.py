@@ -229,3 +229,32 @@ def test_encode_prompt_with_a_real_transformers_tokenizer():
 
 def test_available_datasets_lists_the_builtins():
     assert set(available_datasets()) == {"mtbench", "humaneval"}
+
+
+# -- bad prompt files are one-line errors, never tracebacks or guesses (issue 14, cause 8) ----------------
+@pytest.mark.parametrize(("chat", "expected"),
+                         [(True, True), ("false", False), ("YES", True), (0, False), (None, False)])
+def test_chat_flags_that_plainly_say_yes_or_no(tmp_path, chat, expected):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "x", "chat": chat}) + "\n")
+    assert load_prompts(str(path))[0].chat is expected
+
+
+@pytest.mark.parametrize("chat", ["maybe", 5, [True], {"a": 1}])
+def test_a_chat_flag_that_is_neither_is_refused(tmp_path, chat):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "x"}) + "\n" + json.dumps({"prompt": "y", "chat": chat}) + "\n")
+    with pytest.raises(DataError) as excinfo:
+        load_prompts(str(path))
+    assert "p.jsonl row 1: chat must be true or false" in _one_line(excinfo)
+
+
+@pytest.mark.parametrize(("name", "body", "fragment"), [
+    ("latin1.jsonl", b'{"prompt": "caf\xe9"}\n', "latin1.jsonl: not UTF-8 text"),
+    ("deep.jsonl", b"[" * 100_000 + b"\n", "deep.jsonl line 1: invalid JSON (nested too deeply)"),
+])
+def test_unreadable_jsonl_is_a_one_line_data_error(tmp_path, name, body, fragment):
+    (tmp_path / name).write_bytes(body)
+    with pytest.raises(DataError) as excinfo:
+        load_prompts(str(tmp_path / name))
+    assert fragment in _one_line(excinfo)

@@ -88,12 +88,12 @@ def test_a_bad_storage_url_is_one_clear_line(tmp_path):
     assert "secret" not in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.model
-def test_two_optimize_processes_share_a_postgres_study(pg_url, tmp_path):
-    """`skipsearch optimize` itself, twice at once on the real model: one study, nothing timed twice."""
+def test_two_optimize_processes_share_a_postgres_study(pg_url, tiny_checkpoint, tmp_path):
+    """`skipsearch optimize` itself, twice at once (a tiny random checkpoint: the storage is under test, not
+    the model): one study, nothing timed twice, both workers ship a profile."""
     name = "cli-two-workers"
-    cmd = [sys.executable, "-m", "skipsearch", "optimize", "--model", "smollm2-135m", "--strategy", "tpe",
-           "--budget", "8", "--n-prompts", "1", "--max-new-tokens", "8", "--shortlist", "2",
+    cmd = [sys.executable, "-m", "skipsearch", "optimize", "--model", str(tiny_checkpoint), "--strategy", "tpe",
+           "--budget", "8", "--n-prompts", "1", "--max-new-tokens", "8", "--shortlist", "2", "--dataset", "humaneval",
            "--storage", pg_url, "--study-name", name]
     procs = [subprocess.Popen([*cmd, "--out", str(tmp_path / f"w{i}.yaml")], env=ENV, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]

@@ -10,7 +10,8 @@ import yaml
 from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
-from skipsearch import api, fractal, fractal_search
+from skipsearch import api, fractal
+from skipsearch import optimize as opt
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import GREEDY, generate, hf_generate
@@ -21,8 +22,8 @@ from skipsearch.fractal import (
     draft_pass,
     even_positions,
     merge,
-    params_from_method_params,
 )
+from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 
 PROMPT = [3, 17, 5, 9, 22, 7, 1, 40, 2]
@@ -236,15 +237,15 @@ def test_a_cpu_model_refuses_gpu_only_schemes(sm):
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        (dict(n=0, w=3), "fractal n must be an integer >= 1, got 0"),
-        (dict(n=True, w=3), "fractal n must be"),
-        (dict(n=3, w=0), "fractal w must be an integer in 1..64, got 0"),
+        (dict(n=0, w=3), "fractal: method_params.n must be an integer >= 1, got 0"),
+        (dict(n=True, w=3), "method_params.n must be"),
+        (dict(n=3, w=0), "method_params.w must be an integer in 1..64, got 0"),
         (dict(n=3, w=65), "in 1..64"),
-        (dict(n=3, w=2.5), "fractal w"),
+        (dict(n=3, w=2.5), "method_params.w"),
         (dict(n=2, w=2, layers=(5,)), "n = 2 distinct"),
         (dict(n=2, w=2, layers=(5, 3)), "increasing"),
         (dict(n=1, w=2, layers=(-1,)), "0-based"),
-        (dict(n=1, w=2, quantization="int4"), "unknown fractal quantization 'int4'"),
+        (dict(n=1, w=2, quantization="int4"), "unknown method_params.quantization 'int4'"),
         (dict(n=1, w=2, slot_token=-3), "slot_token"),
     ],
 )
@@ -257,7 +258,7 @@ def test_bad_parameters_are_one_line_errors(kwargs, fragment):
 def test_parameters_that_do_not_fit_the_model(sm):
     with pytest.raises(ConfigError, match="n = 5 is more than the model's 4 layers"):
         FractalParams(n=5, w=1).positions(sm.num_layers)
-    with pytest.raises(ConfigError, match="fractal layer 4 does not exist"):
+    with pytest.raises(ConfigError, match="method_params.layers has layer 4"):
         FractalParams(n=1, w=1, layers=(4,)).positions(sm.num_layers)
     with pytest.raises(ConfigError, match="not in the model's vocabulary"):
         FractalDrafter(sm, FractalParams(n=1, w=1, slot_token=64))
@@ -273,10 +274,10 @@ def _profile(params: dict, *, max_k: int = 6) -> Profile:
 @pytest.mark.parametrize(
     ("params", "fragment"),
     [
-        ({"w": 3}, "needs n"),
-        ({"n": 2, "w": 3, "depth": 1}, "unknown fractal method_params key 'depth'"),
+        ({"w": 3}, "missing required key method_params.n"),
+        ({"n": 2, "w": 3, "depth": 1}, "unknown key method_params.depth"),
         ({"n": 9, "w": 3}, "more than the model's 4 layers"),
-        ({"n": 2, "w": "3"}, "fractal w must be"),
+        ({"n": 2, "w": "3"}, "method_params.w must be"),
         ({"n": 2, "w": 3, "layers": 7}, "list of layer indices"),
     ],
 )
@@ -294,8 +295,7 @@ def test_profile_round_trip_and_the_drafter_it_builds(sm, reference, tmp_path):
     assert raw["method_params"] == {"n": 2, "w": 3, "layers": [1, 3], "quantization": "int8-weight-only"}
     loaded = load_profile(path)
     assert loaded == prof
-    assert params_from_method_params(loaded.method_params) == FractalParams(n=2, w=3, layers=(1, 3),
-                                                                           quantization="int8-weight-only")
+    assert _params(loaded) == FractalParams(n=2, w=3, layers=(1, 3), quantization="int8-weight-only")
     make = api.drafter_factory(loaded, sm)
     a, b = make(), make()
     assert isinstance(a, FractalDrafter) and a is not b and a.cm is b.cm
@@ -359,10 +359,11 @@ def test_speculative_sampling_with_fractal_drafts_matches_the_target():
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--n", "0"], "fractal n must be an integer >= 1, got 0"),
+        (["--n", "0"], "fractal: method_params.n must be an integer >= 1, got 0"),
         (["--w", "3,x"], "--w must be comma-separated integers"),
-        (["--w", "100"], "fractal w must be an integer in 1..64, got 100"),
-        (["--quantization", "fp4"], "unknown fractal quantization 'fp4'"),
+        (["--w", "100"], "fractal: method_params.w must be an integer in 1..64, got 100"),
+        (["--quantization", "fp4"], "unknown method_params.quantization 'fp4'"),
+        (["--objective", "surrogate"], "strategy 'fractal' cannot search with objective 'surrogate'"),
     ],
 )
 def test_optimize_fractal_bad_grid_is_one_line(args, fragment):
@@ -371,29 +372,37 @@ def test_optimize_fractal_bad_grid_is_one_line(args, fragment):
 
 def test_n_and_w_belong_to_the_fractal_strategy():
     result = CliRunner().invoke(app, ["optimize", "--strategy", "tpe", "--n", "3"])
-    assert_one_line_error(result, "--strategy fractal only")
+    assert_one_line_error(result, "strategy 'tpe' does not take --n")
+    result = CliRunner().invoke(app, ["optimize", "--strategy", "fractal", "--warm-start",
+                                      "profiles/smollm2-135m/example.yaml"])
+    assert_one_line_error(result, "strategy 'fractal' cannot start from a profile's skip set")
+
+
+def _params(profile):
+    return FRACTAL.parse(profile.method_params, draft=profile.draft, num_layers=profile.model.num_layers)
 
 
 def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_path):
-    monkeypatch.setattr(fractal_search, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
-    settings = fractal_search.FractalSearchSettings(n_values=(1, 2), w_values=(1, 3), n_prompts=2, max_new_tokens=8,
-                                                    quantization="int8-dynamic")
-    seen = []
-    result = fractal_search.search_fractal(sm, settings, on_point=seen.append)
-    assert [(g.params.n, g.params.w) for g in result.grid] == [(1, 1), (1, 3), (2, 1), (2, 3)] == \
-        [(g.params.n, g.params.w) for g in seen]
-    best = max(result.grid, key=lambda g: g.measurement.speedup)
+    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
+    settings = opt.OptimizeSettings(strategy="fractal", budget=10, n_prompts=2, max_new_tokens=8,
+                                    study_dir=str(tmp_path / "study"), strategy_options=(
+                                        ("n_values", (1, 2)), ("w_values", (1, 3)), ("quantization", "int8-dynamic")))
+    result = opt.optimize(sm, settings)
+    points = {(c.param("n"), c.param("w")) for c in (r.candidate for r in result.timed)}
+    assert points == {(1, 1), (1, 3), (2, 1), (2, 3)}  # the whole grid, timed once each; the budget capped to it
+    assert result.summary.trials_total == 4 and result.profile.search.budget == 4
+    best = result.timed[0]
     prof = result.profile
-    assert prof.method == "fractal" and prof.search.strategy == "fractal"
-    params = params_from_method_params(prof.method_params)
-    assert (params.n, params.w, params.quantization) == (best.params.n, best.params.w, "int8-dynamic")
-    pays = best.measurement.speedup > 1.0
-    assert prof.draft.max_draft_tokens == (params.max_draft_tokens if pays else 0)
-    assert prof.measured.speedup == best.measurement.speedup
-    assert ("grid_columns", ["n", "w", "speedup", "tau", "accepted_per_verify"]) in prof.measured.extra
-    for g in result.grid:
-        assert g.measurement.kind == "timed" and g.measurement.tau >= 1.0
-        assert g.accepted_per_verify >= 0
+    assert prof.method == "fractal" and prof.search.strategy == "fractal" and prof.search.objective == "timed"
+    params = _params(prof)
+    assert (params.n, params.w, params.quantization) == (best.candidate.param("n"), best.candidate.param("w"),
+                                                         "int8-dynamic")
+    # it ships the grid point only if that beat plain decoding (and again when re-timed, unflagged)
+    assert prof.draft.max_draft_tokens in (0, params.max_draft_tokens)
+    assert prof.draft.max_draft_tokens == 0 or best.measurement.speedup > 1.0
+    assert dict(prof.measured.extra)["timed_columns"] == ["candidate", "speedup", "predicted"]
+    for r in result.timed:
+        assert r.measurement.kind == "timed" and r.measurement.tau >= 1.0
     assert load_profile(save_profile(prof, tmp_path / "best.yaml")) == prof
 
 
@@ -409,7 +418,7 @@ def test_decode_runs_a_fractal_profile(sm, monkeypatch, tmp_path, reference):
             return " ".join(map(str, ids))
 
     monkeypatch.setattr(sm, "tokenizer", Tok())
-    monkeypatch.setattr(api, "load_model", lambda name, device="cpu", dtype="float32": sm)
+    monkeypatch.setattr(api, "open_model", lambda **kw: (sm, load_profile(kw["profile"])))  # sm has no checkpoint
     monkeypatch.setattr(api, "encode_prompt", lambda tokenizer, prompt: PROMPT)
     monkeypatch.setattr(sm, "name", "tiny-fractal")
     out = CliRunner().invoke(app, ["decode", "--profile", str(path), "--prompt", "x", "--max-new-tokens", str(NEW),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,7 +20,6 @@ from skipsearch.decoding import LayerSkipDrafter, generate, hf_generate, process
 from skipsearch.hierarchical import (
     HierarchicalDrafter,
     Hierarchy,
-    hierarchical_drafter,
     hierarchy_from_profile,
     hierarchy_to_profile_fields,
 )
@@ -71,7 +71,7 @@ def test_the_block_is_m_q_s_own_greedy_continuation(tiny_sm):
         block = drafter.draft(tiny_sm, cache, pending=PROMPT[-1], start=start, limit=50,
                               sampling=SamplingParams(), generator=torch.Generator()).tokens
         tiny_sm.crop(cache, start)
-        plain = LayerSkipDrafter(MEDIUM.with_(max_draft_tokens=len(block), exit=NO_EXIT))
+        plain = LayerSkipDrafter(replace(MEDIUM, max_draft_tokens=len(block), exit=NO_EXIT))
         alone = plain.draft(tiny_sm, cache, pending=PROMPT[-1], start=start, limit=50,
                             sampling=SamplingParams(), generator=torch.Generator()).tokens
         tiny_sm.crop(cache, start)
@@ -251,7 +251,7 @@ def test_profile_round_trip_and_decode_through_the_registry(tiny_sm, tmp_path):
         (lambda d: d["method_params"].pop("small"), "missing required key method_params.small"),
         (lambda d: d["method_params"].update(k=2), "unknown key method_params.k"),
         (lambda d: d["method_params"]["small"].update(skip_attn=[1]), "add [2] to the small draft's skip_attn"),
-        (lambda d: d["method_params"]["small"].update(skip_mlp=[7]), "layer index 7"),
+        (lambda d: d["method_params"]["small"].update(skip_mlp=[7]), "has layer 7"),
         (lambda d: d["method_params"]["small"].update(skip_attn="1,2"), "must be a list of layer indices"),
         (lambda d: d["draft"].update(max_draft_tokens=4), "must be m·(n+1) = 9"),
         (lambda d: d["draft"].update(exit={"threshold": 0.6, "adaptive": True}), "draft.exit must be"),
@@ -262,16 +262,15 @@ def test_bad_method_params_are_one_line_profile_errors(tiny_sm, tmp_path, edit, 
     edit(data)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    profile = load_profile(path)  # the schema is fine: the method's own module checks its parameters
-    with pytest.raises(ProfileError) as info:
-        api.drafter_factory(profile, tiny_sm)
-    assert fragment in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ProfileError) as info:  # reading the profile runs the method's own validation
+        load_profile(path)
+    assert fragment in str(info.value) and "\n" not in str(info.value) and str(path) in str(info.value)
 
 
 def test_a_profile_for_another_model_size_is_refused(tiny_sm):
     profile = _profile(Hierarchy(MEDIUM, DraftConfig(skip_attn=(2, 5)), 2, 1), num_layers=8)
-    with pytest.raises(ConfigError, match="layer index 5"):
-        hierarchical_drafter(profile, tiny_sm)
+    with pytest.raises(ConfigError, match="has layer 5"):
+        api.drafter_factory(profile, tiny_sm)
 
 
 # -- the measured planner, on the tiny model -----------------------------------------------------------------

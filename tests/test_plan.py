@@ -19,6 +19,7 @@ from skipsearch.plan import (
     composed_expected_tokens,
     curve_at,
     expected_tokens,
+    format_plan,
     paper_cycle_cost,
     paper_tokens_distribution,
     parse_curve,
@@ -236,3 +237,43 @@ def test_cli_plan_json_plot_and_report(tmp_path):
 )
 def test_cli_plan_bad_input_is_one_line_and_exit_2(args, fragment):
     assert_one_line_error(runner.invoke(app, ["plan", *args]), fragment)
+
+
+# -- the verdict and its break-evens agree (issue 14, cause 14) -------------------------------------------
+def test_plan_c_zero_never_says_pays_and_not_even_a_free_small_draft_pays():
+    """With c = 0 an M_s step is free at any c_s: the c_s line must not contradict the verdict."""
+    result = runner.invoke(app, ["plan", "--alpha", "0.8", "--beta", "0.6", "--c", "0", "--cs", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert "the third level pays here" in result.stdout
+    assert "not even a free M_s" not in result.stdout
+    assert "pays at any c_s" in result.stdout
+    plan = plan_table(PlanInputs(0.8, 0.6, 0.0, 0.5))
+    assert plan.third_level_pays and plan.break_even_cs is None
+    # and the verdict really does not move with c_s
+    assert all(plan_table(PlanInputs(0.8, 0.6, 0.0, cs)).third_level_pays for cs in (0.0, 1.0, 50.0))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_verdict_and_both_break_evens_never_disagree(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(15):
+        alpha, beta = (float(x) for x in rng.choice([0.0, 0.3, 0.6, 0.8, 0.95, 1.0], 2))
+        c, cs = float(rng.choice([0.0, 0.2, 0.6, 1.0])), float(rng.choice([0.0, 0.3, 0.9]))
+        verify = () if rng.random() < 0.5 else tuple(np.cumsum([1.0, *rng.uniform(0.0, 0.5, 5)]))
+        inputs = PlanInputs(alpha, beta, c, cs, verify=verify)
+        plan = plan_table(inputs, max_m=3, max_n=2)
+        pays = plan.third_level_pays
+        if c > 0 and plan.break_even_cs is not None:
+            assert pays == (cs < plan.break_even_cs)
+        elif c > 0:
+            assert not pays and not plan_table(PlanInputs(alpha, beta, c, 0.0, verify=verify), max_m=3,
+                                               max_n=2).third_level_pays
+        if plan.break_even_beta is not None:
+            assert pays or beta < plan.break_even_beta  # "pays when β >= b" holds at the given β
+            for b in (plan.break_even_beta, 1.0):
+                assert plan_table(PlanInputs(alpha, b, c, cs, verify=verify), max_m=3, max_n=2).third_level_pays
+        else:
+            assert not plan_table(PlanInputs(alpha, 1.0, c, cs, verify=verify), max_m=3, max_n=2).third_level_pays
+        text = format_plan(plan)
+        assert ("pays here" in text) == pays and ("not even a free M_s" not in text or not pays)
+        assert "not even β = 1 pays" not in text or not pays

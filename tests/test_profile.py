@@ -10,7 +10,6 @@ import yaml
 
 from skipsearch.config import DraftConfig, ExitRule
 from skipsearch.profile import (
-    KNOWN_METHODS,
     SCHEMA_VERSION,
     Environment,
     Measured,
@@ -22,7 +21,6 @@ from skipsearch.profile import (
     load_profile,
     profile_from_dict,
     profile_to_dict,
-    register_method,
     save_profile,
     upgrade,
 )
@@ -44,7 +42,7 @@ BASE = {
 def full_profile() -> Profile:
     return Profile(
         model=ModelRef(name="smollm2-135m", num_layers=30, fingerprint="abc123"),
-        method="layer-skip",
+        method="clasp-dynamic",  # a method with params, so that they round-trip too
         draft=DraftConfig(skip_attn=(3, 7), skip_mlp=(12,), max_draft_tokens=5,
                           exit=ExitRule(threshold=0.4, adaptive=False)),
         measured=Measured(speedup=1.37, tokens_per_s=101.5, baseline_tokens_per_s=74.1, tau=2.4,
@@ -55,7 +53,7 @@ def full_profile() -> Profile:
                                 device_name="cpu"),
         search=SearchInfo(strategy="optuna-tpe", budget=200, trials=180, study="studies/s.db", objective="speedup",
                           seed=1),
-        method_params=(("note", "kept"),),
+        method_params=(("num_skips", 2), ("loi", 4)),
     )
 
 
@@ -141,7 +139,7 @@ def test_save_keeps_old_file_when_yaml_cannot_hold_a_value(tmp_path):
 def test_upgrade_is_identity_for_current_version_and_copies():
     raw = copy.deepcopy(BASE)
     out = upgrade(raw, source="x.yaml")
-    assert out == BASE and out is not raw
+    assert out == {**BASE, "schema_version": SCHEMA_VERSION} and out is not raw and raw == BASE
 
 
 def test_upgrade_runs_every_step_up_to_the_current_version(monkeypatch):
@@ -204,7 +202,7 @@ def test_missing_file(tmp_path):
 @pytest.mark.parametrize(("version", "shown"), [(7, "7"), (0, "0"), ("1", "'1'"), (1.0, "1.0"), (True, "True")])
 def test_unknown_schema_version(tmp_path, version, shown):
     path = write(tmp_path, with_change(lambda r: r.update(schema_version=version)))
-    assert f"unknown schema_version {shown} (this skipsearch reads 1)" in load_error(path)
+    assert f"unknown schema_version {shown} (this skipsearch reads 1..{SCHEMA_VERSION})" in load_error(path)
 
 
 def _drop(section, key):
@@ -323,20 +321,140 @@ def test_check_model_after_loading():
 # ---------------------------------------------------------------- methods
 
 
-def test_register_method_allows_a_new_method(tmp_path):
-    raw = with_change(lambda r: r.update(method="test-only-method", method_params={"levels": [1, 2]}))
-    path = write(tmp_path, raw)
-    assert "unknown method 'test-only-method'" in load_error(path)
-    register_method("test-only-method")
+def test_method_params_are_validated_when_the_profile_is_read(tmp_path):
+    raw = with_change(lambda r: r.update(method="fractal", method_params={"n": 0, "w": 3}))
+    assert "fractal: method_params.n must be an integer >= 1, got 0" in load_error(write(tmp_path, raw))
+
+
+# ---------------------------------------------------------------- hostile and huge files (issue 14, cause 5)
+
+
+def _alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A "billion laughs": about 1 KB of YAML whose aliases expand to width**levels scalars."""
+    lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("where", ["schema_version", "measured"])
+def test_an_alias_bomb_is_refused_at_once(tmp_path, where):
+    import time
+
+    bomb = _alias_bomb()
+    if where == "schema_version":
+        text = bomb + "schema_version: *l8\n"
+    else:  # a valid profile whose measured block holds the bomb (kept as an unknown key, then printed)
+        text = yaml.safe_dump(BASE, sort_keys=False) + "measured:\n" + "".join(
+            f"  {line}\n" for line in bomb.splitlines()) + "  boom: *l8\n"
+    path = write(tmp_path, text)
+    assert len(text) < 1500
+    start = time.perf_counter()
+    message = load_error(path)
+    assert time.perf_counter() - start < 1.0
+    assert "refused" in message and "expands through its aliases" in message
+
+
+def test_a_few_plain_aliases_still_load(tmp_path):
+    text = yaml.safe_dump(BASE, sort_keys=False) + "measured: {dataset: &d mt-bench, notes: *d}\n"
+    assert load_profile(write(tmp_path, text)).measured.notes == "mt-bench"
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("schema_version: &a [*a]\n", "an alias refers to a node that contains it"),
+    ("schema_version: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("schema_version: 0x" + "f" * 20000 + "\n", "an integer of 80000 bits"),
+    ("schema_version: " + "9" * 5000 + "\n", "at line 1: Exceeds the limit"),
+    ("schema_version: 1\nmeasured: {date: 2024-02-30}\n", "at line 2: day is out of range"),
+])
+def test_values_python_cannot_build_are_one_line_errors(tmp_path, text, fragment):
+    assert fragment in load_error(write(tmp_path, text))
+
+
+def test_a_file_over_the_size_cap_is_refused_without_reading_it_all(tmp_path):
+    from skipsearch.profile import MAX_PROFILE_BYTES
+
+    path = write(tmp_path, yaml.safe_dump(BASE) + "# " + "x" * MAX_PROFILE_BYTES + "\n")
+    assert "refused: larger than 1 MiB" in load_error(path)
+
+
+def test_short_never_builds_a_whole_repr_of_a_huge_value():
+    from skipsearch.profile import _short
+
+    shared = ["lol"] * 10
+    for _ in range(30):  # 10**30 strings as a repr would write them out
+        shared = [shared] * 10
+    assert len(_short(shared)) == 60 and _short(shared).endswith("...")
+    assert _short("x" * 10**7) == repr("x" * 56)[:57] + "..."
+    assert _short(1 << 100_000) == "<an integer of 100001 bits>"
+    for value in ([1, 2], {"a": [1, "b"]}, (), "s", 3.5, None, {1}, set()):
+        assert _short(value) == repr(value)
+
+
+# ---------------------------------------------------------------- where a profile may be written (cause 4)
+
+
+def _refused(path, fragment, **kwargs):
+    from skipsearch.profile import check_profile_target
+
+    with pytest.raises(ProfileError) as info:
+        check_profile_target(path, **kwargs)
+    assert fragment in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_check_profile_target_accepts_new_paths_profiles_and_empty_files(tmp_path):
+    from skipsearch.profile import check_profile_target
+
+    assert check_profile_target(tmp_path / "new" / "deeper" / "p.yaml") == tmp_path / "new" / "deeper" / "p.yaml"
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    check_profile_target(save_profile(full_profile(), tmp_path / "ours.yaml"))
+    check_profile_target(write(tmp_path, BASE, "hand-written.yaml"))  # no header, but a profile's keys
+    check_profile_target(write(tmp_path, with_change(lambda r: r.update(method="gone")), "old.yaml"))  # invalid: ok
+    check_profile_target(write(tmp_path, "", "empty.yaml"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.yaml", "hand-written.yaml", "old.yaml", "ours.yaml"]
+
+
+def test_check_profile_target_refuses_what_cannot_be_written(tmp_path):
+    (tmp_path / "file").write_text("x")
+    _refused(tmp_path / "file" / "p.yaml", "file is not a directory")
+    _refused(tmp_path / "file" / "sub" / "p.yaml", "file is not a directory")
+    _refused(tmp_path, "is a directory")
+    _refused("/dev/null", "not a regular file", force=True)
+
+
+def test_check_profile_target_refuses_read_only_targets_even_for_root(tmp_path):
+    import os
+
+    path = save_profile(full_profile(), tmp_path / "p.yaml")
+    before = path.read_bytes()
+    os.chmod(path, 0o444)
+    _refused(path, "read-only", force=True)
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    os.chmod(folder, 0o555)
     try:
-        p = load_profile(path)
-        assert p.method == "test-only-method" and p.method_params == (("levels", [1, 2]),)
-        assert load_profile(save_profile(p, tmp_path / "again.yaml")) == p
+        _refused(folder / "sub" / "p.yaml", "is not writable")
     finally:
-        KNOWN_METHODS.discard("test-only-method")
+        os.chmod(folder, 0o755)
+    assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize("name", ["", " padded ", None])
-def test_register_method_refuses_bad_names(name):
-    with pytest.raises(ValueError, match="method name"):
-        register_method(name)
+def test_check_profile_target_refuses_an_immutable_target(tmp_path):
+    import subprocess
+
+    path = save_profile(full_profile(), tmp_path / "p.yaml")
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs CAP_LINUX_IMMUTABLE and a filesystem that has it)")
+    try:
+        _refused(path, "read-only (or immutable)")
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_check_profile_target_keeps_other_files_unless_forced(tmp_path):
+    from skipsearch.profile import check_profile_target
+
+    notes = write(tmp_path, "my notes: do not lose\n", "notes.yaml")
+    _refused(notes, "is not a skipsearch profile; refusing to overwrite it (force to replace it)")
+    _refused(write(tmp_path, "\xff binary", "blob.yaml"), "not a skipsearch profile")
+    check_profile_target(notes, force=True)
+    assert notes.read_text() == "my notes: do not lose\n"

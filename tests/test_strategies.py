@@ -1,25 +1,32 @@
 """The shared suite: every strategy in REGISTRY, against a deterministic fake objective (no model).
 
-A new strategy is tested here as soon as it has its registry line. Searches are cached per
-(strategy, depth, seed, budget, warm start) so that several assertions share one run.
+A new strategy is tested here as soon as it has its registry line. Strategies of the layer-skip
+method (skip sets in a SearchSpace) run the layer-skip part of the suite as well; grid strategies
+(fractal, ngram) the grid part. Searches are cached per (strategy, depth, seed, budget) so that
+several assertions share one run.
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
+from dataclasses import replace
 
 import optuna
 import pytest
 
-from skipsearch.config import ConfigError, DraftConfig, ExitRule
+from skipsearch import methods
+from skipsearch.config import Candidate, ConfigError, DraftConfig, ExitRule
 from skipsearch.measure import Measurement
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import REGISTRY, Strategy, make_strategy
 from skipsearch.study import open_study, records, run_search
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-NAMES = sorted(REGISTRY)
+ALL = sorted(REGISTRY)
+NAMES = sorted(n for n, cls in REGISTRY.items() if cls.method == LAYER_SKIP.name)  # they search skip sets
+GRIDS = sorted(n for n, cls in REGISTRY.items() if cls.max_trials.fget is not Strategy.max_trials.fget)
 
 
 def good_layers(num_layers: int) -> range:
@@ -40,25 +47,83 @@ def optimum(space: SearchSpace) -> float:
 class FakeObjective:
     def __init__(self, num_layers: int) -> None:
         self.num_layers = num_layers
-        self.calls: list[DraftConfig] = []
+        self.calls: list[Candidate] = []
 
-    def evaluate(self, config: DraftConfig, *, kind: str) -> Measurement:
-        self.calls.append(config)
-        return Measurement(kind=kind, speedup=fake_speedup(config, self.num_layers))
+    def evaluate(self, candidate: Candidate, *, kind: str) -> Measurement:
+        self.calls.append(candidate)
+        if candidate.method == LAYER_SKIP.name:
+            return Measurement(kind=kind, speedup=fake_speedup(candidate.draft, self.num_layers))
+        # other methods: a smooth function of the draft length and of every integer parameter
+        ints = [v for _, v in candidate.params if isinstance(v, int) and not isinstance(v, bool)]
+        k = candidate.draft.max_draft_tokens
+        return Measurement(kind=kind, speedup=1.0 - 0.01 * abs(k - 4) - 0.001 * sum(ints))
 
 
-def search(name: str, space: SearchSpace, *, seed: int, budget: int,
-           warm_start: tuple[DraftConfig, ...] = ()) -> tuple[Strategy, list[DraftConfig]]:
+def search_candidates(name: str, space: SearchSpace, *, seed: int, budget: int,
+                      warm_start: tuple[DraftConfig, ...] = ()) -> tuple[Strategy, list[Candidate]]:
     strategy = make_strategy(name, space, seed=seed, warm_start=warm_start)
     study = open_study(strategy=strategy)  # in memory: a fresh study every time
     run_search(study, strategy, FakeObjective(space.num_layers), budget=budget)
     recs = records(study)
     assert [r.state for r in recs] == ["COMPLETE"] * budget
-    return strategy, [r.config for r in recs]
+    return strategy, [r.candidate for r in recs]
+
+
+def search(name: str, space: SearchSpace, *, seed: int, budget: int,
+           warm_start: tuple[DraftConfig, ...] = ()) -> tuple[Strategy, list[DraftConfig]]:
+    strategy, candidates = search_candidates(name, space, seed=seed, budget=budget, warm_start=warm_start)
+    assert {c.method for c in candidates} == {LAYER_SKIP.name}
+    return strategy, [c.draft for c in candidates]
 
 
 cached_search = functools.cache(lambda name, num_layers, seed, budget: search(
     name, SearchSpace(num_layers=num_layers), seed=seed, budget=budget))
+
+
+# -- every strategy --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_candidates_are_valid_profiles_of_the_strategys_method(name):
+    strategy, candidates = search_candidates(name, SearchSpace(num_layers=30), seed=0, budget=6)
+    method = methods.get(strategy.method)  # the strategy searches a registered method
+    for c in candidates:
+        assert c.method == method.name
+        method.parse(c.params, draft=c.draft, num_layers=30)  # the method's own validation accepts it
+        assert not c.is_autoregressive
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_same_seed_gives_the_same_candidates(name):
+    _, first = search_candidates(name, SearchSpace(num_layers=30), seed=0, budget=8)
+    _, again = search_candidates(name, SearchSpace(num_layers=30), seed=0, budget=8)
+    assert again == first
+
+
+@pytest.mark.parametrize("name", GRIDS)
+def test_a_grid_is_visited_once_each_and_a_budget_takes_a_subset(name):
+    space = SearchSpace(num_layers=30)
+    strategy = make_strategy(name, space, seed=0)
+    size = strategy.max_trials
+    _, whole = search_candidates(name, space, seed=0, budget=size)
+    assert len(set(whole)) == size  # every point once: nothing is evaluated twice
+    _, part = search_candidates(name, space, seed=1, budget=3)
+    assert len(set(part)) == 3 and set(part) <= set(whole)
+    _, other = search_candidates(name, space, seed=2, budget=3)
+    assert other != part  # the order is seeded
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_strategy_that_cannot_warm_start_refuses_one_in_one_line(name):
+    from skipsearch.optimize import OptimizeSettings, build_strategy
+
+    warm = (DraftConfig(skip_attn=(3,), max_draft_tokens=2),)
+    settings = OptimizeSettings(strategy=name, warm_start=warm)
+    if REGISTRY[name].warm_starts:
+        build_strategy(SearchSpace(num_layers=30), settings)
+    else:
+        with pytest.raises(ConfigError, match=f"strategy '{name}' cannot start from a profile's skip set"):
+            build_strategy(SearchSpace(num_layers=30), settings)
 
 
 # -- the shared strategy suite ---------------------------------------------------------------------
@@ -143,7 +208,7 @@ def test_warm_start_outside_the_space_is_repaired(name):
     assert configs[0].skip_attn == (3,) and configs[0].max_draft_tokens == 2 and configs[0].exit.threshold == 0.9
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_registry_entry_is_named_by_its_key(name):
     assert REGISTRY[name].name == name
     strategy = make_strategy(name, SearchSpace(num_layers=6), seed=3)
@@ -152,7 +217,8 @@ def test_registry_entry_is_named_by_its_key(name):
 
 
 def test_unknown_strategy_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"^unknown strategy 'nope': use bayes, clasp, tpe$"):
+    assert {"bayes", "clasp", "fractal", "ngram", "tpe"} <= set(REGISTRY)
+    with pytest.raises(ConfigError, match=rf"^unknown strategy 'nope': use {', '.join(sorted(REGISTRY))}$"):
         make_strategy("nope", SearchSpace(num_layers=6), seed=0)
 
 
@@ -185,12 +251,12 @@ def test_feasible_is_the_skip_ratio_bound():
 
 def test_repair_drops_from_the_highest_layer_down():
     config = DraftConfig(skip_attn=(2, 5, 8), skip_mlp=(3, 8, 9))  # 9 is protected: 5 skips count
-    assert SearchSpace(num_layers=10, max_skip_ratio=0.25).repair(config) == config.with_(skip_mlp=(3, 8))
+    assert SearchSpace(num_layers=10, max_skip_ratio=0.25).repair(config) == replace(config, skip_mlp=(3, 8))
     four = SearchSpace(num_layers=10, max_skip_ratio=0.2)
-    assert four.repair(config) == config.with_(skip_mlp=(3,))  # the MLP of layer 8 goes before its attention
+    assert four.repair(config) == replace(config, skip_mlp=(3,))  # the MLP of layer 8 goes before its attention
     three = SearchSpace(num_layers=10, max_skip_ratio=0.15)
     repaired = three.repair(config)
-    assert repaired == config.with_(skip_attn=(2, 5), skip_mlp=(3,))
+    assert repaired == replace(config, skip_attn=(2, 5), skip_mlp=(3,))
     assert three.contains(repaired) and three.repair(repaired) == repaired
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 import pytest
 
-from skipsearch.config import DraftConfig, ExitRule
+from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.measure import Measurement
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import REGISTRY, Strategy, make_strategy
@@ -39,7 +40,8 @@ class Objective:
         self.calls: list[tuple[DraftConfig, str]] = []
         self.fail_on, self.interrupt_on, self.timed_penalty = set(fail_on), interrupt_on, timed_penalty
 
-    def evaluate(self, config: DraftConfig, *, kind: str) -> Measurement:
+    def evaluate(self, candidate: Candidate, *, kind: str) -> Measurement:
+        config = candidate.draft
         n = len(self.calls)
         self.calls.append((config, kind))
         if n == self.interrupt_on:
@@ -135,7 +137,7 @@ def test_a_failing_evaluation_is_recorded_and_the_search_goes_on(fast_dir):
 
 def test_a_non_finite_speedup_fails_the_trial(fast_dir):
     class NaN:
-        def evaluate(self, config, *, kind):
+        def evaluate(self, candidate, *, kind):
             return Measurement(kind=kind, speedup=float("nan"))
 
     study, strategy = opened(fast_dir)
@@ -230,7 +232,7 @@ class Fixed(Strategy):
         self.sequence = list(sequence)
 
     def suggest(self, trial):
-        return self.sequence[trial.suggest_int("index", 0, len(self.sequence) - 1)]
+        return self.propose(self.sequence[trial.suggest_int("index", 0, len(self.sequence) - 1)])
 
     def next_params(self, study):
         return {"index": len(study.trials) % len(self.sequence)}
@@ -256,17 +258,40 @@ def test_duplicate_configs_reuse_the_measurement(fast_dir):
 
 
 def test_shortlist_is_the_best_distinct_configs_of_a_kind(fast_dir):
-    C = A.with_(skip_attn=(1, 2, 3))
+    C = replace(A, skip_attn=(1, 2, 3))
     strategy = Fixed(SPACE, sequence=[A, B, C, A])
     study = open_study(study_dir=fast_dir / "s", strategy=strategy)
     run_search(study, strategy, Objective(), budget=4)
-    assert shortlist(study, 5) == [C, A, B]
-    assert shortlist(study, 2) == [C, A]
+    assert [c.draft for c in shortlist(study, 5)] == [C, A, B]
+    assert shortlist(study, 2) == [strategy.propose(C), strategy.propose(A)]
     assert shortlist(study, 3, kind="timed") == []
 
 
+def test_candidates_of_other_methods_round_trip_through_the_study(fast_dir):
+    from skipsearch.methods.ngram import NgramParams
+
+    class Lookup(Fixed):
+        method = "ngram"
+
+        def suggest(self, trial):
+            k = trial.suggest_int("index", 2, 3)
+            return self.propose(DraftConfig(max_draft_tokens=k), NgramParams(min_n=1, max_n=k))
+
+        def next_params(self, study):
+            return None
+
+    strategy = Lookup(SPACE, sequence=[A])
+    study = open_study(study_dir=fast_dir / "n", strategy=strategy)
+    run_search(study, strategy, Objective(), budget=3)
+    for r in records(study):
+        assert r.candidate.method == "ngram"
+        assert dict(r.candidate.params) == {"min_n": 1, "max_n": r.config.max_draft_tokens}
+    again = open_study(study_dir=fast_dir / "n", strategy=strategy)  # read back from SQLite by another handle
+    assert [r.candidate for r in records(again)] == [r.candidate for r in records(study)]
+
+
 def test_config_dict_round_trip_through_json():
-    config = B.with_(exit=ExitRule(threshold=0.25, adaptive=True, target_acceptance=0.8, step=0.02))
+    config = replace(B, exit=ExitRule(threshold=0.25, adaptive=True, target_acceptance=0.8, step=0.02))
     raw = json.loads(json.dumps(config_to_dict(config)))
     assert config_from_dict(raw) == config
     assert raw["skip_mlp"] == [5] and raw["exit"]["step"] == 0.02

@@ -6,6 +6,7 @@ the shared suite against it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,12 +15,15 @@ from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Strategy
 from skipsearch.strategies.bayes import BayesStrategy
 from skipsearch.strategies.clasp import ClaspStrategy
+from skipsearch.strategies.fractal import FractalStrategy
+from skipsearch.strategies.hybrid import HybridStrategy
+from skipsearch.strategies.ngram import NgramStrategy
 from skipsearch.strategies.tpe import TPEStrategy
 
+# One line per strategy, keyed by its own ``name``.
 REGISTRY: dict[str, type[Strategy]] = {
-    "tpe": TPEStrategy,
-    "bayes": BayesStrategy,
-    "clasp": ClaspStrategy,
+    cls.name: cls for cls in (TPEStrategy, BayesStrategy, ClaspStrategy, FractalStrategy, NgramStrategy,
+                              HybridStrategy)
 }
 
 
@@ -34,8 +38,14 @@ def check_strategy(name: str) -> type[Strategy]:
 def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
                   warm_start: Sequence[DraftConfig] = (), **options: Any) -> Strategy:
     """``options`` go to the strategy's constructor: what only some strategies take, such as
-    CLaSp's ``plan`` (its skip sets, computed from the model)."""
-    return check_strategy(name)(space, seed=seed, warm_start=warm_start, **options)
+    fractal's ``n_values``. One the strategy does not take is a one-line ConfigError, never ignored."""
+    cls = check_strategy(name)
+    taken = inspect.signature(cls.__init__).parameters
+    for key in options:
+        if key not in taken:
+            raise ConfigError(f"strategy '{name}' does not take {key.replace('_', '-')}")
+    return cls(space, seed=seed, warm_start=warm_start, **options)
 
 
-__all__ = ["REGISTRY", "BayesStrategy", "ClaspStrategy", "Strategy", "TPEStrategy", "check_strategy", "make_strategy"]
+__all__ = ["REGISTRY", "BayesStrategy", "ClaspStrategy", "FractalStrategy", "HybridStrategy", "NgramStrategy",
+           "Strategy", "TPEStrategy", "check_strategy", "make_strategy"]

@@ -11,18 +11,29 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
 
-from skipsearch.config import DraftConfig
+from skipsearch.config import Candidate, DraftConfig
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.space import SearchSpace
+
+if TYPE_CHECKING:
+    from skipsearch.models import SkippableModel
+    from skipsearch.objective import Calibration
+    from skipsearch.profile import Profile
 
 SEEDED_ATTR = "seeded"  # study user attr: the seed points are already enqueued
 
 
 class Strategy(ABC):
     name: ClassVar[str]  # the registry key, also recorded in the study
+    method: ClassVar[str] = LAYER_SKIP.name  # the skipsearch.methods entry whose candidates it proposes
+    # The objectives it can search with: "surrogate" and "two-stage" need the method's cost-model
+    # predictor; a strategy whose candidates have none times every trial.
+    objectives: ClassVar[tuple[str, ...]] = ("two-stage", "surrogate", "timed")
+    warm_starts: ClassVar[bool] = True  # it can start from another profile's skip set (--warm-start)
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = ()) -> None:
         self.space = space
@@ -49,9 +60,27 @@ class Strategy(ABC):
         return optuna.samplers.RandomSampler(seed=self.seed)
 
     @abstractmethod
-    def suggest(self, trial: optuna.Trial) -> DraftConfig:
-        """Define this trial's parameters (``trial.suggest_*``) and return the config they mean,
-        which the space must contain (strategies repair what they propose)."""
+    def suggest(self, trial: optuna.Trial) -> Candidate:
+        """Define this trial's parameters (``trial.suggest_*``) and return the candidate they mean,
+        whose draft config the space must contain (strategies repair what they propose)."""
+
+    def propose(self, draft: DraftConfig, params: Any = None) -> Candidate:
+        """A candidate of this strategy's method: ``params`` is that method's Params (or None)."""
+        return Candidate(self.method, draft, params.to_pairs() if params is not None else ())
+
+    @property
+    def max_trials(self) -> int | None:
+        """The most distinct candidates it can propose (a grid's size), or None: no limit."""
+        return None
+
+    def prepare(self, sm: SkippableModel, calibration: Calibration, *, say: Callable[[str], None]) -> None:
+        """Learn what the strategy needs from the model before the search (CLaSp: its DP's skip sets)."""
+        return None  # most strategies need nothing but the space
+
+    def companions(self, shipped: Profile, tried: Sequence[Candidate]) -> tuple[tuple[str, Profile], ...]:
+        """Profiles of other methods to write beside the shipped one, as (file-name suffix, profile).
+        ``tried`` are the searched candidates, best first."""
+        return ()
 
     def suggest_k_and_exit(self, trial: optuna.Trial) -> tuple[int, float, bool]:
         """K, the exit threshold γ0 and the adaptive flag, as Optuna parameters "k", "threshold"

@@ -22,7 +22,7 @@ from bayes_opt import BayesianOptimization
 from scipy.stats import norm
 from threadpoolctl import threadpool_limits  # installed with scikit-learn, which bayes_opt builds on
 
-from skipsearch.config import DraftConfig
+from skipsearch.config import Candidate, DraftConfig
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Strategy
 
@@ -77,8 +77,9 @@ class BayesStrategy(Strategy):
 
     # -- the Strategy interface ---------------------------------------------------------------------
 
-    def suggest(self, trial: optuna.Trial) -> DraftConfig:
-        return self.decode({name: trial.suggest_float(name, lo, hi) for name, (lo, hi) in self.bounds.items()})
+    def suggest(self, trial: optuna.Trial) -> Candidate:
+        params = {name: trial.suggest_float(name, lo, hi) for name, (lo, hi) in self.bounds.items()}
+        return self.propose(self.decode(params))
 
     def next_params(self, study: optuna.Study) -> dict[str, float] | None:
         self.enqueue_seeds(study, self.encode)

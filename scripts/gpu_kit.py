@@ -1,0 +1,328 @@
+"""The Python half of ``scripts/gpu_bench.sh``: the steps that are easier to get right in Python.
+
+    split GGUF --kit DIR [--part-mib N]      cut a file into parts of N MiB, with a sha256 manifest
+    stash --kit DIR --state DIR               keep the parts this call carried (checked) in the state folder
+    assemble --state DIR --to FILE            join the parts once all are there (exit 10 while some are missing)
+    check-wheels DIR                          every wheel's requirements are in the kit or in the GPU image
+    gpu-name                                  "h100", "h200", ... from torch (or "cpu")
+    drift --device D --dtype T --out FILE     one forward vs one-token steps, in ulps (equivalence.margin_drift)
+    report --state DIR --gpu NAME --out FILE  the one Markdown report from the benches, the drift and the profiles
+
+Nothing here times anything: speed figures come from ``skipsearch bench`` (the one harness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+WAITING = 10  # exit code: parts are still missing (normal after the first call)
+MANIFEST = "manifest.json"
+
+# Python packages of the GPU machines' image ('cuda'), from /work/.library/device/KINDS.md (2026-11-17):
+# a wheel's requirement on one of these needs no wheel of its own.
+IMAGE_PACKAGES = frozenset("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
+charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
+cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
+formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
+imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
+matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
+networkx ninja numba numba-cuda numpy numpyro onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax
+opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy
+portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing
+pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
+python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
+scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six
+sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile
+tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm
+transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel
+wrapt xarray xxhash yarl zipp
+""".split())
+IMAGE_PYTHON = "3.12"  # python3 there (KINDS.md)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- the model in parts ------------------------------------------------------------------------------
+def split(source: Path, kit: Path, part_mib: int) -> dict:
+    """``source`` as ``kit/part-1`` .. ``part-N`` of at most ``part_mib`` MiB, and ``kit/manifest.json``."""
+    kit.mkdir(parents=True, exist_ok=True)
+    for old in kit.glob("part-*"):
+        old.unlink()
+    size, step = source.stat().st_size, part_mib << 20
+    parts = []
+    with source.open("rb") as f:
+        for i in range(1, -(-size // step) + 1):
+            path = kit / f"part-{i}"
+            path.write_bytes(f.read(step))
+            parts.append({"file": path.name, "size": path.stat().st_size, "sha256": _sha256(path)})
+    manifest = {"name": source.name, "size": size, "sha256": _sha256(source), "parts": parts}
+    (kit / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def stash(kit: Path, state: Path) -> tuple[list[str], list[str]]:
+    """Copy the parts this call carried into ``state/parts`` (each checked against the manifest);
+    return (parts held, parts still missing)."""
+    manifest = json.loads((kit / MANIFEST).read_text())
+    held_dir = state / "parts"
+    held_dir.mkdir(parents=True, exist_ok=True)
+    if (held_dir / MANIFEST).is_file() and json.loads((held_dir / MANIFEST).read_text()) != manifest:
+        shutil.rmtree(held_dir)  # parts of another preparation: they would join into a wrong file
+        held_dir.mkdir()
+    shutil.copyfile(kit / MANIFEST, held_dir / MANIFEST)
+    for part in manifest["parts"]:
+        src, dst = kit / part["file"], held_dir / part["file"]
+        if src.is_file() and not dst.is_file():
+            if _sha256(src) != part["sha256"]:
+                raise SystemExit(f"{src}: sha256 differs from the manifest: carried damaged, prepare again")
+            tmp = dst.with_suffix(".tmp")
+            shutil.copyfile(src, tmp)
+            tmp.replace(dst)  # a part is there whole or not at all
+    held = [p["file"] for p in manifest["parts"] if (held_dir / p["file"]).is_file()]
+    return held, [p["file"] for p in manifest["parts"] if p["file"] not in held]
+
+
+def assemble(state: Path, target: Path) -> bool:
+    """Join ``state/parts`` into ``target`` and check its sha256; False while a part is missing."""
+    held_dir = state / "parts"
+    manifest = json.loads((held_dir / MANIFEST).read_text())
+    if target.is_file() and target.stat().st_size == manifest["size"] and _sha256(target) == manifest["sha256"]:
+        return True
+    if any(not (held_dir / p["file"]).is_file() for p in manifest["parts"]):
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    with tmp.open("wb") as out:
+        for part in manifest["parts"]:
+            with (held_dir / part["file"]).open("rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+    if _sha256(tmp) != manifest["sha256"]:
+        tmp.unlink()
+        raise SystemExit(f"the joined {manifest['name']} does not match its sha256: prepare again")
+    tmp.replace(target)
+    return True
+
+
+# -- wheels --------------------------------------------------------------------------------------------
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_wheels(folder: Path) -> list[str]:
+    """Problems with the wheel set: a requirement (for python3 3.12 on Linux) that neither another
+    wheel nor the image provides, or two versions of one package. Empty when the set is complete."""
+    from packaging.requirements import Requirement
+
+    env = {"python_version": IMAGE_PYTHON, "python_full_version": f"{IMAGE_PYTHON}.3", "sys_platform": "linux",
+           "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython", "os_name": "posix", "extra": ""}
+    wheels = sorted(folder.glob("*.whl"))
+    names = [_norm(w.name.split("-")[0]) for w in wheels]
+    problems = [f"two wheels of {n}" for n in sorted(set(names)) if names.count(n) > 1]
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            lines = z.read(meta).decode().splitlines()
+        for line in lines:
+            if not line.startswith("Requires-Dist:"):
+                continue
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            name = _norm(req.name)
+            if name not in names and name not in IMAGE_PACKAGES:
+                problems.append(f"{wheel.name} needs {req}, which is neither a wheel here nor in the GPU image")
+    return problems
+
+
+# -- on the device -------------------------------------------------------------------------------------
+def short_gpu_name(full: str) -> str:
+    """A short lower-case name for file names: 'h100' from 'NVIDIA H100 80GB HBM3', 'a10g' from 'NVIDIA A10G'."""
+    m = re.search(r"\b([A-Z]{1,2}\d{1,4}[A-Z]?)\b", full)
+    return (m.group(1) if m else re.sub(r"[^A-Za-z0-9]+", "-", full).strip("-")).lower()
+
+
+def gpu_name() -> str:
+    """``short_gpu_name`` of GPU 0; 'cpu' without CUDA."""
+    import torch
+
+    return short_gpu_name(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu"
+
+
+def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens: int, out: Path) -> dict:
+    """How far one forward and one-token steps put the top-2 margins apart on this device, in ulps, on HF
+    greedy's outputs of held-out prompts: the evidence that equivalence.TIE_ULPS must cover."""
+    import collections
+
+    from skipsearch import equivalence as eq
+    from skipsearch.data import encode_prompt, load_prompts
+    from skipsearch.decoding import hf_generate
+    from skipsearch.models import load_model
+
+    sm = load_model(model, device=device, dtype=dtype)
+    moved: list[float] = []
+    for p in load_prompts("mtbench,humaneval", split="heldout", n=n_prompts, seed=0):
+        ids = encode_prompt(sm.tokenizer, p)
+        moved += eq.margin_drift(sm, ids, hf_generate(sm, ids, max_new_tokens=max_new_tokens))
+    doc = {"dtype": dtype, "device": device, "positions": len(moved), "max_ulps": max(moved),
+           "tie_ulps": eq.TIE_ULPS.get(sm.dtype, 0),
+           "histogram": sorted(collections.Counter(round(m) for m in moved).items())}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+# -- the report ----------------------------------------------------------------------------------------
+DTYPE_ORDER = ("float32", "float16", "bfloat16")
+
+
+def _demote(markdown: str) -> str:
+    """A bench report under one of this report's sections: its title dropped (the section names it), the
+    other headings one level down."""
+    lines = [line for line in markdown.splitlines() if not line.startswith("# ")]
+    return "\n".join("#" + line if line.startswith("#") else line for line in lines)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def report(state: Path, gpu: str, out: Path, *, sequence: str = "") -> str:
+    """One Markdown file from what the stages left in ``state``: the verdicts at a glance, the drift, the
+    searched profiles, and each dtype's bench report in full."""
+    from skipsearch.profile import load_profile
+
+    env = (state / "environment.txt").read_text().strip() if (state / "environment.txt").is_file() else ""
+    def order(dtype: str) -> tuple[int, str]:
+        return (DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype)
+
+    benches = sorted(((p.stem.removeprefix("bench-"), json.loads(p.read_text())) for p in state.glob("bench-*.json")),
+                     key=lambda b: order(b[0]))
+    drifts = sorted((json.loads(p.read_text()) for p in state.glob("drift-*.json")), key=lambda d: order(d["dtype"]))
+    profiles = sorted((state / "profiles").glob("*.yaml"))
+    device_name = next((dict(doc["environment"]).get("device_name") for _, doc in benches), None) or gpu
+    lines = [f"# skipsearch on {device_name}: smollm2-135m in float32 and bfloat16", ""]
+    lines += ["Made by `scripts/gpu_bench.sh` (its header lists the device calls). HF greedy is the speed baseline "
+              "and the reference output; `skipsearch-ar` is our own loop with no draft; the profiles were searched "
+              "on this machine by `skipsearch optimize`, one per dtype. Every output has a verdict against HF "
+              "greedy's (skipsearch/equivalence.py): identical, equal up to numerical ties, or different; only "
+              "the first two get a speedup.", ""]
+    if env:
+        lines += ["```text", env, "```", ""]
+    lines += ["## Verdicts and speed at a glance", "",
+              "| dtype | method | verdict | identical | up to ties (tokens) | different | tokens/s "
+              "| speedup vs HF greedy |",
+              "|---|---|---|---|---|---|---|---|"]
+    for dtype, doc in benches:
+        for r in doc["rows"]:
+            different = r["prompts"] - r["identical"] - r.get("ties", 0)
+            lines.append(f"| {dtype} | {r['method']} | {r.get('verdict', '?')} | {r['identical']}/{r['prompts']} | "
+                         f"{r.get('ties', 0)} ({r.get('tie_tokens', 0)}) | {different} | {r['tokens_per_s']:.1f} | "
+                         f"{_x(r['speedup'])} |")
+    if not benches:
+        lines.append("| - | no bench finished | | | | | | |")
+    lines += ["", "## The tie tolerance on this device", "",
+              "How far the top-2 logit margin moves between one forward over a whole output and one-token steps "
+              "with a KV cache (HF greedy's outputs, held-out prompts), in ulps of the larger logit. "
+              "`equivalence.TIE_ULPS` must cover it for tie verdicts to be honest here.", "",
+              "| dtype | positions | max ulps | TIE_ULPS | histogram (ulps: positions) |", "|---|---|---|---|---|"]
+    for d in drifts:
+        hist = ", ".join(f"{k}: {v}" for k, v in d["histogram"])
+        lines.append(f"| {d['dtype']} | {d['positions']} | {d['max_ulps']:.2f} | {d['tie_ulps']} | {hist} |")
+    lines += ["", "## The profiles searched here", ""]
+    for path in profiles:
+        lines += [f"### {path.name}", "", "```text", load_profile(path).describe().strip(), "```", ""]
+    if not profiles:
+        lines += ["No search finished.", ""]
+    for study in sorted(state.glob("study-*.txt"), key=lambda p: order(p.stem.removeprefix("study-"))):
+        text = study.read_text().strip().splitlines()
+        lines += [f"Search trials in {study.stem.removeprefix('study-')} (`skipsearch study show`, first 40 lines):",
+                  "", "```text", *text[:40], "```", ""]
+    for dtype, _ in benches:
+        md = state / f"bench-{dtype}.md"
+        if md.is_file():
+            lines += [f"## The bench in {dtype}", "", _demote(md.read_text()).strip(), ""]
+    if sequence:
+        lines += ["## How this was run", "", "```text", sequence.strip(), "```", ""]
+    text = "\n".join(lines)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("split")
+    s.add_argument("source", type=Path)
+    s.add_argument("--kit", type=Path, required=True)
+    s.add_argument("--part-mib", type=int, default=47)
+    s = sub.add_parser("stash")
+    s.add_argument("--kit", type=Path, required=True)
+    s.add_argument("--state", type=Path, required=True)
+    s = sub.add_parser("assemble")
+    s.add_argument("--state", type=Path, required=True)
+    s.add_argument("--to", type=Path, required=True)
+    s = sub.add_parser("check-wheels")
+    s.add_argument("folder", type=Path)
+    sub.add_parser("gpu-name")
+    s = sub.add_parser("drift")
+    s.add_argument("--model", default="smollm2-135m")
+    s.add_argument("--device", default="cuda")
+    s.add_argument("--dtype", required=True)
+    s.add_argument("--n-prompts", type=int, default=4)
+    s.add_argument("--max-new-tokens", type=int, default=64)
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("report")
+    s.add_argument("--state", type=Path, required=True)
+    s.add_argument("--gpu", required=True)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--sequence", type=Path, help="a text file with the calls that made this run")
+    a = ap.parse_args(argv)
+    if a.cmd == "split":
+        m = split(a.source, a.kit, a.part_mib)
+        print(f"{a.source.name}: {m['size']} bytes in {len(m['parts'])} parts under {a.kit}")
+    elif a.cmd == "stash":
+        held, missing = stash(a.kit, a.state)
+        print(f"parts held: {', '.join(held) or 'none'}; missing: {', '.join(missing) or 'none'}")
+    elif a.cmd == "assemble":
+        if not assemble(a.state, a.to):
+            return WAITING
+        print(f"assembled {a.to}")
+    elif a.cmd == "check-wheels":
+        problems = check_wheels(a.folder)
+        for p in problems:
+            print(p, file=sys.stderr)
+        if problems:
+            return 1
+        print(f"{len(list(a.folder.glob('*.whl')))} wheels: every requirement is a wheel here or in the GPU image")
+    elif a.cmd == "gpu-name":
+        print(gpu_name())
+    elif a.cmd == "drift":
+        d = drift(model=a.model, device=a.device, dtype=a.dtype, n_prompts=a.n_prompts,
+                  max_new_tokens=a.max_new_tokens, out=a.out)
+        print(f"drift {a.dtype}: max {d['max_ulps']:.2f} ulps over {d['positions']} positions "
+              f"(TIE_ULPS {d['tie_ulps']})")
+    elif a.cmd == "report":
+        seq = a.sequence.read_text() if a.sequence and a.sequence.is_file() else ""
+        report(a.state, a.gpu, a.out, sequence=seq)
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""Cost profiles: what one device charges for each piece of a decoding step, measured once and kept apart.
+
+A draft profile's speedup belongs to the machine that timed it. What the surrogate needs from that
+machine is small: one full step, one attention and one MLP sublayer, the fixed remainder (embedding,
+norms, LM head, per-forward overhead) and the verify curve v(k). ``skipsearch costs`` measures exactly
+that with ``objective.measure_costs`` (the objective's own measurement, at optimize's calibration
+context) and writes it here as a small versioned YAML file. Acceptance, which belongs to the model, the
+skip set and the workload, is kept in the draft profile (``skipsearch.replan``), so that
+``plan --profile x.yaml --costs costs/<device>.yaml`` re-plans a profile for another device, and
+``optimize --study S --costs ... --budget 0`` re-ranks a study, with no new search.
+
+Reading validates every key, and every problem is one line naming the file (``CostsError``, a
+``ProfileError``, so the CLI prints it and exits 2). A cost file is refused for a model with another
+layer count or another architecture: its per-sublayer costs would describe other layers.
+This module needs no torch until a cost model is built or measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from skipsearch.config import DraftConfig
+from skipsearch.profile import Environment, ProfileError, _Dumper, _mapping, _plain, _read_yaml, _section
+
+if TYPE_CHECKING:
+    from skipsearch.models import SkippableModel
+    from skipsearch.objective import CostModel
+
+# Schema versions of cost files (as in profile.py: bump on any change of shape or meaning, add an upgrade).
+#   1: first version: schema_version, model {name, num_layers, architecture, fingerprint}, device, dtype,
+#      environment (a profile's environment keys), run {context_tokens, repeats, threads, seconds, command},
+#      costs {step_seconds, attn_seconds, mlp_seconds, fixed_seconds, lm_head_seconds, verify_ratio}.
+SCHEMA_VERSION = 1
+VERIFY_SIZES = (1, 2, 3, 4, 6, 9, 13)  # v(k) is timed at these k (13: a K = 12 draft's verify), interpolated between
+_HEADER = "# skipsearch cost profile"
+_TOP_KEYS = ("schema_version", "model", "device", "dtype", "environment", "run", "costs")
+
+
+class CostsError(ProfileError):
+    """A cost file that cannot be read, written or used. str() is one line: ``<file>: <problem>``."""
+
+
+@dataclass(frozen=True)
+class CostModelRef:
+    """The model the costs were measured on."""
+
+    name: str
+    num_layers: int
+    # tensor names and shapes (the layout half of checkpoints.weights_fingerprint): the same architecture
+    # costs the same whatever its weights, so a fine-tune reuses its base model's cost file
+    architecture: str | None = None
+    fingerprint: str | None = None  # models.arch_fingerprint (architecture and --model string), as profiles hold
+
+
+@dataclass(frozen=True)
+class Costs:
+    """objective.CostModel's measured fields, in seconds (verify_ratio: one k-token forward / one step)."""
+
+    step_seconds: float  # one autoregressive decoder cycle (one-token forward, logits read back): the unit
+    attn_seconds: float  # one layer's attention
+    mlp_seconds: float  # one layer's MLP
+    fixed_seconds: float  # what skipping cannot remove: embedding, norms, LM head, per-forward overhead
+    verify_ratio: tuple[float, ...]  # v(1), v(2), ...
+    lm_head_seconds: float | None = None  # the LM head alone, for people: a part of fixed_seconds
+
+    def cost_model(self, num_layers: int) -> CostModel:
+        """The objective's CostModel, which ``objective.replay`` charges drafts and verifies with."""
+        from skipsearch.objective import CostModel
+
+        return CostModel(self.step_seconds, self.attn_seconds, self.mlp_seconds, self.fixed_seconds,
+                         self.verify_ratio, num_layers)
+
+    @property
+    def overhead_seconds(self) -> float | None:
+        """The fixed part that is not the LM head: embedding, norms, the framework's per-forward cost."""
+        return None if self.lm_head_seconds is None else max(self.fixed_seconds - self.lm_head_seconds, 0.0)
+
+
+@dataclass(frozen=True)
+class CostRun:
+    """How the costs were measured."""
+
+    context_tokens: int | None = None  # the KV length the steps ran at
+    repeats: int | None = None  # samples per quantity (medians)
+    threads: int | None = None  # torch intra-op threads: costs on a CPU depend on them
+    seconds: float | None = None  # wall time of the measurement
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    model: CostModelRef
+    device: str
+    dtype: str
+    costs: Costs
+    environment: Environment | None = None
+    run: CostRun | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def cost_model(self) -> CostModel:
+        return self.costs.cost_model(self.model.num_layers)
+
+    def describe(self) -> str:
+        """A few lines for people: where, what one step costs, and how it splits."""
+        c, L = self.costs, self.model.num_layers
+        share = lambda s: f"{s * 1e3:.3f} ms ({s / c.step_seconds:.1%} of a step)"  # noqa: E731
+        lines = [f"{self.model.name} ({L} layers) on {self.device}, {self.dtype}"
+                 + (f", {self.run.threads} thread(s)" if self.run and self.run.threads else ""),
+                 f"step: {c.step_seconds * 1e3:.3f} ms", f"attention x {L}: {share(L * c.attn_seconds)}",
+                 f"MLP x {L}: {share(L * c.mlp_seconds)}",
+                 f"fixed (LM head, embedding, overhead): {share(c.fixed_seconds)}"]
+        if c.lm_head_seconds is not None:
+            lines.append(f"  of which LM head: {share(c.lm_head_seconds)}, the rest: {share(c.overhead_seconds)}")
+        lines.append("v(k): " + ", ".join(f"{v:.2f}" for v in c.verify_ratio))
+        lines.append(f"c of a draft that skips nothing: {self.cost_model().draft_ratio(DraftConfig()):.3f}")
+        return "\n".join(lines)
+
+
+# -- to and from dicts -------------------------------------------------------------------------------------
+def _err(source: str, problem: str) -> CostsError:
+    return CostsError(f"{source}: {problem}")
+
+
+def costs_from_model(cm: CostModel, *, lm_head_seconds: float | None = None) -> Costs:
+    """The serialisable half of a CostModel (its extras, costed for the planner only, are left out)."""
+    return Costs(cm.step_seconds, cm.attn_seconds, cm.mlp_seconds, cm.fixed_seconds, tuple(cm.verify_ratio),
+                 lm_head_seconds)
+
+
+def costs_to_dict(c: Costs) -> dict:
+    out = {f.name: float(f"{getattr(c, f.name):.5g}") for f in fields(c)
+           if f.name != "verify_ratio" and getattr(c, f.name) is not None}  # five digits: timing noise is larger
+    out["verify_ratio"] = [round(v, 4) for v in c.verify_ratio]
+    return _plain(out)
+
+
+def costs_from_dict(raw: Any, *, path: str = "costs", source: str = "<costs>") -> Costs:
+    """Validate a ``costs`` mapping (a cost file's, or a profile's ``measured.costs``)."""
+    raw = dict(_mapping(raw, path, source))
+    curve = raw.pop("verify_ratio", None)
+    try:
+        values = _section(Costs, raw, path, source,
+                          required=("step_seconds", "attn_seconds", "mlp_seconds", "fixed_seconds"))[0]
+    except ProfileError as e:
+        raise CostsError(str(e)) from None
+    for key, value in values.items():
+        bound = "> 0" if key == "step_seconds" else ">= 0"
+        if not math.isfinite(value) or value < 0 or (key == "step_seconds" and value == 0):
+            raise _err(source, f"{path}.{key} must be a finite number of seconds {bound}, got {value}")
+    if not isinstance(curve, (list, tuple)) or not curve:
+        raise _err(source, f"{path}.verify_ratio must list v(1), v(2), ... (a k-token forward / one step)")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 for v in curve):
+        raise _err(source, f"{path}.verify_ratio must hold positive numbers, got {str(list(curve))[:60]}")
+    return Costs(**values, verify_ratio=tuple(float(v) for v in curve))
+
+
+def cost_profile_to_dict(cp: CostProfile) -> dict:
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "model": _plain(cp.model), "device": cp.device,
+                           "dtype": cp.dtype}
+    for key in ("environment", "run"):
+        if getattr(cp, key) is not None:
+            out[key] = _plain(getattr(cp, key))
+    out["costs"] = costs_to_dict(cp.costs)
+    return out
+
+
+def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise _err(source, f"expected a YAML mapping at the top level, got {got}")
+    version = raw.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
+        raise _err(source, "missing required key schema_version" if version is None else
+                   f"unknown schema_version {str(version)[:20]} (this skipsearch reads cost files of version 1)")
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise _err(source, f"unknown top-level key {str(key)[:40]!r} (known: {', '.join(_TOP_KEYS)})")
+    for key in ("model", "device", "dtype", "costs"):
+        if raw.get(key) is None:
+            raise _err(source, f"missing required key {key}")
+    try:
+        model = CostModelRef(**_section(CostModelRef, raw["model"], "model", source,
+                                        required=("name", "num_layers"))[0])
+        environment = (Environment(**_section(Environment, raw["environment"], "environment", source)[0])
+                       if raw.get("environment") is not None else None)
+        run = (CostRun(**_section(CostRun, raw["run"], "run", source, nonnegative=("context_tokens", "repeats",
+                                                                                   "threads", "seconds"))[0])
+               if raw.get("run") is not None else None)
+    except ProfileError as e:
+        raise CostsError(str(e)) from None
+    if model.num_layers < 1:
+        raise _err(source, f"model.num_layers must be >= 1, got {model.num_layers}")
+    for key in ("device", "dtype"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise _err(source, f"{key} must be a non-empty string, got {str(raw[key])[:40]!r}")
+    return CostProfile(model=model, device=raw["device"], dtype=raw["dtype"],
+                       costs=costs_from_dict(raw["costs"], source=source), environment=environment, run=run)
+
+
+# -- a draft profile's measured.costs: the cost profile it was planned with ---------------------------------
+COSTS_KEY = "costs"
+
+
+@dataclass(frozen=True)
+class PlannedCosts:
+    """A profile's ``measured.costs``: the cost profile it was planned with, and where that came from."""
+
+    costs: Costs
+    device: str | None = None
+    dtype: str | None = None
+    source: str | None = None  # "measured by optimize", or the cost file's path
+    threads: int | None = None
+
+    def cost_model(self, num_layers: int) -> CostModel:
+        return self.costs.cost_model(num_layers)
+
+
+_PROVENANCE = ("device", "dtype", "source", "threads")
+
+
+def planned_costs_to_dict(pc: PlannedCosts) -> dict:
+    head = {k: getattr(pc, k) for k in _PROVENANCE if getattr(pc, k) is not None}
+    return {**head, **costs_to_dict(pc.costs)}
+
+
+def planned_costs_from_dict(raw: Any, *, source: str = "<profile>") -> PlannedCosts:
+    path = f"measured.{COSTS_KEY}"
+    raw = dict(_mapping(raw, path, source))
+    head = {k: raw.pop(k) for k in _PROVENANCE if k in raw}
+    for key, value in head.items():
+        if value is not None and not isinstance(value, int if key == "threads" else str):
+            raise _err(source, f"{path}.{key} must be {'an integer' if key == 'threads' else 'a string'}")
+    return PlannedCosts(costs_from_dict(raw, path=path, source=source), **head)
+
+
+def planned_costs_of(cp: CostProfile, *, source: str) -> PlannedCosts:
+    return PlannedCosts(cp.costs, cp.device, cp.dtype, source, cp.run.threads if cp.run else None)
+
+
+# -- files -------------------------------------------------------------------------------------------------
+def load_costs(path: str | os.PathLike) -> CostProfile:
+    """Read and validate a cost file; every problem is one CostsError line."""
+    source = str(path)
+    try:
+        raw = _read_yaml(path, source)
+    except ProfileError as e:
+        raise CostsError(str(e).replace("the profile", "the cost file").replace("a profile is", "a cost file is")
+                         ) from None
+    return cost_profile_from_dict(raw, source=source)
+
+
+def save_costs(cp: CostProfile, path: str | os.PathLike) -> Path:
+    """Validate, then write atomically (a temporary file renamed over the target)."""
+    path, source = Path(path), str(path)
+    data = cost_profile_to_dict(cp)
+    cost_profile_from_dict(data, source=source)  # an invalid cost file never reaches disk
+    body = f"{_HEADER} (schema v{SCHEMA_VERSION})\n" + yaml.dump(data, Dumper=_Dumper, sort_keys=False,
+                                                                  allow_unicode=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise _err(source, f"cannot write: {e.strerror or e}") from None
+    return path
+
+
+# -- which model a cost file fits --------------------------------------------------------------------------
+def architecture_of(sm: SkippableModel) -> str:
+    """The layout half of the model's weights fingerprint: tensor names and shapes."""
+    return sm.weights_fingerprint.split("-")[0]
+
+
+def check_costs_model(cp: CostProfile, *, num_layers: int, architecture: str | None = None,
+                      fingerprint: str | None = None, source: str = "<costs>", what: str = "this model") -> None:
+    """Refuse, in one line, a cost file measured on another model: another depth, or (where both sides
+    know it) another architecture. Only the architecture counts: costs do not depend on the weights."""
+    ours = cp.model
+    if num_layers != ours.num_layers:
+        raise _err(source, f"cost file was measured on {ours.name} ({ours.num_layers} layers); {what} has "
+                           f"{num_layers} layers: measure its costs with skipsearch costs")
+    if architecture and ours.architecture and architecture != ours.architecture:
+        raise _err(source, f"cost file was measured on {ours.name}, another architecture than {what}'s "
+                           f"({ours.architecture} vs {architecture}): measure its costs with skipsearch costs")
+    compared = architecture and ours.architecture
+    if not compared and fingerprint and ours.fingerprint and fingerprint != ours.fingerprint:
+        raise _err(source, f"cost file was measured on {ours.name} (fingerprint {ours.fingerprint}), not on {what} "
+                           f"(fingerprint {fingerprint}): measure its costs with skipsearch costs")
+
+
+def check_costs_for(cp: CostProfile, sm: SkippableModel, *, source: str) -> None:
+    check_costs_model(cp, num_layers=sm.num_layers, architecture=architecture_of(sm), fingerprint=sm.fingerprint,
+                      source=source, what=f"model {sm.name}")
+
+
+# -- measuring ---------------------------------------------------------------------------------------------
+def calibration_context(sm: SkippableModel, *, dataset: str = "mtbench", max_new_tokens: int = 64,
+                        seed: int = 0) -> tuple[int, ...]:
+    """optimize's cost context: the first calibration prompt and the first half of its greedy continuation
+    (ModelObjective.costs measures at exactly this length), so that a cost file and a search agree."""
+    from skipsearch.data import encode_prompt, load_prompts
+    from skipsearch.objective import calibrate
+
+    prompt = encode_prompt(sm.tokenizer, load_prompts(dataset, split="calib", n=1, seed=seed)[0])
+    cal = calibrate(sm, [prompt], max_new_tokens=max(max_new_tokens // 2, 1))
+    return (*prompt, *cal.continuations[0][: max_new_tokens // 2])
+
+
+def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats: int = 9,
+                         verify_sizes: Sequence[int] = VERIFY_SIZES, command: str | None = None) -> CostProfile:
+    """This device's cost profile: ``objective.measure_costs`` (the objective's own measurement, not a
+    copy) at ``context``, and the LM head alone through the harness's interleaved timer, for people."""
+    import torch
+
+    from skipsearch import timing
+    from skipsearch.harness import time_interleaved
+    from skipsearch.objective import measure_costs
+
+    t0 = timing.now(sm.device)
+    cm = measure_costs(sm, context, verify_sizes=verify_sizes, repeats=repeats)
+    hidden = torch.zeros(1, 1, sm.hf.config.hidden_size, dtype=sm.dtype, device=sm.device)  # [1, 1, H]
+
+    def head() -> None:
+        with torch.inference_mode():
+            sm.lm_head(hidden).argmax(-1)  # [1, 1]
+
+    lm_head = time_interleaved({"lm_head": head}, rounds=repeats, device=sm.device, warmup=3)["lm_head"].median
+    return CostProfile(
+        model=CostModelRef(sm.name, sm.num_layers, architecture_of(sm), sm.fingerprint),
+        device=str(sm.device), dtype=sm.dtype_name, costs=costs_from_model(cm, lm_head_seconds=min(lm_head,
+                                                                                                   cm.fixed_seconds)),
+        environment=Environment.current(str(sm.device), placement=getattr(sm, "placement", None)),
+        run=CostRun(context_tokens=len(context), repeats=repeats, threads=torch.get_num_threads(),
+                    seconds=round(timing.now(sm.device) - t0, 1), command=command),
+    )
+
+
+__all__ = ["COSTS_KEY", "SCHEMA_VERSION", "CostModelRef", "CostProfile", "CostRun", "Costs", "CostsError",
+           "PlannedCosts", "architecture_of", "calibration_context", "check_costs_for", "check_costs_model",
+           "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_dict", "costs_from_model", "costs_to_dict",
+           "load_costs", "measure_cost_profile", "planned_costs_from_dict", "planned_costs_of",
+           "planned_costs_to_dict", "save_costs"]

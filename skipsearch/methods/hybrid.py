@@ -1,0 +1,245 @@
+"""``hybrid``: prompt lookup first; in a cycle where it finds no match, another draft source drafts.
+
+Prompt lookup costs almost nothing but drafts only where the text repeats; a layer-skip (or fractal)
+draft costs most of a step but drafts everywhere. The hybrid runs the lookup of ``method: ngram``
+every cycle and calls the fallback only on a miss, so each cycle's draft comes from exactly one
+source. Which one depends on the tokens so far alone, so each cycle is an ordinary speculative step
+with that source's q (one-hot for a lookup, the fallback's own q otherwise): greedy output is the full
+model's, and sampling stays exact.
+
+``method_params``:
+- ``min_n``, ``max_n``: the lookup's suffix lengths, as for ``ngram``;
+- ``fallback``: ``layer-skip``, ``fractal`` or ``none`` (lookup alone: what a search ships when no
+  fallback pays);
+- ``fallback_k``: the most tokens the fallback drafts in a cycle (default: K, the draft's
+  ``max_draft_tokens``, which bounds the lookup's drafts and every draft);
+- the fallback's own ``method_params`` beside them (layer-skip: a trimmed head's ``vocab_subset``,
+  ``vocab_ids``, ``vocab_sha256``; fractal: ``n``, ``w``, ...), validated by that method.
+The layer-skip fallback's skip sets and exit rule are the profile's ``draft``.
+
+The drafter's report says what each source contributed: ``lookups``, ``lookup_hits``, ``ngram_drafted``,
+``ngram_accepted``, ``ngram_seconds`` and ``fallback_cycles``, ``fallback_drafted``,
+``fallback_accepted``, ``fallback_seconds``. The surrogate replays the lookup exactly and, on a miss, the
+layer-skip fallback over the same traces the layer-skip surrogate reads (a fractal fallback can only
+be timed). The ``hybrid`` strategy searches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
+
+from skipsearch import methods
+from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
+from skipsearch.methods import Method, ParamsError, int_param
+from skipsearch.methods.fractal import METHOD as FRACTAL
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
+from skipsearch.methods.ngram import METHOD as NGRAM
+from skipsearch.methods.ngram import (
+    NgramDrafter,
+    NgramIndex,
+    NgramParams,
+    check_n_range,
+    cycle_measurement,
+    leading_matches,
+    replay_cycles,
+)
+
+NONE = "none"  # no fallback: the lookup alone
+FALLBACKS = (LAYER_SKIP.name, FRACTAL.name, NONE)
+_OWN = ("min_n", "max_n", "fallback", "fallback_k")
+
+
+@dataclass(frozen=True)
+class HybridParams:
+    method: ClassVar[str] = "hybrid"
+    min_n: int = 1  # shortest suffix looked up
+    max_n: int = 3  # longest suffix looked up (tried first)
+    fallback: str = LAYER_SKIP.name  # the source of a cycle whose lookup finds nothing; "none": no draft then
+    fallback_k: int | None = None  # the most tokens the fallback drafts a cycle; None: the draft's K
+    fallback_params: tuple[tuple[str, Any], ...] = ()  # the fallback method's own method_params
+
+    def __post_init__(self) -> None:
+        check_n_range(self.method, self.min_n, self.max_n)
+        if self.fallback not in FALLBACKS:
+            shown = self.fallback if isinstance(self.fallback, str) else type(self.fallback).__name__
+            raise ParamsError(f"hybrid: method_params.fallback must be one of {', '.join(FALLBACKS)}, got "
+                              f"{shown[:40]!r}")
+        if self.fallback_k is not None:
+            int_param(self.method, {"fallback_k": self.fallback_k}, "fallback_k", low=1)
+        if self.fallback == NONE and (self.fallback_k is not None or self.fallback_params):
+            raise ParamsError("hybrid: with fallback none, method_params takes no fallback_k and no fallback keys")
+        object.__setattr__(self, "fallback_params", tuple(sorted(dict(self.fallback_params).items())))
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], *, draft: DraftConfig, num_layers: int) -> HybridParams:
+        fallback = raw.get("fallback", cls.fallback)
+        theirs = () if fallback not in FALLBACKS[:2] else tuple(f.name for f in fields(methods.get(fallback).params))
+        for key in raw:
+            if key not in _OWN and key not in theirs:
+                shown = key[:40] if isinstance(key, str) else type(key).__name__
+                raise ParamsError(f"hybrid: unknown key method_params.{shown} (known with fallback "
+                                  f"{fallback if isinstance(fallback, str) else '?'}: {', '.join((*_OWN, *theirs))})")
+        params = cls(min_n=raw.get("min_n", cls.min_n), max_n=raw.get("max_n", cls.max_n), fallback=fallback,
+                     fallback_k=raw.get("fallback_k"), fallback_params=tuple((k, raw[k]) for k in theirs if k in raw))
+        if params.fallback != LAYER_SKIP.name and (draft.skip_attn or draft.skip_mlp):
+            raise ParamsError(f"hybrid: draft.skip_attn and draft.skip_mlp must be empty with fallback "
+                              f"{params.fallback} (they are the layer-skip fallback's)")
+        k = draft.max_draft_tokens
+        if k and params.fallback_k is not None and params.fallback_k > k:
+            raise ParamsError(f"hybrid: method_params.fallback_k ({params.fallback_k}) must be <= the draft's "
+                              f"max_draft_tokens ({k})")
+        fb = params.fallback_candidate(draft)
+        if fb is not None:
+            try:
+                methods.get(fb.method).parse(fb.params, draft=fb.draft, num_layers=num_layers)
+            except ConfigError as e:
+                raise ParamsError(f"hybrid: fallback {e}") from None
+        return params
+
+    def fallback_candidate(self, draft: DraftConfig) -> Candidate | None:
+        """The fallback as a candidate of its own method: the draft config with K = fallback_k."""
+        if self.fallback == NONE:
+            return None
+        return Candidate(self.fallback, replace(draft, max_draft_tokens=self.fallback_k or draft.max_draft_tokens),
+                         self.fallback_params)
+
+    def to_pairs(self) -> tuple[tuple[str, Any], ...]:
+        own = [("min_n", self.min_n), ("max_n", self.max_n), ("fallback", self.fallback)]
+        if self.fallback_k is not None:
+            own.append(("fallback_k", self.fallback_k))
+        return (*own, *self.fallback_params)
+
+
+class HybridDrafter:
+    """The engine's Drafter: the lookup every cycle, the fallback drafter on a miss."""
+
+    wants_tokens = True  # the lookup reads the sequence
+
+    def __init__(self, params: HybridParams, max_draft_tokens: int, fallback, fallback_k: int) -> None:
+        self.lookup = NgramDrafter(NgramParams(params.min_n, params.max_n), max_draft_tokens)
+        self.fallback, self.fallback_k = fallback, fallback_k
+        self._last = None  # the source of the last draft, which the next observe() is about
+        self.cycles = self.drafted = self.accepted = 0  # the fallback's
+        self.seconds = 0.0
+
+    @property
+    def threshold(self) -> float | None:
+        return self.fallback.threshold if self.fallback is not None else None
+
+    def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history: Sequence[int]):
+        from skipsearch import timing
+
+        # 1a. look the suffix up; a hit is this cycle's draft
+        found = self.lookup.draft(sm, cache, pending=pending, start=start, limit=limit, sampling=sampling,
+                                  generator=generator, history=history)
+        self._last = self.lookup
+        if found.tokens or self.fallback is None:
+            return found
+        # 1b. a miss: the fallback drafts (it may leave draft KV in the cache; the engine crops it)
+        t0 = timing.now(sm.device)
+        extra = {"history": history} if getattr(self.fallback, "wants_tokens", False) else {}
+        out = self.fallback.draft(sm, cache, pending=pending, start=start, limit=min(limit, self.fallback_k),
+                                  sampling=sampling, generator=generator, **extra)
+        self.seconds += timing.now(sm.device) - t0
+        self.cycles += 1
+        self._last = self.fallback
+        return out
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if self._last is self.fallback:
+            self.drafted += drafted
+            self.accepted += accepted
+        if self._last is not None:
+            self._last.observe(drafted, accepted)  # the layer-skip fallback's adaptive exit learns from its own
+
+    def report(self) -> tuple[tuple[str, float], ...]:
+        own = (("fallback_cycles", float(self.cycles)), ("fallback_drafted", float(self.drafted)),
+               ("fallback_accepted", float(self.accepted)), ("fallback_seconds", self.seconds))
+        theirs = tuple(self.fallback.report()) if hasattr(self.fallback, "report") else ()
+        return (*self.lookup.report(), *own, *theirs)
+
+
+def _drafter(candidate: Candidate, sm) -> HybridDrafter:
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    fb = params.fallback_candidate(candidate.draft)
+    fallback = None
+    if fb is not None:
+        try:
+            fallback = methods.get(fb.method).drafter(fb, sm)
+        except ParamsError as e:
+            raise ParamsError(f"hybrid: fallback {e}") from None
+    return HybridDrafter(params, candidate.draft.max_draft_tokens, fallback,
+                         fb.draft.max_draft_tokens if fb is not None else 0)
+
+
+def _predict(objective, candidate: Candidate):
+    """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the layer-skip fallback over its
+    traces (through its trimmed head, if any) with its exit rule and adaptive γ, charged c per draft token."""
+    from skipsearch import timing
+    from skipsearch.decoding import LayerSkipDrafter
+    from skipsearch.methods.layer_skip import draft_costs, draft_traces
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
+    fb = params.fallback_candidate(candidate.draft)
+    if fb is not None and fb.method != LAYER_SKIP.name:
+        raise ConfigError(f"hybrid: a {fb.method} fallback has no surrogate: time it (--objective timed)")
+    t_start = timing.now()
+    k, cal = candidate.draft.max_draft_tokens, objective.cal
+    costs = objective.costs
+    traces: list = [None] * len(cal.prompts)
+    if fb is not None:
+        fb_params = LAYER_SKIP.parse(fb.params, draft=fb.draft, num_layers=objective.sm.num_layers)
+        costs = draft_costs(objective, fb_params)
+        traces = draft_traces(objective, fb.draft, fb_params)
+    c = costs.draft_ratio(fb.draft) if fb is not None else 0.0
+    lookup_seconds = fallback_steps = 0.0
+    cycles = []
+    for prompt, cont, tr in zip(cal.prompts, cal.continuations, traces, strict=True):
+        index = NgramIndex(params.min_n, params.max_n)
+        gamma = LayerSkipDrafter(fb.draft) if fb is not None else None  # its γ update is the decoder's own
+
+        def propose(seq, t, limit, index=index, cont=cont, tr=tr, gamma=gamma):
+            nonlocal lookup_seconds, fallback_steps
+            t0 = timing.now()
+            tokens = index.lookup(seq, min(limit, k))
+            lookup_seconds += timing.now() - t0
+            if tokens or gamma is None:
+                return NGRAM.name, len(tokens), leading_matches(tokens, cont, t)
+            drafted = accepted = 0
+            leading = True
+            # entry i of the trace is the draft's guess at cont[i]; past the continuation's end it is unknown
+            while drafted < min(limit, fb.draft.max_draft_tokens, len(cont) - t):
+                match, confidence = tr.matches[t + drafted], tr.confidences[t + drafted]
+                drafted += 1
+                leading = leading and match
+                accepted += leading
+                if confidence < gamma.gamma:
+                    break
+            gamma.observe(drafted, accepted)
+            fallback_steps += drafted * c
+            return fb.method, drafted, accepted
+
+        cycles += replay_cycles(prompt, cont, max_new_tokens=cal.max_new_tokens, propose=propose)
+    matches = [m for tr in traces if tr is not None for m in tr.matches]
+    lookup_steps = lookup_seconds / costs.step_seconds
+    fields = {"alpha": sum(matches) / len(matches), "cost_ratio": c} if fb is not None and matches else {}
+    return cycle_measurement(cycles, verify=costs.verify, draft_steps=fallback_steps, extra_steps=lookup_steps,
+                             seconds=timing.now() - t_start, **fields)
+
+
+def _example(num_layers: int) -> Candidate:
+    draft = DraftConfig(skip_attn=(num_layers // 2,), max_draft_tokens=3, exit=NO_EXIT)
+    return Candidate(HybridParams.method, draft, HybridParams(min_n=1, max_n=2, fallback_k=2).to_pairs())
+
+
+METHOD = Method(
+    name=HybridParams.method,
+    summary="prompt lookup first; on a miss, a layer-skip (optionally trimmed-head) or fractal draft",
+    params=HybridParams,
+    drafter=_drafter,
+    example=_example,
+    strategy=HybridParams.method,
+    predict=_predict,
+)

@@ -1,0 +1,227 @@
+"""``ngram``: prompt lookup. The draft is the continuation of the latest earlier match of the last n tokens.
+
+No model runs to draft: the drafter keeps an index of every n-gram in the prompt and in the text
+generated so far (``min_n <= n <= max_n``), looks up the sequence's last n tokens, longest n first,
+and proposes up to K tokens that followed their most recent earlier occurrence. Where that
+continuation runs into the suffix itself (the text repeats with a period shorter than K), the copy
+goes on over the tokens it has just proposed, as an LZ77 copy does, so a loop drafts K tokens and
+not one period. With no match it drafts nothing, and that cycle is a plain decoding step.
+
+Losslessness: greedy keeps a draft token only if it is the full model's argmax. Sampling treats the
+draft as a one-hot proposal q = δ_d: the engine's rejection rule accepts d with probability
+min(1, p(d)/1) = p(d), and on rejection draws from norm(max(0, p − δ_d)), which is p with d removed
+and renormalised. So the output distribution is the full model's.
+
+``method_params``: ``min_n``, ``max_n``; K is the draft config's ``max_draft_tokens``. The surrogate
+(``_predict``) is exact in acceptance: the draft depends on tokens only, so replaying the full model's
+greedy continuation cycle by cycle (``replay_cycles``) drafts and accepts what decoding does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.methods import Method, ParamsError, check_keys, int_param
+
+MAX_N = 16  # longer keys almost never repeat verbatim; the bound keeps the index small
+
+
+def check_n_range(method: str, min_n: Any, max_n: Any) -> None:
+    """The lookup's suffix lengths, as every method that looks up n-grams takes them."""
+    raw = {"min_n": min_n, "max_n": max_n}
+    int_param(method, raw, "min_n", low=1, high=MAX_N)
+    int_param(method, raw, "max_n", low=1, high=MAX_N)
+    if min_n > max_n:
+        raise ParamsError(f"{method}: method_params.min_n ({min_n}) must be <= max_n ({max_n})")
+
+
+@dataclass(frozen=True)
+class NgramParams:
+    method: ClassVar[str] = "ngram"
+    min_n: int = 1  # shortest suffix looked up
+    max_n: int = 3  # longest suffix looked up (tried first: a longer match predicts better)
+
+    def __post_init__(self) -> None:
+        check_n_range(self.method, self.min_n, self.max_n)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], *, draft: DraftConfig, num_layers: int) -> NgramParams:
+        check_keys(cls.method, raw, cls)
+        if draft.skip_attn or draft.skip_mlp:
+            raise ParamsError("ngram: draft.skip_attn and draft.skip_mlp must be empty (no layer runs to draft)")
+        return cls(min_n=raw.get("min_n", cls.min_n), max_n=raw.get("max_n", cls.max_n))
+
+    def to_pairs(self) -> tuple[tuple[str, Any], ...]:
+        return (("min_n", self.min_n), ("max_n", self.max_n))
+
+
+class NgramIndex:
+    """The latest end position of every n-gram (min_n <= n <= max_n) of a growing token sequence.
+
+    The sequence only grows (the engine appends what it emits), so the index is extended with the
+    n-grams that end at new positions and never rebuilt: each token costs max_n - min_n + 1 inserts.
+    """
+
+    def __init__(self, min_n: int, max_n: int) -> None:
+        self.min_n, self.max_n = min_n, max_n
+        self._last: dict[tuple[int, ...], int] = {}  # n-gram -> index of its last token, latest occurrence
+        self._indexed = 0  # n-grams ending before this position are in the index
+
+    def extend(self, seq: Sequence[int], upto: int) -> None:
+        """Index the n-grams that end at positions < ``upto``."""
+        for end in range(self._indexed, upto):
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                self._last[tuple(seq[end - n + 1 : end + 1])] = end
+        self._indexed = max(self._indexed, upto)
+
+    def lookup(self, seq: Sequence[int], k: int) -> tuple[int, ...]:
+        """Up to ``k`` tokens that followed the latest earlier occurrence of ``seq``'s longest indexed suffix."""
+        end = len(seq) - 1
+        self.extend(seq, end)  # every n-gram but the suffix itself, which must match an *earlier* one
+        for n in range(min(self.max_n, end), self.min_n - 1, -1):
+            hit = self._last.get(tuple(seq[end - n + 1 :]))
+            if hit is not None:
+                # seq[hit + 1 ..] followed the match; past seq's end the copy reads what it has just
+                # drafted, so token j is seq[hit + 1 + j mod (end - hit)]
+                period = end - hit
+                return tuple(seq[hit + 1 + j % period] for j in range(k))
+        return ()
+
+
+class NgramDrafter:
+    """The engine's Drafter for prompt lookup; the engine hands it the sequence (``wants_tokens``)."""
+
+    wants_tokens = True  # decoding.generate passes history=: the prompt, the output so far, the pending token
+
+    def __init__(self, params: NgramParams, max_draft_tokens: int) -> None:
+        self.params = params
+        self.k = max_draft_tokens
+        self.index = NgramIndex(params.min_n, params.max_n)
+        self.lookups = self.hits = self.drafted = self.accepted = 0
+        self.seconds = 0.0
+
+    @property
+    def threshold(self) -> float | None:
+        return None
+
+    def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history: Sequence[int]):
+        from skipsearch import timing
+        from skipsearch.decoding import Draft, one_hot_probs
+
+        t0 = timing.now(sm.device)
+        tokens = self.index.lookup(history, min(limit, self.k))
+        self.lookups += 1
+        self.hits += bool(tokens)
+        probs = None if sampling.greedy or not tokens else one_hot_probs(tokens, sm)  # q = δ_d: [k, V]
+        self.seconds += timing.now(sm.device) - t0
+        return Draft(tokens, probs)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        # nothing adapts (the index already holds every verified token); counted for the report
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def report(self) -> tuple[tuple[str, float], ...]:
+        return (("lookups", float(self.lookups)), ("lookup_hits", float(self.hits)),
+                ("ngram_drafted", float(self.drafted)), ("ngram_accepted", float(self.accepted)),
+                ("ngram_seconds", self.seconds))
+
+
+# -- the surrogate ---------------------------------------------------------------------------------
+# propose(seq, t, limit) -> (source, drafted, matched): what a drafter proposes at output position t
+# (``seq`` is the prompt and continuation[:t]), at most ``limit`` tokens; matched = its leading tokens
+# equal to continuation[t:], at most len(continuation) - t.
+Propose = Callable[[list[int], int, int], tuple[str, int, int]]
+
+
+def leading_matches(tokens: Sequence[int], continuation: Sequence[int], t: int) -> int:
+    """How many of ``tokens`` equal continuation[t], continuation[t + 1], ... from the first on."""
+    a = 0
+    while a < len(tokens) and t + a < len(continuation) and tokens[a] == continuation[t + a]:
+        a += 1
+    return a
+
+
+def replay_cycles(prompt: Sequence[int], continuation: Sequence[int], *, max_new_tokens: int,
+                  propose: Propose) -> list[tuple[str, int, int, int]]:
+    """The cycles ``decoding.generate`` runs over the full model's greedy ``continuation`` of ``prompt``
+    (its output, EOS included), as (source, drafted, accepted, emitted), by the engine's own rules: the
+    first token comes from the prefill; a cycle drafts at most max_new_tokens - len(out) - 1 tokens and
+    none when that is 0; it emits the accepted drafts and one token of the full model, and stops at EOS
+    (an accepted EOS ends the output there, with no token after it)."""
+    cycles: list[tuple[str, int, int, int]] = []
+    seq, t = [*prompt, *continuation[:1]], 1
+    while t < len(continuation):
+        limit = max_new_tokens - t - 1
+        source, drafted, accepted = propose(seq, t, limit) if limit > 0 else ("none", 0, 0)
+        emitted = accepted if t + accepted == len(continuation) else accepted + 1
+        seq.extend(continuation[t : t + emitted])
+        t += emitted
+        cycles.append((source, drafted, accepted, emitted))
+    return cycles
+
+
+def _predict(objective, candidate: Candidate):
+    """Acceptance, τ and the number of verify steps exactly as decoding gives them; cost, in full steps,
+    the measured v(k+1) per verify plus the lookups' own time (timed here) over one step's seconds."""
+    from skipsearch import timing
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
+    costs, k = objective.costs, candidate.draft.max_draft_tokens
+    t_start = timing.now()
+    lookup_seconds = 0.0
+    cycles = []
+    for prompt, cont in zip(objective.cal.prompts, objective.cal.continuations, strict=True):
+        index = NgramIndex(params.min_n, params.max_n)
+
+        def propose(seq, t, limit, index=index, cont=cont):
+            nonlocal lookup_seconds
+            t0 = timing.now()
+            tokens = index.lookup(seq, min(limit, k))
+            lookup_seconds += timing.now() - t0
+            return METHOD.name, len(tokens), leading_matches(tokens, cont, t)
+
+        cycles += replay_cycles(prompt, cont, max_new_tokens=objective.cal.max_new_tokens, propose=propose)
+    return cycle_measurement(cycles, verify=costs.verify,
+                             extra_steps=lookup_seconds / costs.step_seconds, seconds=timing.now() - t_start)
+
+
+def cycle_measurement(cycles: Sequence[tuple[str, int, int, int]], *, verify: Callable[[int], float],
+                      extra_steps: float = 0.0, draft_steps: float = 0.0, seconds: float = 0.0, **fields):
+    """A surrogate Measurement from replayed cycles: every cycle pays v(drafted + 1); ``draft_steps`` and
+    ``extra_steps`` (both in full steps) are what drafting and looking up cost on top. ``fields`` go to
+    the Measurement (alpha, cost_ratio)."""
+    from skipsearch.measure import Measurement
+
+    emitted = sum(c[3] for c in cycles)
+    drafted, accepted = sum(c[1] for c in cycles), sum(c[2] for c in cycles)
+    cost = sum(verify(c[1] + 1) for c in cycles) + draft_steps + extra_steps
+    speedup = emitted / cost if cost else 1.0
+    fields.setdefault("cost_ratio", extra_steps / max(drafted, 1))
+    return Measurement(kind="surrogate", speedup=speedup, predicted_speedup=speedup,
+                       tau=emitted / len(cycles) if cycles else 1.0,
+                       acceptance_rate=accepted / drafted if drafted else None, seconds=seconds, **fields)
+
+
+def _drafter(candidate: Candidate, sm) -> NgramDrafter:
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    return NgramDrafter(params, candidate.draft.max_draft_tokens)
+
+
+def _example(num_layers: int) -> Candidate:
+    return Candidate(NgramParams.method, DraftConfig(max_draft_tokens=3, exit=NO_EXIT),
+                     NgramParams(min_n=1, max_n=2).to_pairs())
+
+
+METHOD = Method(
+    name=NgramParams.method,
+    summary="prompt lookup: the continuation of the latest earlier match of the last n tokens (no model runs)",
+    params=NgramParams,
+    drafter=_drafter,
+    example=_example,
+    strategy="ngram",
+    predict=_predict,
+)

@@ -1,0 +1,122 @@
+"""Cost files: measured through the objective's own cost measurement, round-tripped, validated in one line,
+and refused for another model."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import assert_one_line_error, make_tiny_model
+from typer.testing import CliRunner
+
+from skipsearch.cli import app
+from skipsearch.config import DraftConfig
+from skipsearch.costs import (
+    CostModelRef,
+    CostProfile,
+    Costs,
+    CostsError,
+    architecture_of,
+    check_costs_for,
+    check_costs_model,
+    cost_profile_to_dict,
+    load_costs,
+    measure_cost_profile,
+    save_costs,
+)
+
+runner = CliRunner()
+SHIPPED = "costs/cpu-float32.yaml"
+
+
+def synthetic(*, num_layers: int = 30, name: str = "smollm2-135m", verify=(1.0, 1.5, 1.8), fixed=0.01,
+              architecture: str | None = None) -> CostProfile:
+    return CostProfile(CostModelRef(name, num_layers, architecture), "cpu", "float32",
+                       Costs(0.05, 0.0004, 0.0008, fixed, tuple(verify), lm_head_seconds=fixed / 2))
+
+
+def test_round_trip_and_the_cost_model(tmp_path):
+    cp = synthetic()
+    path = save_costs(cp, tmp_path / "c.yaml")
+    assert path.read_text().startswith("# skipsearch cost profile (schema v1)")
+    back = load_costs(path)
+    assert back == cp
+    cm = back.cost_model()
+    assert cm.num_layers == 30 and cm.verify(2) == 1.5
+    assert cm.draft_ratio(DraftConfig(skip_attn=(3, 7))) < cm.draft_ratio(DraftConfig())
+    assert "LM head" in back.describe()
+
+
+def test_the_shipped_cpu_file_loads_and_fits_the_default_model():
+    cp = load_costs(SHIPPED)
+    assert cp.model.name == "smollm2-135m" and cp.model.num_layers == 30 and cp.device == "cpu"
+    assert cp.dtype == "float32" and cp.run.threads is not None
+    assert cp.costs.verify_ratio[0] == pytest.approx(1.0)
+    assert 0.5 < cp.cost_model().draft_ratio(DraftConfig()) < 1.5
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda d: d.pop("schema_version"), "missing required key schema_version"),
+    (lambda d: d.update(schema_version=7), "unknown schema_version 7"),
+    (lambda d: d.update(surprise=1), "unknown top-level key 'surprise'"),
+    (lambda d: d["costs"].pop("attn_seconds"), "missing required key costs.attn_seconds"),
+    (lambda d: d["costs"].update(mlp_seconds=-1.0), "costs.mlp_seconds must be a finite number of seconds >= 0"),
+    (lambda d: d["costs"].update(step_seconds=0), "costs.step_seconds must be a finite number of seconds > 0"),
+    (lambda d: d["costs"].update(verify_ratio=[]), "costs.verify_ratio must list v(1), v(2)"),
+    (lambda d: d["costs"].update(verify_ratio=[1, "x"]), "costs.verify_ratio must hold positive numbers"),
+    (lambda d: d["costs"].update(typo=1), "unknown key costs.typo"),
+    (lambda d: d["model"].update(num_layers="30"), "model.num_layers must be an integer"),
+    (lambda d: d.update(device=""), "device must be a non-empty string"),
+])
+def test_every_problem_is_one_line_naming_the_file(tmp_path, edit, fragment):
+    raw = cost_profile_to_dict(synthetic())
+    edit(raw)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CostsError) as e:
+        load_costs(path)
+    assert str(e.value).startswith(f"{path}: ") and fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_malformed_and_missing_files_are_one_line(tmp_path):
+    (tmp_path / "m.yaml").write_text("costs: [1, 2\n")
+    for path, fragment in ((tmp_path / "m.yaml", "malformed YAML"), (tmp_path / "none.yaml", "cannot read")):
+        with pytest.raises(CostsError, match=fragment):
+            load_costs(path)
+
+
+def test_a_cost_file_for_another_model_is_refused():
+    cp = synthetic(num_layers=30, architecture="aaaa")
+    with pytest.raises(CostsError, match="measured on smollm2-135m \\(30 layers\\); this model has 4 layers"):
+        check_costs_model(cp, num_layers=4)
+    with pytest.raises(CostsError, match="another architecture"):
+        check_costs_model(cp, num_layers=30, architecture="bbbb")
+    check_costs_model(cp, num_layers=30, architecture="aaaa")  # same architecture: other weights are fine
+
+
+def test_measured_on_a_tiny_model_with_the_objectives_measurement(tmp_path):
+    sm = make_tiny_model(num_layers=3)
+    cp = measure_cost_profile(sm, list(range(1, 20)), repeats=1, verify_sizes=(1, 2, 4), command="test")
+    assert cp.model.num_layers == 3 and cp.model.architecture == architecture_of(sm)
+    assert len(cp.costs.verify_ratio) == 4 and cp.run.context_tokens == 19 and cp.run.command == "test"
+    assert 0 <= cp.costs.lm_head_seconds <= cp.costs.fixed_seconds
+    back = load_costs(save_costs(cp, tmp_path / "tiny.yaml"))
+    check_costs_for(back, sm, source="tiny.yaml")
+    with pytest.raises(CostsError, match="tiny.yaml: cost file was measured on tiny \\(3 layers\\)"):
+        check_costs_for(back, make_tiny_model(num_layers=4), source="tiny.yaml")
+
+
+def test_cli_refuses_a_cost_file_for_another_model_in_one_line(tmp_path):
+    """plan --profile with a cost file measured on a 4-layer model, for a 30-layer profile: exit 2, one line."""
+    other = save_costs(synthetic(num_layers=4, name="tiny"), tmp_path / "tiny.yaml")
+    from test_replan import write_synthetic_profile
+
+    profile = write_synthetic_profile(tmp_path / "p.yaml")
+    result = runner.invoke(app, ["plan", "--profile", str(profile), "--costs", str(other)])
+    assert_one_line_error(result, "cost file was measured on tiny (4 layers); the profile's model (smollm2-135m) has "
+                                  "30 layers")
+
+
+def test_cli_costs_refuses_a_bad_target_before_loading_the_model(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = runner.invoke(app, ["costs", "--out", str(tmp_path / "notes.txt")])
+    assert_one_line_error(result, "is not a skipsearch profile")

@@ -1,0 +1,204 @@
+"""The GPU evidence kit (scripts/gpu_bench.sh + scripts/gpu_kit.py), run on this CPU.
+
+Fast tests cover the pieces: the model cut into parts and joined again across calls, the wheel set's
+completeness against the GPU image, the GPU's short name and the report. The dry run (marked
+``model``: it converts the real GGUF and loads the real model) runs the script itself as the device
+calls would, call after call, with every step but CUDA: parts, join, conversion, drift, search, bench,
+report and what comes back in $OUT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_bench.sh"
+sys.path.insert(0, str(ROOT / "scripts"))
+import gpu_kit  # noqa: E402  (a script, not a package module)
+
+
+def _run(*args: str, env: dict | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, **(env or {})})
+
+
+def test_the_script_parses_and_its_header_lists_the_calls():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    text = _run("help").stdout
+    calls = text[text.index("--- calls ---"):text.index("--- end ---")]
+    # each device call carries what `prepare` makes, under the names gpu_kit.split writes
+    carries = [json.loads(c) for c in re.findall(r"carry=(\[[^\]]*\])", calls)]
+    assert carries == [[".gpukit/wheels", ".gpukit/manifest.json", ".gpukit/part-1"],
+                       [".gpukit/manifest.json", ".gpukit/part-2"], [".gpukit/manifest.json"]]
+    assert calls.count('command="bash scripts/gpu_bench.sh run"') == 3 and "timeout_s=600" in calls
+    assert ".gpukit/" in (ROOT / ".gitignore").read_text() and ".gpukit-state/" in (ROOT / ".gitignore").read_text()
+
+
+# -- the model in parts, across calls ----------------------------------------------------------------
+def test_parts_are_kept_call_by_call_and_joined_once_all_are_there(tmp_path):
+    data = os.urandom((5 << 20) + 12345)  # 5 MiB and a bit, in 2 MiB parts: three parts
+    source = tmp_path / "model.gguf"
+    source.write_bytes(data)
+    manifest = gpu_kit.split(source, tmp_path / "kit", 2)
+    assert [p["size"] for p in manifest["parts"]] == [2 << 20, 2 << 20, len(data) - (4 << 20)]
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    state, target = tmp_path / "state", tmp_path / "state" / "model" / "model.gguf"
+    for i, name in enumerate(("part-1", "part-2", "part-3"), 1):
+        call = tmp_path / f"call{i}"  # what call i carries: the manifest and one part
+        call.mkdir()
+        (call / "manifest.json").write_bytes((tmp_path / "kit" / "manifest.json").read_bytes())
+        (call / name).write_bytes((tmp_path / "kit" / name).read_bytes())
+        held, missing = gpu_kit.stash(call, state)
+        assert len(held) == i and len(missing) == 3 - i
+        assert gpu_kit.assemble(state, target) == (i == 3)
+    assert target.read_bytes() == data
+    assert gpu_kit.assemble(state, target)  # a later call finds it joined already
+    # through the CLI: a call that still misses a part exits WAITING
+    fresh = tmp_path / "fresh"
+    assert gpu_kit.main(["stash", "--kit", str(tmp_path / "call1"), "--state", str(fresh)]) == 0
+    assert gpu_kit.main(["assemble", "--state", str(fresh), "--to", str(tmp_path / "x")]) == gpu_kit.WAITING
+
+
+def test_a_damaged_part_and_a_stale_preparation_are_refused(tmp_path):
+    source = tmp_path / "m.bin"
+    source.write_bytes(os.urandom(3 << 20))
+    gpu_kit.split(source, tmp_path / "kit", 1)
+    state = tmp_path / "state"
+    gpu_kit.stash(tmp_path / "kit", state)
+    # a new preparation (another file): the parts held from the old one are dropped, not joined in
+    source.write_bytes(os.urandom(3 << 20))
+    gpu_kit.split(source, tmp_path / "kit2", 1)
+    (tmp_path / "kit2" / "part-2").unlink()
+    held, missing = gpu_kit.stash(tmp_path / "kit2", state)
+    assert missing == ["part-2"] and not gpu_kit.assemble(state, tmp_path / "joined")
+    broken = tmp_path / "kit2" / "part-1"
+    broken.write_bytes(b"x" + broken.read_bytes()[1:])
+    with pytest.raises(SystemExit, match="sha256"):
+        gpu_kit.stash(tmp_path / "kit2", tmp_path / "state3")
+
+
+# -- the wheels ---------------------------------------------------------------------------------------
+def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> None:
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        meta = [f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)]
+        z.writestr(f"{name}-{version}.dist-info/METADATA", "\n".join(meta) + "\n")
+
+
+def test_the_wheel_check_names_what_neither_the_kit_nor_the_image_has(tmp_path):
+    _wheel(tmp_path, "optuna", "5.0.0", ["alembic>=1.5.0", "sqlalchemy>=1.4.2", "numpy", "PyYAML"])
+    _wheel(tmp_path, "alembic", "1.20.1", ["SQLAlchemy>=2.0", "Mako", 'tomli; python_version < "3.11"'])
+    _wheel(tmp_path, "SQLAlchemy", "2.1.9", ["typing-extensions>=4.6.0", 'greenlet; extra == "asyncio"'])
+    assert gpu_kit.check_wheels(tmp_path) == ["alembic-1.20.1-py3-none-any.whl needs Mako, which is neither a "
+                                              "wheel here nor in the GPU image"]
+    _wheel(tmp_path, "Mako", "1.4.3", ["MarkupSafe>=2.0"])
+    assert gpu_kit.check_wheels(tmp_path) == []
+    _wheel(tmp_path, "mako", "1.4.2", [])
+    assert gpu_kit.check_wheels(tmp_path) == ["two wheels of mako"]
+
+
+@pytest.mark.skipif(not (ROOT / ".gpukit" / "wheels").is_dir(), reason="no kit prepared here (gpu_bench.sh prepare)")
+def test_the_prepared_wheels_are_complete_for_the_gpu_image():
+    assert gpu_kit.check_wheels(ROOT / ".gpukit" / "wheels") == []
+
+
+def test_gpu_short_names():
+    assert gpu_kit.short_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert gpu_kit.short_gpu_name("NVIDIA H200") == "h200"
+    assert gpu_kit.short_gpu_name("NVIDIA A100-SXM4-80GB") == "a100"
+    assert re.fullmatch(r"[a-z0-9-]+", gpu_kit.short_gpu_name("Some Odd (GPU) name"))
+
+
+# -- the report -----------------------------------------------------------------------------------------
+def _bench_doc(dtype: str, rows: list[dict]) -> dict:
+    return {"environment": {"device_name": "NVIDIA H100 80GB HBM3"}, "settings": {"dtype": dtype}, "rows": rows}
+
+
+def _row(method: str, identical: int, ties: int, tie_tokens: int, speedup: float | None, verdict: str) -> dict:
+    return {"method": method, "prompts": 8, "identical": identical, "ties": ties, "tie_tokens": tie_tokens,
+            "tokens_per_s": 100.0, "speedup": speedup, "verdict": verdict}
+
+
+def test_the_report_puts_verdicts_drift_profiles_and_benches_together(tmp_path):
+    state = tmp_path / "state"
+    (state / "profiles").mkdir(parents=True)
+    example = ROOT / "profiles" / "smollm2-135m" / "example.yaml"
+    (state / "profiles" / "h100-float32-tpe.yaml").write_bytes(example.read_bytes())
+    (state / "environment.txt").write_text("date: today\nNVIDIA H100 80GB HBM3, 81559 MiB\n")
+    (state / "study-float32.txt").write_text("study x: 3 trials (3 complete)\n")
+    for dtype, rows in (("bfloat16", [_row("hf-greedy", 8, 0, 0, 1.0, "identical"),
+                                      _row("layer-skip:h100-float32-tpe", 5, 3, 4, 1.4, "equal up to numerical ties"),
+                                      _row("broken", 7, 0, 0, None, "different")]),
+                        ("float32", [_row("hf-greedy", 8, 0, 0, 1.0, "identical")])):
+        (state / f"bench-{dtype}.json").write_text(json.dumps(_bench_doc(dtype, rows)))
+        (state / f"bench-{dtype}.md").write_text(f"# skipsearch bench: x\n\nthe {dtype} table\n\n## Summary\n\n- ok\n")
+    (state / "drift-bfloat16.json").write_text(json.dumps(
+        {"dtype": "bfloat16", "positions": 256, "max_ulps": 3.0, "tie_ulps": 4, "histogram": [[0, 200], [3, 56]]}))
+    out = tmp_path / "out" / "bench-smollm2-h100.md"
+    assert gpu_kit.main(["report", "--state", str(state), "--gpu", "h100", "--out", str(out)]) == 0
+    md = out.read_text()
+    assert md.startswith("# skipsearch on NVIDIA H100 80GB HBM3: smollm2-135m in float32 and bfloat16")
+    assert ("| bfloat16 | layer-skip:h100-float32-tpe | equal up to numerical ties | 5/8 | 3 (4) | 0 | 100.0 "
+            "| 1.40x |") in md
+    assert "| bfloat16 | broken | different | 7/8 | 0 (0) | 1 | 100.0 | - |" in md
+    assert md.index("| float32 | hf-greedy") < md.index("| bfloat16 | hf-greedy")  # fp32 first
+    assert "| bfloat16 | 256 | 3.00 | 4 | 0: 200, 3: 56 |" in md
+    assert "### h100-float32-tpe.yaml" in md and "study x: 3 trials" in md and "NVIDIA H100 80GB HBM3, 81559" in md
+    # each bench report sits under its own section: its title dropped, its headings one level down
+    assert "## The bench in float32" in md and "### Summary" in md and "# skipsearch bench: x" not in md
+
+
+# -- the dry run: the script itself, call after call, as on the device -----------------------------------
+@pytest.mark.model
+def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
+    kit, state, out = tmp_path / "kit", tmp_path / "state", tmp_path / "out"
+    prep = _run("prepare", env={"KIT": str(kit), "NO_WHEELS": "1"}, timeout=300)
+    assert prep.returncode == 0, prep.stderr
+    assert "the call carrying part-1" in prep.stdout and "of 64" in prep.stdout
+    assert sorted(p.name for p in kit.glob("part-*")) == ["part-1", "part-2"]
+
+    def call(carried: list[str], **env) -> subprocess.CompletedProcess:
+        """One device call: a fresh kit folder holding only what the call carries; the state persists."""
+        here = tmp_path / f"call{len(list(tmp_path.glob('call*'))) + 1}"
+        here.mkdir()
+        for name in carried:
+            os.link(kit / name, here / name)
+        return _run("run", "--dry-run", env={"KIT": str(here), "STATE": str(state), "OUT": str(out), **env},
+                    timeout=1800)
+
+    first = call(["manifest.json", "part-1"])
+    assert first.returncode == gpu_kit.WAITING and "missing: part-2" in first.stdout, first.stdout
+    # the second part arrives, but this call's deadline is already spent: nothing starts, call again
+    second = call(["manifest.json", "part-2"], DEADLINE="0")
+    assert second.returncode == 11 and "assembled" in second.stdout and "NOT DONE" in second.stdout, second.stdout
+    third = call(["manifest.json"])
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert "DONE: bench-smollm2-cpu.md" in third.stdout
+    # what comes back: at most 8 plain files, names the device tool accepts
+    back = sorted(p.name for p in out.iterdir())
+    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-tpe.yaml", "cpu-float32-tpe.yaml", "evidence.tar.gz",
+                    "gpu_bench.log"]
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in back)
+    md = (out / "bench-smollm2-cpu.md").read_text()
+    for dtype in ("float32", "bfloat16"):
+        for method in ("hf-greedy", "skipsearch-ar", "layer-skip:cpu-float32-tpe", "layer-skip:cpu-bfloat16-tpe"):
+            assert re.search(rf"\| {dtype} \| {re.escape(method)} \| (identical|equal up to numerical ties) \|", md)
+        assert f"## The bench in {dtype}" in md
+    assert re.search(r"\| bfloat16 \| [1-6] \| [0-9.]+ \| 4 \|", md)  # the drift: 1 prompt, up to 6 tokens
+    with tarfile.open(out / "evidence.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"bench-float32.json", "bench-bfloat16.json", "drift-bfloat16.json", "environment.txt"} <= names
+    doc = json.loads((state / "bench-bfloat16.json").read_text())
+    assert doc["version"] == 2 and {r["verdict"] for r in doc["rows"]} <= {"identical", "equal up to numerical ties"}
+    # a call after everything is done redoes nothing
+    again = call(["manifest.json"])
+    assert again.returncode == 0 and again.stdout.count("done in an earlier call") == 6

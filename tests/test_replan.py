@@ -1,0 +1,281 @@
+"""Search once, deploy anywhere: traces kept in profiles, re-planning for other costs, re-ranking a study,
+the α/c Pareto front, and the hierarchical planner choosing its levels from a study."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import yaml
+from conftest import assert_one_line_error, make_tiny_model
+from typer.testing import CliRunner
+
+from skipsearch import replan
+from skipsearch.cli import app
+from skipsearch.config import Candidate, DraftConfig
+from skipsearch.costs import (
+    CostModelRef,
+    CostProfile,
+    Costs,
+    load_costs,
+    planned_costs_of,
+    planned_costs_to_dict,
+    save_costs,
+)
+from skipsearch.hierarchical import Hierarchy
+from skipsearch.hierplan import choose_pairs, plan_from_study, study_front
+from skipsearch.measure import Measurement
+from skipsearch.objective import ModelObjective, Trace, calibrate
+from skipsearch.plan import best_draft_length, pareto_front
+from skipsearch.profile import ProfileError, load_profile, save_profile
+from skipsearch.space import SearchSpace
+from skipsearch.strategies import make_strategy
+from skipsearch.study import TrialRecord, load_records, open_study, records, run_search
+
+runner = CliRunner()
+CPU = "costs/cpu-float32.yaml"
+SKIPS = [((5, 9, 13), ()), ((3, 5, 7, 9, 11, 13, 15, 17), (10, 14)), ((15,), ())]
+ALPHAS = [0.9, 0.6, 0.95]
+
+
+def synthetic_traces(alpha: float, *, sequences: int = 4, length: int = 64, seed: int = 0) -> tuple[Trace, ...]:
+    """i.i.d. matches with probability α; the draft is confident where it matches."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(sequences):
+        matches = tuple(rng.random() < alpha for _ in range(length))
+        out.append(Trace(matches, tuple(0.9 if m else 0.35 for m in matches)))
+    return tuple(out)
+
+
+def write_synthetic_profile(path, *, k: int = 2) -> str:
+    """A 30-layer layer-skip profile as optimize writes it, with three kept skip sets and the CPU costs."""
+    traced = {s: synthetic_traces(a, seed=i) for i, (s, a) in enumerate(zip(SKIPS, ALPHAS, strict=True))}
+    record = replan.record_acceptance(traced, workload="synthetic")
+    cpu = load_costs(CPU)
+    raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "layer-skip",
+           "draft": {"skip_attn": list(SKIPS[0][0]), "skip_mlp": [], "max_draft_tokens": k},
+           "measured": {"source": "optimize", "device": "cpu", "predicted_speedup": 0.8,
+                        "acceptance": replan.acceptance_to_dict(record),
+                        "costs": planned_costs_to_dict(planned_costs_of(cpu, source=CPU))}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def free_costs(num_layers: int = 30) -> CostProfile:
+    """A made-up device where verification is free (v ≡ 1) and a draft step costs about a tenth of a verify
+    cycle (c ≈ 0.1): the opposite corner to this CPU."""
+    return CostProfile(CostModelRef("smollm2-135m", num_layers), "gpu-synthetic", "bfloat16",
+                       Costs(0.05, 0.0001, 0.0001, 0.0001, (1.0,) * 13))
+
+
+# -- the record --------------------------------------------------------------------------------------------
+def test_a_trace_survives_its_one_byte_encoding():
+    tr = Trace((True, False, True), (0.0, 0.5, 1.0))
+    back = replan.decode_trace(replan.encode_trace(tr))
+    assert back.matches == tr.matches
+    assert all(abs(a - b) <= 0.5 / 127 for a, b in zip(back.confidences, tr.confidences, strict=True))
+
+
+def test_a_broken_acceptance_record_is_one_line_on_load(tmp_path):
+    path = tmp_path / "p.yaml"
+    write_synthetic_profile(path)
+    raw = yaml.safe_load(path.read_text())
+    raw["measured"]["acceptance"]["skip_sets"][0]["traces"] = ["not base64!"]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ProfileError, match="measured.acceptance.skip_sets\\[0\\].traces holds a string that is not"):
+        load_profile(path)
+    result = runner.invoke(app, ["profile", "validate", str(path)])
+    assert_one_line_error(result, "not base64")
+
+
+# -- re-planning a profile ------------------------------------------------------------------------------------
+def test_replanning_for_free_verify_and_cheap_drafts_drafts_longer(tmp_path):
+    """The closed forms say: flatter v and smaller c never shorten K. The replay must agree in direction."""
+    prof = load_profile(write_synthetic_profile(tmp_path / "p.yaml"))
+    cpu, free = load_costs(CPU), free_costs()
+    on_cpu, plan_cpu = replan.replan_profile(prof, cpu, source="p", costs_source=CPU)
+    on_free, plan_free = replan.replan_profile(prof, free, source="p", costs_source="free")
+    assert on_free.draft.max_draft_tokens > on_cpu.draft.max_draft_tokens
+    assert plan_free.predicted.speedup > plan_cpu.predicted.speedup
+    # the closed forms, for the chosen skip set's α and each device's c and v, point the same way
+    alpha = ALPHAS[SKIPS.index((on_free.draft.skip_attn, on_free.draft.skip_mlp))]
+    k_cpu = best_draft_length(alpha, cpu.cost_model().draft_ratio(on_free.draft), cpu.costs.verify_ratio)
+    k_free = best_draft_length(alpha, free.cost_model().draft_ratio(on_free.draft), free.costs.verify_ratio)
+    assert k_free > k_cpu
+    # cheap drafts favour skipping more: the pick is never a dearer skip set than the CPU's best draft
+    assert free.cost_model().draft_ratio(on_free.draft) <= free.cost_model().draft_ratio(plan_cpu.best_draft)
+    # what was measured stays apart; the new costs replace the old; the measured block says it is not timed
+    extra = dict(on_free.measured.extra)
+    assert extra["acceptance"] == dict(prof.measured.extra)["acceptance"]
+    assert extra["costs"]["device"] == "gpu-synthetic" and extra["costs"]["source"] == "free"
+    assert on_free.measured.notes.startswith("predicted, not timed") and on_free.measured.speedup is None
+    assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
+
+
+def test_cli_plan_profile_writes_the_replanned_profile(tmp_path):
+    src = write_synthetic_profile(tmp_path / "p.yaml")
+    free = save_costs(free_costs(), tmp_path / "free.yaml")
+    out = tmp_path / "gpu.yaml"
+    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "re-planned for gpu-synthetic" in result.stdout and f"wrote profile {out}" in result.stderr
+    assert load_profile(out).draft.max_draft_tokens >= 3
+    # without --costs it re-plans for the costs the profile kept: the CPU's, where K stays short
+    again = runner.invoke(app, ["plan", "--profile", src, "--json"])
+    assert again.exit_code == 0, again.output
+
+
+def test_cli_plan_refuses_mixed_modes_and_profiles_without_traces(tmp_path):
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", "x.yaml", "--study", "s"]),
+                          "give one of --profile, --study")
+    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", CPU])
+    assert_one_line_error(result, "keeps no acceptance record")
+    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/cpu-float32-fractal.yaml",
+                                 "--costs", CPU])
+    assert_one_line_error(result, "re-planning needs a layer-skip profile")
+
+
+# -- the study: re-ranking, the front, the planner's pick ---------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """A real (tiny) study: TPE with the surrogate on a random 6-layer model."""
+    sm = make_tiny_model(num_layers=6)
+    cal = calibrate(sm, [[3, 9, 4, 1, 7, 22, 5], [2, 8, 1, 30, 11]], max_new_tokens=16)
+    objective = ModelObjective(sm, cal)
+    strategy = make_strategy("tpe", SearchSpace(num_layers=6, max_draft_tokens=(1, 2, 4)), seed=0)
+    folder = tmp_path_factory.mktemp("study")
+    study = open_study(study_dir=folder, strategy=strategy)
+    run_search(study, strategy, objective, budget=14)
+    return sm, cal, objective, records(study)
+
+
+def test_rerank_under_the_studys_own_costs_reproduces_its_predictions(tiny_study):
+    sm, cal, objective, recs = tiny_study
+    from skipsearch.costs import architecture_of, costs_from_model
+
+    own = CostProfile(CostModelRef(sm.name, 6, architecture_of(sm)), "cpu", "float32",
+                      costs_from_model(objective.costs))
+    rr = replan.rerank_study(sm, cal, recs, own, costs_source="own", shortlist=2)
+    evaluated = [r for r in rr.rows if r.trial is not None]
+    assert evaluated and all(r.predicted.speedup == pytest.approx(r.study_predicted) for r in evaluated)
+    assert [r.predicted.speedup for r in rr.rows] == sorted((r.predicted.speedup for r in rr.rows), reverse=True)
+    assert 1 <= len(rr.record.skip_sets) <= 2
+    # under free verification and cheap drafts every config is predicted faster
+    free = replan.rerank_study(sm, cal, recs, free_costs(num_layers=6), costs_source="free", shortlist=2)
+    best_here = {r.config: r.predicted.speedup for r in rr.rows}
+    assert all(r.predicted.speedup > best_here.get(r.config, 0) for r in free.rows if r.trial is not None)
+    profile, verdict = replan.reranked_profile(sm, free, free_costs(6), study="s", dataset="tiny", n_prompts=2,
+                                               max_new_tokens=16, seed=0)
+    assert verdict.startswith("ships") and profile.draft == free.rows[0].config
+    assert profile.measured.notes.startswith("predicted, not timed")
+
+
+def test_keep_portable_records_traces_that_replay_to_the_objectives_prediction(tiny_study, tmp_path):
+    sm, cal, objective, recs = tiny_study
+    config = next(r.config for r in recs if r.config is not None and r.config.skip_attn + r.config.skip_mlp)
+    from skipsearch.profile import Measured, ModelRef, Profile
+
+    base = Profile(ModelRef.of(sm), "layer-skip", config, measured=Measured(source="optimize"))
+    kept = replan.keep_portable(base, objective, [Candidate("layer-skip", config)])
+    back = load_profile(save_profile(kept, tmp_path / "k.yaml"))
+    rec, planned = replan.portable_parts(back, source="k")
+    assert len(rec.skip_sets) == 1 and planned.source == "measured by optimize"
+    again = replan.predict(rec.skip_sets[0].decoded(), config, planned.cost_model(6))
+    assert again.speedup == pytest.approx(objective.predict_layer_skip(config).speedup, rel=0.02)
+
+
+def _record(number: int, skip_attn, skip_mlp, alpha: float, c: float) -> TrialRecord:
+    m = Measurement(kind="surrogate", speedup=0.5, alpha=alpha, cost_ratio=c)
+    return TrialRecord(number, "COMPLETE", Candidate("layer-skip", DraftConfig(skip_attn, skip_mlp, 2)), m, None)
+
+
+def test_pareto_front_on_a_synthetic_study():
+    rng = random.Random(3)
+    recs = [_record(i, (1 + i % 5,), (i % 3 + 1,) if i % 2 else (), rng.random(), rng.uniform(0.3, 1.0))
+            for i in range(15)]
+    recs.append(_record(99, (1,), (), 0.99, 0.99))  # a repeat of an earlier skip set: the first record counts
+    front = study_front(recs)
+    firsts = {}
+    for r in recs:
+        firsts.setdefault((r.config.skip_attn, r.config.skip_mlp), r)
+    points = [(r.measurement.alpha, r.measurement.cost_ratio) for r in firsts.values()]
+    brute = [p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points)]
+    assert sorted((p.alpha, p.c) for p in front) == sorted(brute)
+    assert [p.c for p in front] == sorted(p.c for p in front) and [p.alpha for p in front] == sorted(
+        p.alpha for p in front)
+    assert pareto_front([(0.5, 0.5), (0.5, 0.5), (0.4, 0.6)]) == (0,)
+
+
+def test_pairs_keep_the_decoders_rules(tiny_study):
+    sm, cal, objective, recs = tiny_study
+    front = study_front(recs, objective.costs)
+    traces = replan.trace_skip_sets(sm, cal, [p.config for p in front])
+    pairs = choose_pairs(front, traces, objective.costs, max_m=3, max_n=2)
+    assert pairs
+    for p in pairs:
+        Hierarchy(p.medium, p.small, p.best.m, p.best.n)  # raises if the rules are broken
+        assert 0 <= p.alpha <= 1 and 0 <= p.beta <= 1 and p.cs <= 1
+
+
+def test_plan_study_chooses_drafts_from_that_study(tiny_study):
+    sm, cal, objective, recs = tiny_study
+    sp = plan_from_study(sm, cal, recs, study="tiny", dataset="tiny", max_m=3, max_n=2, cost_repeats=1)
+    skip_sets = {(r.config.skip_attn, r.config.skip_mlp) for r in recs if r.config is not None}
+    rep = sp.report
+    assert (rep.medium.skip_attn, rep.medium.skip_mlp) in skip_sets
+    assert (rep.small.skip_attn, rep.small.skip_mlp) in skip_sets
+    assert (rep.medium, rep.small) == (sp.pairs[0].medium, sp.pairs[0].small)
+    assert rep.validation and all(v.measured_speedup > 0 for v in rep.validation)
+
+
+# -- the optimize hook ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--budget", "0"], "--budget must be >= 1, got 0 (--budget 0 re-ranks a study and needs --costs)"),
+    (["--budget", "3", "--costs", CPU], "give --budget 0"),
+    (["--budget", "0", "--costs", "nope.yaml"], "nope.yaml: cannot read"),
+    (["--budget", "0", "--costs", CPU, "--study", "/nonexistent/s"], "no study at"),
+])
+def test_cli_optimize_costs_input_is_checked_before_the_model_loads(args, fragment):
+    assert_one_line_error(runner.invoke(app, ["optimize", *args]), fragment)
+
+
+
+def test_the_whole_workflow_through_the_cli_on_a_tiny_checkpoint(tiny_checkpoint, tmp_path):
+    """Search, measure costs, re-plan the profile, re-rank the study, plan --study: every command, end to end."""
+    model, study = str(tiny_checkpoint), str(tmp_path / "study")
+    common = ["--model", model, "--n-prompts", "2", "--max-new-tokens", "8", "--dataset", "mtbench"]
+    costs = tmp_path / "costs" / "tiny.yaml"
+    result = runner.invoke(app, ["costs", "--model", model, "--device", "cpu", "--repeats", "1", "--max-new-tokens",
+                                 "8", "--out", str(costs)])
+    assert result.exit_code == 0, result.output
+    assert load_costs(costs).model.num_layers == 4
+    searched = tmp_path / "p.yaml"
+    result = runner.invoke(app, ["optimize", *common, "--budget", "8", "--shortlist", "2", "--study", study,
+                                 "--out", str(searched)])
+    assert result.exit_code == 0, result.output
+    rec, planned = replan.portable_parts(load_profile(searched), source="p")
+    assert rec is not None and rec.skip_sets and planned.source == "measured by optimize"
+    # 2. re-plan the profile for the measured costs: no model needed
+    result = runner.invoke(app, ["plan", "--profile", str(searched), "--costs", str(costs),
+                                 "--out", str(tmp_path / "r.yaml")])
+    assert result.exit_code == 0, result.output
+    assert load_profile(tmp_path / "r.yaml").measured.notes.startswith("predicted, not timed")
+    # 3. re-rank the study under the cost file, no new trials, and time the best
+    before = len(load_records(study_dir=study)[1])
+    result = runner.invoke(app, ["optimize", *common, "--study", study, "--costs", str(costs), "--budget", "0",
+                                 "--shortlist", "1", "--time-shortlist", "--out", str(tmp_path / "rr.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "timed here" in result.stdout and load_profile(tmp_path / "rr.yaml").search.strategy == "rerank"
+    assert len(load_records(study_dir=study)[1]) == before
+    # 4. the hierarchical planner picks its levels from the study, and validates them
+    result = runner.invoke(app, ["plan", *common, "--study", study, "--max-m", "2", "--max-n", "1",
+                                 "--out", str(tmp_path / "h.yaml")])
+    assert result.exit_code == 0, result.output
+    hier = load_profile(tmp_path / "h.yaml")
+    from skipsearch.hierarchical import hierarchy_from_profile
+
+    h = hierarchy_from_profile(hier)
+    found = {(r.config.skip_attn, r.config.skip_mlp) for r in load_records(study_dir=study)[1] if r.config}
+    assert (h.medium.skip_attn, h.medium.skip_mlp) in found and (h.small.skip_attn, h.small.skip_mlp) in found
+    assert "Predicted against measured" in result.stdout
