@@ -142,3 +142,24 @@ def test_bad_counts_are_one_line_before_the_model_loads(tiny_checkpoint, tmp_pat
 
     result = CliRunner().invoke(app, _cmd(tiny_checkpoint, tmp_path / "s", tmp_path / "p.yaml", *args)[3:])
     assert_one_line_error(result, fragment)
+
+
+def test_ctrl_c_in_the_first_trial_ships_without_measuring_the_cost_model(tiny_sm, monkeypatch, tmp_path):
+    """Ctrl-C before anything was measured returns at once: the verdict never measures costs on the way out
+    (it used to, which took 15 s on this CPU and minutes on a loaded one)."""
+    from skipsearch import objective
+    from skipsearch import optimize as opt
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def never(*args, **kwargs):
+        raise AssertionError("the cost model was measured after Ctrl-C")
+
+    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
+    monkeypatch.setattr(opt, "run_search", interrupted)
+    monkeypatch.setattr(objective, "measure_costs", never)
+    result = opt.optimize(tiny_sm, opt.OptimizeSettings(budget=5, n_prompts=1, max_new_tokens=8,
+                                                        study_dir=str(tmp_path / "s")))
+    assert result.interrupted and result.profile.draft.max_draft_tokens == 0
+    assert "no draft candidate beat plain decoding" in result.verdict
