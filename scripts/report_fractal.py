@@ -29,6 +29,7 @@ import torch
 
 from skipsearch import api
 from skipsearch.bench import BASELINE, peer_method
+from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.fractal import FractalDrafter, FractalParams, compressed_model, model_bytes
 from skipsearch.harness import Method, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
@@ -67,17 +68,6 @@ class Row:
         return (self.tokens - self.prompts) / self.verify_steps if self.verify_steps else None
 
 
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    """``"3,5,7"`` -> (3, 5, 7)."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        values = ()
-    if not values:
-        raise SystemExit(f"{option} must be comma-separated integers, e.g. 3,5,7; got {text!r}")
-    return values
-
-
 def _rss_mib() -> float | None:
     """Resident memory after returning freed heap to the OS (glibc), so that transient copies do not count."""
     gc.collect()
@@ -93,7 +83,7 @@ def _rss_mib() -> float | None:
 
 
 def _methods(sm, args) -> list[Method]:
-    n_values, w_values = _ints(args.n, "--n"), _ints(args.w, "--w")
+    n_values, w_values = _ints_or_exit(args.n, "--n"), _ints_or_exit(args.w, "--w")
     out = [peer_method(sm, BASELINE), engine_method(sm, "autoregressive", lambda _ids: None)]
     for n in n_values:
         for w in w_values:
@@ -145,7 +135,7 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 def render(sm, args, rows: dict[str, Row], *, prompt_lens: list[int], memory: dict[str, float | None]) -> str:
     hf = rows["hf-greedy"]
-    n_values, w_values = _ints(args.n, "--n"), _ints(args.w, "--w")
+    n_values, w_values = _ints_or_exit(args.n, "--n"), _ints_or_exit(args.w, "--w")
 
     def speedup(label: str) -> float | None:
         row = rows.get(label)
@@ -281,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(text)
     say(f"wrote {out}")
     return 1 if any(r.mismatches for r in rows.values()) else 0
+
+
+def _ints_or_exit(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return int_list(text, option)
+    except ConfigError as e:  # a script's bad option: its one line, as argparse would
+        raise SystemExit(str(e)) from None
 
 
 if __name__ == "__main__":

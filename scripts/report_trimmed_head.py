@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from skipsearch.config import Candidate, DraftConfig
+from skipsearch.config import Candidate, ConfigError, DraftConfig, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import time_interleaved
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
@@ -58,16 +58,6 @@ class Row:
     predicted: float  # surrogate speedup
     timed: float | None = None
     acceptance: float | None = None
-
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        values = ()
-    if not values:
-        raise SystemExit(f"{option} must be comma-separated integers, e.g. 16384,8192; got {text!r}")
-    return values
 
 
 def best_drafts(args, space: SearchSpace) -> list[DraftConfig]:
@@ -135,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="studies/trimmed-head-smollm2-cpu.md")
     ap.add_argument("--json", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
-    sizes = _ints(args.vocab_sizes, "--vocab-sizes")
+    sizes = _ints_or_exit(args.vocab_sizes, "--vocab-sizes")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -218,6 +208,13 @@ def report(rows: list[Row], args, sm, vocab: int, sequences: int) -> str:
         lines.append(f"**Goal missed** for the best draft ({r.draft}): the largest cut is {r.c_cut:.1%} at V' = "
                      f"{r.vocab} (c {best[0].c:.3f} -> {r.c:.3f}); the LM head is only part of the draft step.")
     return "\n".join(lines) + "\n"
+
+
+def _ints_or_exit(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return int_list(text, option)
+    except ConfigError as e:  # a script's bad option: its one line, as argparse would
+        raise SystemExit(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from skipsearch.config import ConfigError, SamplingParams
+from skipsearch.config import ConfigError, SamplingParams, int_list
 from skipsearch.data import DataError, Prompt, load_prompts
 from skipsearch.models import ModelError
 from skipsearch.profile import ProfileError, load_profile, save_profile
@@ -311,9 +311,9 @@ def optimize(
                             ("--shortlist", shortlist), ("--repeats", repeats), ("--max-k", max_k)):
             if value < 1:
                 raise ConfigError(f"{flag} must be >= 1, got {value}")
-        given = {"n_values": ("--n", n and _int_list(n, "--n")), "w_values": ("--w", w and _int_list(w, "--w")),
+        given = {"n_values": ("--n", n and int_list(n, "--n")), "w_values": ("--w", w and int_list(w, "--w")),
                  "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
-                 "vocab_sizes": ("--vocab-sizes", vocab_sizes and _int_list(vocab_sizes, "--vocab-sizes"))}
+                 "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes"))}
         options = tuple((key, value) for key, (_, value) in given.items() if value is not None)
         if storage is None and study is None:
             study = f"studies/{Path(model).name}-{strategy}"
@@ -437,17 +437,6 @@ def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage
 def _space(space_type, num_layers: int, max_k: int, protect_ends: bool, max_skip_ratio: float):
     return space_type(num_layers=num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
                       protect_ends=protect_ends, max_skip_ratio=max_skip_ratio)
-
-
-def _int_list(text: str, option: str) -> tuple[int, ...]:
-    """``"3,5,7"`` -> (3, 5, 7); anything else is a one-line ConfigError naming the option."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        values = ()
-    if not values:
-        raise ConfigError(f"{option} must be comma-separated integers, e.g. 3,5,7; got {text[:40]!r}")
-    return values
 
 
 def _profile_paths(given: list[str]) -> list[str]:

@@ -93,6 +93,17 @@ class DraftConfig:
 AUTOREGRESSIVE = DraftConfig(max_draft_tokens=0, exit=NO_EXIT)
 
 
+def int_list(text: str, option: str) -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7): an option's comma-separated integers; anything else is a one-line ConfigError."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values:
+        raise ConfigError(f"{option} must be comma-separated integers, e.g. 3,5,7; got {text[:40]!r}")
+    return values
+
+
 class FrozenMap(tuple):
     """A mapping frozen for hashing: its sorted (key, value) pairs. ``thaw`` gives the dict back."""
 
