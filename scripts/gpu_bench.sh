@@ -5,8 +5,8 @@
 # and the measured rounding drift behind the tie tolerance (skipsearch/equivalence.py).
 #
 # Why it takes more than one call: the GPU machine (/work/.library/device/README.md) has no package
-# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 5.4 MiB: optuna, alembic,
-# sqlalchemy, mako, colorlog, bayesian-optimization, gguf); and one call carries at most 64 MiB with the
+# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 8.6 MiB: optuna, alembic,
+# sqlalchemy, mako, colorlog, bayesian-optimization, gguf, torchao); and one call carries at most 64 MiB with the
 # working tree (2 MiB), so the model's 98 MB GGUF travels as two parts (.gpukit/part-1 and part-2, 47 MiB
 # at most each), one per call, and is joined there (sha256-checked). What a call leaves on the machine
 # (.gpukit-state/) lasts only while it stays warm: 30 s after a call returns. Every call runs the same
@@ -29,7 +29,8 @@
 # If call 2 answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
 # start again at 1, and make call 2 sooner.
 # Every call returns, under files_at: bench-smollm2-<gpu>.md (the report, as far as it got), the profiles
-# searched there (<gpu>-<dtype>-tpe.yaml), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
+# searched there (<gpu>-<dtype>-tpe.yaml, and <gpu>-bfloat16-precision.yaml: the precision draft's int8/int4/fp8
+# schemes of the bf16 model, whose study records each scheme's c and α), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
 # study summaries). Copy the report to studies/ and commit it.
 # --- end ---
 #
@@ -72,7 +73,7 @@ SHORTLIST=${SHORTLIST:-3}              # candidates timed against our autoregres
 BENCH_PROMPTS=${BENCH_PROMPTS:-8}      # held-out prompts
 BENCH_TOKENS=${BENCH_TOKENS:-128}
 REPEATS=${REPEATS:-1}
-PEERS=${PEERS:-hf-greedy}              # e.g. hf-greedy,hf-prompt-lookup (then SWEEP_PROMPTS=2)
+PEERS=${PEERS:-hf-greedy}              # e.g. hf-greedy,hf-prompt-lookup,hf-assisted-quantized (then SWEEP_PROMPTS=2)
 SWEEP_PROMPTS=${SWEEP_PROMPTS:-0}
 DRIFT_PROMPTS=${DRIFT_PROMPTS:-4}
 DRIFT_TOKENS=${DRIFT_TOKENS:-64}
@@ -93,7 +94,7 @@ prepare() {
         "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
             -d "$KIT/wheels" optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0 \
-            bayesian-optimization==3.4.0 gguf==0.19.0 || exit 1
+            bayesian-optimization==3.4.0 gguf==0.19.0 torchao==0.18.0 || exit 1
         kit check-wheels "$KIT/wheels" || exit 1
     fi
     local gguf=${GGUF:-}
@@ -161,6 +162,18 @@ search_args() {  # a short two-stage TPE search on this device, one per dtype; t
         --dtype "$1" --seed 0 --study "$STATE/studies/$1" --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
 }
 
+precision_args() {  # the precision draft's GPU schemes (weight-only int8, int4 where its kernel is, fp8 on Hopper/Ada)
+    local schemes
+    schemes=$("$PYTHON" -c "import importlib.util as u, torch
+ok = ['int8'] + (['int4'] if u.find_spec('mslk') else [])
+cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+print(','.join(ok + (['fp8'] if cap >= (8, 9) else [])))")
+    echo --model smollm2-135m --strategy precision --schemes "$schemes" --budget "$SEARCH_BUDGET" \
+        --dataset mtbench,humaneval --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" \
+        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --seed 0 --study "$STATE/studies/$1-precision" \
+        --out "$STATE/profiles/$GPU-$1-precision.yaml" --force
+}
+
 bench_args() {  # HF greedy, our loop and every profile searched here, on held-out prompts, with verdicts
     local profiles
     profiles=$(ls "$STATE"/profiles/*.yaml 2>/dev/null | paste -sd, -)
@@ -223,6 +236,11 @@ run() {
     for dtype in $DTYPES; do
         # shellcheck disable=SC2046  # the arguments are words without spaces
         stage "search-$dtype" "$PYTHON" -m skipsearch optimize $(search_args "$dtype") || [ $? != $AGAIN ] || return $AGAIN
+        if [ "$dtype" = bfloat16 ]; then  # the reduced-precision drafts of the bf16 model (their c and α in the study)
+            # shellcheck disable=SC2046
+            stage "precision-$dtype" "$PYTHON" -m skipsearch optimize $(precision_args "$dtype") \
+                || [ $? != $AGAIN ] || return $AGAIN
+        fi
         if [ -f "$STATE/done/search-$dtype" ] && [ ! -f "$STATE/study-$dtype.txt" ]; then
             "$PYTHON" -m skipsearch study show "$STATE/studies/$dtype" > "$STATE/study-$dtype.txt" 2>&1
         fi

@@ -25,7 +25,6 @@ import torch
 from skipsearch import timing
 from skipsearch.api import drafter_factory
 from skipsearch.bench import BASELINE, peer_method
-from skipsearch.clasp import ClaspDynamicDrafter, ModelLayers, approximation_check, dp_skip_sets
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import (
     LosslessnessError,
@@ -37,6 +36,7 @@ from skipsearch.harness import (
     run_rounds,
 )
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
+from skipsearch.methods.clasp_dynamic import ClaspDynamicDrafter, ModelLayers, approximation_check, dp_skip_sets
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 

@@ -31,8 +31,8 @@ from skipsearch import api
 from skipsearch.bench import BASELINE, peer_method
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.fractal import FractalDrafter, FractalParams, compressed_model, model_bytes
 from skipsearch.harness import Method, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
+from skipsearch.methods.fractal import FractalDrafter, FractalParams, compressed_model, model_bytes
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 

@@ -36,10 +36,10 @@ from skipsearch import hierplan, replan
 from skipsearch.costs import check_costs_for, load_costs
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.models import load_model
-from skipsearch.objective import calibrate
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
 from skipsearch.study import load_records
+from skipsearch.surrogate import calibrate
 
 GOAL_RHO = 0.9
 GOAL_AGREEMENT = 0.10

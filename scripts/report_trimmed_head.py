@@ -37,11 +37,12 @@ from skipsearch.harness import time_interleaved
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, draft_costs, draft_traces, frequent_tokens
 from skipsearch.models import load_model
-from skipsearch.objective import ModelObjective, calibrate
+from skipsearch.objective import ModelObjective
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
 from skipsearch.space import SearchSpace
 from skipsearch.study import load_records
+from skipsearch.surrogate import calibrate
 
 GOAL_CUT = 0.15  # issue 12: the trimmed head cuts c of the best layer-skip draft by at least 15%
 

@@ -40,12 +40,13 @@ from skipsearch.harness import check_outputs, engine_method, first_outputs, meth
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.models import load_model
-from skipsearch.objective import ModelObjective, calibrate
+from skipsearch.objective import ModelObjective
 from skipsearch.optimize import candidate_summary
 from skipsearch.profile import Environment
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
 from skipsearch.study import open_study, run_search, shortlist, trial_candidate
+from skipsearch.surrogate import calibrate
 
 
 def main() -> None:

@@ -1,3 +1,42 @@
-from skipsearch.cli import app
+"""``python -m skipsearch`` and the ``skipsearch`` console script.
 
-app()
+Ctrl-C at any moment is ``interrupted`` on stderr and exit 130, with no traceback: while the CLI's own
+modules (torch, transformers, optuna: seconds) import, inside a command (its handlers write what was
+finished first), and where it lands in a finalizer, which Python would otherwise swallow
+("Exception ignored in ...") and run on.
+"""
+
+import sys
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupt_again(unraisable) -> None:
+    # A KeyboardInterrupt raised inside a finalizer cannot propagate. Deliver it again a moment later, from a
+    # timer signal, in the main thread's own code (should that land in a finalizer too, this comes round again).
+    import signal
+    import threading
+
+    if (unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt)
+            and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()):
+        signal.signal(signal.SIGALRM, _raise_interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def main() -> None:
+    sys.unraisablehook = _interrupt_again
+    try:
+        from skipsearch.cli import app
+
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,7 @@ from skipsearch.models import (
     read_config,
     weights_fingerprint,
 )
-from skipsearch.placement import DEFAULT_MAX_TOKENS
+from skipsearch.placement import DEFAULT_MAX_TOKENS, choose_placement
 from skipsearch.profile import Profile, check_model, load_profile
 
 
@@ -63,12 +63,33 @@ def open_model(
             checked = True
         else:  # no safetensors files: the weights can only be hashed once they are loaded
             check_model(prof, num_layers=config.num_hidden_layers, source=profile)
+    method = methods.get(prof.method) if prof is not None else None
+    if method is not None and method.check_device is not None:  # e.g. fp8 on a CPU: refused before loading
+        placement = choose_placement(device, dtype or "auto", profile=prof.model.dtype)
+        method.check_device(prof.candidate, placement.device)
+    draft_bits = method.draft_weight_bits(prof.candidate) if method and method.draft_weight_bits else None
     sm = load_model(checkpoint, device=device, dtype=dtype or "auto", max_tokens=max_tokens,
-                    profile_dtype=prof.model.dtype if prof is not None else None)
+                    profile_dtype=prof.model.dtype if prof is not None else None, draft_bits=draft_bits)
     if not checked:
         check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint,
                     weights_fingerprint=sm.weights_fingerprint, force=force, source=profile)
     return sm, prof
+
+
+def hardware_note(environment, device, *, what: str, replan: str) -> str | None:
+    """One line when a file's figures (its ``environment``) were measured on other hardware than this
+    machine's ``device``, or on hardware it does not name; None when it matches (skipsearch.hardware)."""
+    from skipsearch import hardware
+
+    return hardware.mismatch(environment, hardware.probe(str(device)), what=what, replan=replan)
+
+
+def profile_hardware_note(profile: Profile | None, device, *, source: str) -> str | None:
+    """``hardware_note`` for a profile about to decode on ``device``: it points to re-planning it here."""
+    if profile is None:
+        return None
+    return hardware_note(profile.environment, device, what=f"profile {source}",
+                         replan=f"skipsearch costs --out C && skipsearch plan --profile {source} --costs C")
 
 
 def drafter_factory(profile: Profile | None, sm: SkippableModel) -> Callable[[], Drafter | None]:

@@ -59,10 +59,17 @@ def early_exit_layers(num_layers: int) -> tuple[int, ...]:
     return tuple(sorted({min(max(1, round(num_layers * f)), num_layers - 1) for f in (1 / 8, 1 / 4, 1 / 2)}))
 
 
+# hf-assisted-quantized: HF assisted generation whose assistant is a reduced-precision copy of the model
+# itself (the peer a user can assemble from stock parts). Its knob is the assistant's schedule: 0 is HF's
+# heuristic schedule (starting at 5 tokens, +2 after a full accept, -1 otherwise), k > 0 a constant k tokens.
+ASSISTED = "hf-assisted-quantized"
+HEURISTIC = 0
+
 PEERS: dict[str, Peer] = {
     BASELINE: Peer(BASELINE, None, lambda n: ()),
     "hf-prompt-lookup": Peer("hf-prompt-lookup", "prompt_lookup_num_tokens", lambda n: (2, 4, 10)),
     "hf-early-exit": Peer("hf-early-exit", "assistant_early_exit", early_exit_layers),
+    ASSISTED: Peer(ASSISTED, "num_assistant_tokens", lambda n: (HEURISTIC, 4, 6, 8)),
 }
 
 
@@ -104,10 +111,14 @@ def _count_forwards(sm: SkippableModel) -> Iterator[_Forwards]:
         base.config.num_hidden_layers = layers
 
 
-def hf_method(sm: SkippableModel, name: str, *, setting: str = "", **generate_kwargs) -> Method:
-    """An HF ``generate`` mode as a method; τ and acceptance come from counting its forwards."""
+def hf_method(sm: SkippableModel, name: str, *, setting: str = "", before: Callable[[], None] | None = None,
+              **generate_kwargs) -> Method:
+    """An HF ``generate`` mode as a method; τ and acceptance come from counting its forwards.
+    ``before`` runs ahead of every call (to reset state HF keeps between calls, e.g. an assistant's schedule)."""
 
     def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> MethodOutput:
+        if before is not None:
+            before()
         with _count_forwards(sm) as n:
             ids = hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, **generate_kwargs)
         if n.unknown or n.full == 0:
@@ -128,9 +139,27 @@ def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Meth
     spec = PEERS.get(peer)
     if spec is None:
         raise ConfigError(f"unknown peer '{peer}': use {', '.join(PEERS)}")
+    if peer == ASSISTED:
+        return _assisted_method(sm, HEURISTIC if value is None else value)
     if spec.option is None or value is None:
         return hf_method(sm, spec.name)
     return hf_method(sm, spec.name, setting=f"{spec.option}={value}", **{spec.option: value})
+
+
+def _assisted_method(sm: SkippableModel, value: int) -> Method:
+    """HF assisted generation with the model's own reduced-precision copy (fp16 weights on a CPU, int8 on a
+    GPU: the schemes of the precision draft, their real kernels) as the assistant, at one schedule."""
+    from skipsearch.methods.precision import quantized_assistant
+
+    assistant, scheme = quantized_assistant(sm)
+    schedule = "heuristic" if value == HEURISTIC else "constant"
+
+    def reset() -> None:  # HF's heuristic schedule moves num_assistant_tokens on the assistant's own config
+        assistant.generation_config.num_assistant_tokens_schedule = schedule
+        assistant.generation_config.num_assistant_tokens = 5 if value == HEURISTIC else value
+
+    setting = f"assistant={scheme} copy, {schedule}" + ("" if value == HEURISTIC else f" {value}")
+    return hf_method(sm, ASSISTED, setting=setting, before=reset, assistant_model=assistant)
 
 
 def profile_method(sm: SkippableModel, path: str, profile) -> Method:

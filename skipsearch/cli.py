@@ -20,8 +20,9 @@ import typer.core
 
 from skipsearch.config import ConfigError, SamplingParams, int_list
 from skipsearch.data import DataError, Prompt, load_prompts
+from skipsearch.files.errors import ProfileError
 from skipsearch.models import ModelError
-from skipsearch.profile import ProfileError, load_profile, save_profile
+from skipsearch.profile import load_profile, save_profile
 from skipsearch.study import StudyError
 
 
@@ -76,13 +77,24 @@ def user_errors():
         raise typer.Exit(130) from None
 
 
+class _CurrentStderr(logging.Handler):
+    """A log line to whatever sys.stderr is when it is logged (a StreamHandler keeps the stream it was made with,
+    which a second in-process run, e.g. typer's CliRunner, may have closed since)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never fail a run
+            self.handleError(record)
+
+
 def _warnings_to_stderr() -> None:
     # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each, and skipsearch's own
     # informational lines (where a model is placed, and why) likewise.
     warnings.showwarning = lambda msg, cat, *a, **k: typer.echo(f"warning: {msg}", err=True)
     log = logging.getLogger("skipsearch")
     if not any(getattr(h, "skipsearch_cli", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler.skipsearch_cli = True
         log.addHandler(handler)
@@ -131,6 +143,57 @@ def _json_short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _check_model_arg(model: str | None) -> None:
+    """``--model`` naming a file, not a model directory: say so before anything loads."""
+    if model and Path(model).is_file():
+        raise ModelError(f"--model '{model}' is a file; give a model directory (with config.json), an alias "
+                         f"(`skipsearch models`) or a hub id")
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write a report atomically (a temporary file beside it, renamed over it): a failed write leaves no empty
+    or half-written file. An unwritable path is one line (ConfigError)."""
+    import os
+    import tempfile
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _save_profile_kept(profile, path: Path, *, keep_in: str | Path | None = None) -> Path:
+    """save_profile, where a write error (a full disk, a read-only folder) never loses a profile that took a
+    search to make: it is written to ``keep_in`` (the study directory) or the temporary folder instead, and the
+    one-line error says where (exit 2)."""
+    import tempfile
+
+    try:
+        return save_profile(profile, path)
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+    kept = None
+    for place in [*([Path(keep_in)] if keep_in else []), Path(tempfile.gettempdir())]:
+        try:
+            kept = save_profile(profile, place / f"{path.stem}.unsaved{path.suffix or '.yaml'}")
+            break
+        except OSError:
+            continue
+    where = (f"the profile was written to {kept} instead" if kept else
+             "it could not be written anywhere: free some space and run the same command again (the study keeps "
+             "every trial)")
+    raise ConfigError(f"cannot write {path}: {reason}; {where}")
+
+
 @app.command()
 def decode(
     prompt: Annotated[str | None, typer.Option(help="Text to continue (or a user message with --chat).")] = None,
@@ -171,6 +234,7 @@ def decode(
         prompts = (
             _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("", prompt, chat, "", "--prompt"),)
         )
+        _check_model_arg(model)
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force)
         drafters = api.drafter_factory(prof, sm)
 
@@ -183,6 +247,10 @@ def decode(
             sm, prompts, drafters=drafters, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
             on_text=None if as_json else show,
         )
+        # the input is all checked: now, before any output, a profile measured elsewhere says so
+        note = api.profile_hardware_note(prof, sm.device, source=profile)
+        if note:  # a warning, never a refusal: the output is lossless anywhere, only the speed may differ
+            typer.echo(f"warning: {note}", err=True)
         # 3. each result is written (and flushed) as soon as its prompt is done: Ctrl-C or a failure
         # later keeps every finished one
         for d in results:
@@ -277,7 +345,11 @@ def optimize(
         str | None, typer.Option(help="fractal: auto, int8-dynamic, int8-weight-only, bnb-int8, none.")
     ] = None,
     vocab_sizes: Annotated[str | None, typer.Option(
-        help="hybrid: trimmed draft heads to try, V' most frequent tokens, 0 = the full head; e.g. 0,8192,16384.")
+        help="hybrid, precision: trimmed draft heads to try, V' most frequent tokens, 0 = the full head; "
+             "e.g. 0,8192,16384.")
+    ] = None,
+    schemes: Annotated[str | None, typer.Option(
+        help="precision: weight formats of the draft's copy, e.g. fp16,int8,int4 (CPU) or int8,int4,fp8 (CUDA).")
     ] = None,
     costs: Annotated[str | None, typer.Option(
         help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
@@ -313,12 +385,17 @@ def optimize(
                 raise ConfigError(f"{flag} must be >= 1, got {value}")
         given = {"n_values": ("--n", n and int_list(n, "--n")), "w_values": ("--w", w and int_list(w, "--w")),
                  "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
-                 "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes"))}
+                 "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes")),
+                 "schemes": ("--schemes", schemes and tuple(x.strip() for x in schemes.split(",") if x.strip()))}
         options = tuple((key, value) for key, (_, value) in given.items() if value is not None)
         if storage is None and study is None:
             study = f"studies/{Path(model).name}-{strategy}"
         path = out or Path(study or ".") / "best.yaml"
         check_profile_target(path, force=force)
+        _check_model_arg(model)
+        from skipsearch.study import check_storage
+
+        check_storage(study_dir=None if storage else study, storage=storage)  # driver, file, permissions
         prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
         warm = [load_profile(p) for p in warm_start or ()]
         settings = opt.OptimizeSettings(
@@ -360,7 +437,11 @@ def optimize(
                 progress.update(task, completed=min(record.number + 1, budget), best=label)
 
             result = opt.optimize(sm, settings, on_trial=on_trial, on_stage=lambda msg: progress.console.log(msg))
-        save_profile(result.profile, path)
+        for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
+            more = len(result.summary.conflicts) - 1
+            typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
+                       f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
+        _save_profile_kept(result.profile, path, keep_in=study)
         for r in result.timed:
             m = r.measurement
             typer.echo(
@@ -371,7 +452,7 @@ def optimize(
         typer.echo(f"{result.verdict}\nwrote {path}")
         for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
             beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
-            save_profile(companion, beside)
+            _save_profile_kept(companion, beside, keep_in=study)
             typer.echo(f"wrote {beside}")
         if result.interrupted:
             typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
@@ -388,10 +469,10 @@ def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage
     from skipsearch.costs import load_costs
     from skipsearch.data import encode_prompt
     from skipsearch.models import load_model
-    from skipsearch.objective import calibrate
     from skipsearch.optimize import config_summary
     from skipsearch.profile import check_profile_target
-    from skipsearch.study import load_records
+    from skipsearch.study import load_study
+    from skipsearch.surrogate import calibrate
 
     # 1. the input, before the model loads
     for flag, value in (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
@@ -401,12 +482,16 @@ def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage
     target = load_costs(costs)
     if storage is None and study is None:
         study = f"studies/{Path(model).name}-{strategy}"
-    label, records = load_records(study_dir=study, storage=storage, study_name=study_name)
+    label, records, attrs = load_study(study_dir=study, storage=storage, study_name=study_name)
+    _check_study_for_model(label, attrs, model, force=force)
+    if not replan.layer_skip_configs(records):
+        raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = out or Path(study or ".") / f"rerank-{Path(costs).stem}.yaml"
     check_profile_target(path, force=force)
     prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
     # 2. trace the study's skip sets on the model and replay every config under the other costs
     sm = load_model(model, device=device, dtype=dtype)
+    _warn_costs_hardware(target, sm, costs)
     cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn()) as progress:
@@ -421,7 +506,7 @@ def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage
             rr = dataclasses.replace(rr, rows=timed + rr.rows[shortlist:])
     prof, verdict = replan.reranked_profile(sm, rr, target, study=label, dataset=f"{dataset} (calib split)",
                                             n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed)
-    save_profile(prof, path)
+    _save_profile_kept(prof, path, keep_in=study)
     # 4. print at the edge
     typer.echo(f"study {label}: {len(rr.rows)} configs re-ranked under {costs} ({target.device}, {target.dtype})"
                + (f"; {rr.skipped} trials of other methods left out" if rr.skipped else ""))
@@ -432,6 +517,27 @@ def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage
         typer.echo(f"{i:>3}. predicted {r.predicted.speedup:.3f}x{here}{study_timed}  ({where})  "
                    f"{config_summary(r.config)}")
     typer.echo(f"{verdict}\nwrote {path}")
+
+
+def _check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
+    """A study made for another model (depth, fingerprint) is refused before this one loads."""
+    from skipsearch.models import arch_fingerprint, find_checkpoint, read_config
+    from skipsearch.study import check_study_model
+
+    _check_model_arg(model)
+    config = read_config(find_checkpoint(model))
+    check_study_model(label, attrs, model=model, num_layers=config.num_hidden_layers,
+                      fingerprint=arch_fingerprint(config, model), force=force)
+
+
+def _warn_costs_hardware(target, sm, source: str) -> None:
+    """One line when a cost file used with the model loaded here was measured on other hardware."""
+    from skipsearch.api import hardware_note
+
+    note = hardware_note(target.environment, sm.device, what=f"costs {source}",
+                         replan=f"skipsearch costs --model {sm.name} --out C` here and use `--costs C")
+    if note:
+        typer.echo(f"warning: {note}", err=True)
 
 
 def _space(space_type, num_layers: int, max_k: int, protect_ends: bool, max_skip_ratio: float):
@@ -463,8 +569,9 @@ def bench(
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model alias, directory or hub id (default: the profiles').")]
     = None,
-    peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit.")]
-    = "hf-greedy,hf-prompt-lookup,hf-early-exit",
+    peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
+                                            "hf-assisted-quantized.")]
+    = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
     dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
     = "mtbench,humaneval",
     split: Annotated[str, typer.Option(help="heldout (prompts the search did not see), calib or all.")] = "heldout",
@@ -508,6 +615,7 @@ def bench(
     _warnings_to_stderr()
     with user_errors():
         # 1. everything that can be wrong with the input fails here, before the model loads
+        _check_model_arg(model)
         paths = _profile_paths([*(profiles or []), *(more_profiles or [])])
         profs = [(p, load_profile(p)) for p in paths]
         for target in (report, as_json, *(paths if write_measured else ())):
@@ -530,6 +638,12 @@ def bench(
         sm = load_model(name, device=device, dtype=dtype)
         for path, prof in profs:
             check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=force, source=path)
+        from skipsearch.api import profile_hardware_note
+
+        for path, prof in profs:
+            note = profile_hardware_note(prof, sm.device, source=path)
+            if note:
+                typer.echo(f"warning: {note}", err=True)
         # 2. the run, with a progress bar per stage on stderr
         err = Console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -562,14 +676,13 @@ def bench(
         out.print(table)
     for line in br.summary_lines(result):
         typer.echo(line)
-    if report:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(br.render_markdown(result, command=shlex.join(command)))
-        typer.echo(f"wrote {report}")
-    if as_json:
-        as_json.parent.mkdir(parents=True, exist_ok=True)
-        as_json.write_text(br.report_json(result))
-        typer.echo(f"wrote {as_json}")
+    with user_errors():
+        if report:
+            _write_text(report, br.render_markdown(result, command=shlex.join(command)))
+            typer.echo(f"wrote {report}")
+        if as_json:
+            _write_text(as_json, br.report_json(result))
+            typer.echo(f"wrote {as_json}")
     if write_measured:
         rows = {r.setting: r for r in result.rows if r.family == "skipsearch"}
         for path, prof in profs:
@@ -605,6 +718,9 @@ def costs_command(
     = None,
     seed: Annotated[int, typer.Option()] = 0,
     force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
+    schemes: Annotated[str | None, typer.Option(
+        help="Also cost these precision-draft schemes per sublayer, e.g. fp16,int8 (CPU) or int8,int4,fp8 (CUDA).")
+    ] = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
@@ -620,6 +736,13 @@ def costs_command(
         if out:
             check_profile_target(out, force=force)
         load_prompts(dataset, split="calib", n=1, seed=seed)
+        scheme_names = tuple(x.strip() for x in (schemes or "").split(",") if x.strip())
+        if schemes is not None and not scheme_names:
+            raise ConfigError("--schemes must name precision schemes, e.g. fp16,int8")
+        for name in scheme_names:  # an unknown scheme fails before the model loads
+            from skipsearch.methods.precision import PrecisionParams
+
+            PrecisionParams(scheme=name)
         if threads:
             torch.set_num_threads(threads)
         sm = load_model(model, device=device, dtype=dtype)
@@ -629,6 +752,15 @@ def costs_command(
         typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
         context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
         cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]))
+        if scheme_names:
+            from dataclasses import replace
+
+            from skipsearch.files.costs import SchemeCosts
+            from skipsearch.methods.precision import measure_scheme_costs
+
+            measured = tuple(SchemeCosts(m.scheme, m.attn_seconds, m.mlp_seconds, m.head_saving_seconds)
+                             for m in measure_scheme_costs(sm, context, scheme_names, repeats=repeats))
+            cp = replace(cp, costs=replace(cp.costs, schemes=measured))
         save_costs(cp, path)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")
@@ -648,7 +780,8 @@ def plan(
     medium: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_q.")] = None,
     small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
     profile: Annotated[str | None, typer.Option(
-        help="Re-plan this layer-skip profile (K, exit rule, skip set) for --costs, from its kept traces.")] = None,
+        help="Re-plan this profile for --costs: a layer-skip one's K, exit rule and skip set from its kept traces, "
+             "a prompt-lookup one's K from its match record.")] = None,
     costs: Annotated[str | None, typer.Option(
         help="A cost file (skipsearch costs): the device --profile or --study is planned for.")] = None,
     study: Annotated[str | None, typer.Option(
@@ -726,13 +859,11 @@ def plan(
             text = body = hierplan.render_markdown(rep, num_layers=sm.num_layers,
                                                    command=" ".join(["skipsearch", *sys.argv[1:]]))
             if out:
-                from skipsearch.profile import save_profile
-
-                save_profile(hierplan.build_profile(rep, sm, rep.chosen()), out)
+                _save_profile_kept(hierplan.build_profile(rep, sm, rep.chosen()), out)
         if plot:
             planner.plot_plan(result, str(plot))
         if report:
-            planner.write_text(report, body)
+            _write_text(report, body)
     typer.echo(json.dumps(data) if as_json else text)
     for path, what in ((plot, "plot"), (report, "report"), (out, "profile")):
         if path:
@@ -754,22 +885,28 @@ def _plan_portable(*, profile: str | None, study: str | None, costs: str | None,
         new, planned = replan.replan_profile(prof, target, source=profile, costs_source=costs or profile)
         text = replan.format_replan(prof, new, planned, target)
         if out:
-            save_profile(new, out)
+            _save_profile_kept(new, out)
         body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
         return None, replan.replan_to_dict(new, planned), text, body
     from skipsearch import hierplan
     from skipsearch.costs import check_costs_for
     from skipsearch.data import encode_prompt
     from skipsearch.models import load_model
-    from skipsearch.objective import calibrate
-    from skipsearch.study import load_records
+    from skipsearch.study import load_study
+    from skipsearch.surrogate import calibrate
 
     target = load_costs(costs) if costs else None
-    label, records = load_records(study_dir=study)
+    label, records, attrs = load_study(study_dir=study)
+    _check_study_for_model(label, attrs, model or "smollm2-135m")
+    skip_sets = {(c.skip_attn, c.skip_mlp) for c in replan.layer_skip_configs(records)}
+    if len(skip_sets) < 2:
+        raise ConfigError(f"study {label} has {len(skip_sets) or 'no'} evaluated layer-skip skip set"
+                          f"{'s' if len(skip_sets) != 1 else ''}: planning two levels needs at least two distinct ones")
     prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
     sm = load_model(model or "smollm2-135m", device=device, dtype=dtype)
     if target is not None:
         check_costs_for(target, sm, source=costs)
+        _warn_costs_hardware(target, sm, costs)
     say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
     say(f"calibrating: {len(prompts)} prompts x {max_new_tokens} tokens")
     cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
@@ -778,8 +915,12 @@ def _plan_portable(*, profile: str | None, study: str | None, costs: str | None,
                                   run_validation=validate, repeats=repeats, on_stage=say)
     text = hierplan.render_study_markdown(sp, num_layers=sm.num_layers, command=command)
     if out:
-        chosen = hierplan.build_profile(sp.report, sm, sp.report.chosen())
-        save_profile(dataclasses.replace(chosen, search=dataclasses.replace(chosen.search, study=label)), out)
+        pick = sp.report.chosen()
+        if (pick.medium.skip_attn, pick.medium.skip_mlp) == (pick.small.skip_attn, pick.small.skip_mlp):
+            raise ConfigError(f"study {label}: the planner's two levels are the same skip set; no hierarchical "
+                              f"profile written (the study needs more distinct evaluated skip sets)")
+        chosen = hierplan.build_profile(sp.report, sm, pick)
+        _save_profile_kept(dataclasses.replace(chosen, search=dataclasses.replace(chosen.search, study=label)), out)
     data = {"study": label, "front": [dataclasses.asdict(p) for p in sp.front],
             "pairs": [dataclasses.asdict(p) for p in sp.pairs], "report": sp.report.to_dict()}
     return sp.report.plan, data, text, text

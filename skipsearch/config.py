@@ -155,6 +155,16 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Trace:
+    """Per-position agreement of a draft config with the full model on one sequence (surrogate.trace makes it;
+    a profile keeps it encoded, skipsearch.files.records)."""
+
+    matches: tuple[bool, ...]
+    confidences: tuple[float, ...]
+    predictions: tuple[int, ...] = ()  # the draft's argmax at each position (compare two drafts with it)
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How the next token is chosen. ``temperature == 0`` is greedy (argmax)."""
 

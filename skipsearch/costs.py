@@ -19,20 +19,22 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from skipsearch.config import DraftConfig
-from skipsearch.profile import Environment, ProfileError, _Dumper, _mapping, _plain, _read_yaml, _section
+from skipsearch.files.costs import Costs, PlannedCosts, costs_from_dict, costs_to_dict
+from skipsearch.files.errors import CostsError, ProfileError
+from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
+from skipsearch.profile import Environment
 
 if TYPE_CHECKING:
     from skipsearch.models import SkippableModel
-    from skipsearch.objective import CostModel
+    from skipsearch.surrogate import CostModel
 
 # Schema versions of cost files (as in profile.py: bump on any change of shape or meaning, add an upgrade).
 #   1: first version: schema_version, model {name, num_layers, architecture, fingerprint}, device, dtype,
@@ -44,8 +46,10 @@ _HEADER = "# skipsearch cost profile"
 _TOP_KEYS = ("schema_version", "model", "device", "dtype", "environment", "run", "costs")
 
 
-class CostsError(ProfileError):
-    """A cost file that cannot be read, written or used. str() is one line: ``<file>: <problem>``."""
+# A cost file checked as a whole: the sublayers' sum over the step (the measurement derives fixed from the
+# one-token forward, the step is the cycle with its read-back: close, but a tiny model's noisy medians reach 2x;
+# far outside this is a broken or hand-edited file). Its v(k) is checked by files.costs.check_verify_curve.
+SUBLAYERS_FIT = (0.05, 4.0)
 
 
 @dataclass(frozen=True)
@@ -58,30 +62,6 @@ class CostModelRef:
     # costs the same whatever its weights, so a fine-tune reuses its base model's cost file
     architecture: str | None = None
     fingerprint: str | None = None  # models.arch_fingerprint (architecture and --model string), as profiles hold
-
-
-@dataclass(frozen=True)
-class Costs:
-    """objective.CostModel's measured fields, in seconds (verify_ratio: one k-token forward / one step)."""
-
-    step_seconds: float  # one autoregressive decoder cycle (one-token forward, logits read back): the unit
-    attn_seconds: float  # one layer's attention
-    mlp_seconds: float  # one layer's MLP
-    fixed_seconds: float  # what skipping cannot remove: embedding, norms, LM head, per-forward overhead
-    verify_ratio: tuple[float, ...]  # v(1), v(2), ...
-    lm_head_seconds: float | None = None  # the LM head alone, for people: a part of fixed_seconds
-
-    def cost_model(self, num_layers: int) -> CostModel:
-        """The objective's CostModel, which ``objective.replay`` charges drafts and verifies with."""
-        from skipsearch.objective import CostModel
-
-        return CostModel(self.step_seconds, self.attn_seconds, self.mlp_seconds, self.fixed_seconds,
-                         self.verify_ratio, num_layers)
-
-    @property
-    def overhead_seconds(self) -> float | None:
-        """The fixed part that is not the LM head: embedding, norms, the framework's per-forward cost."""
-        return None if self.lm_head_seconds is None else max(self.fixed_seconds - self.lm_head_seconds, 0.0)
 
 
 @dataclass(frozen=True)
@@ -106,7 +86,7 @@ class CostProfile:
     schema_version: int = SCHEMA_VERSION
 
     def cost_model(self) -> CostModel:
-        return self.costs.cost_model(self.model.num_layers)
+        return cost_model_of(self.costs, self.model.num_layers)
 
     def describe(self) -> str:
         """A few lines for people: where, what one step costs, and how it splits."""
@@ -121,6 +101,11 @@ class CostProfile:
             lines.append(f"  of which LM head: {share(c.lm_head_seconds)}, the rest: {share(c.overhead_seconds)}")
         lines.append("v(k): " + ", ".join(f"{v:.2f}" for v in c.verify_ratio))
         lines.append(f"c of a draft that skips nothing: {self.cost_model().draft_ratio(DraftConfig()):.3f}")
+        for s in c.schemes:  # c of a draft with every sublayer and the head in the scheme
+            whole = c.step_seconds - L * (c.attn_seconds + c.mlp_seconds - s.attn_seconds - s.mlp_seconds)
+            lines.append(f"precision {s.scheme}: attention x {L}: {share(L * s.attn_seconds)}, MLP x {L}: "
+                         f"{share(L * s.mlp_seconds)}, head saves {s.head_saving_seconds * 1e3:.3f} ms; c of the "
+                         f"whole model in {s.scheme}: {(whole - s.head_saving_seconds) / c.step_seconds:.3f}")
         return "\n".join(lines)
 
 
@@ -129,45 +114,35 @@ def _err(source: str, problem: str) -> CostsError:
     return CostsError(f"{source}: {problem}")
 
 
+def cost_model_of(costs: Costs, num_layers: int) -> CostModel:
+    """The objective's CostModel of a file's costs, which ``objective.replay`` charges drafts and verifies with."""
+    from skipsearch.surrogate import CostModel
+
+    return CostModel(costs.step_seconds, costs.attn_seconds, costs.mlp_seconds, costs.fixed_seconds,
+                     costs.verify_ratio, num_layers)
+
+
 def costs_from_model(cm: CostModel, *, lm_head_seconds: float | None = None) -> Costs:
     """The serialisable half of a CostModel (its extras, costed for the planner only, are left out)."""
     return Costs(cm.step_seconds, cm.attn_seconds, cm.mlp_seconds, cm.fixed_seconds, tuple(cm.verify_ratio),
                  lm_head_seconds)
 
 
-def costs_to_dict(c: Costs) -> dict:
-    out = {f.name: float(f"{getattr(c, f.name):.5g}") for f in fields(c)
-           if f.name != "verify_ratio" and getattr(c, f.name) is not None}  # five digits: timing noise is larger
-    out["verify_ratio"] = [round(v, 4) for v in c.verify_ratio]
-    return _plain(out)
-
-
-def costs_from_dict(raw: Any, *, path: str = "costs", source: str = "<costs>") -> Costs:
-    """Validate a ``costs`` mapping (a cost file's, or a profile's ``measured.costs``)."""
-    raw = dict(_mapping(raw, path, source))
-    curve = raw.pop("verify_ratio", None)
-    try:
-        values = _section(Costs, raw, path, source,
-                          required=("step_seconds", "attn_seconds", "mlp_seconds", "fixed_seconds"))[0]
-    except ProfileError as e:
-        raise CostsError(str(e)) from None
-    for key, value in values.items():
-        bound = "> 0" if key == "step_seconds" else ">= 0"
-        if not math.isfinite(value) or value < 0 or (key == "step_seconds" and value == 0):
-            raise _err(source, f"{path}.{key} must be a finite number of seconds {bound}, got {value}")
-    if not isinstance(curve, (list, tuple)) or not curve:
-        raise _err(source, f"{path}.verify_ratio must list v(1), v(2), ... (a k-token forward / one step)")
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 for v in curve):
-        raise _err(source, f"{path}.verify_ratio must hold positive numbers, got {str(list(curve))[:60]}")
-    return Costs(**values, verify_ratio=tuple(float(v) for v in curve))
+def check_costs_whole(c: Costs, num_layers: int, *, path: str = "costs", source: str = "<costs>") -> None:
+    """The per-sublayer costs must fit inside the step they split: L·(attn + mlp) + fixed is about step_seconds."""
+    parts = num_layers * (c.attn_seconds + c.mlp_seconds) + c.fixed_seconds
+    ratio = parts / c.step_seconds
+    if not math.isfinite(parts) or not SUBLAYERS_FIT[0] <= ratio <= SUBLAYERS_FIT[1]:
+        raise _err(source, f"{path}: {num_layers} x (attn_seconds + mlp_seconds) + fixed_seconds = {parts:.4g} s "
+                           f"does not fit the step of {c.step_seconds:.4g} s it splits ({ratio:.3g} of it)")
 
 
 def cost_profile_to_dict(cp: CostProfile) -> dict:
-    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "model": _plain(cp.model), "device": cp.device,
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "model": plain(cp.model), "device": cp.device,
                            "dtype": cp.dtype}
     for key in ("environment", "run"):
         if getattr(cp, key) is not None:
-            out[key] = _plain(getattr(cp, key))
+            out[key] = plain(getattr(cp, key))
     out["costs"] = costs_to_dict(cp.costs)
     return out
 
@@ -187,12 +162,13 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
         if raw.get(key) is None:
             raise _err(source, f"missing required key {key}")
     try:
-        model = CostModelRef(**_section(CostModelRef, raw["model"], "model", source,
-                                        required=("name", "num_layers"))[0])
-        environment = (Environment(**_section(Environment, raw["environment"], "environment", source)[0])
+        model = CostModelRef(**section(CostModelRef, raw["model"], "model", source, error=CostsError,
+                                       required=("name", "num_layers"))[0])
+        environment = (Environment(**section(Environment, raw["environment"], "environment", source,
+                                             error=CostsError)[0])
                        if raw.get("environment") is not None else None)
-        run = (CostRun(**_section(CostRun, raw["run"], "run", source, nonnegative=("context_tokens", "repeats",
-                                                                                   "threads", "seconds"))[0])
+        run = (CostRun(**section(CostRun, raw["run"], "run", source, error=CostsError,
+                                 nonnegative=("context_tokens", "repeats", "threads", "seconds"))[0])
                if raw.get("run") is not None else None)
     except ProfileError as e:
         raise CostsError(str(e)) from None
@@ -201,44 +177,10 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
     for key in ("device", "dtype"):
         if not isinstance(raw[key], str) or not raw[key].strip():
             raise _err(source, f"{key} must be a non-empty string, got {str(raw[key])[:40]!r}")
-    return CostProfile(model=model, device=raw["device"], dtype=raw["dtype"],
-                       costs=costs_from_dict(raw["costs"], source=source), environment=environment, run=run)
-
-
-# -- a draft profile's measured.costs: the cost profile it was planned with ---------------------------------
-COSTS_KEY = "costs"
-
-
-@dataclass(frozen=True)
-class PlannedCosts:
-    """A profile's ``measured.costs``: the cost profile it was planned with, and where that came from."""
-
-    costs: Costs
-    device: str | None = None
-    dtype: str | None = None
-    source: str | None = None  # "measured by optimize", or the cost file's path
-    threads: int | None = None
-
-    def cost_model(self, num_layers: int) -> CostModel:
-        return self.costs.cost_model(num_layers)
-
-
-_PROVENANCE = ("device", "dtype", "source", "threads")
-
-
-def planned_costs_to_dict(pc: PlannedCosts) -> dict:
-    head = {k: getattr(pc, k) for k in _PROVENANCE if getattr(pc, k) is not None}
-    return {**head, **costs_to_dict(pc.costs)}
-
-
-def planned_costs_from_dict(raw: Any, *, source: str = "<profile>") -> PlannedCosts:
-    path = f"measured.{COSTS_KEY}"
-    raw = dict(_mapping(raw, path, source))
-    head = {k: raw.pop(k) for k in _PROVENANCE if k in raw}
-    for key, value in head.items():
-        if value is not None and not isinstance(value, int if key == "threads" else str):
-            raise _err(source, f"{path}.{key} must be {'an integer' if key == 'threads' else 'a string'}")
-    return PlannedCosts(costs_from_dict(raw, path=path, source=source), **head)
+    costs = costs_from_dict(raw["costs"], source=source)
+    check_costs_whole(costs, model.num_layers, source=source)
+    return CostProfile(model=model, device=raw["device"], dtype=raw["dtype"], costs=costs, environment=environment,
+                       run=run)
 
 
 def planned_costs_of(cp: CostProfile, *, source: str) -> PlannedCosts:
@@ -249,30 +191,21 @@ def planned_costs_of(cp: CostProfile, *, source: str) -> PlannedCosts:
 def load_costs(path: str | os.PathLike) -> CostProfile:
     """Read and validate a cost file; every problem is one CostsError line."""
     source = str(path)
-    try:
-        raw = _read_yaml(path, source)
-    except ProfileError as e:
-        raise CostsError(str(e).replace("the profile", "the cost file").replace("a profile is", "a cost file is")
-                         ) from None
+    raw = read_yaml(path, source, error=CostsError, what="cost file")
     return cost_profile_from_dict(raw, source=source)
 
 
 def save_costs(cp: CostProfile, path: str | os.PathLike) -> Path:
-    """Validate, then write atomically (a temporary file renamed over the target)."""
+    """Validate, then write atomically (a temporary file, fsynced, renamed over the target)."""
     path, source = Path(path), str(path)
     data = cost_profile_to_dict(cp)
     cost_profile_from_dict(data, source=source)  # an invalid cost file never reaches disk
-    body = f"{_HEADER} (schema v{SCHEMA_VERSION})\n" + yaml.dump(data, Dumper=_Dumper, sort_keys=False,
+    body = f"{_HEADER} (schema v{SCHEMA_VERSION})\n" + yaml.dump(data, Dumper=Dumper, sort_keys=False,
                                                                   allow_unicode=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        tmp.write_text(body, encoding="utf-8")
-        os.replace(tmp, path)
+        return write_atomic(path, body)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise _err(source, f"cannot write: {e.strerror or e}") from None
-    return path
 
 
 # -- which model a cost file fits --------------------------------------------------------------------------
@@ -309,7 +242,7 @@ def calibration_context(sm: SkippableModel, *, dataset: str = "mtbench", max_new
     """optimize's cost context: the first calibration prompt and the first half of its greedy continuation
     (ModelObjective.costs measures at exactly this length), so that a cost file and a search agree."""
     from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.objective import calibrate
+    from skipsearch.surrogate import calibrate
 
     prompt = encode_prompt(sm.tokenizer, load_prompts(dataset, split="calib", n=1, seed=seed)[0])
     cal = calibrate(sm, [prompt], max_new_tokens=max(max_new_tokens // 2, 1))
@@ -324,7 +257,7 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
 
     from skipsearch import timing
     from skipsearch.harness import time_interleaved
-    from skipsearch.objective import measure_costs
+    from skipsearch.surrogate import measure_costs
 
     t0 = timing.now(sm.device)
     cm = measure_costs(sm, context, verify_sizes=verify_sizes, repeats=repeats)
@@ -345,8 +278,7 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
     )
 
 
-__all__ = ["COSTS_KEY", "SCHEMA_VERSION", "CostModelRef", "CostProfile", "CostRun", "Costs", "CostsError",
-           "PlannedCosts", "architecture_of", "calibration_context", "check_costs_for", "check_costs_model",
-           "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_dict", "costs_from_model", "costs_to_dict",
-           "load_costs", "measure_cost_profile", "planned_costs_from_dict", "planned_costs_of",
-           "planned_costs_to_dict", "save_costs"]
+__all__ = ["SCHEMA_VERSION", "CostModelRef", "CostProfile", "CostRun", "architecture_of", "calibration_context",
+           "check_costs_for", "check_costs_model", "check_costs_whole", "cost_model_of", "cost_profile_from_dict",
+           "cost_profile_to_dict", "costs_from_model", "load_costs", "measure_cost_profile", "planned_costs_of",
+           "save_costs"]

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from skipsearch import timing
 from skipsearch.config import GREEDY, DraftConfig, SamplingParams
+from skipsearch.draft import Draft, Drafter
 from skipsearch.models import SkippableModel
 
 TokenCallback = Callable[[Sequence[int]], None]
@@ -57,34 +57,6 @@ class DecodeResult:
     stats: DecodeStats
 
 
-@dataclass(frozen=True)
-class Draft:
-    tokens: tuple[int, ...]
-    probs: torch.Tensor | None  # q for each drafted token: [k, V], processed; None when greedy
-
-
-class Drafter(Protocol):
-    """A draft source. ``draft`` may leave draft-only KV in ``cache``; the engine crops it."""
-
-    def draft(
-        self, sm: SkippableModel, cache, *, pending: int, start: int, limit: int,
-        sampling: SamplingParams, generator: torch.Generator,
-    ) -> Draft: ...
-
-    def observe(self, drafted: int, accepted: int) -> None: ...
-
-    @property
-    def threshold(self) -> float | None: ...
-
-    # Optional: ``report() -> tuple[tuple[str, float], ...]`` fills DecodeStats.drafter_stats.
-    # Optional: a drafter with ``wants_tokens = True`` gets ``history=``, the sequence so far (prompt,
-    # output, ending with the pending token), as a list it must not change (e.g. prompt lookup).
-    # Optional: a drafter with ``wants_hidden_states = True`` gets, after each verify step that the
-    # decode goes on from, ``verified(sm, cache, hidden=[L+1, H], position=p)``: the verify pass's
-    # per-layer hidden states of the last kept token (at position p), e.g. to re-plan its skip set.
-    # Its time counts in DecodeStats.seconds but in neither draft_seconds nor verify_seconds.
-
-
 # -- sampling helpers ---------------------------------------------------------------------------
 def process_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
     """Logits [..., V] -> probabilities [..., V] after temperature, top-k, then top-p (HF's order)."""
@@ -110,7 +82,8 @@ def one_hot_probs(tokens: Sequence[int], sm: SkippableModel) -> torch.Tensor:
     return q
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One token from ``probs`` [V]."""
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
@@ -118,8 +91,38 @@ def _uniform(generator: torch.Generator, device: torch.device) -> float:
     return float(torch.rand((), generator=generator, device=device).item())
 
 
+def accept_greedy(drafted: Sequence[int], logits: torch.Tensor) -> tuple[int, int]:
+    """Greedy acceptance of ``drafted`` against ``logits`` [k+1, V] (the verifier's, after each prefix):
+    (number of leading drafts equal to the verifier's argmax, the verifier's own token after them)."""
+    target = logits.argmax(-1).tolist()  # the verifier's choice after each prefix
+    a = 0
+    while a < len(drafted) and drafted[a] == target[a]:
+        a += 1
+    return a, target[a]
+
+
+def rejection_sample(
+    logits: torch.Tensor, draft: Draft, sampling: SamplingParams, generator: torch.Generator
+) -> tuple[int, int]:
+    """Leviathan / Chen rejection sampling of ``draft`` against ``logits`` [k+1, V] (the verifier's, after each
+    prefix): (number of draft tokens accepted, the token the verifier adds)."""
+    p = process_logits(logits, sampling)  # [k+1, V]
+    k = len(draft.tokens)
+    for i in range(k):
+        d = draft.tokens[i]
+        q = draft.probs[i]  # [V]
+        p_d, q_d = float(p[i, d]), float(q[d])
+        if q_d > 0 and _uniform(generator, p.device) < min(1.0, p_d / q_d):
+            continue
+        residual = (p[i] - q).clamp_min(0.0)  # [V]
+        mass = float(residual.sum())
+        # p == q on the support leaves no residual; p itself is then the right distribution.
+        return i, draw(residual / mass if mass > 0 else p[i], generator)
+    return k, draw(p[k], generator)
+
+
 # -- the layer-skip drafter -------------------------------------------------------------------------
-class LayerSkipDrafter:
+class LayerSkipDrafter(Drafter):
     """Drafts with the same model, some sublayers skipped (Draft&Verify), with adaptive exit.
 
     ``head`` (``sm.subset_head``) replaces the LM head while drafting, e.g. FR-Spec's trimmed head
@@ -153,7 +156,7 @@ class LayerSkipDrafter:
                 else:
                     q = process_logits(logits, sampling)  # [V]
                     qs.append(q)
-                    token = _draw(q, generator)
+                    token = draw(q, generator)
                     confidence = float(q.max())
                 tokens.append(token)
                 # Draft&Verify keeps the low-confidence token and stops after it (Alg. 3, l. 4-7).
@@ -204,8 +207,8 @@ def generate(
     if drafter is None:
         drafter = make_drafter(config)
     max_k = config.max_draft_tokens if config is not None else (1 << 30)
-    wants_hidden = getattr(drafter, "wants_hidden_states", False)  # only then does verify keep hidden states
-    wants_tokens = getattr(drafter, "wants_tokens", False)
+    wants_hidden = drafter is not None and drafter.wants_hidden_states  # only then does verify keep hidden states
+    wants_tokens = drafter is not None and drafter.wants_tokens
     eos = set(sm.eos_token_ids if eos_token_ids is None else eos_token_ids)
     device = sm.device
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -213,7 +216,7 @@ def generate(
     def choose(logits: torch.Tensor) -> int:  # logits: [V]
         if sampling.greedy:
             return int(logits.argmax())
-        return _draw(process_logits(logits, sampling), generator)
+        return draw(process_logits(logits, sampling), generator)
 
     t_start = timing.now(device)
     cache = sm.new_cache()
@@ -255,14 +258,10 @@ def generate(
         verify_steps += 1
         # 3. accept / resample
         if sampling.greedy:
-            target = logits.argmax(-1).tolist()  # the full model's choice after each prefix
-            a = 0
-            while a < k and draft.tokens[a] == target[a]:
-                a += 1
-            new = [*draft.tokens[:a], target[a]]
+            a, bonus = accept_greedy(draft.tokens, logits)
         else:
-            a, bonus = _rejection_sample(logits, draft, sampling, generator)
-            new = [*draft.tokens[:a], bonus]
+            a, bonus = rejection_sample(logits, draft, sampling, generator)
+        new = [*draft.tokens[:a], bonus]
         # 4. crop the rejected positions: keep pending + the a accepted drafts
         sm.crop(cache, n + 1 + a)
         n += 1 + a
@@ -307,28 +306,9 @@ def generate(
         tau=sum(emitted_per_cycle) / len(emitted_per_cycle) if emitted_per_cycle else 1.0,
         acceptance_rate=accepted / drafted if drafted else None,
         final_threshold=drafter.threshold if drafter is not None else None,
-        drafter_stats=tuple(drafter.report()) if hasattr(drafter, "report") else (),
+        drafter_stats=tuple(drafter.report()) if drafter is not None else (),
     )
     return DecodeResult(tuple(out), stats)
-
-
-def _rejection_sample(
-    logits: torch.Tensor, draft: Draft, sampling: SamplingParams, generator: torch.Generator
-) -> tuple[int, int]:
-    """Return (number of draft tokens accepted, the token the full model adds)."""
-    p = process_logits(logits, sampling)  # [k+1, V]
-    k = len(draft.tokens)
-    for i in range(k):
-        d = draft.tokens[i]
-        q = draft.probs[i]  # [V]
-        p_d, q_d = float(p[i, d]), float(q[d])
-        if q_d > 0 and _uniform(generator, p.device) < min(1.0, p_d / q_d):
-            continue
-        residual = (p[i] - q).clamp_min(0.0)  # [V]
-        mass = float(residual.sum())
-        # p == q on the support leaves no residual; p itself is then the right distribution.
-        return i, _draw(residual / mass if mass > 0 else p[i], generator)
-    return k, _draw(p[k], generator)
 
 
 # -- the reference ---------------------------------------------------------------------------------

@@ -27,13 +27,13 @@ from skipsearch import timing
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.equivalence import lossless_check
 from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
-from skipsearch.hierarchical import HierarchicalDrafter, Hierarchy, hierarchy_to_profile_fields
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
+from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy, hierarchy_to_profile_fields
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.models import SkippableModel
-from skipsearch.objective import Calibration, CostModel, full_cache, measure_costs, trace
 from skipsearch.plan import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo
+from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs, trace
 
 Stage = Callable[[str], None]
 
@@ -191,7 +191,7 @@ def plan_model(sm: SkippableModel, cal: Calibration, medium: DraftConfig, small:
     say("measuring α and β (teacher-forced)")
     acc = measure_acceptance(sm, cal, medium, small)
     say("timing the three levels and the verify curves")
-    context = cal.prompts[0] + cal.continuations[0][: cal.max_new_tokens // 2]
+    context = cal.cost_context
     costs = measure_level_costs(sm, context, medium, small, max_verify=max_m * (max_n + 1) + 1,
                                 max_verify_medium=max_n + 1, repeats=cost_repeats)
     inputs = PlanInputs(acc.alpha, acc.beta, costs.c, costs.cs, costs.verify, costs.verify_medium)
@@ -219,8 +219,8 @@ def plan_from_profiles(medium: str, small: str, *, model: str | None = None, dat
     """
     from skipsearch.data import encode_prompt, load_prompts
     from skipsearch.models import load_model
-    from skipsearch.objective import calibrate
     from skipsearch.profile import check_model, load_profile
+    from skipsearch.surrogate import calibrate
 
     med, sml = load_profile(medium), load_profile(small)
     Hierarchy(med.draft, sml.draft, max_m, max_n)
@@ -415,8 +415,7 @@ def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, 
             r.config.check_layers(sm.num_layers)  # a study of another model names other layers
     if costs is None:
         say("timing the cost model (per-sublayer costs, v(k))")
-        context = cal.prompts[0] + cal.continuations[0][: cal.max_new_tokens // 2]
-        costs = measure_costs(sm, context, repeats=cost_repeats)
+        costs = measure_costs(sm, cal.cost_context, repeats=cost_repeats)
     front = study_front(records, costs)
     if not front:
         raise ConfigError(f"study {study} has no evaluated layer-skip draft with a recorded α: nothing to plan from")

@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -101,13 +101,18 @@ class _SubsetHead(nn.Module):
     zero outside it, which keeps rejection sampling exact.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor, vocab: int) -> None:
+    def __init__(self, proj: nn.Module, ids: torch.Tensor, vocab: int) -> None:
         super().__init__()
-        self.weight, self.bias, self.ids, self.vocab = weight, bias, ids, vocab
+        # proj: the head's rows for ``ids`` as a Linear, or a reduced-precision stand-in for one (precision drafts)
+        self.proj, self.ids, self.vocab = proj, ids, vocab
+
+    @property
+    def weight(self) -> torch.Tensor | None:
+        return getattr(self.proj, "weight", None)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         # .to: a model spread over devices may hand the head its input from another one
-        sub = nn.functional.linear(hidden_states.to(self.weight.device), self.weight, self.bias)  # [..., V']
+        sub = self.proj(hidden_states.to(self.ids.device))  # [..., V']
         out = sub.new_full((*sub.shape[:-1], self.vocab), float("-inf"))  # [..., V]
         return out.index_copy_(-1, self.ids, sub)
 
@@ -203,6 +208,27 @@ class SkippableModel:
                 else:
                     setattr(parent, attr, original)
             self._drafting = False
+
+    @contextlib.contextmanager
+    def substituted(self, *, attn: Mapping[int, nn.Module] | None = None,
+                    mlp: Mapping[int, nn.Module] | None = None) -> Iterator[None]:
+        """Run the model with stand-ins for some sublayers: ``attn[i]`` for layer i's attention,
+        ``mlp[i]`` for its MLP (e.g. reduced-precision copies of them, for a precision draft).
+
+        A stand-in takes the original's inputs and keeps its ``layer_idx``, so a copied attention
+        reads and extends the same KV cache. Always puts the originals back. It composes with
+        ``drafting`` inside it (a sublayer that ``drafting`` skips need not have a stand-in)."""
+        swapped: list[tuple[nn.Module, str, nn.Module]] = []  # (layer, attribute, original)
+        try:
+            for attr, table in (("self_attn", attn or {}), ("mlp", mlp or {})):
+                for i, module in table.items():
+                    layer = self.layers[i]
+                    swapped.append((layer, attr, getattr(layer, attr)))
+                    setattr(layer, attr, module)
+            yield
+        finally:
+            for layer, attr, original in reversed(swapped):
+                setattr(layer, attr, original)
 
     # -- forward passes -------------------------------------------------------------------
     def new_cache(self):
@@ -304,9 +330,10 @@ class SkippableModel:
     def lm_head(self) -> nn.Module:
         return self.hf.get_output_embeddings()
 
-    def subset_head(self, ids: torch.Tensor) -> nn.Module:
+    def subset_head(self, ids: torch.Tensor, *, convert: Callable[[nn.Linear], nn.Module] | None = None) -> nn.Module:
         """A draft head that computes logits for token ``ids`` [V'] only (``_SubsetHead``); run it with
-        ``draft_head``. It copies those rows of the LM head, so build it once and keep it."""
+        ``draft_head``. It copies those rows of the LM head, so build it once and keep it. ``convert`` turns
+        the rows' Linear into a stand-in (a reduced-precision copy) before it is kept."""
         head = self.lm_head
         if isinstance(head, _SubsetHead):
             raise RuntimeError("subset_head() needs the full LM head: call it outside draft_head()")
@@ -314,7 +341,12 @@ class SkippableModel:
         with torch.no_grad():
             weight = head.weight.index_select(0, ids).contiguous()  # [V', H]
             bias = head.bias.index_select(0, ids) if getattr(head, "bias", None) is not None else None
-        return _SubsetHead(weight, bias, ids, head.weight.shape[0])
+            proj = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device,
+                             dtype=weight.dtype)
+            proj.weight = nn.Parameter(weight, requires_grad=False)
+            if bias is not None:
+                proj.bias = nn.Parameter(bias, requires_grad=False)
+        return _SubsetHead(convert(proj) if convert is not None else proj, ids, head.weight.shape[0])
 
     @contextlib.contextmanager
     def draft_head(self, head: nn.Module | None) -> Iterator[None]:
@@ -463,7 +495,8 @@ def read_config(checkpoint: Checkpoint):
 
 
 def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
-               profile_dtype: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> SkippableModel:
+               profile_dtype: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
+               draft_bits: int | None = None) -> SkippableModel:
     """Load ``name`` (embedded model, directory, alias or hub id; see ``find_checkpoint``) as a SkippableModel.
 
     ``device`` and ``dtype`` may be ``auto`` (placement.choose_placement): CUDA when available, spread
@@ -476,7 +509,7 @@ def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", 
     checkpoint = name if isinstance(name, Checkpoint) else find_checkpoint(name)
     config = read_config(checkpoint)
     placement = choose_placement(device, dtype, checkpoint=checkpoint_dtype(config), profile=profile_dtype)
-    check_memory(config, placement, max_tokens=max_tokens, label=f"model '{checkpoint.name}'")
+    check_memory(config, placement, max_tokens=max_tokens, label=f"model '{checkpoint.name}'", draft_bits=draft_bits)
     log.info("loading %s on %s", checkpoint.name, placement.describe())
     model, tokenizer = _from_pretrained(checkpoint, placement)
     return SkippableModel(model, tokenizer, name=checkpoint.name, placement=placement,

@@ -1,38 +1,21 @@
-"""DraftConfig -> Measurement, two ways: timed (the truth) and a cheap surrogate (the predictor).
+"""Candidate -> Measurement, two ways: timed (the truth) and a cheap surrogate (the predictor).
 
 Timed: decode the calibration prompts with the runtime decoder (decoding.generate, the engine
 ``decode`` runs), interleaved prompt by prompt with the autoregressive baseline in the same
 process so machine drift cancels; speedup = baseline seconds / config seconds.
 
-Surrogate: three measured ingredients and one replay.
-1. A trace per calibration sequence: the full model's greedy continuation is teacher-forced
-   through the draft config in ONE forward. Each draft query attends to the *full-model* KV
-   of every earlier position (as in real drafting, where the context was verified by the full
-   model) and to its own draft KV, through a custom 4-D mask over [full KV | draft KV]. At each
-   position we read whether the draft's argmax equals the full model's token ("matchness",
-   SWIFT) and the draft's top probability (for the exit rule).
-2. Costs, measured once with the one timer: a full single-token step, the per-layer cost of
-   attention and of the MLP, the fixed remainder (embedding, LM head, loop), so a config's
-   draft cost ratio c = (fixed + kept sublayers) / full step; and the verify curve v(k), the
-   cost of one forward over k tokens relative to one step.
-3. The replay walks each trace as the decoder would: draft until K tokens or the top
-   probability falls below γ (adaptive γ updated exactly as the decoder does), accept the
-   leading matches, emit one more, charge k·c + v(k+1). Predicted speedup = tokens emitted /
-   cost, where one autoregressive token costs 1.
-The approximation: within one draft block, later drafts attend to earlier *draft* KV in reality
-but to full KV in the trace. The timed stage holds the prediction to account.
+Surrogate: the candidate's method's own ``predict`` (skipsearch.methods), from the calibration data,
+the measured cost model and cycle replay that skipsearch.surrogate holds for every method.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-
-import torch
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from skipsearch import methods, timing
-from skipsearch.config import Candidate, ConfigError, DraftConfig
-from skipsearch.decoding import Drafter, LayerSkipDrafter, generate
+from skipsearch.config import Candidate, ConfigError
+from skipsearch.decoding import Drafter
 from skipsearch.equivalence import lossless_check
 from skipsearch.harness import LosslessnessError as LosslessnessError  # raised by its output check; re-exported
 from skipsearch.harness import (
@@ -41,284 +24,12 @@ from skipsearch.harness import (
     method_seconds,
     ours_autoregressive,
     run_rounds,
-    time_interleaved,
 )
 from skipsearch.measure import Kind, Measurement
 from skipsearch.models import SkippableModel
-
-
-@dataclass(frozen=True)
-class DraftCost:
-    """One extra draft config, timed in the same rounds as the full step (``measure_costs(extra=...)``)."""
-
-    name: str
-    step_seconds: float  # one single-token step with the config's sublayers skipped (median)
-    verify_ratio: tuple[float, ...]  # k = 1..len: one k-token forward of the config / its own step
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Measured costs, in seconds and as ratios to one full autoregressive step."""
-
-    step_seconds: float  # one autoregressive decoder cycle (one-token full forward + argmax) at calibration length
-    attn_seconds: float  # one layer's attention, inside that step
-    mlp_seconds: float  # one layer's MLP
-    fixed_seconds: float  # the rest: embedding, norms, LM head, framework overhead
-    verify_ratio: tuple[float, ...]  # v(k) for k = 1..len: one forward over k tokens / one step
-    num_layers: int
-    extras: tuple[DraftCost, ...] = ()  # the ``extra`` configs, costed in the same rounds
-
-    def extra(self, name: str) -> DraftCost:
-        """The measured costs of the extra config ``name``."""
-        found = next((e for e in self.extras if e.name == name), None)
-        if found is None:
-            raise KeyError(f"no extra config '{name}' was costed (have: {', '.join(e.name for e in self.extras)})")
-        return found
-
-    def draft_ratio(self, config: DraftConfig) -> float:
-        """c: one draft step of ``config`` relative to one full step."""
-        kept_attn = self.num_layers - len(config.skip_attn)
-        kept_mlp = self.num_layers - len(config.skip_mlp)
-        seconds = self.fixed_seconds + kept_attn * self.attn_seconds + kept_mlp * self.mlp_seconds
-        return max(seconds, 0.0) / self.step_seconds
-
-    def verify(self, k: int) -> float:
-        """v(k), extrapolated linearly past the measured range."""
-        v = self.verify_ratio
-        if k <= len(v):
-            return v[k - 1]
-        slope = (v[-1] - v[0]) / max(len(v) - 1, 1)
-        return v[-1] + slope * (k - len(v))
-
-
-@dataclass(frozen=True)
-class Trace:
-    """Per-position agreement of a draft config with the full model on one sequence."""
-
-    matches: tuple[bool, ...]
-    confidences: tuple[float, ...]
-    predictions: tuple[int, ...] = ()  # the draft's argmax at each position (compare two drafts with it)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What the objective evaluates on: prompts and the full model's greedy continuations."""
-
-    prompts: tuple[tuple[int, ...], ...]
-    continuations: tuple[tuple[int, ...], ...]
-    max_new_tokens: int
-
-
-def calibrate(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> Calibration:
-    conts = tuple(generate(sm, p, max_new_tokens=max_new_tokens).token_ids for p in prompts)
-    return Calibration(tuple(tuple(p) for p in prompts), conts, max_new_tokens)
-
-
-def measure_costs(
-    sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9), repeats: int = 9,
-    extra: Mapping[str, DraftConfig] | None = None, extra_verify_sizes: Mapping[str, Sequence[int]] | None = None,
-) -> CostModel:
-    """Time the sublayers and the verify curve at ``context``'s length, with the one timer.
-
-    Every quantity is sampled round-robin (``harness.time_interleaved``: order rotated every round),
-    ``repeats`` times over, and summarised by its median: interleaving spreads machine drift and
-    contention evenly over all of them, so the *ratios* the model is built from hold even on a busy
-    machine, and the median is the typical cost the decoder will pay (a minimum would flatter the
-    draft, which runs many small forwards).
-    v(k) is measured at ``verify_sizes`` and interpolated linearly between them, kept
-    non-decreasing. It is not affine: on CPU a one-token forward runs matrix-vector kernels and
-    k >= 2 runs matrix-matrix ones, so v(2) jumps and the curve flattens after it.
-
-    ``extra`` draft configs are costed in the same rounds, so that their ratios to the full step are
-    like for like: each one's single-token draft step, and its k-token forwards at
-    ``extra_verify_sizes[name]`` (what a draft level that verifies another's drafts runs, as M_q does
-    in hierarchical decoding), as a curve relative to its own step. They come back in ``extras``.
-    """
-    verify_sizes = sorted({1, *verify_sizes})
-    extra = dict(extra or {})
-    extra_sizes = {name: sorted({1, *(extra_verify_sizes or {}).get(name, ())}) for name in extra}
-    unknown = set(extra_verify_sizes or {}) - set(extra)
-    if unknown:
-        raise ConfigError(f"extra_verify_sizes names configs not in extra: {', '.join(sorted(unknown))}")
-    cache = sm.new_cache()
-    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-    n = len(context)
-    L = sm.num_layers
-    every = tuple(range(L))
-
-    def step(config: DraftConfig | None):
-        token = torch.tensor([context[-1]])
-
-        def once():  # one decoding step: last-position logits only
-            if config is None:
-                sm.forward(token, start=n, cache=cache, last_only=True)
-            else:
-                with sm.drafting(config):
-                    sm.forward(token, start=n, cache=cache, last_only=True)
-            sm.crop(cache, n)
-
-        return once
-
-    def verify(k: int, config: DraftConfig | None = None):
-        ids = torch.tensor((list(context) * k)[:k])
-
-        def once():  # as a verifier runs it: all k rows of logits, argmax read back
-            if config is None:
-                sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
-            else:
-                with sm.drafting(config):
-                    sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
-            sm.crop(cache, n)
-
-        return once
-
-    calls = {"full": step(None), "no_attn": step(DraftConfig(skip_attn=every)),
-             "no_mlp": step(DraftConfig(skip_mlp=every))}
-    calls.update({f"v{k}": verify(k) for k in verify_sizes})
-    for name, config in extra.items():
-        calls[f"extra {name} 1"] = step(config)
-        calls.update({f"extra {name} {k}": verify(k, config) for k in extra_sizes[name] if k > 1})
-    # three untimed calls each first: they pay allocation and dispatch set-up
-    med = {name: t.median for name, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
-    full = med["full"]
-    attn = max(full - med["no_attn"], 0.0) / L
-    mlp = max(full - med["no_mlp"], 0.0) / L
-    fixed = max(full - L * (attn + mlp), 0.0)
-    # The unit is the decoder's autoregressive cycle (a one-token verify: logits read back), so
-    # that c and v(k) are ratios to exactly what one plain-decoding token costs.
-    unit = med["v1"]
-    extras = []
-    for name in extra:
-        own = med[f"extra {name} 1"]
-        extras.append(DraftCost(name, own, _curve(extra_sizes[name], lambda k, name=name: med[f"extra {name} {k}"],
-                                                  own)))
-    return CostModel(unit, attn, mlp, fixed, _curve(verify_sizes, lambda k: med[f"v{k}"], unit), L, tuple(extras))
-
-
-def _curve(sizes: Sequence[int], seconds: Callable[[int], float], unit: float) -> tuple[float, ...]:
-    """Forward cost over k tokens relative to ``unit`` (the k = 1 cost) for k = 1..max(sizes): measured
-    at ``sizes`` (ascending, from 1), kept non-decreasing against noise (a forward over more tokens
-    never costs less), interpolated in between."""
-    points, top = [], 1.0
-    for k in sizes:
-        top = max(top, seconds(k) / unit)
-        points.append((k, top))
-    return _interpolate(points)
-
-
-def _interpolate(points: Sequence[tuple[int, float]]) -> tuple[float, ...]:
-    """v(1..K_max) by linear interpolation between measured (k, v) points, k ascending from 1."""
-    out = []
-    for (k0, v0), (k1, v1) in zip(points, points[1:], strict=False):
-        out.extend(v0 + (v1 - v0) * (k - k0) / (k1 - k0) for k in range(k0, k1))
-    out.append(points[-1][1])
-    return tuple(out)
-
-
-def full_cache(sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int]):
-    """Full-model KV for prompt + continuation: the context every draft query reads."""
-    cache = sm.new_cache()
-    sm.forward(torch.tensor([*prompt, *continuation]), start=0, cache=cache)
-    return cache
-
-
-def trace(
-    sm: SkippableModel, prompt: Sequence[int], continuation: Sequence[int], config: DraftConfig, *, cache=None
-) -> Trace:
-    """Teacher-force ``continuation`` through the draft config with full-model context KV.
-
-    ``cache`` (from ``full_cache``) is reused across configs: the draft's appended KV is
-    cropped off again before returning.
-    """
-    P, T = len(prompt), len(continuation)
-    seq = torch.tensor([*prompt, *continuation])
-    if cache is None:
-        cache = full_cache(sm, prompt, continuation)
-    # Draft queries are the tokens at positions P-1 .. P+T-2; query i predicts continuation[i].
-    queries = seq[P - 1 : P + T - 1]
-    q_pos = torch.arange(P - 1, P + T - 1)  # [T]
-    full_pos = torch.arange(P + T)  # [P+T]
-    # mask: [1, 1, T, (P+T) + T]; True = attend. Full KV strictly before the query's position,
-    # plus the query's own draft KV (diagonal of the appended block).
-    see_full = full_pos.unsqueeze(0) < q_pos.unsqueeze(1)  # [T, P+T]
-    see_self = torch.eye(T, dtype=torch.bool)  # [T, T]
-    mask = torch.cat([see_full, see_self], dim=1)[None, None].to(sm.device)
-    ids = queries.view(1, -1).to(sm.device)
-    with torch.inference_mode(), sm.drafting(config):
-        out = sm.hf(
-            input_ids=ids, position_ids=q_pos.view(1, -1).to(sm.device), attention_mask=mask,
-            past_key_values=cache, use_cache=True,
-        )
-    sm.crop(cache, P + T)  # drop the draft KV; the full-model context stays for the next config
-    probs = out.logits[0].float().softmax(-1)  # [T, V]
-    conf, pred = probs.max(-1)  # [T], [T]
-    target = torch.tensor(list(continuation), device=pred.device)
-    return Trace(tuple((pred == target).tolist()), tuple(conf.tolist()), tuple(pred.tolist()))
-
-
-@dataclass(frozen=True)
-class Replay:
-    emitted: int
-    cost: float  # in full single-token steps
-    drafted: int
-    accepted: int
-    cycles: int
-
-
-def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
-    """Walk one trace as the decoder would (K, exit rule, adaptive γ) and add up tokens and cost."""
-    if config.is_autoregressive:
-        n = len(tr.matches)
-        return Replay(n, float(n), 0, 0, n)
-    c = costs.draft_ratio(config)
-    drafter = LayerSkipDrafter(config)  # its γ update is the decoder's own
-    n = len(tr.matches)
-    if n == 0:
-        return Replay(0, 0.0, 0, 0, 0)
-    # The first token is the prefill's, the full model's own in plain and speculative decoding alike
-    # (one step each): drafting starts after it, as in decoding.generate.
-    t = emitted = 1
-    drafted = accepted = cycles = 0
-    cost = 1.0
-    while t < n:
-        limit = min(config.max_draft_tokens, n - t - 1)
-        k = a = 0
-        leading = True
-        while k < limit:
-            match, confidence = tr.matches[t + k], tr.confidences[t + k]
-            k += 1
-            if leading and match:
-                a += 1
-            else:
-                leading = False
-            if confidence < drafter.gamma:
-                break
-        cost += k * c + costs.verify(k + 1)
-        emitted += a + 1
-        t += a + 1
-        drafted += k
-        accepted += a
-        cycles += 1
-        if k:
-            drafter.observe(k, a)
-    return Replay(emitted, cost, drafted, accepted, cycles)
-
-
-def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -> Measurement:
-    """The surrogate's Measurement from traces: replay each one and pool tokens and cost. Traces
-    belong to the model and skip set, costs to the device, so this re-runs anywhere (skipsearch.replan)."""
-    runs = [replay(tr, config, costs) for tr in traces]
-    emitted = sum(r.emitted for r in runs)
-    cost = sum(r.cost for r in runs)
-    drafted = sum(r.drafted for r in runs)
-    accepted = sum(r.accepted for r in runs)
-    matches = [m for tr in traces for m in tr.matches]
-    speedup = emitted / cost if cost else 1.0
-    return Measurement(
-        kind="surrogate", speedup=speedup, predicted_speedup=speedup,
-        tau=emitted / max(sum(r.cycles for r in runs), 1), acceptance_rate=accepted / drafted if drafted else None,
-        alpha=sum(matches) / len(matches) if matches else None, cost_ratio=costs.draft_ratio(config),
-    )
+from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs
+from skipsearch.surrogate import replay_all as replay_all  # noqa: F401 (old import path, until callers move)
+from skipsearch.surrogate import trace as trace  # noqa: F401 (old import path, until callers move)
 
 
 class ModelObjective:
@@ -339,8 +50,7 @@ class ModelObjective:
     def costs(self) -> CostModel:
         """The cost model, measured on first use (a few seconds on a small CPU model)."""
         if self._costs is None:
-            context = self.cal.prompts[0] + self.cal.continuations[0][: self.cal.max_new_tokens // 2]
-            self._costs = measure_costs(self.sm, context)
+            self._costs = measure_costs(self.sm, self.cal.cost_context)
         return self._costs
 
     @property
@@ -360,12 +70,6 @@ class ModelObjective:
             raise ConfigError(f"method '{method.name}' has no surrogate: its candidates can only be timed")
         return method.predict(self, candidate)
 
-    def predict_layer_skip(self, config: DraftConfig) -> Measurement:
-        """Trace every calibration sequence through the draft and replay the decoder over the traces."""
-        t0 = timing.now(self.sm.device)
-        traces = self.traces(config)
-        return replace(replay_all(traces, config, self.costs), seconds=timing.now(self.sm.device) - t0)
-
     def full_caches(self) -> list:
         """Full-model KV of every calibration sequence (prompt + continuation): what draft queries read.
         Built once; ``trace`` crops its own additions off again, so every surrogate shares them."""
@@ -373,11 +77,6 @@ class ModelObjective:
             pairs = zip(self.cal.prompts, self.cal.continuations, strict=True)
             self._full = [full_cache(self.sm, p, c) for p, c in pairs]
         return self._full
-
-    def traces(self, config: DraftConfig) -> list[Trace]:
-        """The draft's agreement with the full model on each calibration sequence."""
-        rows = zip(self.cal.prompts, self.cal.continuations, self.full_caches(), strict=True)
-        return [trace(self.sm, p, c, config, cache=kv) for p, c, kv in rows if c]
 
     def time(self, candidate: Candidate) -> Measurement:
         """Decode every calibration prompt with the candidate and autoregressively, interleaved.

@@ -24,14 +24,15 @@ import optuna
 from skipsearch.config import AUTOREGRESSIVE, Candidate, ConfigError, DraftConfig
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.measure import Measurement
-from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
+from skipsearch.methods.hybrid import METHOD as HYBRID
+from skipsearch.methods.ngram import METHOD as NGRAM
+from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.models import SkippableModel
-from skipsearch.objective import ModelObjective, calibrate
+from skipsearch.objective import ModelObjective
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import Strategy, make_strategy
 from skipsearch.study import (
-    ERROR_ATTR,
     KIND_ATTR,
     MEASUREMENT_ATTR,
     WORKER_ATTR,
@@ -40,15 +41,19 @@ from skipsearch.study import (
     best,
     candidate_attrs,
     contention,
+    finish_trial,
     heartbeat,
     open_study,
     records,
     run_search,
     set_trial_attr,
     shortlist,
+    stamp_model,
+    storage_conflict,
     trial_candidate,
     worker_id,
 )
+from skipsearch.surrogate import calibrate
 
 OBJECTIVES = ("auto", "two-stage", "surrogate", "timed")
 CLAIM_ATTR = "claim"  # trial user attr: the random token of the worker that claimed a timing
@@ -122,6 +127,7 @@ def optimize(
     space = s.space or SearchSpace(num_layers=sm.num_layers)
     strategy, objective_kind = build_strategy(space, s)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
+    stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None))
     budget = s.budget
     if strategy.max_trials is not None and budget > strategy.max_trials:
         say(f"{strategy.name}'s grid has {strategy.max_trials} points: budget {budget} lowered to that")
@@ -167,7 +173,18 @@ def optimize(
 
         workload = f"{s.dataset} (calib split), {s.n_prompts} prompts x {s.max_new_tokens} tokens"
         profile = keep_portable(profile, objective, [*tried, *shortlist(study, s.shortlist)], workload=workload)
-    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, strategy.companions(profile, tried))
+    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, _companions(strategy, profile, tried))
+
+
+def _companions(strategy: Strategy, shipped: Profile, tried: list[Candidate]) -> tuple[tuple[str, Profile], ...]:
+    """The profiles of the strategy's companion candidates (e.g. CLaSp's dynamic one), not timed by optimize."""
+    out = []
+    for suffix, c, notes in strategy.companions(shipped.candidate, tried):
+        measured = Measured(device=shipped.measured.device if shipped.measured else None, source="optimize",
+                            notes=notes)
+        out.append((suffix, replace(shipped, method=c.method, draft=c.draft, measured=measured,
+                                    method_params=c.params)))
+    return tuple(out)
 
 
 # -- timing the shortlist: one claim per candidate, over every worker ----------------------------------
@@ -198,16 +215,21 @@ def claim_timed(study: optuna.Study, candidate: Candidate) -> int | None:
     return mine.number
 
 
-def record_timed(study: optuna.Study, claim: int, m: Measurement) -> None:
-    """Finish a claimed timed trial with its measurement."""
-    set_trial_attr(study, claim, MEASUREMENT_ATTR, m.to_dict())
-    study.tell(claim, m.speedup)
+def record_timed(study: optuna.Study, claim: int, m: Measurement) -> str | None:
+    """Finish a claimed timed trial with its measurement; None, or the storage conflict that prevented it
+    (another worker failed the claim as lost: it is never written again)."""
+    try:
+        set_trial_attr(study, claim, MEASUREMENT_ATTR, m.to_dict())
+    except Exception as e:
+        if not storage_conflict(e):
+            raise
+        return finish_trial(study, claim, error=f"measurement not recorded: {' '.join(str(e).split())[:200]}")
+    return finish_trial(study, claim, value=m.speedup)
 
 
-def fail_claim(study: optuna.Study, claim: int, error: str) -> None:
-    """Mark a claim this process added as failed, with its one-line error."""
-    set_trial_attr(study, claim, ERROR_ATTR, error)
-    study.tell(claim, state=_STATES.FAIL)
+def fail_claim(study: optuna.Study, claim: int, error: str) -> str | None:
+    """Mark a claim this process added as failed, with its one-line error; None, or the storage conflict."""
+    return finish_trial(study, claim, error=error)
 
 
 def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, say) -> None:
@@ -223,12 +245,16 @@ def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Can
         if busy:
             say(f"warning: {busy}: this figure will not be shipped")
             m = replace(m, notes=busy)
-        record_timed(study, claim, m)
+        conflict = record_timed(study, claim, m)
+        if conflict:
+            say(f"warning: {conflict}")
     except KeyboardInterrupt:
         fail_claim(study, claim, "interrupted")
         raise
     except Exception as e:  # e.g. out of memory: recorded, and the next candidate is timed
-        fail_claim(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
+        conflict = fail_claim(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
+        if conflict:
+            say(f"warning: {conflict}")
 
 
 # -- what ships -------------------------------------------------------------------------------------------
@@ -262,13 +288,36 @@ def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: M
     costs = objective.measured_costs  # never measured on the way out of a Ctrl-C
     why = ""
     if m is not None:
-        why = f"; best draft measured {m.speedup:.3f}x with alpha {m.alpha or 0:.2f}, c {m.cost_ratio or 0:.2f}"
-        why += f", v(2) {costs.verify(2):.2f}" if costs is not None else ""
+        # the figures that belong to the method; a timing taken under load says so, and v(k) measured beside
+        # flagged timings is left out (under contention it reads 14 where the machine's own is 1.6)
+        why = f"; best draft measured {m.speedup:.3f}x" + (" under load" if m.notes else "")
+        figures = method_figures(best_r.candidate, m)
+        why += f" with {figures}" if figures else ""
+        why += f", v(2) {costs.verify(2):.2f}" if costs is not None and not m.notes and trusted else ""
     if timed and not trusted:
         why += f" (every timing was flagged: {timed[0].measurement.notes})"
     base = best_r.candidate if best_r is not None else Candidate(strategy.method, AUTOREGRESSIVE)
     return _plain_decoding(base), m, "no draft candidate beat plain decoding on this hardware: ships " \
                                      "max_draft_tokens 0" + why
+
+
+def method_figures(candidate: Candidate, m: Measurement) -> str:
+    """The acceptance figures that mean something for ``candidate``'s method: a lookup draft (ngram, or hybrid
+    without a fallback) has no per-token α or draft cost c, so its acceptance rate and τ; a model draft its α and
+    c. A figure that was not measured is left out, never printed as 0."""
+    fallback = dict(candidate.params).get("fallback", "none")
+    lookup = candidate.method == NGRAM.name or (candidate.method == HYBRID.name and fallback == "none")
+    parts = []
+    if not lookup and m.alpha is not None:
+        parts.append(f"alpha {m.alpha:.2f}")
+        if m.cost_ratio is not None:
+            parts.append(f"c {m.cost_ratio:.2f}")
+    else:
+        if m.acceptance_rate is not None:
+            parts.append(f"acceptance {m.acceptance_rate:.2f}")
+        if m.tau is not None:
+            parts.append(f"tau {m.tau:.2f}")
+    return ", ".join(parts)
 
 
 def _plain_decoding(candidate: Candidate) -> Candidate:
@@ -301,33 +350,6 @@ def _measured(m: Measurement | None, s: OptimizeSettings, sm, objective: ModelOb
                   else "cost-model prediction"),
         extra=extra, **common,
     )
-
-
-def candidate_summary(c: Candidate) -> str:
-    """One line for people: the method (unless layer-skip), its params, K, the skip sets and exit rule."""
-    d = c.draft
-    if d.is_autoregressive:
-        return "autoregressive"
-    # params that are data rather than settings (a trimmed head's encoded ids and checksum) are not shown
-    shown = [(k, v) for k, v in c.params if not (isinstance(v, str) and len(v) > 24)]
-    parts = [] if c.method == LAYER_SKIP.name else [c.method]
-    parts += [f"{k}={v}" for k, v in shown]
-    parts.append(f"K={d.max_draft_tokens}")
-    if d.skip_attn or d.skip_mlp or c.method == LAYER_SKIP.name:
-        parts += [f"attn{list(d.skip_attn)}", f"mlp{list(d.skip_mlp)}"]
-    ex = d.exit
-    if ex.adaptive:
-        parts.append(f"adaptive γ0={ex.threshold:g}")
-    elif ex.threshold:
-        parts.append(f"γ={ex.threshold:g}")
-    elif c.method == LAYER_SKIP.name:
-        parts.append("no exit")
-    return " ".join(parts)
-
-
-def config_summary(config: DraftConfig) -> str:
-    """``candidate_summary`` of a layer-skip config."""
-    return candidate_summary(Candidate(LAYER_SKIP.name, config))
 
 
 __all__ = ["OBJECTIVES", "OptimizeResult", "OptimizeSettings", "build_strategy", "candidate_summary",

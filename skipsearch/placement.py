@@ -109,14 +109,16 @@ class MemoryNeed:
     weights: int  # bytes
     kv_cache: int  # bytes for max_tokens positions
     max_tokens: int
+    draft: int = 0  # bytes of a draft's own copy of the weights (a precision draft's quantized sublayers and head)
 
     @property
     def total(self) -> int:
-        return math.ceil((self.weights + self.kv_cache) * HEADROOM)
+        return math.ceil((self.weights + self.kv_cache + self.draft) * HEADROOM)
 
     def describe(self) -> str:
+        draft = f" + draft copy {self.draft / GIB:.1f} GiB" if self.draft else ""
         return (f"about {self.total / GIB:.1f} GiB in {self.dtype} (weights {self.weights / GIB:.1f} GiB + KV cache "
-                f"{self.kv_cache / GIB:.1f} GiB for {self.max_tokens} tokens, +{HEADROOM - 1:.0%})")
+                f"{self.kv_cache / GIB:.1f} GiB for {self.max_tokens} tokens{draft}, +{HEADROOM - 1:.0%})")
 
 
 def count_parameters(config) -> int:
@@ -134,15 +136,20 @@ def count_parameters(config) -> int:
     return embeddings + layers * (attn + mlp + 2 * h) + h  # 2 norms per layer, 1 final norm
 
 
-def estimate_memory(config, dtype: str, *, max_tokens: int = DEFAULT_MAX_TOKENS) -> MemoryNeed:
-    """Weights in ``dtype`` plus the KV cache of one sequence of ``max_tokens`` (prompt + new tokens)."""
+def estimate_memory(config, dtype: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                    draft_bits: int | None = None) -> MemoryNeed:
+    """Weights in ``dtype`` plus the KV cache of one sequence of ``max_tokens`` (prompt + new tokens), plus,
+    with ``draft_bits``, a draft copy of the decoder layers and the LM head at that many bits per weight."""
     size = _BYTES[dtype]
     params = count_parameters(config)
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", None) or heads
     hd = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_cache = 2 * config.num_hidden_layers * kv * hd * size * max_tokens  # keys and values
-    return MemoryNeed(dtype, params, params * size, kv_cache, max_tokens)
+    embedding = config.vocab_size * config.hidden_size
+    copied = params - (embedding if getattr(config, "tie_word_embeddings", False) else 2 * embedding) + embedding
+    draft = copied * draft_bits // 8 if draft_bits else 0  # decoder layers and head; embeddings and norms are shared
+    return MemoryNeed(dtype, params, params * size, kv_cache, max_tokens, draft)
 
 
 def free_memory(device: str) -> tuple[int, str] | None:
@@ -171,16 +178,16 @@ def _mem_available() -> int | None:
 
 
 def check_memory(config, placement: Placement, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 label: str = "model") -> MemoryNeed:
+                 label: str = "model", draft_bits: int | None = None) -> MemoryNeed:
     """Refuse, in one line, a model that cannot fit where ``placement`` puts it: both figures and
     what would fit instead (a smaller dtype, or ``--device auto`` over several GPUs)."""
-    need = estimate_memory(config, placement.dtype, max_tokens=max_tokens)
+    need = estimate_memory(config, placement.dtype, max_tokens=max_tokens, draft_bits=draft_bits)
     free = free_memory(placement.device)
     if free is None or need.total <= free[0]:
         return need
     options = []
     halves = [d for d in ("bfloat16", "float16") if _BYTES[d] < _BYTES[placement.dtype]]
-    half = estimate_memory(config, halves[0], max_tokens=max_tokens) if halves else None
+    half = estimate_memory(config, halves[0], max_tokens=max_tokens, draft_bits=draft_bits) if halves else None
     if half is not None and half.total <= free[0]:
         options.append(f"--dtype {' or '.join(halves)} ({half.total / GIB:.1f} GiB)")
     n = _gpu_count()

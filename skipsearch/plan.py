@@ -44,7 +44,7 @@ def _check_rate(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be in [0, 1], got {value!r}")
 
 
-def _check_shape(m: int, n: int) -> None:
+def check_shape(m: int, n: int) -> None:
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ConfigError(f"m (medium tokens per cycle) must be an integer >= 1, got {m!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -114,7 +114,7 @@ def expected_tokens(alpha: float, beta: float, m: int, n: int) -> float:
     """Theorem 3.2: E[tokens per cycle] = (1−β^{n+1})/(1−β) · (1−Q^m)/(1−Q) + Q^m, Q = α·β^n."""
     _check_rate("alpha", alpha)
     _check_rate("beta", beta)
-    _check_shape(m, n)
+    check_shape(m, n)
     q = alpha * beta**n
     return _geometric(beta, n + 1) * _geometric(q, m) + q**m
 
@@ -129,7 +129,7 @@ def paper_tokens_distribution(alpha: float, beta: float, m: int, n: int) -> tupl
     """Table A.1: P(X = x) for x = 1 .. m(n+1)+1, written out as the paper's appendix does."""
     _check_rate("alpha", alpha)
     _check_rate("beta", beta)
-    _check_shape(m, n)
+    check_shape(m, n)
     probs = []
     for i in range(m):  # group i: n small positions, then the medium one
         lead = beta ** (n * i) * alpha**i
@@ -141,7 +141,7 @@ def paper_tokens_distribution(alpha: float, beta: float, m: int, n: int) -> tupl
 
 def paper_cycle_cost(inputs: PlanInputs, m: int, n: int) -> float:
     """Algorithm 2's cycle with our verify costs: a fixed block of m(n+1) tokens."""
-    _check_shape(m, n)
+    check_shape(m, n)
     return inputs.v(m * (n + 1) + 1) + m * inputs.c * inputs.v_medium(n + 1) + m * n * inputs.c * inputs.cs
 
 
@@ -154,7 +154,7 @@ def round_distribution(beta: float, n: int) -> tuple[float, ...]:
 
 def block_distribution(beta: float, m: int, n: int) -> tuple[float, ...]:
     """P(B = b), b = 0..m(n+1): the block M_p verifies is the sum of m independent rounds."""
-    _check_shape(m, n)
+    check_shape(m, n)
     g = np.array((0.0, *round_distribution(beta, n)))  # index = tokens in the round
     b = np.array([1.0])
     for _ in range(m):
@@ -171,7 +171,7 @@ def composed_expected_tokens(alpha: float, beta: float, m: int, n: int) -> float
     """
     _check_rate("alpha", alpha)
     _check_rate("beta", beta)
-    _check_shape(m, n)
+    check_shape(m, n)
     if alpha == 1.0:
         return 1.0 + m * _geometric(beta, n + 1)
     g = alpha * ((1 - beta) * _geometric(alpha * beta, n) + (alpha * beta) ** n)
@@ -191,7 +191,7 @@ class PlanRow:
 
 
 def plan_row(inputs: PlanInputs, m: int, n: int) -> PlanRow:
-    _check_shape(m, n)
+    check_shape(m, n)
     a, b = inputs.alpha, inputs.beta
     blocks = block_distribution(b, m, n)
     verify = sum(p * inputs.v(k + 1) for k, p in enumerate(blocks) if p > 0)
@@ -224,7 +224,7 @@ class Plan:
 
 def plan_table(inputs: PlanInputs, *, max_m: int = 8, max_n: int = 4) -> Plan:
     """Predict every (m, n) in 1..max_m × 0..max_n and say whether the third level pays."""
-    _check_shape(max_m, max_n)
+    check_shape(max_m, max_n)
     rows = tuple(plan_row(inputs, m, n) for m in range(1, max_m + 1) for n in range(max_n + 1))
     two = max((r for r in rows if r.n == 0), key=lambda r: r.speedup)
     three_rows = [r for r in rows if r.n >= 1]
@@ -290,7 +290,7 @@ def _leading_successes(ok: np.ndarray) -> np.ndarray:
 def simulate_paper(alpha: float, beta: float, m: int, n: int, *, cycles: int = 100_000,
                    seed: int = 0) -> np.ndarray:
     """Algorithm 2's reject step, cycle by cycle: tokens emitted per cycle, [cycles]."""
-    _check_shape(m, n)
+    check_shape(m, n)
     rng = np.random.default_rng(seed)
     rates = np.array(([beta] * n + [alpha]) * m)  # [m(n+1)]: acceptance probability by block position
     ok = rng.random((cycles, len(rates))) < rates  # [cycles, m(n+1)]
@@ -300,7 +300,7 @@ def simulate_paper(alpha: float, beta: float, m: int, n: int, *, cycles: int = 1
 def simulate_composed(alpha: float, beta: float, m: int, n: int, *, cycles: int = 100_000,
                       seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The composed decoder: (tokens emitted per cycle, block size B per cycle), each [cycles]."""
-    _check_shape(m, n)
+    check_shape(m, n)
     rng = np.random.default_rng(seed)
     small_ok = rng.random((cycles, m, n)) < beta  # [cycles, m, n]: M_q's verdicts on M_s drafts
     rounds = np.cumprod(small_ok, axis=2).sum(axis=2) + 1  # [cycles, m]: M_q tokens per round

@@ -7,21 +7,25 @@ every load validates everything, and every error is one line naming the file and
 from __future__ import annotations
 
 import importlib.metadata
-import numbers
 import os
 import platform
-import secrets
 import tempfile
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from . import methods
-from .config import Candidate, ConfigError, DraftConfig, ExitRule
+from .config import Candidate, ConfigError, DraftConfig
+from .files.errors import ProfileError
+from .files.records import check_measured_extra
+from .files.yamlio import MAX_BYTES, build, coerce, mapping, read_yaml, section, write_atomic
+from .files.yamlio import Dumper as _Dumper
+from .files.yamlio import plain as _plain
+from .files.yamlio import short as _short
 
 # Schema versions. Bump SCHEMA_VERSION whenever a key changes shape or meaning, and add a step
 # to _UPGRADES that takes a dict of the previous version to the new one, so old files still load.
@@ -34,7 +38,7 @@ from .config import Candidate, ConfigError, DraftConfig, ExitRule
 #        --device/--dtype auto were resolved
 #      - measured.acceptance: the traces (per-position match bit and top probability, per calibration
 #        sequence) of the shortlisted layer-skip skip sets, and measured.costs: the cost profile the
-#        profile was planned with; what `plan --profile --costs` re-plans from (skipsearch.replan
+#        profile was planned with; what `plan --profile --costs` re-plans from (skipsearch.files.records
 #        validates both, here and where they are read)
 SCHEMA_VERSION = 2
 
@@ -46,14 +50,6 @@ def _v1_to_v2(raw: dict) -> dict:
 _UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}  # version v -> function returning version v+1
 
 _TOP_KEYS = ("schema_version", "model", "method", "draft", "measured", "environment", "search", "method_params")
-
-
-class ProfileError(ValueError):
-    """A profile that cannot be read, written or used. str() is one line: ``<file>: <problem>``."""
-
-    def __init__(self, message: str) -> None:
-        # Collapsed here so that nothing quoted into a message (a YAML error, a repr) can span lines.
-        super().__init__(" ".join(str(message).split()))
 
 
 @dataclass(frozen=True)
@@ -104,15 +100,24 @@ class Environment:
     device_name: str | None = None
     device: str | None = None  # cpu, cuda, cuda:N, or auto (the layers spread over several GPUs)
     device_choice: str | None = None  # how --device and --dtype were resolved, e.g. "device auto: no CUDA device; ..."
+    # the hardware the figures were measured on (skipsearch.hardware; absent in files written before them)
+    cpu_model: str | None = None  # /proc/cpuinfo's model name
+    cpu_capability: str | None = None  # torch's CPU capability (ISA level): AVX2, AVX512, DEFAULT, ...
+    threads: int | None = None  # torch intra-op threads
+    gpu_name: str | None = None  # CUDA only
+    gpu_capability: str | None = None  # CUDA only, e.g. "9.0"
 
     @classmethod
     def current(cls, device: str = "cpu", *, placement: Any = None) -> Environment:
         """This machine. ``placement``: the loaded model's (``SkippableModel.placement``), recorded
         with its reason; without it only ``device`` is."""
+        from skipsearch.hardware import probe
+
         versions = {name: _version(name) for name in ("torch", "transformers", "skipsearch")}
         where = getattr(placement, "device", None) or device
         return cls(python=platform.python_version(), device_name=_device_name(device), device=where,
-                   device_choice=getattr(placement, "reason", None), **versions)
+                   device_choice=getattr(placement, "reason", None), **versions,
+                   **probe(str(where)).to_environment())
 
 
 @dataclass(frozen=True)
@@ -207,97 +212,25 @@ def _err(source: str, problem: str) -> ProfileError:
     return ProfileError(f"{source}: {problem}")
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    """repr(value) for a message, at most ``limit`` characters. A value from a file may be huge (or
-    share itself many times over through YAML aliases), so the repr is bounded while it is built."""
-    text = _bounded_repr(value, limit + 1)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _bounded_repr(value: Any, budget: int) -> str:
-    # Returns at least min(len(repr(value)), budget) characters of repr(value), or a stand-in for
-    # what repr cannot show briefly. Each nesting level costs one character of the budget, so a deep
-    # or self-referencing value stops too.
-    if budget <= 0:
-        return ""
-    if isinstance(value, (str, bytes)):
-        return repr(value[:budget])
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * budget:
-        return f"<an integer of {value.bit_length()} bits>"  # repr would be long, or raise past 4300 digits
-    if isinstance(value, (list, tuple, dict, set, frozenset)) and value:
-        opening, closing = {dict: "{}", list: "[]", tuple: "()"}.get(type(value), "{}")
-        items = value.items() if isinstance(value, dict) else value
-        text = opening
-        for item in items:
-            if len(text) >= budget:
-                return text  # cut: _short adds "..."
-            left = budget - len(text) - 1
-            if isinstance(value, dict):
-                key = _bounded_repr(item[0], left)
-                text += key + ": " + _bounded_repr(item[1], left - len(key) - 2) + ", "
-            else:
-                text += _bounded_repr(item, left) + ", "
-        return (text[:-2] if text.endswith(", ") else text) + closing
-    return repr(value)  # numbers, booleans, None, dates: short by nature
-
-
+# The shared YAML toolkit (skipsearch.files.yamlio), with this file's error type.
 def _mapping(value: Any, path: str, source: str) -> dict:
-    if not isinstance(value, dict):
-        raise _err(source, f"{path} must be a mapping, got {_short(value)}")
-    for key in value:
-        if not isinstance(key, str):
-            raise _err(source, f"{path} has a non-string key {_short(key)}")
-    return value
-
-
-_KIND_WORDS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
-               "tuple[int, ...]": "a list of layer indices"}
+    return mapping(value, path, source, error=ProfileError)
 
 
 def _coerce(value: Any, kind: str, path: str, source: str) -> Any:
-    # bool is an int to Python, but `max_draft_tokens: true` is a mistake, never an intent.
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if kind == "int" and real and isinstance(value, numbers.Integral):
-        return int(value)
-    if kind == "float" and real:
-        return float(value)  # ints too, so a hand-written `threshold: 1` compares equal to 1.0
-    if (kind == "bool" and isinstance(value, bool)) or (kind == "str" and isinstance(value, str)):
-        return value
-    if kind == "tuple[int, ...]" and isinstance(value, (list, tuple)):
-        return tuple(value)  # DraftConfig itself rejects non-integer and negative indices
-    if kind == "ExitRule":
-        return _build(ExitRule, _section(ExitRule, value, path, source)[0], "draft.", source)
-    raise _err(source, f"{path} must be {_KIND_WORDS[kind]}, got {_short(value)}")
+    return coerce(value, kind, path, source, error=ProfileError)
 
 
-def _section(cls: type, raw: Any, path: str, source: str, *, required: tuple[str, ...] = (),
-             nonnegative: tuple[str, ...] = (), keep_unknown: bool = False) -> tuple[dict, dict]:
-    """Check one mapping against a dataclass: its field annotations are the schema."""
-    known = {f.name: f.type.split("|")[0].strip() for f in fields(cls) if f.name != "extra"}
-    values, unknown = {}, {}
-    for key, value in _mapping(raw, path, source).items():
-        if key not in known and not keep_unknown:
-            raise _err(source, f"unknown key {path}.{key} (known: {', '.join(known)})")
-        if key not in known:
-            unknown[key] = value
-        elif value is not None:  # null means "not given", just as leaving the key out does
-            values[key] = _coerce(value, known[key], f"{path}.{key}", source)
-    for key in required:
-        if key not in values:
-            raise _err(source, f"missing required key {path}.{key}")
-    for key in nonnegative:
-        if values.get(key, 0) < 0:
-            raise _err(source, f"{path}.{key} must be >= 0, got {values[key]}")
-    return values, unknown
+def _section(cls: type, raw: Any, path: str, source: str, **checks: Any) -> tuple[dict, dict]:
+    return section(cls, raw, path, source, error=ProfileError, **checks)
 
 
 def _build(cls: type, kwargs: dict, prefix: str, source: str) -> Any:
-    # config.py names a field relative to its own object; a profile's reader needs the full path.
-    try:
-        return cls(**kwargs)
-    except ConfigError as e:
-        msg = str(e)
-        raise _err(source, msg if msg.startswith(prefix) else prefix + msg) from None
+    return build(cls, kwargs, prefix, source, error=ProfileError)
+
+
+def _read_yaml(path: str | os.PathLike, source: str) -> Any:
+    return read_yaml(path, source, error=ProfileError, what="profile")
 
 
 def upgrade(raw: dict, *, source: str = "<profile>") -> dict:
@@ -344,8 +277,6 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         values, unknown = _section(Measured, raw["measured"], "measured", source, keep_unknown=True,
                                    nonnegative=("n_prompts", "max_new_tokens"))
         measured = Measured(**values, extra=tuple(unknown.items()))
-        from .replan import check_measured_extra  # here: replan imports this module
-
         check_measured_extra(measured.extra, source=source)
     if raw.get("environment") is not None:
         environment = Environment(**_section(Environment, raw["environment"], "environment", source)[0])
@@ -354,21 +285,6 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
                                        nonnegative=("budget", "trials"))[0])
     return Profile(model=model, method=method.name, draft=draft, measured=measured, environment=environment,
                    search=search, method_params=tuple(params.items()))
-
-
-def _plain(value: Any) -> Any:
-    # safe_dump refuses numpy scalars and would write tuples as lists anyway: hand it plain YAML types.
-    if is_dataclass(value):
-        out = {f.name: _plain(getattr(value, f.name)) for f in fields(value)
-               if f.name != "extra" and getattr(value, f.name) is not None}  # None is the same as left out
-        return {**out, **{k: _plain(v) for k, v in getattr(value, "extra", ())}}
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return int(value) if isinstance(value, numbers.Integral) else float(value)
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value  # anything else that YAML cannot hold is refused, with the file named, by save_profile
 
 
 def profile_to_dict(p: Profile) -> dict:
@@ -380,14 +296,6 @@ def profile_to_dict(p: Profile) -> dict:
     if p.method_params:
         out["method_params"] = {k: _plain(v) for k, v in p.method_params}
     return out
-
-
-class _Dumper(yaml.SafeDumper):
-    """safe_dump, but lists of scalars in flow style (`skip_attn: [3, 7]`), as people write them."""
-
-
-_Dumper.add_representer(list, lambda dumper, data: dumper.represent_sequence(
-    "tag:yaml.org,2002:seq", data, flow_style=all(not isinstance(v, (list, dict)) for v in data)))
 
 
 def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint: str | None = None,
@@ -423,80 +331,8 @@ def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint:
     warnings.warn(f"{source}: {problem}; using it anyway (forced)", UserWarning, stacklevel=2)
 
 
-# A profile is a few hundred bytes. The caps keep a hostile or mistaken file from costing minutes
-# and gigabytes: on the file itself, and on the document as its aliases expand it (a 1 KB
-# "billion laughs" of nested aliases is a billion nodes to anything that walks or prints it).
-MAX_PROFILE_BYTES = 1 << 20
-MAX_EXPANDED_SIZE = 1 << 20  # nodes plus scalar characters, with every alias counted in full
+MAX_PROFILE_BYTES = MAX_BYTES  # the reader's cap on a file
 _PROFILE_HEADER = "# skipsearch draft profile"  # the first line save_profile writes
-
-
-class _TooLarge(yaml.YAMLError):
-    pass
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """safe_load that refuses a document whose aliases expand it past MAX_EXPANDED_SIZE (or into
-    itself), and turns a value that Python cannot construct (a 5000-digit integer, February 30)
-    into a YAML error with its line."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._sizes: dict[int, int] = {}  # id(node) -> expanded size, for nodes composed so far
-
-    def compose_node(self, parent, index):
-        is_alias = self.check_event(yaml.AliasEvent)
-        mark = self.peek_event().start_mark
-        node = super().compose_node(parent, index)
-        if is_alias:
-            if id(node) not in self._sizes:  # the anchor is still open: an alias to its own ancestor
-                raise yaml.composer.ComposerError(None, None, "an alias refers to a node that contains it", mark)
-            return node  # an alias adds nothing new; its parent counts it in full
-        if isinstance(node, yaml.ScalarNode):
-            size = 1 + len(node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            size = 1 + sum(self._sizes[id(child)] for child in node.value)
-        else:
-            size = 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
-        if size > MAX_EXPANDED_SIZE:
-            raise _TooLarge(f"at line {node.start_mark.line + 1} the document expands through its aliases past "
-                            f"{MAX_EXPANDED_SIZE} nodes and characters (a profile has a few hundred)")
-        self._sizes[id(node)] = size
-        return node
-
-    def construct_object(self, node, deep=False):
-        try:
-            value = super().construct_object(node, deep)
-        except (ValueError, OverflowError) as e:  # YAMLError is not a ValueError: only Python's own
-            raise yaml.constructor.ConstructorError(None, None, str(e), node.start_mark) from None
-        if isinstance(value, int) and value.bit_length() > 256:  # e.g. 0xfff...: too long to even print
-            raise yaml.constructor.ConstructorError(None, None, f"an integer of {value.bit_length()} bits",
-                                                    node.start_mark)
-        return value
-
-
-def _read_yaml(path: str | os.PathLike, source: str) -> Any:
-    """The parsed document of a profile file, with every way of failing as one ProfileError."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROFILE_BYTES + 1)  # never more, whatever the file (or /dev/zero) holds
-        if len(data) > MAX_PROFILE_BYTES:
-            raise _err(source, f"refused: larger than {MAX_PROFILE_BYTES >> 20} MiB (a profile is a few hundred bytes)")
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise _err(source, f"cannot read the profile: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
-    except _TooLarge as e:
-        raise _err(source, f"refused: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        what = "; ".join(filter(None, (getattr(e, "context", None), getattr(e, "problem", None)))) or str(e)
-        what = what if len(what) <= 200 else what[:197] + "..."
-        raise _err(source, f"malformed YAML{where}: {what}") from None
-    except RecursionError:
-        raise _err(source, "malformed YAML: nested too deeply") from None
 
 
 def load_profile(path: str | os.PathLike, *, num_layers: int | None = None, fingerprint: str | None = None,
@@ -521,20 +357,7 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
         body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as e:
         raise _err(source, f"cannot write as YAML: {e}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 honours the umask, unlike mkstemp's 0o600, so shared profiles stay readable.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(f"# skipsearch draft profile (schema v{SCHEMA_VERSION})\n{body}")
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the profile
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, f"# skipsearch draft profile (schema v{SCHEMA_VERSION})\n{body}")
 
 
 def check_profile_target(path: str | os.PathLike, *, force: bool = False) -> Path:

@@ -16,39 +16,58 @@ The kept traces are compact: one byte per position (the top bit: the draft's arg
 seven: round(127 · top probability)), base64, one string per sequence. Confidences move only the exit
 rule, whose threshold the quantisation (±0.004) crosses rarely.
 
-This module imports torch only inside the functions that trace or replay: profile.py validates the
-acceptance record with it on every load.
+The records' formats (and their checks, which profile.py runs on every load) are skipsearch.files.records;
+this module makes them and re-plans from them, and imports torch only inside the functions that trace or
+replay.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from skipsearch.config import AUTOREGRESSIVE, NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule
-from skipsearch.costs import (
+from skipsearch.config import AUTOREGRESSIVE, NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, Trace
+from skipsearch.costs import CostProfile, costs_from_model, planned_costs_of
+from skipsearch.files.costs import (
     COSTS_KEY,
-    CostProfile,
+    Costs,
     PlannedCosts,
-    costs_from_model,
+    SchemeCosts,
     planned_costs_from_dict,
-    planned_costs_of,
     planned_costs_to_dict,
 )
+from skipsearch.files.errors import CostsError, ProfileError
+from skipsearch.files.records import (
+    ACCEPTANCE_KEY,
+    LOOKUP_KEY,
+    NO_HIT,
+    PRECISION_KEY,
+    AcceptanceRecord,
+    LookupRecord,
+    PrecisionRecord,
+    SkipSetTraces,
+    acceptance_from_dict,
+    acceptance_to_dict,
+    encode_trace,
+    lookup_from_dict,
+    lookup_to_dict,
+    precision_from_dict,
+    precision_to_dict,
+)
+from skipsearch.methods.hybrid import METHOD as HYBRID
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.profile import Measured, Profile, ProfileError, _mapping
+from skipsearch.methods.ngram import METHOD as NGRAM
+from skipsearch.methods.precision import METHOD as PRECISION
+from skipsearch.profile import Measured, Profile
 
 if TYPE_CHECKING:
     from skipsearch.measure import Measurement
     from skipsearch.models import SkippableModel
-    from skipsearch.objective import Calibration, CostModel, Trace
     from skipsearch.study import TrialRecord
+    from skipsearch.surrogate import Calibration, CostModel
 
-ENCODING = "b64-u8"  # one byte per position: 128 if the draft's argmax matched, + round(127 · its top probability)
-ACCEPTANCE_KEY = "acceptance"  # measured.<key> of a profile (schema v2), beside costs.COSTS_KEY
 K_VALUES = (1, 2, 3, 4, 6, 8)  # SearchSpace's default choices of K
 # the exit rules re-planning tries: none, and a fixed or adaptive threshold γ0 = 0.1 .. 0.9 (replays are cheap)
 EXIT_RULES = (NO_EXIT, *(ExitRule(threshold=t / 10, adaptive=a) for a in (True, False) for t in range(1, 10)))
@@ -56,100 +75,161 @@ MAX_KEPT = 8  # skip sets a profile keeps the traces of
 NOT_TIMED = "predicted, not timed"  # measured.notes of a re-planned profile starts with this
 
 
-# -- the acceptance record ---------------------------------------------------------------------------------
-def encode_trace(tr: Trace) -> str:
-    data = bytes((128 if m else 0) | round(127 * min(max(c, 0.0), 1.0)) for m, c in zip(tr.matches, tr.confidences,
-                                                                                         strict=True))
-    return base64.b64encode(data).decode("ascii")
+# -- the lookup record (skipsearch.files.records): recording it, and re-planning K from it ---------------------
+LOOKUP_MAX_K = 16  # the largest K a lookup record can re-plan
+LOOKUP_K_VALUES = (1, 2, 3, 4, 6, 8, 10, 12, 16)  # the K re-planning tries (NgramStrategy's grid and more)
+LOOKUP_METHODS = (NGRAM.name, HYBRID.name)
 
 
-def decode_trace(text: str) -> Trace:
-    from skipsearch.objective import Trace
+def record_lookup(cal: Calibration, *, min_n: int, max_n: int, max_k: int = LOOKUP_MAX_K,
+                  workload: str | None = None) -> LookupRecord:
+    """The lookup record of prompt lookup with suffixes ``min_n .. max_n`` over the calibration's greedy
+    continuations (no model runs: the lookup reads tokens)."""
+    from skipsearch.methods.ngram import NgramIndex, leading_matches
 
-    data = base64.b64decode(text, validate=True)
-    return Trace(tuple(b >= 128 for b in data), tuple((b & 127) / 127 for b in data))
-
-
-@dataclass(frozen=True)
-class SkipSetTraces:
-    """One skip set's traces: what acceptance it gets on each calibration sequence."""
-
-    skip_attn: tuple[int, ...]
-    skip_mlp: tuple[int, ...]
-    traces: tuple[str, ...]  # encoded (ENCODING), one per calibration sequence
-
-    def decoded(self) -> tuple[Trace, ...]:
-        return tuple(decode_trace(t) for t in self.traces)
-
-    def acceptance_curve(self, k: int = 8) -> tuple[float, ...]:
-        """α by draft position, for people: P(the first i drafts of a block all match), i = 1..k, over
-        every start position (no exit rule)."""
-        bits = [tuple(b >= 128 for b in base64.b64decode(t)) for t in self.traces]
-        out = []
-        for i in range(1, k + 1):
-            runs = [all(seq[t:t + i]) for seq in bits for t in range(len(seq) - i + 1)]
-            out.append(round(sum(runs) / len(runs), 4) if runs else 0.0)
-        return tuple(out)
+    out = []
+    for prompt, cont in zip(cal.prompts, cal.continuations, strict=True):
+        index, seq, data = NgramIndex(min_n, max_n), [*prompt, *cont[:1]], bytearray()
+        for t in range(1, len(cont)):
+            tokens = index.lookup(seq, max_k)
+            data.append(min(leading_matches(tokens, cont, t), max_k) if tokens else NO_HIT)
+            seq.append(cont[t])
+        out.append(base64.b64encode(bytes(data)).decode("ascii"))
+    return LookupRecord(min_n, max_n, max_k, cal.max_new_tokens, tuple(out), workload)
 
 
-@dataclass(frozen=True)
-class AcceptanceRecord:
-    skip_sets: tuple[SkipSetTraces, ...]
-    workload: str | None = None  # the calibration set, for people: "mtbench (calib split), 8 prompts x 64 tokens"
-    architecture: str | None = None  # costs.architecture_of the traced model: a cost file must match it
+def _recorded_lookup(seq: Sequence[int], k: int, n: int):
+    """The lookup of one recorded sequence (positions t = 1 .. n - 1) at K = ``k``, as hybrid's
+    LookupThenFallback reads it: (drafted, accepted) on a hit, None on a miss."""
+    def lookup(_seq, t, limit):
+        b = seq[t - 1]
+        if b == NO_HIT:
+            return None
+        drafted = min(k, limit)
+        return drafted, min(b, drafted, n - t)
+    return lookup
 
 
-def acceptance_to_dict(rec: AcceptanceRecord) -> dict:
-    out: dict[str, Any] = {"encoding": ENCODING}
-    out.update({k: v for k, v in (("workload", rec.workload), ("architecture", rec.architecture)) if v})
-    out["skip_sets"] = [{"skip_attn": list(s.skip_attn), "skip_mlp": list(s.skip_mlp),
-                         "alpha_by_position": list(s.acceptance_curve()), "traces": list(s.traces)}
-                        for s in rec.skip_sets]
-    return out
+def replay_recorded(rec: LookupRecord, k: int, costs: CostModel, *, fallback: DraftConfig | None = None,
+                    traces: Sequence[Trace] = (), c: float = 0.0, source: str = PRECISION.name) -> Measurement:
+    """Prompt lookup with K = ``k`` replayed cycle by cycle from the record by the engine's rules
+    (ngram.replay_cycles), and, on a miss, the ``fallback`` draft (hybrid's, e.g. a precision draft) walked over
+    ``traces`` (one per recorded sequence) by hybrid.LookupThenFallback, charged ``c`` per draft token: exact in
+    acceptance; each cycle pays v(drafted + 1)."""
+    from skipsearch.methods.hybrid import LookupThenFallback
+    from skipsearch.methods.ngram import cycle_measurement, replay_cycles
+
+    if not 1 <= k <= rec.max_k:
+        raise ConfigError(f"K {k} is outside what the lookup record covers (1..{rec.max_k})")
+    seqs = rec.positions()
+    rows = zip(seqs, traces, strict=True) if fallback is not None else ((seq, None) for seq in seqs)
+    cycles, drafted = [], 0
+    for seq, tr in rows:
+        n = len(seq) + 1
+        propose = LookupThenFallback(_recorded_lookup(seq, k, n), source if fallback is not None else None,
+                                     fallback, tr if tr is not None and tr.matches else None, n)
+        cycles += replay_cycles((), range(n), max_new_tokens=rec.max_new_tokens, propose=propose)
+        drafted += propose.fallback_drafted
+    if fallback is None:
+        return cycle_measurement(cycles, verify=costs.verify)
+    matches = [m for tr in traces for m in tr.matches]
+    fields = {"alpha": sum(matches) / len(matches)} if matches else {}
+    return cycle_measurement(cycles, verify=costs.verify, draft_steps=drafted * c, cost_ratio=c, **fields)
 
 
-def acceptance_from_dict(raw: Any, *, source: str = "<profile>") -> AcceptanceRecord:
-    """Validate ``measured.acceptance``; every problem is one ProfileError line."""
-    path = f"measured.{ACCEPTANCE_KEY}"
-    raw = _mapping(raw, path, source)
-    if raw.get("encoding") != ENCODING:
-        raise ProfileError(f"{source}: {path}.encoding must be {ENCODING!r}, got {str(raw.get('encoding'))[:40]!r}")
-    items = raw.get("skip_sets")
-    if not isinstance(items, list) or not items:
-        raise ProfileError(f"{source}: {path}.skip_sets must list the kept skip sets and their traces")
-    sets = []
-    for i, item in enumerate(items):
-        where = f"{path}.skip_sets[{i}]"
-        item = _mapping(item, where, source)
-        unknown = set(item) - {"skip_attn", "skip_mlp", "alpha_by_position", "traces"}
-        if unknown:
-            raise ProfileError(f"{source}: unknown key {where}.{sorted(unknown)[0][:40]}")
-        traces = item.get("traces")
-        if not isinstance(traces, list) or not traces or not all(isinstance(t, str) for t in traces):
-            raise ProfileError(f"{source}: {where}.traces must list one encoded trace per calibration sequence")
+def replay_lookup(rec: LookupRecord, k: int, costs: CostModel) -> Measurement:
+    """What prompt lookup with K = ``k`` achieves under ``costs``, replayed cycle by cycle from the record by the
+    engine's rules (ngram.replay_cycles): exact in acceptance; each cycle pays v(drafted + 1)."""
+    return replay_recorded(rec, k, costs)
+
+
+def replan_lookup(rec: LookupRecord, costs: CostModel, *, k_values: Sequence[int] = LOOKUP_K_VALUES,
+                  also: Sequence[int] = ()) -> Replanned:
+    """The K the replay predicts fastest under ``costs`` (ties: the smaller K); plain decoding when none pays."""
+    ks = sorted({k for k in (*k_values, *also) if 1 <= k <= rec.max_k})
+    scored = sorted(((replay_lookup(rec, k, costs), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
+    options = tuple((DraftConfig(max_draft_tokens=k, exit=NO_EXIT), m) for m, k in scored)
+    draft, m = options[0] if options else (None, None)
+    ships = draft if m is not None and m.speedup > 1.0 else AUTOREGRESSIVE
+    return Replanned(ships, m, draft, options)
+
+
+# -- the precision record: a precision draft's traces, and c re-priced from a cost file's scheme costs ----------
+def precision_draft(profile: Profile) -> Candidate | None:
+    """The profile's precision draft as a precision candidate: its own (``method: precision``), or a hybrid's
+    precision fallback; None otherwise. A profile that ships plain decoding (K = 0) keeps its method params,
+    so its draft is still there: re-planned elsewhere it may pay."""
+    from skipsearch.methods.hybrid import HybridParams
+
+    params = dict(profile.method_params)
+    if profile.method == PRECISION.name:
+        return profile.candidate if "scheme" in params else None
+    if profile.method == HYBRID.name and params.get("fallback") == PRECISION.name:
         try:
-            draft = DraftConfig(tuple(item.get("skip_attn") or ()), tuple(item.get("skip_mlp") or ()))
-            for t in traces:
-                base64.b64decode(t, validate=True)
-        except (ConfigError, TypeError) as e:
-            raise ProfileError(f"{source}: {where}: {e}") from None
-        except (binascii.Error, ValueError):
-            raise ProfileError(f"{source}: {where}.traces holds a string that is not base64") from None
-        sets.append(SkipSetTraces(draft.skip_attn, draft.skip_mlp, tuple(traces)))
-    workload, arch = raw.get("workload"), raw.get("architecture")
-    for key, value in (("workload", workload), ("architecture", arch)):
-        if value is not None and not isinstance(value, str):
-            raise ProfileError(f"{source}: {path}.{key} must be a string")
-    return AcceptanceRecord(tuple(sets), workload, arch)
+            fb = HybridParams.parse(params, draft=profile.draft,
+                                    num_layers=profile.model.num_layers).fallback_candidate(profile.draft)
+        except ConfigError:
+            return None
+        return fb if fb is not None and "scheme" in fb.plain_params() else None
+    return None
 
 
-def check_measured_extra(extra: Sequence[tuple[str, Any]], *, source: str) -> None:
-    """profile.py's hook: validate the two keys this module owns in ``measured``."""
-    for key, value in extra:
-        if key == ACCEPTANCE_KEY:
-            acceptance_from_dict(value, source=source)
-        elif key == COSTS_KEY:
-            planned_costs_from_dict(value, source=source)
+def record_precision(traces: Sequence[Trace], draft: DraftConfig, params: Any, *, vocab_size: int | None = None,
+                     workload: str | None = None, architecture: str | None = None) -> PrecisionRecord:
+    """The precision record of a precision draft (``params``: its PrecisionParams) from its traces."""
+    return PrecisionRecord(params.scheme, draft.skip_attn, draft.skip_mlp, params.full_attn, params.full_mlp,
+                           params.quant_head, tuple(encode_trace(t) for t in traces), params.vocab_subset,
+                           vocab_size, workload, architecture)
+
+
+def precision_ratio(costs: Costs, num_layers: int, draft: DraftConfig, params: Any, *, source: str,
+                    vocab_size: int | None = None) -> tuple[float, str | None]:
+    """c of a precision draft under a cost file's ``costs`` (its scheme's per-sublayer costs beside the full
+    model's), and a note for people when it is an approximation:
+    c = (step - L·(attn + mlp) - head saving + |quantized attn|·scheme attn + |full attn|·attn
+         + |quantized mlp|·scheme mlp + |full mlp|·mlp) / step   (precision.surrogate.draft_ratio).
+    A trimmed head (``vocab_subset`` V' of V tokens) is priced at V'/V of the head it trims (the scheme's, or the
+    full one: ``lm_head_seconds``), all else equal; with no lm_head_seconds or no V it is priced as the untrimmed
+    head, which understates its saving."""
+    from skipsearch.methods.precision.surrogate import SchemeCost, draft_ratio
+
+    scheme = costs.scheme(params.scheme)
+    if scheme is None:
+        raise CostsError(f"{source}: no costs for precision scheme {params.scheme}: measure them with "
+                         f"`skipsearch costs --schemes {params.scheme}`")
+    saving, note = scheme.head_saving_seconds if params.quant_head else 0.0, None
+    if params.vocab_subset is not None:
+        head = costs.lm_head_seconds
+        if head is not None and vocab_size:
+            share = min(params.vocab_subset / vocab_size, 1.0)
+            saving = head - (head - saving) * share
+            note = (f"approximation: the trimmed head ({params.vocab_subset} of {vocab_size} tokens) is priced at "
+                    f"{share:.3f} of the LM head's cost (lm_head_seconds), the rest of the step unchanged")
+        else:
+            why = "the cost file has no lm_head_seconds" if head is None else "the record keeps no vocabulary size"
+            note = f"approximation: the trimmed head is priced as the untrimmed head ({why}), understating its saving"
+    cost = SchemeCost(scheme.scheme, costs.step_seconds, scheme.attn_seconds, scheme.mlp_seconds, costs.attn_seconds,
+                      costs.mlp_seconds, scheme.head_saving_seconds)
+    return draft_ratio(cost, draft, params, num_layers, saving=saving), note
+
+
+def _precision_parts(profile: Profile, *, source: str) -> tuple[PrecisionRecord, Candidate, Any]:
+    """The profile's precision record, checked against its precision draft (own or fallback), that draft and
+    its PrecisionParams; one line when it keeps none or one of another draft."""
+
+    cand = precision_draft(profile)
+    extra = dict(profile.measured.extra) if profile.measured else {}
+    if cand is None or PRECISION_KEY not in extra:
+        raise ProfileError(f"{source}: keeps no precision record (measured.{PRECISION_KEY}): it was written before "
+                           f"precision profiles kept one; run optimize again")
+    rec = precision_from_dict(extra[PRECISION_KEY], source=source)
+    params = PRECISION.parse(cand.plain_params(), draft=cand.draft, num_layers=profile.model.num_layers)
+    if (rec.scheme, rec.skip_attn, rec.skip_mlp, rec.full_attn, rec.full_mlp, rec.quant_head, rec.vocab_subset) != (
+            params.scheme, cand.draft.skip_attn, cand.draft.skip_mlp, params.full_attn, params.full_mlp,
+            params.quant_head, params.vocab_subset):
+        raise ProfileError(f"{source}: measured.{PRECISION_KEY} was recorded for another precision draft than the "
+                           f"profile's (scheme, skipped, full sublayers or head); run optimize again")
+    return rec, cand, params
 
 
 def portable_parts(profile: Profile, *, source: str) -> tuple[AcceptanceRecord | None, PlannedCosts | None]:
@@ -164,7 +244,7 @@ def trace_skip_sets(sm: SkippableModel, cal: Calibration, configs: Sequence[Draf
                     on_progress: Callable[[int, int], None] | None = None) -> dict[tuple, tuple[Trace, ...]]:
     """Traces of each distinct skip set among ``configs``, keyed by (skip_attn, skip_mlp). The full-model KV of
     each calibration sequence is built once and shared by every skip set (objective.trace crops its own)."""
-    from skipsearch.objective import full_cache, trace
+    from skipsearch.surrogate import full_cache, trace
 
     keys = list(dict.fromkeys((c.skip_attn, c.skip_mlp) for c in configs))
     rows = [(p, c) for p, c in zip(cal.prompts, cal.continuations, strict=True) if c]
@@ -187,35 +267,60 @@ def record_acceptance(traced: dict[tuple, Sequence[Trace]], *, workload: str | N
 def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candidate], *,
                   workload: str | None = None) -> Profile:
     """``profile`` with what re-planning needs in ``measured``: the traces of the distinct layer-skip skip sets
-    among ``candidates`` (the shortlist, best first; at most MAX_KEPT) and the cost model the search measured.
-    ``objective`` is optimize's ModelObjective; its calibration is re-traced here (one forward per sequence)."""
+    among ``candidates`` (the shortlist, best first; at most MAX_KEPT) and the cost model the search measured;
+    for a precision draft (the profile's own, or a hybrid's precision fallback) its traces and its scheme's
+    per-sublayer costs (in ``measured.costs.schemes``); for prompt lookup (ngram, or hybrid without a fallback
+    or with a precision one) the lookup record. ``objective`` is optimize's ModelObjective; its calibration is
+    re-traced here (one forward per sequence)."""
     from skipsearch.costs import architecture_of
 
     drafts = [c.draft for c in candidates if c.method == LAYER_SKIP.name and not c.is_autoregressive]
     keys = list(dict.fromkeys((d.skip_attn, d.skip_mlp) for d in drafts))[:MAX_KEPT]
     costs = objective.measured_costs
-    if profile.measured is None or (not keys and costs is None):
+    params = dict(profile.method_params)
+    precision = precision_draft(profile)
+    lookup = profile.method in LOOKUP_METHODS and (params.get("fallback", "none") == "none" or
+                                                   (profile.method == HYBRID.name and precision is not None))
+    if profile.measured is None or (not keys and costs is None and not lookup and precision is None):
         return profile
     sm, cal = objective.sm, objective.cal
+    shown = workload or f"{len(cal.prompts)} prompts x {cal.max_new_tokens} tokens"
     extra = []
+    if lookup:  # the lookup's match record: tokens only, no model runs
+        rec = record_lookup(cal, min_n=params.get("min_n", 1), max_n=params.get("max_n", 3), workload=shown)
+        extra.append((LOOKUP_KEY, lookup_to_dict(rec)))
     if keys:
         traced = trace_skip_sets(sm, cal, [DraftConfig(a, m) for a, m in keys])
-        shown = workload or f"{len(cal.prompts)} prompts x {cal.max_new_tokens} tokens"
         extra.append((ACCEPTANCE_KEY, acceptance_to_dict(record_acceptance(traced, workload=shown,
                                                                            architecture=architecture_of(sm)))))
+    schemes: tuple[SchemeCosts, ...] = ()
+    if precision is not None:
+        from skipsearch.methods.precision.surrogate import draft_traces, scheme_cost
+
+        pp = PRECISION.parse(precision.plain_params(), draft=precision.draft, num_layers=sm.num_layers)
+        traces = iter(draft_traces(objective, precision.draft, pp))  # one per sequence with a continuation
+        empty = Trace((), ())
+        aligned = [next(traces) if cont else empty for cont in cal.continuations]  # one per lookup sequence
+        vocab = getattr(getattr(getattr(sm, "hf", None), "config", None), "vocab_size", None)
+        extra.append((PRECISION_KEY, precision_to_dict(record_precision(
+            aligned, precision.draft, pp, vocab_size=vocab if isinstance(vocab, int) else None, workload=shown,
+            architecture=architecture_of(sm)))))
+        sc = scheme_cost(objective, pp.scheme)
+        schemes = (SchemeCosts(sc.scheme, sc.attn_seconds, sc.mlp_seconds, sc.head_saving_seconds),)
     if costs is not None:
         import torch
 
-        planned = PlannedCosts(costs_from_model(costs), str(sm.device), sm.dtype_name, "measured by optimize",
-                               torch.get_num_threads())
+        planned = PlannedCosts(replace(costs_from_model(costs), schemes=schemes), str(sm.device), sm.dtype_name,
+                               "measured by optimize", torch.get_num_threads())
         extra.append((COSTS_KEY, planned_costs_to_dict(planned)))
-    kept = tuple((k, v) for k, v in profile.measured.extra if k not in (ACCEPTANCE_KEY, COSTS_KEY))
+    drop = (ACCEPTANCE_KEY, COSTS_KEY, LOOKUP_KEY, PRECISION_KEY)
+    kept = tuple((k, v) for k, v in profile.measured.extra if k not in drop)
     return replace(profile, measured=replace(profile.measured, extra=kept + tuple(extra)))
 
 
 # -- predicting and re-planning (no model) -------------------------------------------------------------------
 def predict(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -> Measurement:
-    from skipsearch.objective import replay_all
+    from skipsearch.surrogate import replay_all
 
     return replay_all(traces, config, costs)
 
@@ -237,7 +342,8 @@ class Replanned:
     draft: DraftConfig  # what ships: the best draft, or plain decoding when no draft is predicted to pay
     predicted: Measurement | None  # of the best draft (even when plain decoding ships)
     best_draft: DraftConfig | None
-    options: tuple[tuple[DraftConfig, Measurement], ...]  # the best per kept skip set, best first
+    options: tuple[tuple[DraftConfig, Measurement], ...]  # the best per kept skip set (or per K), best first
+    note: str | None = None  # for people: an approximation the prediction makes (e.g. a trimmed head's cost)
 
 
 def replan_record(rec: AcceptanceRecord, costs: CostModel, *, k_values: Sequence[int] = K_VALUES,
@@ -255,38 +361,157 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     """A new profile for ``target``'s device: K, the exit rule and the skip set re-planned from the profile's
     acceptance record, its ``measured`` block predicted, not timed (until ``bench --write-measured``)."""
     from skipsearch.costs import check_costs_model
-    from skipsearch.optimize import config_summary
 
+    weights = profile.model.weights_fingerprint
+    if profile.method in LOOKUP_METHODS:
+        return _replan_lookup_profile(profile, target, source=source, costs_source=costs_source)
+    if profile.method == PRECISION.name:
+        return _replan_precision_profile(profile, target, source=source, costs_source=costs_source,
+                                         k_values=k_values)
     if profile.method != LAYER_SKIP.name:
-        raise ConfigError(f"{source}: re-planning needs a layer-skip profile's traces; this one is "
-                          f"method {profile.method} (plan it again on the device instead)")
+        raise ConfigError(f"{source}: re-planning needs a layer-skip profile's traces or a lookup profile's match "
+                          f"record; this one is method {profile.method} (plan it again on the device instead)")
     rec, _ = portable_parts(profile, source=source)
     if rec is None:
         raise ProfileError(f"{source}: keeps no acceptance record (measured.acceptance): it was written before "
                            f"profiles kept one; run optimize again, or optimize --study S --costs ... --budget 0")
-    weights = profile.model.weights_fingerprint
     check_costs_model(target, num_layers=profile.model.num_layers,
                       architecture=rec.architecture or (weights.split("-")[0] if weights else None),
                       fingerprint=profile.model.fingerprint, source=costs_source,
                       what=f"the profile's model ({profile.model.name})")
     plan = replan_record(rec, target.cost_model(), k_values=k_values, also=(profile.draft,))
+    return _replanned_profile(profile, target, plan, plan.draft, plan.draft, costs_source=costs_source)
+
+
+def _replan_lookup_profile(profile: Profile, target: CostProfile, *, source: str,
+                           costs_source: str) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for prompt lookup (ngram, or hybrid without a fallback): K re-chosen for ``target``'s
+    v(k) by replaying the profile's lookup record."""
+    from skipsearch.costs import check_costs_model
+
+    params = dict(profile.method_params)
+    if profile.method == HYBRID.name and params.get("fallback") == PRECISION.name:
+        return _replan_hybrid_precision_profile(profile, target, source=source, costs_source=costs_source)
+    if profile.method == HYBRID.name and params.get("fallback", "none") != "none":
+        raise ConfigError(f"{source}: re-planning a hybrid profile with a {params.get('fallback')} fallback is not "
+                          f"supported (only its lookup is recorded); plan it again on the device")
+    extra = dict(profile.measured.extra) if profile.measured else {}
+    if LOOKUP_KEY not in extra:
+        raise ProfileError(f"{source}: keeps no lookup record (measured.{LOOKUP_KEY}): it was written before "
+                           f"lookup profiles kept one; run optimize again")
+    rec = lookup_from_dict(extra[LOOKUP_KEY], source=source)
+    if (rec.min_n, rec.max_n) != (params.get("min_n", rec.min_n), params.get("max_n", rec.max_n)):
+        raise ProfileError(f"{source}: measured.{LOOKUP_KEY} was recorded for n {rec.min_n}..{rec.max_n}, "
+                           f"not the profile's {params.get('min_n')}..{params.get('max_n')}; run optimize again")
+    check_costs_model(target, num_layers=profile.model.num_layers, architecture=None,
+                      fingerprint=profile.model.fingerprint, source=costs_source,
+                      what=f"the profile's model ({profile.model.name})")
+    searched = profile.draft.max_draft_tokens
+    plan = replan_lookup(rec, target.cost_model(), also=(searched,) if searched else ())
+    k = plan.draft.max_draft_tokens
+    ships = replace(profile.draft, max_draft_tokens=k)
+    return _replanned_profile(profile, target, plan, ships, ships if k else plan.best_draft,
+                              costs_source=costs_source)
+
+
+def _check_precision_costs(profile: Profile, target: CostProfile, rec: PrecisionRecord, *, costs_source: str):
+    from skipsearch.costs import check_costs_model
+
+    weights = profile.model.weights_fingerprint
+    check_costs_model(target, num_layers=profile.model.num_layers,
+                      architecture=rec.architecture or (weights.split("-")[0] if weights else None),
+                      fingerprint=profile.model.fingerprint, source=costs_source,
+                      what=f"the profile's model ({profile.model.name})")
+
+
+def _replan_precision_profile(profile: Profile, target: CostProfile, *, source: str, costs_source: str,
+                              k_values: Sequence[int] = K_VALUES) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for a precision draft: its c re-priced from ``target``'s scheme costs
+    (``precision_ratio``), then, for each K, the layer-skip replay over its kept traces with the best exit rule."""
+    from skipsearch.methods.precision.surrogate import priced
+
+    rec, cand, params = _precision_parts(profile, source=source)
+    _check_precision_costs(profile, target, rec, costs_source=costs_source)
+    c, note = precision_ratio(target.costs, profile.model.num_layers, profile.draft, params, source=costs_source,
+                              vocab_size=rec.vocab_size)
+    costs, traces = priced(target.cost_model(), c), rec.decoded()
+    skip, searched = (profile.draft.skip_attn, profile.draft.skip_mlp), profile.draft
+    ks = sorted({*k_values, searched.max_draft_tokens} - {0})
+    options = sorted((replan_skip_set(traces, skip, costs, k_values=(k,),
+                                      also=(searched,) if searched.max_draft_tokens == k else ()) for k in ks),
+                     key=lambda cm: -cm[1].speedup)  # stable: ties keep the smaller K
+    best, m = options[0]
+    ships = best if m.speedup > 1.0 else replace(searched, max_draft_tokens=0)
+    plan = Replanned(ships, m, best, tuple(options), note)
+    return _replanned_profile(profile, target, plan, ships, best, costs_source=costs_source)
+
+
+def _replan_hybrid_precision_profile(profile: Profile, target: CostProfile, *, source: str,
+                                     costs_source: str) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for a hybrid with a precision fallback: K re-chosen for ``target`` by replaying the
+    lookup record and, on a miss, the precision fallback over its kept traces (hybrid.LookupThenFallback, as
+    hybrid's surrogate), the fallback charged the c ``target``'s scheme costs give it. A ``fallback_k`` above
+    the new K is lowered to it."""
+
+    extra = dict(profile.measured.extra) if profile.measured else {}
+    if LOOKUP_KEY not in extra:
+        raise ProfileError(f"{source}: keeps no lookup record (measured.{LOOKUP_KEY}): it was written before "
+                           f"lookup profiles kept one; run optimize again")
+    lookup = lookup_from_dict(extra[LOOKUP_KEY], source=source)
+    params = dict(profile.method_params)
+    if (lookup.min_n, lookup.max_n) != (params.get("min_n", lookup.min_n), params.get("max_n", lookup.max_n)):
+        raise ProfileError(f"{source}: measured.{LOOKUP_KEY} was recorded for n {lookup.min_n}..{lookup.max_n}, "
+                           f"not the profile's {params.get('min_n')}..{params.get('max_n')}; run optimize again")
+    rec, cand, pp = _precision_parts(profile, source=source)
+    traces = rec.decoded()
+    if len(traces) != len(lookup.sequences) or any(
+            tr.matches and len(tr.matches) != len(seq) + 1 for tr, seq in zip(traces, lookup.positions(), strict=True)):
+        raise ProfileError(f"{source}: measured.{PRECISION_KEY} and measured.{LOOKUP_KEY} were not recorded over the "
+                           f"same calibration sequences; run optimize again")
+    _check_precision_costs(profile, target, rec, costs_source=costs_source)
+    c, note = precision_ratio(target.costs, profile.model.num_layers, cand.draft, pp, source=costs_source,
+                              vocab_size=rec.vocab_size)
+    costs, fallback_k = target.cost_model(), params.get("fallback_k")
+    searched = profile.draft.max_draft_tokens
+    ks = sorted({k for k in (*LOOKUP_K_VALUES, searched) if 1 <= k <= lookup.max_k})
+
+    def predicted(k: int) -> Measurement:
+        fallback = replace(cand.draft, max_draft_tokens=min(fallback_k or k, k))
+        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=c, source=PRECISION.name)
+
+    scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
+    options = tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)
+    draft, m = options[0] if options else (None, None)
+    k = draft.max_draft_tokens if draft is not None and m.speedup > 1.0 else 0
+    ships = replace(profile.draft, max_draft_tokens=k)
+    plan = Replanned(ships, m, draft, options, note)
+    new, plan = _replanned_profile(profile, target, plan, ships, ships if k else draft, costs_source=costs_source)
+    if k and fallback_k is not None and fallback_k > k:
+        new = replace(new, method_params=tuple((n, k if n == "fallback_k" else v) for n, v in new.method_params))
+    return new, plan
+
+
+def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, draft: DraftConfig,
+                       shown: DraftConfig | None, *, costs_source: str) -> tuple[Profile, Replanned]:
+    from skipsearch.methods.summary import config_summary
+
     m = plan.predicted
-    if plan.draft.is_autoregressive:
+    if draft.is_autoregressive:
         verdict = ("no kept draft is predicted to beat plain decoding here: ships max_draft_tokens 0"
-                   + (f"; best draft {config_summary(plan.best_draft)} predicted {m.speedup:.3f}x" if m else ""))
+                   + (f"; best draft {config_summary(shown)} predicted {m.speedup:.3f}x" if m and shown else ""))
     else:
-        verdict = f"ships {config_summary(plan.draft)}: {m.speedup:.3f}x predicted"
+        verdict = f"ships {config_summary(draft)}: {m.speedup:.3f}x predicted"
     old = profile.measured
     kept = tuple((k, v) for k, v in old.extra if k not in (COSTS_KEY, "before_bench", "timed", "timed_columns"))
     head = {k: v for k, v in (("speedup", old.speedup), ("predicted_speedup", old.predicted_speedup),
                               ("device", old.device), ("source", old.source)) if v is not None}
-    ships_draft = not plan.draft.is_autoregressive
+    ships_draft = not draft.is_autoregressive
     measured = Measured(
         predicted_speedup=m.speedup if m and ships_draft else None, baseline="cost-model prediction (not timed)",
         device=target.device, dataset=old.dataset, n_prompts=old.n_prompts, max_new_tokens=old.max_new_tokens,
         seed=old.seed, source="plan",
         notes=f"{NOT_TIMED}: re-planned for {target.device} ({target.dtype}) from {costs_source}; {verdict}; "
-              f"time it with skipsearch bench --write-measured",
+              + (f"{plan.note}; " if plan.note else "") + "time it with skipsearch bench --write-measured",
         extra=kept + ((COSTS_KEY, planned_costs_to_dict(planned_costs_of(target, source=costs_source))),
                       ("predicted", {"speedup": round(m.speedup, 4), "tau": round(m.tau or 0, 4),
                                      "cost_c": round(m.cost_ratio or 0, 4)} if m else None),
@@ -294,7 +519,7 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     )
     measured = replace(measured, extra=tuple((k, v) for k, v in measured.extra if v is not None))
     # the profile is for the target now: its dtype is the one decode picks on a GPU
-    return replace(profile, model=replace(profile.model, dtype=target.dtype), draft=plan.draft,
+    return replace(profile, model=replace(profile.model, dtype=target.dtype), draft=draft,
                    measured=measured), plan
 
 
@@ -315,20 +540,33 @@ def replan_to_dict(new: Profile, plan: Replanned) -> dict:
                 "max_draft_tokens": config.max_draft_tokens, "exit": asdict(config.exit),
                 "predicted_speedup": m.speedup, "tau": m.tau, "cost_c": m.cost_ratio}
 
-    return {"ships": row(new.draft, plan.predicted) if not new.draft.is_autoregressive else "plain decoding",
-            "options": [row(c, m) for c, m in plan.options], "notes": new.measured.notes}
+    out = {"ships": row(new.draft, plan.predicted) if not new.draft.is_autoregressive else "plain decoding",
+           "options": [row(c, m) for c, m in plan.options], "notes": new.measured.notes}
+    if plan.note:
+        out["approximation"] = plan.note
+    return out
 
 
 def format_replan(old: Profile, new: Profile, plan: Replanned, target: CostProfile) -> str:
     """For people: what the profile shipped, what each kept skip set is predicted to do under ``target``."""
-    from skipsearch.optimize import config_summary
+    from skipsearch.methods.summary import config_summary
 
     before = old.measured.speedup or old.measured.predicted_speedup if old.measured else None
-    lines = [f"re-planned for {target.device} ({target.dtype}) from {len(plan.options)} kept skip set(s)",
+    ks = ", ".join(str(c.max_draft_tokens) for c, _ in plan.options)
+    if old.method == PRECISION.name:
+        source = f"its precision draft's traces ({old.candidate.param('scheme', '?')}), K of {ks}"
+    elif old.method in LOOKUP_METHODS and PRECISION_KEY in dict(old.measured.extra if old.measured else ()):
+        source = f"its lookup record and its precision fallback's traces, K of {ks}"
+    elif old.method in LOOKUP_METHODS:
+        source = "its lookup record, K of " + ks
+    else:
+        source = f"{len(plan.options)} kept skip set(s)"
+    lines = [f"re-planned for {target.device} ({target.dtype}) from {source}",
              f"was:   {config_summary(old.draft)}" + (f" ({before:.3f}x on {old.measured.device})" if before else ""),
              "", "| predicted | τ | c | best K and exit rule for the kept skip set |", "|---:|---:|---:|---|"]
     lines += [f"| {m.speedup:.3f}x | {m.tau or 0:.2f} | {m.cost_ratio or 0:.3f} | {config_summary(c)} |"
               for c, m in plan.options]
+    lines += ["", f"note: {plan.note}"] if plan.note else []
     return "\n".join([*lines, "", f"ships: {config_summary(new.draft)}", new.measured.notes or ""])
 
 
@@ -382,8 +620,8 @@ def time_rows(sm: SkippableModel, cal: Calibration, rows: Sequence[RankRow], *, 
     fastest, if it beat plain decoding, is timed once more and keeps the lower figure: as optimize does, a
     speedup that does not hold up is not shipped."""
     from skipsearch.decoding import make_drafter
+    from skipsearch.methods.summary import config_summary
     from skipsearch.objective import time_drafter
-    from skipsearch.optimize import config_summary
 
     def timed(row: RankRow) -> Measurement:
         m, _ = time_drafter(sm, cal.prompts, lambda _p, c=row.config: make_drafter(c),
@@ -433,7 +671,7 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
                      n_prompts: int | None, max_new_tokens: int | None, seed: int | None) -> tuple[Profile, str]:
     """The profile to ship after a re-rank, and one sentence saying why: the best *timed* row if any row was
     timed here and beat plain decoding; else the best predicted row, predicted, not timed; never a loss."""
-    from skipsearch.optimize import config_summary
+    from skipsearch.methods.summary import config_summary
     from skipsearch.profile import Environment, ModelRef, SearchInfo
 
     timed = sorted((r for r in rr.rows if r.timed is not None), key=lambda r: -r.timed.speedup)
@@ -472,8 +710,8 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
     return profile, verdict
 
 
-__all__ = ["ENCODING", "EXIT_RULES", "K_VALUES", "AcceptanceRecord", "PlannedCosts", "RankRow", "Replanned",
-           "Reranking", "SkipSetTraces", "acceptance_from_dict", "acceptance_to_dict", "check_measured_extra",
-           "decode_trace", "encode_trace", "keep_portable", "layer_skip_configs", "planned_costs_from_dict", "predict",
-           "record_acceptance", "replan_profile", "replan_record", "replan_skip_set", "rerank",
-           "rerank_study", "reranked_profile", "time_rows", "trace_skip_sets"]
+__all__ = ["EXIT_RULES", "K_VALUES", "RankRow", "Replanned", "Reranking", "keep_portable", "layer_skip_configs",
+           "own_costs", "portable_parts", "precision_draft", "precision_ratio", "predict", "record_acceptance",
+           "record_lookup", "record_precision", "replan_lookup", "replan_profile", "replan_record", "replan_skip_set",
+           "replay_lookup", "replay_recorded", "rerank", "rerank_study", "reranked_profile", "time_rows",
+           "trace_skip_sets"]

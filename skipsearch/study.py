@@ -18,6 +18,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -35,6 +36,7 @@ EVALUATING_ATTR = "evaluating"  # trial's: set when a shared study's trial start
 KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so other workers see it
 METHOD_ATTR, PARAMS_ATTR = "method", "params"  # trial's: the candidate's method and method params
 WORKER_ATTR = "worker"  # trial's: "host:pid" of the process that runs it
+MODEL_ATTR = "model"  # study's: {name, num_layers, fingerprint} of the model the search ran on
 OPEN_ATTEMPTS = 5  # tries to create-or-load a study that other workers may be creating right now
 TWIN_POLL_SECONDS = 0.2  # how often a worker looks whether another's evaluation of its config is done
 # Liveness, by Optuna's RDBStorage heartbeats: a running trial records one every HEARTBEAT_SECONDS;
@@ -42,6 +44,8 @@ TWIN_POLL_SECONDS = 0.2  # how often a worker looks whether another's evaluation
 # ``fail_stale_trials`` marks it failed. Nothing else ever fails another process's trial.
 HEARTBEAT_SECONDS = 5
 GRACE_SECONDS = 30
+WRITE_ATTEMPTS = 5  # tries of one storage write that a busy storage refused ("database is locked", a deadlock)
+SQLITE_TIMEOUT_SECONDS = 60  # how long an SQLite write waits for another worker's lock (sqlite3's default is 5)
 # The storage each study was opened with: we construct it, so its public methods are ours to call.
 _STORAGES: weakref.WeakKeyDictionary[optuna.Study, optuna.storages.BaseStorage] = weakref.WeakKeyDictionary()
 
@@ -74,6 +78,7 @@ class SearchSummary:
     failed: int  # by this call
     best: TrialRecord | None
     seconds: float
+    conflicts: tuple[str, ...] = ()  # storage conflicts this call survived, one line each (see ``finish_trial``)
 
 
 # -- (de)serialisation of what a trial records ---------------------------------------------------
@@ -105,6 +110,90 @@ def _one_line(error: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+# -- storage ---------------------------------------------------------------------------------------
+
+
+class ClaimingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage, with an atomic claim of a waiting (enqueued) trial.
+
+    ``Study.ask`` pops a WAITING trial by reading its state and then setting it RUNNING. Optuna locks
+    the row with SELECT ... FOR UPDATE, which SQLite ignores: two workers could both read WAITING and
+    both run the trial, and the slower one then wrote to a trial the faster one had finished
+    (``UpdateFinishedTrialError``; issue 22). Here the claim is one conditional UPDATE
+    (``... WHERE state = WAITING``), which exactly one worker wins on every backend."""
+
+    def set_trial_state_values(self, trial_id: int, state: optuna.trial.TrialState,
+                               values=None) -> bool:
+        if state != _STATES.RUNNING or values is not None:
+            return super().set_trial_state_values(trial_id, state=state, values=values)
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(self.scoped_session) as session:
+            won = session.query(models.TrialModel).filter(
+                models.TrialModel.trial_id == trial_id, models.TrialModel.state == _STATES.WAITING,
+            ).update({models.TrialModel.state: _STATES.RUNNING}, synchronize_session=False)
+            if won == 1:  # the start time, in the same transaction (Optuna's model converts it to UTC)
+                models.TrialModel.find_or_raise_by_id(trial_id, session).datetime_start = datetime.now()
+        return won == 1
+
+
+def rdb_storage(url: str) -> ClaimingRDBStorage:
+    """The storage every worker opens ``url`` with: atomic claims, heartbeats, a patient SQLite lock."""
+    engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_SECONDS}} if url.startswith("sqlite") else None
+    return ClaimingRDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
+                              grace_period=GRACE_SECONDS)
+
+
+def storage_conflict(error: BaseException) -> bool:
+    """Whether ``error`` is the storage refusing a write because of another worker, not a bug here: the
+    trial was finished by another worker, or the database was busy (locked, a deadlock, a serialisation
+    failure). Optuna wraps driver errors in ``StorageInternalError``."""
+    if isinstance(error, optuna.exceptions.UpdateFinishedTrialError):
+        return True
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InternalError)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _finished_elsewhere(error: BaseException) -> bool:
+    return isinstance(error, optuna.exceptions.UpdateFinishedTrialError)
+
+
+def finish_trial(study: optuna.Study, trial: optuna.Trial | int, *, value: float | None = None,
+                 error: str | None = None) -> str | None:
+    """Finish ``trial`` (an asked trial, or the number of one this process added): COMPLETE with
+    ``value``, or FAIL with ``error``.
+
+    Returns None when done, else the storage conflict that prevented it, in one line. A trial that is
+    already finished (another worker failed it as lost, or claimed it too) is never written again;
+    a busy storage is tried WRITE_ATTEMPTS times."""
+    problem, number = None, trial if isinstance(trial, int) else trial.number
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            if error is not None:
+                if isinstance(trial, int):
+                    set_trial_attr(study, number, ERROR_ATTR, error)
+                else:
+                    trial.set_user_attr(ERROR_ATTR, error)
+                study.tell(trial, state=_STATES.FAIL)
+            else:
+                study.tell(trial, value)
+            return None
+        except Exception as e:
+            if not storage_conflict(e):
+                raise
+            problem = _one_line(e)
+            if _finished_elsewhere(e):
+                break
+            time.sleep(0.2 * (attempt + 1))
+    return f"trial {number} not recorded: {problem}"
+
+
 # -- opening ---------------------------------------------------------------------------------------
 
 
@@ -133,8 +222,7 @@ def open_study(*, study_dir: str | Path | None = None, storage: str | None = Non
     for attempt in range(OPEN_ATTEMPTS):
         try:
             with _quiet_optuna():
-                backend = optuna.storages.InMemoryStorage() if storage is None else optuna.storages.RDBStorage(
-                    storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS)
+                backend = optuna.storages.InMemoryStorage() if storage is None else rdb_storage(storage)
                 study = optuna.create_study(storage=backend, study_name=name, sampler=sampler,
                                             direction=direction, load_if_exists=True)
             break
@@ -157,6 +245,57 @@ def open_study(*, study_dir: str | Path | None = None, storage: str | None = Non
     return study
 
 
+def check_storage(*, study_dir: str | Path | None = None, storage: str | None = None) -> None:
+    """What can be wrong with a study's storage that needs no model, checked before one loads (one line each):
+    a database driver that is not installed, a study file that is truncated or not a database, a study that
+    cannot be written (read-only file or folder). Nothing is created or written."""
+    import sqlite3
+    import urllib.parse
+
+    if storage is not None:
+        try:
+            url = sqlalchemy.engine.make_url(storage)
+        except Exception:  # noqa: BLE001 - not a URL at all
+            raise StudyError(f"'{_shown(storage)}' is not a database URL (e.g. sqlite:///study.db, "
+                             f"postgresql://...)") from None
+        try:
+            url.get_dialect().import_dbapi()  # the driver, imported; nothing connects
+        except ImportError as e:
+            raise StudyError(f"cannot use '{_shown(storage)}': its database driver is not installed ({e}); install "
+                             f"it (pip install -e '.[postgres]' for psycopg2), or name an installed one in the "
+                             f"URL") from None
+        except Exception as e:  # noqa: BLE001 - an unknown dialect: sqlalchemy says which
+            raise StudyError(f"cannot use '{_shown(storage)}': {_one_line(e)}") from None
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return
+        db = Path(url.database)
+    elif study_dir is not None:
+        db = Path(study_dir) / "study.db"
+    else:
+        return
+    if not db.exists():
+        folder = next((q for q in [db.parent, *db.parent.parents] if q.exists()), None)
+        if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
+            raise StudyError(f"cannot create the study in '{db.parent}': '{folder}' is read-only")
+        return
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(str(db.resolve()))}?mode=ro", uri=True)
+        try:
+            conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            ok = conn.execute("PRAGMA quick_check").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise StudyError(f"study file '{db}' is unreadable ({e}): it is truncated or not a study; move it away "
+                         f"to start afresh") from None
+    if ok is None or ok[0] != "ok":
+        raise StudyError(f"study file '{db}' is damaged (quick_check: {ok[0] if ok else 'no answer'}); move it away "
+                         f"to start afresh")
+    if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
+        raise StudyError(f"study file '{db}' is read-only (SQLite also needs to write its folder): a search "
+                         f"writes every trial; make it writable, or read it with `skipsearch study show`")
+
+
 # -- liveness: heartbeats and lost trials ------------------------------------------------------------
 
 
@@ -174,7 +313,11 @@ def fail_lost_trials(study: optuna.Study) -> None:
     """Fail the RUNNING trials whose worker is provably gone (no heartbeat for GRACE_SECONDS)."""
     if isinstance(_STORAGES.get(study), optuna.storages.RDBStorage):
         with _quiet_optuna():
-            optuna.storages.fail_stale_trials(study)
+            try:
+                optuna.storages.fail_stale_trials(study)
+            except Exception as e:  # a busy storage: the next look tries again
+                if not storage_conflict(e):
+                    raise
 
 
 def worker_id() -> str:
@@ -232,6 +375,24 @@ def other_local_workers(study: optuna.Study) -> list[str]:
     return sorted(w for w in found if w and w != me and w.split(":", 1)[0] == host)
 
 
+def share_cores(workers: int) -> str | None:
+    """Give this process its share of the machine's cores when ``workers`` skipsearch workers run on it: each
+    taking every core (torch's default) oversubscribes them, and all of them crawl (on 2 cores, two default
+    workers took over 4x as long as one). Returns the one line that says so, or None when nothing changed
+    (one worker, or already at most its share, e.g. under OMP_NUM_THREADS=1)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    fair, have = max(1, cores // max(workers, 1)), torch.get_num_threads()
+    if workers <= 1 or have <= fair:
+        return None
+    torch.set_num_threads(fair)
+    return (f"{workers} skipsearch workers share this machine's {cores} cores: this one now uses {fair} torch "
+            f"thread(s), not {have}")
+
+
 def contention(study: optuna.Study) -> str | None:
     """Why a timing taken now would not be this machine's own, or None."""
     others = other_local_workers(study)
@@ -243,9 +404,43 @@ def contention(study: optuna.Study) -> str | None:
     return None
 
 
+def stamp_model(study: optuna.Study, *, name: str, num_layers: int, fingerprint: str | None) -> None:
+    """Record the model a search runs on, once: re-ranking or planning from the study checks it."""
+    if MODEL_ATTR not in study.user_attrs:
+        try:
+            study.set_user_attr(MODEL_ATTR, {"name": name, "num_layers": num_layers, "fingerprint": fingerprint})
+        except Exception as e:  # a busy storage: the record is a convenience, the space already names the depth
+            if not storage_conflict(e):
+                raise
+
+
+def check_study_model(label: str, attrs: dict, *, model: str, num_layers: int, fingerprint: str | None = None,
+                      force: bool = False) -> None:
+    """Refuse, in one line, a study made for another model than ``model`` (``num_layers`` deep): its skip sets
+    name other layers, and its timings are another model's. A study that recorded its model's fingerprint is
+    also checked by it (``force`` lets a different fingerprint of the same depth through)."""
+    made = attrs.get(MODEL_ATTR) if isinstance(attrs.get(MODEL_ATTR), dict) else {}
+    space = attrs.get(SPACE_ATTR) if isinstance(attrs.get(SPACE_ATTR), dict) else {}
+    layers = made.get("num_layers", space.get("num_layers"))
+    if layers is not None and layers != num_layers:
+        who = f" ({made['name']})" if made.get("name") else ""
+        raise StudyError(f"study {label} was made for a {layers}-layer model{who}, not {model} ({num_layers} layers): "
+                         f"give its --model, or another study")
+    if not force and fingerprint and made.get("fingerprint") and made["fingerprint"] != fingerprint:
+        raise StudyError(f"study {label} was made for model {made.get('name')} (fingerprint {made['fingerprint']}), "
+                         f"not {model} ({fingerprint}): give its --model, or --force to use it anyway")
+
+
 def load_records(*, study_dir: str | Path | None = None, storage: str | None = None,
                  study_name: str | None = None) -> tuple[str, list[TrialRecord]]:
-    """Read an existing study without a strategy (for ``skipsearch study show``).
+    """Read an existing study without a strategy (for ``skipsearch study show``)."""
+    label, recs, _ = load_study(study_dir=study_dir, storage=storage, study_name=study_name)
+    return label, recs
+
+
+def load_study(*, study_dir: str | Path | None = None, storage: str | None = None,
+               study_name: str | None = None) -> tuple[str, list[TrialRecord], dict]:
+    """``load_records``, and the study's user attrs (its strategy, space and model).
 
     Reading never writes: the storage is looked at first (SQLite opened read-only) and must hold
     Optuna's tables, and Optuna is then told not to create any, so pointing this at some other
@@ -284,7 +479,7 @@ def load_records(*, study_dir: str | Path | None = None, storage: str | None = N
         raise StudyError(f"study '{name}' in '{_shown(storage)}' has trials skipsearch did not write "
                          f"({_one_line(e)})") from None
     label = f"{name} [{study.user_attrs.get(STRATEGY_ATTR, '?')}]"
-    return label, recs
+    return label, recs, dict(study.user_attrs)
 
 
 def _check_optuna_storage(url: str) -> dict:
@@ -478,21 +673,38 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise StudyError(f"budget must be an integer >= 1, got {budget!r}")
     _check_or_stamp(study, strategy)
-    start, ran, failed = time.perf_counter(), 0, 0
+    start, ran, failed, conflicts = time.perf_counter(), 0, 0, []
+    neighbours = 0  # other live workers on this machine, last seen
     while True:
         fail_lost_trials(study)  # a dead worker's trial must not hold the budget, nor a twin, for ever
         if _used(study) >= budget:
             break
-        # 1. the strategy may fix the next trial's params (seeds, its own model's proposal)
-        params = strategy.next_params(study)
-        if params is not None:
-            study.enqueue_trial(params)
-        with _quiet_optuna():
-            trial = study.ask()
+        try:
+            # 1. the strategy may fix the next trial's params (seeds, its own model's proposal)
+            params = strategy.next_params(study)
+            if params is not None:
+                study.enqueue_trial(params)
+            with _quiet_optuna():
+                trial = study.ask()
+        except Exception as e:  # a busy storage: look again (a persistent one ends the search in one line)
+            if not storage_conflict(e):
+                raise
+            conflicts.append(f"could not start a trial: {_one_line(e)}")
+            if len(conflicts) > 10 * WRITE_ATTEMPTS:
+                raise StudyError(f"the storage keeps refusing writes: {conflicts[-1]}") from None
+            time.sleep(0.2 * min(len(conflicts), WRITE_ATTEMPTS))
+            continue
         candidate = measurement = error = None
         try:
             with heartbeat(study, trial.number):
                 trial.set_user_attr(WORKER_ATTR, worker_id())
+                if isinstance(_STORAGES.get(study), optuna.storages.RDBStorage):
+                    others = len(other_local_workers(study))
+                    if others > neighbours:  # more workers on these cores than before: take this one's share
+                        shared = share_cores(others + 1)
+                        if shared:
+                            warnings.warn(shared, RuntimeWarning, stacklevel=2)
+                    neighbours = others
                 # 2. params -> candidate, recorded before evaluation so a failed trial still shows it
                 candidate = strategy.suggest(trial)
                 for key, value in candidate_attrs(candidate).items():
@@ -515,20 +727,26 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
                     raise ValueError(f"the objective returned speedup {measurement.speedup}")
                 trial.set_user_attr(MEASUREMENT_ATTR, measurement.to_dict())
         except KeyboardInterrupt:
-            trial.set_user_attr(ERROR_ATTR, "interrupted")
-            study.tell(trial, state=_STATES.FAIL)
+            finish_trial(study, trial, error="interrupted")  # a conflict here changes nothing: stopping
             raise
         except Exception as e:
+            # Our own writes may have met another worker: it finished this trial (it judged us lost), or the
+            # storage was busy. Either way the trial is failed here if it still can be, never written again.
             measurement, error = None, _one_line(e)
-            trial.set_user_attr(ERROR_ATTR, error)
-            study.tell(trial, state=_STATES.FAIL)
+            conflict = finish_trial(study, trial, error=error)
+            if storage_conflict(e) or conflict:
+                conflicts.append(conflict or f"trial {trial.number}: {error}")
             failed += 1
         else:
             # 4. report the value the strategy learns from
-            study.tell(trial, measurement.speedup)
+            conflict = finish_trial(study, trial, value=measurement.speedup)
+            if conflict:
+                conflicts.append(conflict)
+                measurement, error = None, conflict
+                failed += 1
         ran += 1
         if on_trial is not None:
             state = "FAIL" if error is not None else "COMPLETE"
             on_trial(TrialRecord(trial.number, state, candidate, measurement, error), best(study))
     return SearchSummary(trials_total=_used(study), trials_run_here=ran, failed=failed, best=best(study),
-                         seconds=time.perf_counter() - start)
+                         seconds=time.perf_counter() - start, conflicts=tuple(conflicts))

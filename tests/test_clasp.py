@@ -11,7 +11,10 @@ import torch
 from conftest import make_tiny_model
 
 from skipsearch import api
-from skipsearch.clasp import (
+from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
+from skipsearch.decoding import Drafter, generate, hf_generate
+from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
+from skipsearch.methods.clasp_dynamic import (
     SUBLAYERS,
     ClaspDynamicDrafter,
     ClaspSkipSets,
@@ -26,9 +29,6 @@ from skipsearch.clasp import (
     sequence_targets,
     static_skip_sets,
 )
-from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import generate, hf_generate
-from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
@@ -187,7 +187,7 @@ def test_dynamic_sampling_runs_and_stays_in_the_vocabulary(sm8):
     assert result.stats.drafted_tokens > 0
 
 
-class _Recorder:
+class _Recorder(Drafter):
     """A drafter that drafts nothing useful and records what the engine hands it after verify."""
 
     wants_hidden_states = True

@@ -13,8 +13,6 @@ from skipsearch.config import DraftConfig
 from skipsearch.costs import (
     CostModelRef,
     CostProfile,
-    Costs,
-    CostsError,
     architecture_of,
     check_costs_for,
     check_costs_model,
@@ -23,6 +21,8 @@ from skipsearch.costs import (
     measure_cost_profile,
     save_costs,
 )
+from skipsearch.files.costs import Costs
+from skipsearch.files.errors import CostsError
 
 runner = CliRunner()
 SHIPPED = "costs/cpu-float32.yaml"

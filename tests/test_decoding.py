@@ -14,7 +14,7 @@ import torch
 from conftest import make_tiny_model
 
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import Draft, LayerSkipDrafter, generate, hf_generate, process_logits
+from skipsearch.decoding import Draft, Drafter, LayerSkipDrafter, generate, hf_generate, process_logits
 
 V = 64  # the tiny_sm vocabulary
 MAX_NEW = 24
@@ -79,7 +79,9 @@ def check_stats(result, *, prompt_len: int, max_k: int, eos_hit: bool = False) -
         assert s.new_tokens - 1 - s.verify_steps <= s.accepted_tokens <= s.new_tokens - 1
     if s.verify_steps:  # tau counts emitted tokens only, never drafts cut after an EOS
         assert s.tau == pytest.approx((s.new_tokens - 1) / s.verify_steps)
-    assert s.seconds > 0 and s.prefill_seconds >= 0 and s.draft_seconds >= 0 and s.verify_seconds >= 0
+    # the parts are disjoint spans of the one run: together at most its time, and each there when it ran
+    assert s.prefill_seconds + s.draft_seconds + s.verify_seconds <= s.seconds
+    assert s.prefill_seconds > 0 and (s.verify_seconds > 0) == (s.verify_steps > 0)
     assert s.tokens_per_s == pytest.approx(s.new_tokens / s.seconds)
 
 
@@ -123,7 +125,7 @@ def test_max_draft_tokens_zero_is_autoregressive(tiny_sm, references):
     assert result.stats.drafted_tokens == 0 and result.stats.final_threshold is None
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Proposes the reference greedy continuation for its first j tokens, then one wrong token.
 
     ``schedule(cycle) -> j``; j >= limit proposes ``limit`` correct tokens. On every call it

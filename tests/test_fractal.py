@@ -10,12 +10,14 @@ import yaml
 from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
-from skipsearch import api, fractal
+from skipsearch import api
 from skipsearch import optimize as opt
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import GREEDY, generate, hf_generate
-from skipsearch.fractal import (
+from skipsearch.methods import fractal
+from skipsearch.methods.fractal import METHOD as FRACTAL
+from skipsearch.methods.fractal import (
     FractalDrafter,
     FractalParams,
     compressed_model,
@@ -23,7 +25,7 @@ from skipsearch.fractal import (
     even_positions,
     merge,
 )
-from skipsearch.methods.fractal import METHOD as FRACTAL
+from skipsearch.methods.fractal import drafter as fractal_drafter
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 
 PROMPT = [3, 17, 5, 9, 22, 7, 1, 40, 2]
@@ -105,7 +107,7 @@ def test_plain_decoding_equals_hf_generate_on_the_tiny_model(sm, reference):
     assert reference == hf_generate(sm, PROMPT, max_new_tokens=NEW)
 
 
-# -- the open points of §3.2, as interpreted in fractal.py ------------------------------------------------
+# -- the open points of §3.2, as interpreted in methods/fractal ------------------------------------------------
 def test_merge_replaces_only_the_draft_slots():
     h = torch.randn(5, 8)  # 3 prefix rows, 2 slots
     h_hat = torch.randn(6, 8)  # the lower pass: the same prefix, 3 slots
@@ -128,7 +130,7 @@ def test_prefix_hidden_states_are_bit_identical_to_the_full_model(sm, monkeypatc
     def append_only(sm_, cm, h, prefix_ids, p, *, frame, context, keep):
         return torch.cat([h, h[-1:]]), None
 
-    monkeypatch.setattr(fractal, "fractal_layer", append_only)
+    monkeypatch.setattr(fractal_drafter, "fractal_layer", append_only)
     plain: list[torch.Tensor] = []
     _pass(sm, n=n, w=w, kv_cache=kv_cache, record=plain)
     assert len(record) == len(plain) == sm.num_layers + 1

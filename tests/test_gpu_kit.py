@@ -185,12 +185,13 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     assert "DONE: bench-smollm2-cpu.md" in third.stdout
     # what comes back: at most 8 plain files, names the device tool accepts
     back = sorted(p.name for p in out.iterdir())
-    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-tpe.yaml", "cpu-float32-tpe.yaml", "evidence.tar.gz",
-                    "gpu_bench.log"]
+    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-precision.yaml", "cpu-bfloat16-tpe.yaml",
+                    "cpu-float32-tpe.yaml", "evidence.tar.gz", "gpu_bench.log"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in back)
     md = (out / "bench-smollm2-cpu.md").read_text()
     for dtype in ("float32", "bfloat16"):
-        for method in ("hf-greedy", "skipsearch-ar", "layer-skip:cpu-float32-tpe", "layer-skip:cpu-bfloat16-tpe"):
+        for method in ("hf-greedy", "skipsearch-ar", "layer-skip:cpu-float32-tpe", "layer-skip:cpu-bfloat16-tpe",
+                       "precision:cpu-bfloat16-precision"):
             assert re.search(rf"\| {dtype} \| {re.escape(method)} \| (identical|equal up to numerical ties) \|", md)
         assert f"## The bench in {dtype}" in md
     assert re.search(r"\| bfloat16 \| [1-6] \| [0-9.]+ \| 4 \|", md)  # the drift: 1 prompt, up to 6 tokens
@@ -201,4 +202,7 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     assert doc["version"] == 2 and {r["verdict"] for r in doc["rows"]} <= {"identical", "equal up to numerical ties"}
     # a call after everything is done redoes nothing
     again = call(["manifest.json"])
-    assert again.returncode == 0 and again.stdout.count("done in an earlier call") == 6
+    stages = ("convert", "drift-bfloat16", "search-float32", "search-bfloat16", "precision-bfloat16",
+              "bench-float32", "bench-bfloat16")
+    assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(stages), again.stdout
+    assert all(f"== {name}: done in an earlier call" in again.stdout for name in stages), again.stdout

@@ -12,7 +12,7 @@ import torch
 
 from skipsearch import harness as hn
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.decoding import Draft, generate, make_drafter
+from skipsearch.decoding import Draft, Drafter, generate, make_drafter
 from skipsearch.memory import memory_probe
 from skipsearch.objective import LosslessnessError, time_drafter
 
@@ -177,7 +177,7 @@ def test_the_memory_probe_sees_what_a_call_allocates_and_only_that():
 
 
 # -- time_drafter, on the tiny model -----------------------------------------------------------------------
-class _CorruptingDrafter:
+class _CorruptingDrafter(Drafter):
     """Drafts nothing but rewrites the KV of the token before the pending one, with another token's:
     what an off-by-one crop inside a drafter looks like. The engine cannot see it; the output changes."""
 
@@ -209,10 +209,10 @@ def test_hierplan_validation_pools_alpha_and_beta_over_one_pass(tiny_sm):
     # the harness warms up and repeats; the α, β that validation reports must still be those of one
     # drafter run once over each prompt, as the planner defines them
     from skipsearch.decoding import generate
-    from skipsearch.hierarchical import HierarchicalDrafter, Hierarchy
     from skipsearch.hierplan import validate
-    from skipsearch.objective import calibrate
+    from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy
     from skipsearch.plan import PlanInputs
+    from skipsearch.surrogate import calibrate
 
     h = Hierarchy(DraftConfig(skip_attn=(2,), skip_mlp=(3,)), DraftConfig(skip_attn=(1, 2), skip_mlp=(1, 3)), 2, 1)
     cal = calibrate(tiny_sm, PROMPTS, max_new_tokens=12)

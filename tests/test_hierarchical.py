@@ -17,15 +17,16 @@ from skipsearch import api
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import LayerSkipDrafter, generate, hf_generate, process_logits
-from skipsearch.hierarchical import (
+from skipsearch.files.errors import ProfileError
+from skipsearch.hierplan import build_profile, plan_model, render_markdown
+from skipsearch.methods.hierarchical import (
     HierarchicalDrafter,
     Hierarchy,
     hierarchy_from_profile,
     hierarchy_to_profile_fields,
 )
-from skipsearch.hierplan import build_profile, plan_model, render_markdown
-from skipsearch.objective import calibrate
-from skipsearch.profile import ModelRef, Profile, ProfileError, load_profile, profile_to_dict, save_profile
+from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
+from skipsearch.surrogate import calibrate
 
 PROMPT = [3, 9, 4, 1, 7, 22, 5, 40, 11]
 MEDIUM = DraftConfig(skip_attn=(2,), skip_mlp=(3,))

@@ -26,8 +26,9 @@ from skipsearch.config import NO_EXIT, Candidate, DraftConfig, SamplingParams
 from skipsearch.decoding import Draft, generate, hf_generate, process_logits
 from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.ngram import NgramDrafter, NgramIndex, NgramParams
-from skipsearch.objective import ModelObjective, calibrate
+from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
+from skipsearch.surrogate import calibrate
 
 V16 = 16
 SAMPLES = 1500

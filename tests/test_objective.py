@@ -6,13 +6,12 @@ import time
 
 import pytest
 
-from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule
-from skipsearch.objective import (
+from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, Trace
+from skipsearch.objective import ModelObjective
+from skipsearch.surrogate import (
     CostModel,
-    ModelObjective,
-    Trace,
-    _interpolate,
     calibrate,
+    interpolate,
     measure_costs,
     replay,
     trace,
@@ -33,7 +32,7 @@ def _costs(c: float, verify: tuple[float, ...], layers: int = 4) -> CostModel:
 
 
 def test_interpolation_passes_through_the_measured_points():
-    v = _interpolate([(1, 1.0), (2, 1.6), (4, 2.0), (9, 2.5)])
+    v = interpolate([(1, 1.0), (2, 1.6), (4, 2.0), (9, 2.5)])
     assert len(v) == 9
     assert v[0] == 1.0 and v[1] == 1.6 and v[3] == 2.0 and v[8] == 2.5
     assert v[2] == pytest.approx(1.8) and v[5] == pytest.approx(2.2)
@@ -80,7 +79,7 @@ def test_a_config_that_skips_nothing_matches_everywhere(tiny_sm, calibration):
 
 
 def test_the_trace_leaves_the_shared_cache_as_it_found_it(tiny_sm, calibration):
-    from skipsearch.objective import full_cache
+    from skipsearch.surrogate import full_cache
 
     prompt, cont = calibration.prompts[0], calibration.continuations[0]
     kv = full_cache(tiny_sm, prompt, cont)

@@ -9,13 +9,13 @@ import pytest
 import yaml
 
 from skipsearch.config import DraftConfig, ExitRule
+from skipsearch.files.errors import ProfileError
 from skipsearch.profile import (
     SCHEMA_VERSION,
     Environment,
     Measured,
     ModelRef,
     Profile,
-    ProfileError,
     SearchInfo,
     check_model,
     load_profile,
@@ -378,7 +378,7 @@ def test_a_file_over_the_size_cap_is_refused_without_reading_it_all(tmp_path):
 
 
 def test_short_never_builds_a_whole_repr_of_a_huge_value():
-    from skipsearch.profile import _short
+    from skipsearch.files.yamlio import short as _short
 
     shared = ["lol"] * 10
     for _ in range(30):  # 10**30 strings as a repr would write them out

@@ -12,25 +12,21 @@ from typer.testing import CliRunner
 
 from skipsearch import replan
 from skipsearch.cli import app
-from skipsearch.config import Candidate, DraftConfig
-from skipsearch.costs import (
-    CostModelRef,
-    CostProfile,
-    Costs,
-    load_costs,
-    planned_costs_of,
-    planned_costs_to_dict,
-    save_costs,
-)
-from skipsearch.hierarchical import Hierarchy
+from skipsearch.config import Candidate, DraftConfig, Trace
+from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
+from skipsearch.files.costs import Costs, planned_costs_to_dict
+from skipsearch.files.errors import ProfileError
+from skipsearch.files.records import PRECISION_KEY, acceptance_to_dict, decode_trace, encode_trace, lookup_to_dict
 from skipsearch.hierplan import choose_pairs, plan_from_study, study_front
 from skipsearch.measure import Measurement
-from skipsearch.objective import ModelObjective, Trace, calibrate
+from skipsearch.methods.hierarchical import Hierarchy
+from skipsearch.objective import ModelObjective
 from skipsearch.plan import best_draft_length, pareto_front
-from skipsearch.profile import ProfileError, load_profile, save_profile
+from skipsearch.profile import load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
 from skipsearch.study import TrialRecord, load_records, open_study, records, run_search
+from skipsearch.surrogate import calibrate
 
 runner = CliRunner()
 CPU = "costs/cpu-float32.yaml"
@@ -56,7 +52,7 @@ def write_synthetic_profile(path, *, k: int = 2) -> str:
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "layer-skip",
            "draft": {"skip_attn": list(SKIPS[0][0]), "skip_mlp": [], "max_draft_tokens": k},
            "measured": {"source": "optimize", "device": "cpu", "predicted_speedup": 0.8,
-                        "acceptance": replan.acceptance_to_dict(record),
+                        "acceptance": acceptance_to_dict(record),
                         "costs": planned_costs_to_dict(planned_costs_of(cpu, source=CPU))}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return str(path)
@@ -72,7 +68,7 @@ def free_costs(num_layers: int = 30) -> CostProfile:
 # -- the record --------------------------------------------------------------------------------------------
 def test_a_trace_survives_its_one_byte_encoding():
     tr = Trace((True, False, True), (0.0, 0.5, 1.0))
-    back = replan.decode_trace(replan.encode_trace(tr))
+    back = decode_trace(encode_trace(tr))
     assert back.matches == tr.matches
     assert all(abs(a - b) <= 0.5 / 127 for a, b in zip(back.confidences, tr.confidences, strict=True))
 
@@ -133,7 +129,89 @@ def test_cli_plan_refuses_mixed_modes_and_profiles_without_traces(tmp_path):
     assert_one_line_error(result, "keeps no acceptance record")
     result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/cpu-float32-fractal.yaml",
                                  "--costs", CPU])
-    assert_one_line_error(result, "re-planning needs a layer-skip profile")
+    assert_one_line_error(result, "re-planning needs a layer-skip profile's traces or a lookup profile's")
+
+
+# -- re-planning a prompt-lookup profile (issue 22) ---------------------------------------------------------------
+def lookup_calibration(seed: int = 0):
+    """Greedy continuations that repeat their prompt in long runs, with a new token now and then: the lookup hits
+    often and matches a few to a dozen tokens."""
+    from skipsearch.surrogate import Calibration
+
+    rng = random.Random(seed)
+    prompts, conts = [], []
+    for _ in range(4):
+        prompt = tuple(rng.randrange(100, 400) for _ in range(40))
+        cont = []
+        while len(cont) < 96:
+            start = rng.randrange(0, 30)
+            cont += list(prompt[start:start + rng.randrange(2, 14)]) + [rng.randrange(400, 500)]
+        prompts.append(prompt)
+        conts.append(tuple(cont[:96]))
+    return Calibration(tuple(prompts), tuple(conts), 96)
+
+
+def write_lookup_profile(path, *, method: str = "ngram", k: int = 4, record: bool = True) -> str:
+    cal = lookup_calibration()
+    params = {"min_n": 1, "max_n": 3} if method == "ngram" else {"min_n": 1, "max_n": 3, "fallback": "none"}
+    measured = {"source": "optimize", "device": "cpu", "speedup": 1.2}
+    if record:
+        measured["lookup"] = lookup_to_dict(replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
+    raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
+           "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
+           "method_params": params}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def steep_costs(num_layers: int = 30) -> CostProfile:
+    """A made-up device where a k-token verify costs k steps and more: long drafts never pay for themselves."""
+    return CostProfile(CostModelRef("smollm2-135m", num_layers), "cpu-steep", "float32",
+                       Costs(0.05, 0.0001, 0.0001, 0.0001, tuple(1.0 + 0.45 * (k - 1) for k in range(1, 14))))
+
+
+@pytest.mark.parametrize("method", ["ngram", "hybrid"])
+def test_replanning_a_lookup_profile_chooses_a_longer_k_where_verification_is_free(tmp_path, method):
+    prof = load_profile(write_lookup_profile(tmp_path / "p.yaml", method=method))
+    on_free, plan_free = replan.replan_profile(prof, free_costs(), source="p", costs_source="free")
+    on_steep, plan_steep = replan.replan_profile(prof, steep_costs(), source="p", costs_source="steep")
+    assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
+    assert on_free.method == method and on_free.method_params == prof.method_params
+    assert plan_free.predicted.speedup > plan_steep.predicted.speedup
+    # the replay is exact: under the same v(k) it reproduces the ngram surrogate's own prediction
+    extra = dict(on_free.measured.extra)
+    assert extra["lookup"] == dict(prof.measured.extra)["lookup"]
+    assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
+
+
+def test_the_lookup_replay_is_the_ngram_surrogate(tmp_path):
+    """Replaying the record gives what ngram's own surrogate predicts from the tokens (lookup time aside)."""
+    from types import SimpleNamespace
+
+    from skipsearch.methods import ngram
+
+    cal, costs = lookup_calibration(), steep_costs().cost_model()
+    rec = replan.record_lookup(cal, min_n=1, max_n=3)
+    for k in (1, 3, 8, 12):
+        cand = Candidate("ngram", DraftConfig(max_draft_tokens=k), (("min_n", 1), ("max_n", 3)))
+        objective = SimpleNamespace(cal=cal, costs=costs, sm=SimpleNamespace(num_layers=30))
+        want = ngram.METHOD.predict(objective, cand)
+        got = replan.replay_lookup(rec, k, costs)
+        assert got.tau == pytest.approx(want.tau) and got.acceptance_rate == pytest.approx(want.acceptance_rate)
+        assert got.speedup == pytest.approx(want.speedup, rel=0.02)
+
+
+def test_cli_plan_re_plans_a_lookup_profile_and_refuses_one_without_its_record(tmp_path):
+    src = write_lookup_profile(tmp_path / "p.yaml", method="hybrid")
+    free = save_costs(free_costs(), tmp_path / "free.yaml")
+    out = tmp_path / "gpu.yaml"
+    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "its lookup record" in result.stdout and load_profile(out).draft.max_draft_tokens > 4
+    old = write_lookup_profile(tmp_path / "old.yaml", method="hybrid", record=False)
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(free)]),
+                          "keeps no lookup record (measured.lookup): it was written before lookup profiles kept one; "
+                          "run optimize again")
 
 
 # -- the study: re-ranking, the front, the planner's pick ---------------------------------------------------
@@ -181,8 +259,8 @@ def test_keep_portable_records_traces_that_replay_to_the_objectives_prediction(t
     back = load_profile(save_profile(kept, tmp_path / "k.yaml"))
     rec, planned = replan.portable_parts(back, source="k")
     assert len(rec.skip_sets) == 1 and planned.source == "measured by optimize"
-    again = replan.predict(rec.skip_sets[0].decoded(), config, planned.cost_model(6))
-    assert again.speedup == pytest.approx(objective.predict_layer_skip(config).speedup, rel=0.02)
+    again = replan.predict(rec.skip_sets[0].decoded(), config, cost_model_of(planned.costs, 6))
+    assert again.speedup == pytest.approx(objective.predict(Candidate("layer-skip", config)).speedup, rel=0.02)
 
 
 def _record(number: int, skip_attn, skip_mlp, alpha: float, c: float) -> TrialRecord:
@@ -273,9 +351,160 @@ def test_the_whole_workflow_through_the_cli_on_a_tiny_checkpoint(tiny_checkpoint
                                  "--out", str(tmp_path / "h.yaml")])
     assert result.exit_code == 0, result.output
     hier = load_profile(tmp_path / "h.yaml")
-    from skipsearch.hierarchical import hierarchy_from_profile
+    from skipsearch.methods.hierarchical import hierarchy_from_profile
 
     h = hierarchy_from_profile(hier)
     found = {(r.config.skip_attn, r.config.skip_mlp) for r in load_records(study_dir=study)[1] if r.config}
     assert (h.medium.skip_attn, h.medium.skip_mlp) in found and (h.small.skip_attn, h.small.skip_mlp) in found
     assert "Predicted against measured" in result.stdout
+
+
+def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm, monkeypatch, tmp_path):
+    from skipsearch import optimize as opt
+
+    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
+    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
+                                                        objective="surrogate", study_dir=str(tmp_path / "s")))
+    prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
+    assert prof.method == "ngram" and "lookup" in dict(prof.measured.extra)
+    new, plan = replan.replan_profile(prof, free_costs(tiny_sm.num_layers), source="p", costs_source="free")
+    assert plan.options and new.method == "ngram"
+
+
+# -- re-planning a precision draft, and a hybrid with a precision fallback -----------------------------------------
+def scheme_costs(verify, *, num_layers: int = 30, device: str = "dev", schemes: bool = True) -> CostProfile:
+    """A made-up device whose sublayers are most of a step and whose fp16 copy runs them 8x faster (a precision
+    draft's c ≈ 0.16 at 30 layers), with the verify curve ``verify``."""
+    from skipsearch.files.costs import SchemeCosts
+
+    sub = 0.048 / (2 * num_layers)
+    return CostProfile(CostModelRef("smollm2-135m", num_layers), device, "float32",
+                       Costs(0.05, sub, sub, 0.002, tuple(verify), 0.001,
+                             (SchemeCosts("fp16", sub / 8, sub / 8, 0.0),) if schemes else ()))
+
+
+FREE_V = (1.0,) * 13  # verification free: long drafts pay
+STEEP_V = tuple(float(k) for k in range(1, 14))  # a k-token verify costs k steps: long drafts never pay
+
+
+def write_precision_profile(path, *, method: str = "precision", record: bool = True, k: int = 4) -> str:
+    """A 30-layer precision profile (or hybrid with a precision fallback) as optimize writes it: the precision
+    draft's traces (and, for the hybrid, the lookup record over the same sequences)."""
+    from skipsearch.files.records import precision_to_dict
+    from skipsearch.methods.precision import PrecisionParams
+
+    pp = PrecisionParams(scheme="fp16")
+    params = dict(pp.to_pairs())
+    measured = {"source": "optimize", "device": "cpu", "speedup": 1.1}
+    if method == "hybrid":
+        cal = lookup_calibration()
+        params = {"min_n": 1, "max_n": 3, "fallback": "precision", **params}
+        measured["lookup"] = lookup_to_dict(replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
+        traces = synthetic_traces(0.9, sequences=len(cal.prompts), length=len(cal.continuations[0]))
+    else:
+        traces = synthetic_traces(0.9)
+    if record:
+        measured[PRECISION_KEY] = precision_to_dict(replan.record_precision(traces, DraftConfig(), pp, workload="s"))
+    raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
+           "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
+           "method_params": params}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.parametrize("method", ["precision", "hybrid"])
+def test_replanning_a_precision_draft_chooses_a_longer_k_where_verification_is_free(tmp_path, method):
+    prof = load_profile(write_precision_profile(tmp_path / "p.yaml", method=method))
+    on_free, plan_free = replan.replan_profile(prof, scheme_costs(FREE_V), source="p", costs_source="free")
+    on_steep, plan_steep = replan.replan_profile(prof, scheme_costs(STEEP_V), source="p", costs_source="steep")
+    assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
+    assert plan_free.predicted.speedup > plan_steep.predicted.speedup
+    assert on_free.method == method and on_free.method_params == prof.method_params
+    # c is the target's: (step - L·(attn + mlp) + L·(scheme attn + scheme mlp)) / step
+    assert plan_free.predicted.cost_ratio == pytest.approx((0.002 + 0.048 / 8) / 0.05)
+    assert dict(on_free.measured.extra)[PRECISION_KEY] == dict(prof.measured.extra)[PRECISION_KEY]
+    assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
+    assert "precision" in replan.format_replan(prof, on_free, plan_free, scheme_costs(FREE_V))
+
+
+def test_the_hybrid_replay_without_a_fallback_is_the_lookup_replay():
+    """Lookup first, fallback on a miss (hybrid.LookupThenFallback) with no fallback is prompt lookup alone."""
+    rec = replan.record_lookup(lookup_calibration(), min_n=1, max_n=3)
+    costs = steep_costs().cost_model()
+    for k in (1, 4, 12):
+        a, b = replan.replay_recorded(rec, k, costs), replan.replay_lookup(rec, k, costs)
+        assert (a.speedup, a.tau) == (b.speedup, b.tau)
+    with_fb = replan.replay_recorded(rec, 4, costs, fallback=DraftConfig(max_draft_tokens=4), c=0.1,
+                                     traces=synthetic_traces(1.0, sequences=4, length=96))
+    assert with_fb.tau > replan.replay_lookup(rec, 4, costs).tau  # every miss now drafts, and every draft matches
+
+
+def test_a_trimmed_precision_head_is_priced_at_its_share_of_the_lm_head():
+    from skipsearch.methods.layer_skip import LayerSkipParams
+    from skipsearch.methods.precision import PrecisionParams
+
+    params = PrecisionParams(scheme="fp16", quant_head=False)
+    costs = scheme_costs(FREE_V).costs
+    full, none = replan.precision_ratio(costs, 30, DraftConfig(), params, source="c")
+    assert none is None
+    head = LayerSkipParams.trimmed([0])  # V' = 1 of V = 4 tokens
+    trimmed = PrecisionParams(scheme="fp16", quant_head=False, vocab_subset=head.vocab_subset,
+                              vocab_ids=head.vocab_ids, vocab_sha256=head.vocab_sha256)
+    c, note = replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c", vocab_size=4)
+    assert c == pytest.approx(full - 0.001 * 0.75 / 0.05) and "approximation" in note
+    _, note = replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c")
+    assert "untrimmed" in note
+
+
+def test_cli_plan_a_precision_profile_needs_the_scheme_in_the_cost_file(tmp_path):
+    src = write_precision_profile(tmp_path / "p.yaml")
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", src, "--costs", CPU]),
+                          f"{CPU}: no costs for precision scheme fp16: measure them with "
+                          "`skipsearch costs --schemes fp16`")
+    free = save_costs(scheme_costs(FREE_V), tmp_path / "free.yaml")
+    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(tmp_path / "o.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "precision draft's traces" in result.stdout and load_profile(tmp_path / "o.yaml").draft.max_draft_tokens > 4
+    old = write_precision_profile(tmp_path / "old.yaml", record=False)
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(free)]),
+                          "keeps no precision record (measured.precision_traces)")
+    hyb = write_precision_profile(tmp_path / "h.yaml", method="hybrid")
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", hyb, "--costs", CPU]),
+                          "no costs for precision scheme fp16")
+
+
+def test_a_broken_precision_record_is_one_line_on_load(tmp_path):
+    path = tmp_path / "p.yaml"
+    write_precision_profile(path)
+    raw = yaml.safe_load(path.read_text())
+    raw["measured"][PRECISION_KEY]["traces"] = ["not base64!"]
+    path.write_text(yaml.safe_dump(raw))
+    assert_one_line_error(runner.invoke(app, ["profile", "validate", str(path)]),
+                          "measured.precision_traces.traces holds a string that is not base64")
+
+
+@pytest.mark.parametrize("strategy", ["precision", "hybrid"])
+def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, monkeypatch, tmp_path, strategy):
+    from skipsearch import optimize as opt
+    from skipsearch.strategies.hybrid import HybridStrategy
+
+    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
+    # the hybrid grid narrowed to precision fallbacks, so that what ships has one
+    monkeypatch.setattr(HybridStrategy, "grid",
+                        lambda self: {"n_range": ["1-2"], "k": [2, 4], "fallback": ["precision fp16"]})
+    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy=strategy, budget=2, n_prompts=2, max_new_tokens=16,
+                                                        objective="surrogate", study_dir=str(tmp_path / "s"),
+                                                        strategy_options=(("schemes", ("fp16",)),)))
+    prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
+    extra = dict(prof.measured.extra)
+    assert prof.method == strategy and PRECISION_KEY in extra
+    assert ("lookup" in extra) == (strategy == "hybrid")
+    assert extra["costs"]["schemes"]["fp16"].keys() == {"attn_seconds", "mlp_seconds", "head_saving_seconds"}
+    L = tiny_sm.num_layers
+    on_free, plan_free = replan.replan_profile(prof, scheme_costs(FREE_V, num_layers=L), source="p",
+                                               costs_source="free")
+    on_steep, plan_steep = replan.replan_profile(prof, scheme_costs(STEEP_V, num_layers=L), source="p",
+                                                 costs_source="steep")
+    assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
+    own = replan.replan_profile(prof, replan.own_costs(prof, source="p"), source="p", costs_source="p")[1]
+    assert own.options  # its own costs carry the scheme's

@@ -209,11 +209,16 @@ def test_warm_start_outside_the_space_is_repaired(name):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_registry_entry_is_named_by_its_key(name):
-    assert REGISTRY[name].name == name
+def test_registry_entry_builds_a_seeded_strategy_with_a_sampler(name):
     strategy = make_strategy(name, SearchSpace(num_layers=6), seed=3)
     assert isinstance(strategy, Strategy) and strategy.seed == 3
     assert isinstance(strategy.sampler(), optuna.samplers.BaseSampler)
+
+
+def test_every_method_s_search_entry_is_registered_and_every_strategy_searches_a_method():
+    entries = {m.name: m.strategy for m in methods.REGISTRY.values() if m.strategy is not None}
+    assert {name: e for name, e in entries.items() if e not in REGISTRY} == {}
+    assert {name: cls.method for name, cls in REGISTRY.items() if cls.method not in methods.REGISTRY} == {}
 
 
 def test_unknown_strategy_is_a_config_error():

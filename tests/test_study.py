@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 
 from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.measure import Measurement
@@ -295,3 +296,75 @@ def test_config_dict_round_trip_through_json():
     raw = json.loads(json.dumps(config_to_dict(config)))
     assert config_from_dict(raw) == config
     assert raw["skip_mlp"] == [5] and raw["exit"]["step"] == 0.02
+
+
+# -- the worker race (issue 22) ---------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_two_workers_never_claim_one_enqueued_trial(fast_dir):
+    """The race behind issue 22, made deterministic: worker B has read the waiting (enqueued) trial when worker
+    A claims it. Optuna's read-then-write claim let both run it on SQLite (no SELECT ... FOR UPDATE), and the
+    slower one then wrote to a trial the other had finished: UpdateFinishedTrialError."""
+    study_a, strategy = opened(fast_dir)
+    study_b, _ = opened(fast_dir)
+    study_a.enqueue_trial({"k": 2})
+    taken = []
+
+    @sqlalchemy.event.listens_for(study_b._storage._backend.engine, "before_cursor_execute")
+    def a_claims_first(conn, cursor, statement, *args):  # B has read the trial WAITING; A claims it now
+        if statement.lstrip().upper().startswith("UPDATE TRIALS") and not taken:
+            taken.append(study_a.ask().number)
+
+    mine = study_b.ask().number
+    assert taken == [0] and mine != 0
+    assert study_a.trials[0].state == optuna.trial.TrialState.RUNNING
+
+
+def test_a_trial_finished_by_another_worker_is_never_written_again(fast_dir):
+    """Another worker fails this worker's running trial (as it does one it judges lost) between ask and tell:
+    this worker records the conflict, writes nothing more to that trial, and goes on to the budget."""
+    study, strategy = opened(fast_dir)
+    other, _ = opened(fast_dir)  # a second handle on the same storage: another worker
+
+    class FailedFromOutside(Objective):
+        def evaluate(self, candidate, *, kind):
+            m = super().evaluate(candidate, kind=kind)
+            if len(self.calls) == 2:
+                running = other.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                assert len(running) == 1
+                other.tell(running[0].number, state=optuna.trial.TrialState.FAIL)
+                self.victim = running[0].number
+            return m
+
+    objective = FailedFromOutside()
+    summary = run_search(study, strategy, objective, budget=5)
+    trials = study.get_trials(deepcopy=False)
+    assert len(objective.calls) == 5 and summary.trials_run_here == 5 and summary.failed == 1
+    assert len(summary.conflicts) == 1 and "already finished" in summary.conflicts[0]
+    victim = trials[objective.victim]
+    assert victim.state == optuna.trial.TrialState.FAIL and "error" not in victim.user_attrs
+    assert "measurement" not in victim.user_attrs or victim.values is None
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == 4
+
+
+def test_a_busy_storage_is_retried_and_survived(fast_dir, monkeypatch):
+    """A storage that refuses a write ("database is locked") is tried again; the search never crashes."""
+    from skipsearch import study as st
+
+    study, strategy = opened(fast_dir)
+    tell, refusals = study.tell, []
+
+    def busy_tell(*args, **kwargs):
+        if len(refusals) < 2:
+            refusals.append(1)
+            raise optuna.exceptions.StorageInternalError("commit") from sqlalchemy.exc.OperationalError(
+                "UPDATE", {}, Exception("database is locked"))
+        return tell(*args, **kwargs)
+
+    monkeypatch.setattr(study, "tell", busy_tell)
+    monkeypatch.setattr(st.time, "sleep", lambda s: None)
+    summary = run_search(study, strategy, Objective(), budget=3)
+    assert len(refusals) == 2 and summary.failed == 0 and summary.conflicts == ()
+    ran = [t.state for t in study.trials if t.state != optuna.trial.TrialState.WAITING]  # seeds not yet run wait
+    assert ran == [optuna.trial.TrialState.COMPLETE] * 3

@@ -25,8 +25,10 @@ from skipsearch.methods import ParamsError
 from skipsearch.methods import layer_skip as ls
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, decode_ids, encode_ids, frequent_tokens, subset_sha256
-from skipsearch.objective import ModelObjective, calibrate
+from skipsearch.methods.layer_skip import drafter as ls_drafter
+from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
+from skipsearch.surrogate import calibrate
 
 SAMPLES = 1500
 PROMPTS = ([1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 9, 2, 33, 7, 5, 9], [40, 41, 42, 43, 40, 41], [7])
@@ -226,7 +228,7 @@ def test_the_profile_alone_rebuilds_the_same_head(tiny_sm, tmp_path):
     text = path.read_text()
     assert "vocab_ids:" in text and "vocab_sha256:" in text and "vocab_subset: 22" in text
     decode_ids.cache_clear()  # "another machine": nothing remembered
-    ls._HEADS.clear()
+    ls_drafter._HEADS.clear()
     loaded = load_profile(path)
     params = LAYER_SKIP.parse(loaded.method_params, draft=loaded.draft, num_layers=4)
     assert params.token_ids == tuple(range(0, 64, 3))

@@ -1,161 +1,37 @@
-"""The method registry: every draft method skipsearch can search, ship and decode, one module each.
+"""The method registry: every draft method skipsearch can search, ship and decode.
 
-A *method* is what a profile's ``method:`` key names. Each module in this package exports one
-``METHOD``, a ``Method`` record:
-- ``name``: the profile's ``method:`` value (it appears as a literal in its own module only);
-- ``params``: its ``method_params`` type, a frozen dataclass with one validation path,
-  ``parse(raw, draft=..., num_layers=...)``, whose every problem is one ``ParamsError`` line;
-- ``drafter``: ``(candidate, model) -> Drafter | None``, a fresh drafter per sequence (None: plain decoding);
-- ``strategy``: its search entry, the name of the registered ``Strategy`` that searches it (None: none);
-- ``example``: ``num_layers -> Candidate``, a small valid candidate (docs, and the shared test suite that
-  every registered method passes: tests/test_methods.py);
-- ``predict``: its surrogate, ``(objective, candidate) -> Measurement`` from the calibration data and the
-  measured cost model, with no timing (None: its candidates can only be timed).
-
-Adding a method is one module here plus its name in the registry lines at the end of this file.
-``profile``, ``api``, ``cli`` and ``optimize`` read only this registry. Method modules import torch
-lazily (inside ``drafter``), so reading and validating profiles stays light.
+Each method is a package here (``layer_skip/``, ``clasp_dynamic/``, ``fractal/``, ``hierarchical/``) or,
+when light, one module (``ngram.py``, ``hybrid.py``) that exports one ``METHOD`` record; what they share
+(the record, ``Params``, ``ParamsError``, the validators, the registry's functions) is in ``base.py``.
+Adding a method is its package plus one ``register(...)`` line below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from skipsearch.methods.base import (
+    REGISTRY,
+    Method,
+    Params,
+    ParamsError,
+    build_drafter,
+    check_keys,
+    choice_param,
+    get,
+    int_param,
+    layers_param,
+    names,
+    register,
+    unregister,
+)
 
-from skipsearch.config import Candidate, ConfigError, DraftConfig, thaw
+__all__ = ["REGISTRY", "Method", "Params", "ParamsError", "build_drafter", "check_keys", "choice_param", "get",
+           "int_param", "layers_param", "names", "register", "unregister"]
 
-if TYPE_CHECKING:
-    from skipsearch.decoding import Drafter
-    from skipsearch.models import SkippableModel
-
-
-
-class ParamsError(ConfigError):
-    """A method's ``method_params`` that cannot be used. One line: ``<method>: method_params.<key> ...``."""
-
-
-class Params(Protocol):
-    """A method's parameters. ``parse`` is the only way in from a profile or a study."""
-
-    method: ClassVar[str]
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any], *, draft: DraftConfig, num_layers: int) -> Params: ...
-
-    def to_pairs(self) -> tuple[tuple[str, Any], ...]: ...
-
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    summary: str  # one line for people: what drafts, and where it comes from
-    params: type  # its Params type
-    drafter: Callable[[Candidate, SkippableModel], Drafter | None]
-    example: Callable[[int], Candidate] | None = None  # required by the shared suite: tests/test_methods.py
-    strategy: str | None = None  # the search entry: a name in skipsearch.strategies.REGISTRY
-    predict: Callable[[Any, Candidate], Any] | None = None  # (ModelObjective, candidate) -> Measurement
-
-    def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
-              num_layers: int) -> Any:
-        """Validate ``method_params`` for a model of ``num_layers``; ParamsError (one line) if bad."""
-        values = {k: thaw(v) for k, v in (raw.items() if isinstance(raw, Mapping) else raw)}
-        return self.params.parse(values, draft=draft, num_layers=num_layers)
-
-    def candidate(self, draft: DraftConfig, params: Any = None) -> Candidate:
-        return Candidate(self.name, draft, params.to_pairs() if params is not None else ())
-
-
-REGISTRY: dict[str, Method] = {}
-
-
-def register(method: Method) -> Method:
-    """Add ``method`` (a test's toy method, or a plug-in's). A name is registered once."""
-    if not isinstance(method.name, str) or not method.name or method.name != method.name.strip():
-        raise ValueError(f"a method name must be a non-empty string without surrounding spaces, got {method.name!r}")
-    if REGISTRY.get(method.name, method) is not method:
-        raise ValueError(f"method '{method.name}' is registered already")
-    REGISTRY[method.name] = method
-    return method
-
-
-def unregister(name: str) -> None:
-    REGISTRY.pop(name, None)
-
-
-def get(name: str) -> Method:
-    """The method registered as ``name``; a one-line ConfigError for anything else."""
-    try:
-        return REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ConfigError(f"unknown method {_shown(name)} (known: {', '.join(names())})") from None
-
-
-def names() -> tuple[str, ...]:
-    return tuple(sorted(REGISTRY))
-
-
-def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:
-    """A fresh drafter for ``candidate`` on ``sm`` (None: plain decoding)."""
-    if candidate.is_autoregressive:
-        return None
-    return get(candidate.method).drafter(candidate, sm)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else f"of type {type(value).__name__}"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-# -- one validation path for every Params type ----------------------------------------------------
-def check_keys(method: str, raw: Mapping[str, Any], params_type: type, *, required: Sequence[str] = ()) -> None:
-    """Unknown or missing ``method_params`` keys, against the dataclass's own fields."""
-    known = [f.name for f in fields(params_type)]
-    for key in raw:
-        if key not in known:
-            shown = key[:40] if isinstance(key, str) else _shown(key)
-            raise ParamsError(f"{method}: unknown key method_params.{shown} (known: {', '.join(known)})")
-    for key in required:
-        if key not in raw:
-            raise ParamsError(f"{method}: missing required key method_params.{key}")
-
-
-def int_param(method: str, raw: Mapping[str, Any], key: str, default: int | None = None, *, low: int = 0,
-              high: int | None = None, why: str = "") -> int:
-    value = raw.get(key, default)
-    bad = isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high)
-    if bad:
-        bound = f">= {low}" if high is None else f"in {low}..{high}"
-        shown = value if type(value) is int else _shown(value)
-        raise ParamsError(f"{method}: method_params.{key} must be an integer {bound}{why}, got {shown}")
-    return value
-
-
-def choice_param(method: str, raw: Mapping[str, Any], key: str, default: Any, choices: Sequence[Any]) -> Any:
-    value = raw.get(key, default)
-    if isinstance(value, bool) is not isinstance(default, bool) or value not in choices:
-        raise ParamsError(f"{method}: method_params.{key} must be one of {', '.join(map(str, choices))}, "
-                          f"got {_shown(value) if not isinstance(value, (bool, int)) else value}")
-    return value
-
-
-def layers_param(method: str, value: Any, key: str, num_layers: int) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-        raise ParamsError(f"{method}: method_params.{key} must be a list of layer indices")
-    bad = [v for v in value if not 0 <= v < num_layers]
-    if bad:
-        raise ParamsError(f"{method}: method_params.{key} has layer {bad[0]}, but the model has "
-                          f"{num_layers} layers (0..{num_layers - 1})")
-    return tuple(sorted(set(value)))
-
-
-# The registry: one module per method, imported here (after the names above, which they import).
-from skipsearch.methods import clasp_dynamic, fractal, hierarchical, hybrid, layer_skip, ngram  # noqa: E402
-
-for _module in (layer_skip, clasp_dynamic, fractal, hierarchical, ngram, hybrid):
-    register(_module.METHOD)
-
-__all__ = ["REGISTRY", "Method", "Params", "ParamsError", "build_drafter", "check_keys", "get", "names",
-           "register", "unregister"]
+# The registry: one line per method (its package, then its record).
+from skipsearch.methods import layer_skip; register(layer_skip.METHOD)  # noqa: E402, E702, I001
+from skipsearch.methods import clasp_dynamic; register(clasp_dynamic.METHOD)  # noqa: E402, E702, I001
+from skipsearch.methods import fractal; register(fractal.METHOD)  # noqa: E402, E702, I001
+from skipsearch.methods import hierarchical; register(hierarchical.METHOD)  # noqa: E402, E702, I001
+from skipsearch.methods import ngram; register(ngram.METHOD)  # noqa: E402, E702, I001
+from skipsearch.methods import hybrid; register(hybrid.METHOD)  # noqa: E402, E702, I001
+from skipsearch.methods import precision; register(precision.METHOD)  # noqa: E402, E702, I001

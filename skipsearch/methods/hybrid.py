@@ -9,18 +9,18 @@ model's, and sampling stays exact.
 
 ``method_params``:
 - ``min_n``, ``max_n``: the lookup's suffix lengths, as for ``ngram``;
-- ``fallback``: ``layer-skip``, ``fractal`` or ``none`` (lookup alone: what a search ships when no
-  fallback pays);
+- ``fallback``: ``layer-skip``, ``fractal``, ``precision`` or ``none`` (lookup alone: what a search ships
+  when no fallback pays);
 - ``fallback_k``: the most tokens the fallback drafts in a cycle (default: K, the draft's
   ``max_draft_tokens``, which bounds the lookup's drafts and every draft);
 - the fallback's own ``method_params`` beside them (layer-skip: a trimmed head's ``vocab_subset``,
   ``vocab_ids``, ``vocab_sha256``; fractal: ``n``, ``w``, ...), validated by that method.
-The layer-skip fallback's skip sets and exit rule are the profile's ``draft``.
+The layer-skip or precision fallback's skip sets and exit rule are the profile's ``draft``.
 
 The drafter's report says what each source contributed: ``lookups``, ``lookup_hits``, ``ngram_drafted``,
 ``ngram_accepted``, ``ngram_seconds`` and ``fallback_cycles``, ``fallback_drafted``,
 ``fallback_accepted``, ``fallback_seconds``. The surrogate replays the lookup exactly and, on a miss, the
-layer-skip fallback over the same traces the layer-skip surrogate reads (a fractal fallback can only
+layer-skip or precision fallback over the same traces their own surrogates read (a fractal fallback can only
 be timed). The ``hybrid`` strategy searches it.
 """
 
@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
-from skipsearch import methods
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.methods import Method, ParamsError, int_param
+from skipsearch.draft import Drafter
+from skipsearch.methods.base import Method, ParamsError, get, int_param
 from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.ngram import METHOD as NGRAM
@@ -45,9 +45,11 @@ from skipsearch.methods.ngram import (
     leading_matches,
     replay_cycles,
 )
+from skipsearch.methods.precision import METHOD as PRECISION
 
 NONE = "none"  # no fallback: the lookup alone
-FALLBACKS = (LAYER_SKIP.name, FRACTAL.name, NONE)
+FALLBACKS = (LAYER_SKIP.name, FRACTAL.name, PRECISION.name, NONE)
+_SKIPPING = (LAYER_SKIP.name, PRECISION.name)  # fallbacks whose skip sets are the profile's draft.skip_*
 _OWN = ("min_n", "max_n", "fallback", "fallback_k")
 
 
@@ -75,7 +77,7 @@ class HybridParams:
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, draft: DraftConfig, num_layers: int) -> HybridParams:
         fallback = raw.get("fallback", cls.fallback)
-        theirs = () if fallback not in FALLBACKS[:2] else tuple(f.name for f in fields(methods.get(fallback).params))
+        theirs = () if fallback not in FALLBACKS[:3] else tuple(f.name for f in fields(get(fallback).params))
         for key in raw:
             if key not in _OWN and key not in theirs:
                 shown = key[:40] if isinstance(key, str) else type(key).__name__
@@ -83,7 +85,7 @@ class HybridParams:
                                   f"{fallback if isinstance(fallback, str) else '?'}: {', '.join((*_OWN, *theirs))})")
         params = cls(min_n=raw.get("min_n", cls.min_n), max_n=raw.get("max_n", cls.max_n), fallback=fallback,
                      fallback_k=raw.get("fallback_k"), fallback_params=tuple((k, raw[k]) for k in theirs if k in raw))
-        if params.fallback != LAYER_SKIP.name and (draft.skip_attn or draft.skip_mlp):
+        if params.fallback not in _SKIPPING and (draft.skip_attn or draft.skip_mlp):
             raise ParamsError(f"hybrid: draft.skip_attn and draft.skip_mlp must be empty with fallback "
                               f"{params.fallback} (they are the layer-skip fallback's)")
         k = draft.max_draft_tokens
@@ -93,7 +95,7 @@ class HybridParams:
         fb = params.fallback_candidate(draft)
         if fb is not None:
             try:
-                methods.get(fb.method).parse(fb.params, draft=fb.draft, num_layers=num_layers)
+                get(fb.method).parse(fb.params, draft=fb.draft, num_layers=num_layers)
             except ConfigError as e:
                 raise ParamsError(f"hybrid: fallback {e}") from None
         return params
@@ -112,7 +114,7 @@ class HybridParams:
         return (*own, *self.fallback_params)
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     """The engine's Drafter: the lookup every cycle, the fallback drafter on a miss."""
 
     wants_tokens = True  # the lookup reads the sequence
@@ -139,7 +141,7 @@ class HybridDrafter:
             return found
         # 1b. a miss: the fallback drafts (it may leave draft KV in the cache; the engine crops it)
         t0 = timing.now(sm.device)
-        extra = {"history": history} if getattr(self.fallback, "wants_tokens", False) else {}
+        extra = {"history": history} if self.fallback.wants_tokens else {}
         out = self.fallback.draft(sm, cache, pending=pending, start=start, limit=min(limit, self.fallback_k),
                                   sampling=sampling, generator=generator, **extra)
         self.seconds += timing.now(sm.device) - t0
@@ -157,7 +159,7 @@ class HybridDrafter:
     def report(self) -> tuple[tuple[str, float], ...]:
         own = (("fallback_cycles", float(self.cycles)), ("fallback_drafted", float(self.drafted)),
                ("fallback_accepted", float(self.accepted)), ("fallback_seconds", self.seconds))
-        theirs = tuple(self.fallback.report()) if hasattr(self.fallback, "report") else ()
+        theirs = tuple(self.fallback.report()) if self.fallback is not None else ()
         return (*self.lookup.report(), *own, *theirs)
 
 
@@ -167,61 +169,95 @@ def _drafter(candidate: Candidate, sm) -> HybridDrafter:
     fallback = None
     if fb is not None:
         try:
-            fallback = methods.get(fb.method).drafter(fb, sm)
+            fallback = get(fb.method).drafter(fb, sm)
         except ParamsError as e:
             raise ParamsError(f"hybrid: fallback {e}") from None
     return HybridDrafter(params, candidate.draft.max_draft_tokens, fallback,
                          fb.draft.max_draft_tokens if fb is not None else 0)
 
 
+class LookupThenFallback:
+    """One calibration sequence's ``propose`` for ``ngram.replay_cycles``, by HybridDrafter's rule: the lookup
+    first; on a miss, the layer-skip or precision fallback (``source``, its draft config ``fallback``) walked over
+    its teacher-forced trace with its exit rule and adaptive γ (the decoder's own update). The surrogate
+    (``_predict``) and re-planning (``skipsearch.replan``, from a profile's records) share it.
+
+    ``lookup(seq, t, limit)`` is (drafted, accepted) on a hit, None on a miss; ``trace`` and ``fallback`` None:
+    no fallback (a miss drafts nothing); ``length``: the continuation's. ``fallback_drafted`` adds up the
+    fallback's draft tokens, which the caller charges c each."""
+
+    def __init__(self, lookup, source: str | None, fallback: DraftConfig | None, trace, length: int) -> None:
+        from skipsearch.decoding import LayerSkipDrafter
+
+        self.lookup, self.source, self.trace, self.length = lookup, source, trace, length
+        on = fallback is not None and trace is not None
+        self.gamma = LayerSkipDrafter(fallback) if on else None  # its γ update is the decoder's own
+        self.max_k = fallback.max_draft_tokens if on else 0
+        self.fallback_drafted = 0
+
+    def __call__(self, seq, t: int, limit: int) -> tuple[str, int, int]:
+        found = self.lookup(seq, t, limit)
+        if found is not None or self.gamma is None:
+            drafted, accepted = found or (0, 0)
+            return NGRAM.name, drafted, accepted
+        tr, gamma = self.trace, self.gamma
+        drafted = accepted = 0
+        leading = True
+        # entry i of the trace is the draft's guess at cont[i]; past the continuation's end it is unknown
+        while drafted < min(limit, self.max_k, self.length - t):
+            match, confidence = tr.matches[t + drafted], tr.confidences[t + drafted]
+            drafted += 1
+            leading = leading and match
+            accepted += leading
+            if confidence < gamma.gamma:
+                break
+        gamma.observe(drafted, accepted)
+        self.fallback_drafted += drafted
+        return self.source, drafted, accepted
+
+
 def _predict(objective, candidate: Candidate):
     """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the layer-skip fallback over its
     traces (through its trimmed head, if any) with its exit rule and adaptive γ, charged c per draft token."""
     from skipsearch import timing
-    from skipsearch.decoding import LayerSkipDrafter
     from skipsearch.methods.layer_skip import draft_costs, draft_traces
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)
-    if fb is not None and fb.method != LAYER_SKIP.name:
+    if fb is not None and fb.method not in _SKIPPING:
         raise ConfigError(f"hybrid: a {fb.method} fallback has no surrogate: time it (--objective timed)")
     t_start = timing.now()
     k, cal = candidate.draft.max_draft_tokens, objective.cal
     costs = objective.costs
     traces: list = [None] * len(cal.prompts)
-    if fb is not None:
+    c = 0.0
+    if fb is not None and fb.method == PRECISION.name:
+        from skipsearch.methods.precision import traces_and_ratio
+
+        traces, c = traces_and_ratio(objective, fb)
+    elif fb is not None:
         fb_params = LAYER_SKIP.parse(fb.params, draft=fb.draft, num_layers=objective.sm.num_layers)
         costs = draft_costs(objective, fb_params)
         traces = draft_traces(objective, fb.draft, fb_params)
-    c = costs.draft_ratio(fb.draft) if fb is not None else 0.0
-    lookup_seconds = fallback_steps = 0.0
+        c = costs.draft_ratio(fb.draft)
+    lookup_seconds = 0.0
+    fallback_drafted = 0
     cycles = []
     for prompt, cont, tr in zip(cal.prompts, cal.continuations, traces, strict=True):
         index = NgramIndex(params.min_n, params.max_n)
-        gamma = LayerSkipDrafter(fb.draft) if fb is not None else None  # its γ update is the decoder's own
 
-        def propose(seq, t, limit, index=index, cont=cont, tr=tr, gamma=gamma):
-            nonlocal lookup_seconds, fallback_steps
+        def lookup(seq, t, limit, index=index, cont=cont):
+            nonlocal lookup_seconds
             t0 = timing.now()
             tokens = index.lookup(seq, min(limit, k))
             lookup_seconds += timing.now() - t0
-            if tokens or gamma is None:
-                return NGRAM.name, len(tokens), leading_matches(tokens, cont, t)
-            drafted = accepted = 0
-            leading = True
-            # entry i of the trace is the draft's guess at cont[i]; past the continuation's end it is unknown
-            while drafted < min(limit, fb.draft.max_draft_tokens, len(cont) - t):
-                match, confidence = tr.matches[t + drafted], tr.confidences[t + drafted]
-                drafted += 1
-                leading = leading and match
-                accepted += leading
-                if confidence < gamma.gamma:
-                    break
-            gamma.observe(drafted, accepted)
-            fallback_steps += drafted * c
-            return fb.method, drafted, accepted
+            return (len(tokens), leading_matches(tokens, cont, t)) if tokens else None
 
+        propose = LookupThenFallback(lookup, fb.method if fb is not None else None,
+                                     fb.draft if fb is not None else None, tr, len(cont))
         cycles += replay_cycles(prompt, cont, max_new_tokens=cal.max_new_tokens, propose=propose)
+        fallback_drafted += propose.fallback_drafted
+    fallback_steps = fallback_drafted * c
     matches = [m for tr in traces if tr is not None for m in tr.matches]
     lookup_steps = lookup_seconds / costs.step_seconds
     fields = {"alpha": sum(matches) / len(matches), "cost_ratio": c} if fb is not None and matches else {}

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
-from skipsearch.methods import Method, ParamsError, check_keys, int_param
+from skipsearch.draft import Draft, Drafter
+from skipsearch.methods.base import Method, ParamsError, check_keys, int_param
 
 MAX_N = 16  # longer keys almost never repeat verbatim; the bound keeps the index small
 
@@ -91,7 +92,7 @@ class NgramIndex:
         return ()
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """The engine's Drafter for prompt lookup; the engine hands it the sequence (``wants_tokens``)."""
 
     wants_tokens = True  # decoding.generate passes history=: the prompt, the output so far, the pending token
@@ -103,13 +104,9 @@ class NgramDrafter:
         self.lookups = self.hits = self.drafted = self.accepted = 0
         self.seconds = 0.0
 
-    @property
-    def threshold(self) -> float | None:
-        return None
-
-    def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history: Sequence[int]):
+    def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history: Sequence[int]) -> Draft:
         from skipsearch import timing
-        from skipsearch.decoding import Draft, one_hot_probs
+        from skipsearch.decoding import one_hot_probs
 
         t0 = timing.now(sm.device)
         tokens = self.index.lookup(history, min(limit, self.k))

@@ -18,12 +18,13 @@ from skipsearch.strategies.clasp import ClaspStrategy
 from skipsearch.strategies.fractal import FractalStrategy
 from skipsearch.strategies.hybrid import HybridStrategy
 from skipsearch.strategies.ngram import NgramStrategy
+from skipsearch.strategies.precision import PrecisionStrategy
 from skipsearch.strategies.tpe import TPEStrategy
 
 # One line per strategy, keyed by its own ``name``.
 REGISTRY: dict[str, type[Strategy]] = {
     cls.name: cls for cls in (TPEStrategy, BayesStrategy, ClaspStrategy, FractalStrategy, NgramStrategy,
-                              HybridStrategy)
+                              HybridStrategy, PrecisionStrategy)
 }
 
 
@@ -48,4 +49,5 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
 
 
 __all__ = ["REGISTRY", "BayesStrategy", "ClaspStrategy", "FractalStrategy", "HybridStrategy", "NgramStrategy",
+           "PrecisionStrategy",
            "Strategy", "TPEStrategy", "check_strategy", "make_strategy"]

@@ -21,8 +21,7 @@ from skipsearch.space import SearchSpace
 
 if TYPE_CHECKING:
     from skipsearch.models import SkippableModel
-    from skipsearch.objective import Calibration
-    from skipsearch.profile import Profile
+    from skipsearch.surrogate import Calibration
 
 SEEDED_ATTR = "seeded"  # study user attr: the seed points are already enqueued
 
@@ -77,9 +76,9 @@ class Strategy(ABC):
         """Learn what the strategy needs from the model before the search (CLaSp: its DP's skip sets)."""
         return None  # most strategies need nothing but the space
 
-    def companions(self, shipped: Profile, tried: Sequence[Candidate]) -> tuple[tuple[str, Profile], ...]:
-        """Profiles of other methods to write beside the shipped one, as (file-name suffix, profile).
-        ``tried`` are the searched candidates, best first."""
+    def companions(self, shipped: Candidate, tried: Sequence[Candidate]) -> tuple[tuple[str, Candidate, str], ...]:
+        """Candidates of other methods to ship beside the shipped one, as (file-name suffix, candidate, notes for
+        its profile). ``tried`` are the searched candidates, best first. optimize writes their profiles."""
         return ()
 
     def suggest_k_and_exit(self, trial: optuna.Trial) -> tuple[int, float, bool]:

@@ -23,8 +23,10 @@ from scipy.stats import norm
 from threadpoolctl import threadpool_limits  # installed with scikit-learn, which bayes_opt builds on
 
 from skipsearch.config import Candidate, DraftConfig
+from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Strategy
+from skipsearch.strategies.precision import check_runnable, one_scheme
 
 _SKIP, _KEEP = 0.75, 0.25  # how a seed point's bits are encoded: clear of the 0.5 boundary
 _STATES = optuna.trial.TrialState
@@ -35,8 +37,12 @@ class BayesStrategy(Strategy):
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
                  xi: float = 0.01, n_uniform: int = 64, n_local: int = 48, n_parents: int = 4,
-                 gp_restarts: int = 0) -> None:
+                 gp_restarts: int = 0, schemes: Sequence[str] = ()) -> None:
         super().__init__(space, seed=seed, warm_start=warm_start)
+        # --schemes: the same skip-bit search, every kept sublayer quantized (a precision draft)
+        self.precision = one_scheme(self.name, schemes)
+        if self.precision is not None:
+            self.method = PRECISION.name
         self.xi = xi  # expected improvement over the best value + xi: larger explores more
         self.n_uniform = n_uniform  # candidates drawn uniformly in the box
         self.n_local = n_local  # candidates per parent: a few bits of a good config flipped
@@ -79,7 +85,11 @@ class BayesStrategy(Strategy):
 
     def suggest(self, trial: optuna.Trial) -> Candidate:
         params = {name: trial.suggest_float(name, lo, hi) for name, (lo, hi) in self.bounds.items()}
-        return self.propose(self.decode(params))
+        return self.propose(self.decode(params), self.precision)
+
+    def prepare(self, sm, calibration, *, say) -> None:
+        if self.precision is not None:
+            check_runnable((self.precision.scheme,), sm.device)
 
     def next_params(self, study: optuna.Study) -> dict[str, float] | None:
         self.enqueue_seeds(study, self.encode)

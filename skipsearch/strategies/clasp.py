@@ -1,13 +1,13 @@
 """CLaSp, static (§3.4 on calibration data): sweep the DP's skip sets over M, K and the draft exit.
 
-CLaSp's dynamic program (skipsearch/clasp.py) gives, from one run over many calibration tokens,
+CLaSp's dynamic program (skipsearch/methods/clasp_dynamic/dp.py) gives, from one run over many calibration tokens,
 the best skip set for every number of skipped layers M, at each granularity (whole layers, only
 attention, only MLP). What is left to search is small: the granularity, M, K, γ0 and the exit
 mode. Optuna's TPE sweeps those few parameters against the objective; each trial drafts with the
 DP's set for its (granularity, M).
 
 The skip sets come in as a ``ClaspSkipSets``: ``optimize`` computes one from the model and the
-calibration prompts (``skipsearch.clasp.static_skip_sets``). Without one (the shared strategy suite,
+calibration prompts (``skipsearch.methods.clasp_dynamic.static_skip_sets``). Without one (the shared strategy suite,
 which has no model), the strategy uses a model-free prior, ``depth_prior_sets``: layers taken from
 the middle of the skippable range outward. It is a documented stand-in, not CLaSp.
 
@@ -19,17 +19,18 @@ trials it can describe.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 import optuna
 
-from skipsearch.clasp import ClaspSkipSets, config_for, granularity, static_skip_sets
 from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
-from skipsearch.methods.clasp_dynamic import DynamicParams
+from skipsearch.methods.clasp_dynamic import ClaspSkipSets, DynamicParams, config_for, granularity, static_skip_sets
+from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import SEEDED_ATTR, Strategy
+from skipsearch.strategies.precision import check_runnable, one_scheme
 
 SEED_CONFIG_ATTR = "seed_config"  # trial user attr: this trial evaluates a fixed seed point
 _MODES = {"both": ("layer", "attn", "mlp"), "attn": ("attn",), "mlp": ("mlp",)}
@@ -62,8 +63,12 @@ class ClaspStrategy(Strategy):
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
                  skip_sets: ClaspSkipSets | None = None, n_startup_trials: int = 4, loi: int = 8,
-                 tokens_per_sequence: int = 16) -> None:
+                 tokens_per_sequence: int = 16, schemes: Sequence[str] = ()) -> None:
         super().__init__(space, seed=seed, warm_start=warm_start)
+        # --schemes: CLaSp's skip sets with every kept sublayer quantized (a precision draft)
+        self.precision = one_scheme(self.name, schemes)
+        if self.precision is not None:
+            self.method = PRECISION.name
         self.loi = loi  # of the clasp-dynamic companion profile: verify steps between its DP runs
         self.tokens_per_sequence = tokens_per_sequence  # calibration tokens per prompt the static DP averages
         self._use_sets(skip_sets if skip_sets is not None else depth_prior_sets(space))
@@ -80,6 +85,8 @@ class ClaspStrategy(Strategy):
 
     def prepare(self, sm, calibration, *, say) -> None:
         """CLaSp's DP on the calibration tokens: the best skip set for every M, at each granularity."""
+        if self.precision is not None:
+            check_runnable((self.precision.scheme,), sm.device)
         say(f"CLaSp: dynamic programming over {self.tokens_per_sequence} tokens of each calibration prompt")
         self._use_sets(static_skip_sets(
             sm, calibration.prompts, calibration.continuations, allowed=self.space.skippable_layers(),
@@ -90,7 +97,7 @@ class ClaspStrategy(Strategy):
         """The ``clasp-dynamic`` profile: M and the granularity of the best candidate that skips whole
         layers, only attention or only MLPs (the shipped one first); it also gives the starting skip set,
         K and the exit rule. Its LOI is this strategy's, not searched; the profile says so."""
-        drafts = [shipped.draft, *(c.draft for c in tried)]
+        drafts = [shipped.draft, *(c.draft for c in tried)]  # shipped: the shipped profile's candidate
         chosen = next((d for d in drafts if not d.is_autoregressive and granularity(d)), None)
         if chosen is None:  # nothing pure was tried: the DP's first granularity, a quarter of its reach
             sub = self.skip_sets.sublayers[0]
@@ -101,12 +108,7 @@ class ClaspStrategy(Strategy):
         params = DynamicParams(num_skips=m, loi=self.loi, sublayer=sub, protect_ends=self.space.protect_ends)
         notes = (f"dynamic CLaSp: the DP re-plans {m} skipped {'layers' if sub == 'layer' else sub + ' sublayers'} "
                  f"every {self.loi} verify steps, starting from the static set; not timed by optimize")
-        from skipsearch.profile import Measured
-
-        measured = Measured(device=shipped.measured.device if shipped.measured else None, source="optimize",
-                            notes=notes)
-        return (("-dynamic", replace(shipped, method=CLASP_DYNAMIC.name, draft=chosen, measured=measured,
-                                     method_params=params.to_pairs())),)
+        return (("-dynamic", CLASP_DYNAMIC.candidate(chosen, params), notes),)
 
     def sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
@@ -126,13 +128,13 @@ class ClaspStrategy(Strategy):
     def suggest(self, trial: optuna.Trial) -> Candidate:
         fixed = trial.user_attrs.get(SEED_CONFIG_ATTR)
         if fixed is not None:
-            return self.propose(self.space.repair(_decode(fixed)))
+            return self.propose(self.space.repair(_decode(fixed)), self.precision)
         sub = trial.suggest_categorical("sublayer", list(self.modes)) if len(self.modes) > 1 else self.modes[0]
         m = trial.suggest_int("m", 1, max(self.limits.values()))
         k, threshold, adaptive = self.suggest_k_and_exit(trial)
         layers = self.skip_sets.sets(sub)[max(1, min(m, self.limits[sub]))]
         base = DraftConfig(max_draft_tokens=k, exit=ExitRule(threshold=threshold, adaptive=adaptive))
-        return self.propose(self.space.repair(config_for(sub, layers, base)))
+        return self.propose(self.space.repair(config_for(sub, layers, base)), self.precision)
 
 
 def _encode(config: DraftConfig) -> dict[str, Any]:

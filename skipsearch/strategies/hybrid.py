@@ -1,6 +1,7 @@
 """Hybrid drafts on a grid: the lookup's suffix lengths and K, times a short list of fallback drafts.
 
-The fallbacks are ``none`` (the lookup alone) and layer-skip drafts: the warm start's configs first
+The fallbacks are ``none`` (the lookup alone), precision drafts (every sublayer and the head in one of
+``schemes``, K = the grid point's), and layer-skip drafts: the warm start's configs first
 (``--warm-start``: the best skip sets another search found), then the space's probe points, each with
 the full LM head and with trimmed heads of ``vocab_sizes`` tokens (FR-Spec; 0 is the full head). A
 fallback keeps its own skip sets, exit rule and K (capped at the grid point's K, which bounds the
@@ -26,6 +27,8 @@ from skipsearch.methods.hybrid import NONE, HybridParams
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.ngram import check_n_range
+from skipsearch.methods.precision import METHOD as PRECISION
+from skipsearch.methods.precision import PrecisionParams
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._grid import GridStrategy
 
@@ -40,7 +43,8 @@ class HybridStrategy(GridStrategy):
     warm_starts = True  # a warm start's skip sets are the first fallback drafts tried
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 n_values: Sequence[int] = (1, 2, 3, 4), vocab_sizes: Sequence[int] = VOCAB_SIZES) -> None:
+                 n_values: Sequence[int] = (1, 2, 3, 4), vocab_sizes: Sequence[int] = VOCAB_SIZES,
+                 schemes: Sequence[str] = ("fp16",)) -> None:
         super().__init__(space, seed=seed, warm_start=warm_start)
         self.n_values = tuple(sorted(set(n_values)))
         for n in self.n_values:
@@ -54,15 +58,26 @@ class HybridStrategy(GridStrategy):
         for config in self.seed_points():
             if config.skip_attn or config.skip_mlp:
                 self.fallbacks.setdefault(_label(config), config)
+        self.schemes = tuple(dict.fromkeys(schemes))
+        for scheme in self.schemes:
+            PrecisionParams(scheme=scheme)  # every value is valid, or fail before anything runs
         self._vocab: int | None = None  # the model's, once prepared
         self._heads: dict[int, LayerSkipParams] = {}  # V' -> the trimmed head's params
 
     def grid(self) -> dict[str, list[Any]]:
         ranges = [f"{a}-{b}" for a in self.n_values for b in self.n_values if a <= b]
-        fallbacks = [NONE, *(f"{label} v{v}" for label in self.fallbacks for v in self.vocab_sizes)]
+        fallbacks = [NONE, *(f"{PRECISION.name} {s}" for s in self.schemes),
+                     *(f"{label} v{v}" for label in self.fallbacks for v in self.vocab_sizes)]
         return {"n_range": ranges, "k": list(self.space.max_draft_tokens), "fallback": fallbacks}
 
     def prepare(self, sm, calibration, *, say: Callable[[str], None]) -> None:
+        from skipsearch.methods.precision import check_scheme
+
+        for scheme in self.schemes:  # a precision fallback the device cannot run is refused before any trial
+            try:
+                check_scheme(scheme, sm.device)
+            except ConfigError as e:
+                raise ConfigError(f"{e} (hybrid's precision fallbacks: --schemes)") from None
         self._vocab = sm.lm_head.weight.shape[0]
         data = [*calibration.prompts, *calibration.continuations]
         self._heads = {v: LayerSkipParams.trimmed(frequent_tokens(data, v, self._vocab))
@@ -85,6 +100,11 @@ class HybridStrategy(GridStrategy):
         if point["fallback"] == NONE:
             return self.propose(DraftConfig(max_draft_tokens=k, exit=NO_EXIT),
                                 HybridParams(min_n=low, max_n=high, fallback=NONE))
+        if point["fallback"].startswith(f"{PRECISION.name} "):
+            scheme = point["fallback"].split(" ", 1)[1]
+            params = HybridParams(min_n=low, max_n=high, fallback=PRECISION.name, fallback_k=k,
+                                  fallback_params=PrecisionParams(scheme=scheme).to_pairs())
+            return self.propose(DraftConfig(max_draft_tokens=k, exit=NO_EXIT), params)
         label, size = point["fallback"].rsplit(" v", 1)
         config = self.fallbacks[label]
         params = HybridParams(min_n=low, max_n=high, fallback=LAYER_SKIP.name,

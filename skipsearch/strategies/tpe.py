@@ -2,6 +2,10 @@
 
 Each skippable sublayer is a categorical 0/1 parameter, so TPE models every bit separately:
 cheap, and good at the "this MLP must stay" kind of structure a skip search has.
+
+With ``schemes`` (``--schemes fp16``) it searches precision drafts jointly instead: each sublayer's
+parameter takes three values, 0 quantized in the scheme, 1 skipped, 2 kept at full precision, and the
+scheme (when there are several) and whether the LM head runs quantized are parameters too.
 """
 
 from __future__ import annotations
@@ -12,17 +16,25 @@ from typing import Any
 
 import optuna
 
-from skipsearch.config import Candidate, DraftConfig
+from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.methods.precision import METHOD as PRECISION
+from skipsearch.methods.precision import PrecisionParams
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Strategy
+from skipsearch.strategies.precision import check_runnable
 
 
 class TPEStrategy(Strategy):
     name = "tpe"
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 n_startup_trials: int = 0, prior_weight: float = 0.1) -> None:
+                 n_startup_trials: int = 0, prior_weight: float = 0.1, schemes: Sequence[str] = ()) -> None:
         super().__init__(space, seed=seed, warm_start=warm_start)
+        self.schemes = tuple(dict.fromkeys(schemes))
+        for scheme in self.schemes:
+            PrecisionParams(scheme=scheme)  # every value is valid, or fail before anything runs
+        if self.schemes:
+            self.method = PRECISION.name  # it proposes precision candidates (skip / quantized / full per sublayer)
         # Random startup trials skip about half of all sublayers, which no model survives; the
         # seed points (probes and warm start) are the startup instead.
         self.n_startup_trials = n_startup_trials
@@ -44,6 +56,16 @@ class TPEStrategy(Strategy):
             except TypeError:  # an Optuna that no longer has it: its default prior
                 return optuna.samplers.TPESampler(**kwargs)
 
+    def prepare(self, sm, calibration, *, say) -> None:
+        check_runnable(self.schemes, sm.device)
+
+    def seed_points(self) -> list[DraftConfig]:
+        points = super().seed_points()
+        if self.schemes:  # first, the whole model quantized: a reduced-precision copy agrees nearly always
+            whole = self.space.repair(DraftConfig(max_draft_tokens=6, exit=NO_EXIT))
+            points = [whole, *(p for p in points if p != whole)]
+        return points
+
     def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
         self.enqueue_seeds(study, self.encode)
         return None
@@ -60,8 +82,24 @@ class TPEStrategy(Strategy):
         return params
 
     def suggest(self, trial: optuna.Trial) -> Candidate:
+        if self.schemes:
+            return self._suggest_precision(trial)
         attn, mlp = self.bits(lambda sub, i: trial.suggest_categorical(f"{sub}_{i}", [0, 1]))
         k, threshold, adaptive = self.suggest_k_and_exit(trial)
         # TPE knows nothing of the skip budget; it learns from the params it chose, and the
         # trial records the repaired config that was actually evaluated.
         return self.propose(self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive)))
+
+    def _suggest_precision(self, trial: optuna.Trial) -> Candidate:
+        # 0 quantized, 1 skipped, 2 full: the seed points' 0/1 encoding means "quantized or skipped"
+        roles = {slot: trial.suggest_categorical(f"{slot[0]}_{slot[1]}", [0, 1, 2]) for slot in self.slots}
+        attn, mlp = self.bits(lambda sub, i: roles[(sub, i)] == 1)
+        k, threshold, adaptive = self.suggest_k_and_exit(trial)
+        scheme = trial.suggest_categorical("scheme", list(self.schemes)) if len(self.schemes) > 1 else self.schemes[0]
+        quant_head = trial.suggest_categorical("quant_head", [True, False])
+        config = self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive))
+        full = {sub: tuple(i for (s, i), role in roles.items() if s == sub and role == 2) for sub in ("attn", "mlp")}
+        params = PrecisionParams(scheme=scheme, quant_head=quant_head,
+                                 full_attn=tuple(i for i in full["attn"] if i not in config.skip_attn),
+                                 full_mlp=tuple(i for i in full["mlp"] if i not in config.skip_mlp))
+        return self.propose(config, params)

@@ -1,19 +1,13 @@
-"""``clasp-dynamic``: CLaSp's DP re-plans the skipped layers every LOI verify steps while decoding.
-
-The draft config gives the starting skip set, K and the exit rule; ``method_params`` give M (how many
-layers, or sublayers of one kind, the DP skips), the LOI and the granularity. The drafter is
-``skipsearch.clasp.ClaspDynamicDrafter``. The ``clasp`` strategy writes this profile beside the static
-one it searches (``Strategy.companions``), so ``clasp`` is its search entry.
-"""
+"""``clasp-dynamic``'s parameters, and the skip-set helpers its DP and the ``clasp`` strategy share (no torch)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from skipsearch.config import Candidate, DraftConfig
-from skipsearch.methods import Method, check_keys, choice_param, int_param
+from skipsearch.config import DraftConfig
+from skipsearch.methods.base import check_keys, choice_param, int_param
 
 SUBLAYERS = ("layer", "attn", "mlp")
 
@@ -48,25 +42,21 @@ class DynamicParams:
                 ("protect_ends", self.protect_ends))
 
 
-def _drafter(candidate: Candidate, sm):
-    from skipsearch.clasp import ClaspDynamicDrafter
-
-    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
-    candidate.draft.check_layers(sm.num_layers)
-    return ClaspDynamicDrafter(params, candidate.draft, num_layers=sm.num_layers)
-
-
-def _example(num_layers: int) -> Candidate:
-    mid = num_layers // 2
-    return METHOD.candidate(DraftConfig(skip_attn=(mid,), max_draft_tokens=2),
-                            DynamicParams(num_skips=1, loi=2, sublayer="attn"))
+def config_for(sublayer: str, layers: Sequence[int], base: DraftConfig) -> DraftConfig:
+    """``base`` (K, exit rule) drafting with ``layers`` skipped at the given granularity."""
+    layers = tuple(layers)
+    attn = layers if sublayer in ("layer", "attn") else ()
+    mlp = layers if sublayer in ("layer", "mlp") else ()
+    return replace(base, skip_attn=attn, skip_mlp=mlp)
 
 
-METHOD = Method(
-    name=DynamicParams.method,
-    summary="CLaSp: the skip set re-planned by dynamic programming every LOI verify steps",
-    params=DynamicParams,
-    drafter=_drafter,
-    example=_example,
-    strategy="clasp",
-)
+def granularity(config: DraftConfig) -> tuple[str, int] | None:
+    """(sublayer, M) if ``config`` skips whole layers, only attention or only MLPs; else None."""
+    a, m = config.skip_attn, config.skip_mlp
+    if a and a == m:
+        return "layer", len(a)
+    if a and not m:
+        return "attn", len(a)
+    if m and not a:
+        return "mlp", len(m)
+    return None

@@ -1,18 +1,14 @@
-"""``fractal``: FractalLLM's 8-bit layers embedded in the model draft w+n+1 tokens in one pass.
-
-``method_params`` are n (fractal layers), w (draft slots), the layers they sit in front of, the
-quantization scheme and the slot token. The drafter is ``skipsearch.fractal.FractalDrafter``; the
-``fractal`` strategy (an (n, w) grid on Optuna's GridSampler, every point timed) searches it.
-"""
+"""``fractal``'s parameters and the quantization scheme a device runs (no torch)."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.methods import Method, ParamsError, check_keys, int_param
+from skipsearch.config import ConfigError, DraftConfig
+from skipsearch.methods.base import ParamsError, check_keys, int_param
 
 SCHEMES = ("int8-dynamic", "int8-weight-only", "bnb-int8", "none")
 MAX_W = 64  # a sanity bound: every slot costs attention and MLP rows in n+1 passes
@@ -86,8 +82,6 @@ class FractalParams:
 
     def to_method_params(self, num_layers: int, device: str = "cpu") -> tuple[tuple[str, Any], ...]:
         """The profile's method_params: positions and the quantization scheme written out in full."""
-        from skipsearch.fractal import resolve_scheme
-
         out = [("n", self.n), ("w", self.w), ("layers", list(self.positions(num_layers))),
                ("quantization", resolve_scheme(self.quantization, device))]
         if self.slot_token is not None:
@@ -100,28 +94,20 @@ def even_positions(n: int, num_layers: int) -> tuple[int, ...]:
     return tuple(int(round(j * num_layers / n)) - 1 for j in range(1, n + 1))
 
 
-def _drafter(candidate: Candidate, sm):
-    from skipsearch.fractal import FractalDrafter
-
-    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
-    try:
-        return FractalDrafter(sm, params, max_draft_tokens=candidate.draft.max_draft_tokens)
-    except ParamsError:
-        raise
-    except ConfigError as e:  # the device cannot run the scheme, or the slot token is not in the vocabulary
-        raise ParamsError(f"fractal: {e}") from None
-
-
-def _example(num_layers: int) -> Candidate:
-    params = FractalParams(n=1, w=2, layers=(num_layers // 2,))
-    return METHOD.candidate(DraftConfig(max_draft_tokens=params.max_draft_tokens, exit=NO_EXIT), params)
-
-
-METHOD = Method(
-    name=FractalParams.method,
-    summary="FractalLLM: 8-bit copies of the model's layers embedded in it draft w+n+1 tokens per pass",
-    params=FractalParams,
-    drafter=_drafter,
-    example=_example,
-    strategy="fractal",
-)
+def resolve_scheme(scheme: str, device: Any) -> str:
+    """``auto`` made concrete for a device; an explicit scheme is checked against it."""
+    kind = str(device).split(":")[0]  # a torch.device or its name: "cuda:0" -> "cuda"
+    if scheme == "auto":
+        if kind == "cpu":
+            return "int8-dynamic"
+        if kind == "cuda" and importlib.util.find_spec("bitsandbytes") is not None:
+            return "bnb-int8"
+        return "int8-weight-only"
+    if scheme == "int8-dynamic" and kind != "cpu":
+        raise ConfigError(f"fractal quantization int8-dynamic runs on CPU only, not {kind}: use int8-weight-only")
+    if scheme == "bnb-int8":
+        if kind != "cuda":
+            raise ConfigError("fractal quantization bnb-int8 needs a CUDA device")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise ConfigError("fractal quantization bnb-int8 needs bitsandbytes: pip install bitsandbytes")
+    return scheme

@@ -26,52 +26,13 @@ against measured run behind ``skipsearch plan`` live in hierplan.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import torch
 
-from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
-from skipsearch.decoding import Draft, _draw, _rejection_sample, process_logits
-from skipsearch.plan import _check_shape
+from skipsearch.decoding import Draft, Drafter, accept_greedy, draw, process_logits, rejection_sample
+from skipsearch.methods.hierarchical.params import Hierarchy
 
 
-@dataclass(frozen=True)
-class Hierarchy:
-    """The three levels: which sublayers M_q and M_s skip, and the cycle's shape (m, n)."""
-
-    medium: DraftConfig  # M_q's skip sets (its K and exit rule are not used)
-    small: DraftConfig  # M_s's skip sets
-    m: int  # M_q rounds per cycle
-    n: int  # M_s drafts per round
-
-    def __post_init__(self) -> None:
-        _check_shape(self.m, self.n)
-        # normalise: only the skip sets matter, so equal hierarchies compare equal
-        object.__setattr__(self, "medium", DraftConfig(self.medium.skip_attn, self.medium.skip_mlp, 0, NO_EXIT))
-        object.__setattr__(self, "small", DraftConfig(self.small.skip_attn, self.small.skip_mlp, 0, NO_EXIT))
-        missing = sorted(set(self.medium.skip_attn) - set(self.small.skip_attn))
-        if missing:
-            raise ConfigError(
-                f"hierarchical: the small draft must skip every attention sublayer the medium draft skips "
-                f"(add {missing} to the small draft's skip_attn)"
-            )
-        if self.n >= 1 and 0 in self.medium.skip_attn:
-            raise ConfigError(
-                "hierarchical: with n >= 1 the medium draft must keep layer 0's attention (its multi-token "
-                "verify sizes the attention mask from layer 0's cache)"
-            )
-
-    def check_layers(self, num_layers: int) -> None:
-        self.medium.check_layers(num_layers)
-        self.small.check_layers(num_layers)
-
-    @property
-    def max_block(self) -> int:
-        """The most tokens one cycle drafts, m·(n+1): what a profile's draft.max_draft_tokens says."""
-        return self.m * (self.n + 1)
-
-
-class HierarchicalDrafter:
+class HierarchicalDrafter(Drafter):
     """The three-level draft source for decoding.generate; holds per-sequence counters, hence a class."""
 
     def __init__(self, hierarchy: Hierarchy) -> None:
@@ -81,10 +42,6 @@ class HierarchicalDrafter:
         self._p_tested = self._p_accepted = 0
         self._q_tested = self._q_accepted = 0
         self._rounds = self._cycles = self._block_tokens = 0
-
-    @property
-    def threshold(self) -> float | None:
-        return None  # no draft-exit rule: the shape (m, n) is fixed
 
     def draft(self, sm, cache, *, pending, start, limit, sampling, generator) -> Draft:
         block: list[int] = []
@@ -104,13 +61,10 @@ class HierarchicalDrafter:
                 logits = sm.forward(torch.tensor([token, *drafts]), start=pos, cache=cache)  # [n+1, V]
             # 3. accept / resample at the M_q level
             if sampling.greedy:
-                target = logits.argmax(-1).tolist()  # M_q's choice after each prefix
-                a = 0
-                while a < n and drafts[a] == target[a]:
-                    a += 1
-                new = [*drafts[:a], target[a]]
+                a, own = accept_greedy(drafts, logits)  # against M_q's argmax after each prefix
+                new = [*drafts[:a], own]
             else:
-                a, own = _rejection_sample(logits, Draft(tuple(drafts), s_probs), sampling, generator)
+                a, own = rejection_sample(logits, Draft(tuple(drafts), s_probs), sampling, generator)
                 new = [*drafts[:a], own]
                 # each block token is distributed as M_q at its position, whichever way it was chosen
                 qs.append(process_logits(logits[: a + 1], sampling))  # [a+1, V]
@@ -136,7 +90,7 @@ class HierarchicalDrafter:
                 else:
                     s = process_logits(logits, sampling)  # [V]
                     probs.append(s)
-                    token = _draw(s, generator)
+                    token = draw(s, generator)
                 drafts.append(token)
         return drafts, (torch.stack(probs) if probs else None)
 
@@ -156,20 +110,3 @@ class HierarchicalDrafter:
         if self._rounds:
             out.append(("medium_tokens_per_round", self._block_tokens / self._rounds))
         return tuple(out)
-
-
-# -- profiles ------------------------------------------------------------------------------------------
-def hierarchy_from_profile(profile) -> Hierarchy:
-    """The hierarchy a ``method: hierarchical`` profile holds (its params checked by the method's one path)."""
-    from skipsearch.methods.hierarchical import METHOD
-
-    p = METHOD.parse(profile.method_params, draft=profile.draft, num_layers=profile.model.num_layers)
-    return Hierarchy(medium=profile.draft, small=p.small, m=p.m, n=p.n)
-
-
-def hierarchy_to_profile_fields(h: Hierarchy) -> tuple[DraftConfig, tuple[tuple[str, object], ...]]:
-    """(draft, method_params) for a profile of ``h``; the inverse of hierarchy_from_profile."""
-    from skipsearch.methods.hierarchical import HierarchicalParams
-
-    draft = replace(h.medium, max_draft_tokens=h.max_block, exit=NO_EXIT)
-    return draft, HierarchicalParams(m=h.m, n=h.n, small=h.small).to_pairs()

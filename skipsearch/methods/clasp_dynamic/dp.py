@@ -25,15 +25,12 @@ Two uses:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from skipsearch import timing
-from skipsearch.config import DraftConfig
-from skipsearch.decoding import Draft, LayerSkipDrafter
-from skipsearch.methods.clasp_dynamic import SUBLAYERS, DynamicParams, skippable
+from skipsearch.methods.clasp_dynamic.params import SUBLAYERS
 from skipsearch.models import SkippableModel
 
 # (layer, states [S, N, H]) -> [S, N, H]: one decoder layer (or a layer with a sublayer skipped) on S
@@ -244,26 +241,6 @@ def sequence_targets(sm: SkippableModel, sequences: Sequence[Sequence[int]], sta
     return torch.cat(parts, dim=1), caches, positions
 
 
-def config_for(sublayer: str, layers: Sequence[int], base: DraftConfig) -> DraftConfig:
-    """``base`` (K, exit rule) drafting with ``layers`` skipped at the given granularity."""
-    layers = tuple(layers)
-    attn = layers if sublayer in ("layer", "attn") else ()
-    mlp = layers if sublayer in ("layer", "mlp") else ()
-    return replace(base, skip_attn=attn, skip_mlp=mlp)
-
-
-def granularity(config: DraftConfig) -> tuple[str, int] | None:
-    """(sublayer, M) if ``config`` skips whole layers, only attention or only MLPs; else None."""
-    a, m = config.skip_attn, config.skip_mlp
-    if a and a == m:
-        return "layer", len(a)
-    if a and not m:
-        return "attn", len(a)
-    if m and not a:
-        return "mlp", len(m)
-    return None
-
-
 def static_skip_sets(sm: SkippableModel, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *,
                 allowed: Sequence[int], limits: dict[str, int], tokens_per_sequence: int = 16) -> ClaspSkipSets:
     """Static CLaSp: one DP per granularity over the calibration tokens, one shared decision per
@@ -285,64 +262,6 @@ def static_skip_sets(sm: SkippableModel, prompts: Sequence[Sequence[int]], conti
     return ClaspSkipSets(tuple(subs), tuple(sets), tuple(sims), source="dp")
 
 
-# -- dynamic mode: the profile's parameters and the drafter ------------------------------------------
-
-
-class ClaspDynamicDrafter:
-    """Drafts like LayerSkipDrafter (K, adaptive exit) and re-plans its skip set every LOI verify steps.
-
-    The engine hands it the verify pass's hidden states of the last accepted token (``verified``);
-    the DP runs on them against the current KV cache. The draft set only ever depends on tokens
-    already verified, so greedy output is the full model's and rejection sampling stays exact.
-    """
-
-    wants_hidden_states = True  # decoding.generate: call verified() after each verify step
-
-    def __init__(self, params: DynamicParams, draft: DraftConfig, *, num_layers: int, batched: bool = True) -> None:
-        self.params = params
-        self.allowed = skippable(num_layers, params.protect_ends)
-        self.batched = batched
-        self.inner = LayerSkipDrafter(draft)  # the draft's K, exit rule and adaptive γ persist across re-plans
-        self.since = None  # verify steps since the last DP run; None before the first
-        self.dp_runs = 0
-        self.dp_seconds = 0.0
-        self.changes = 0
-
-    @property
-    def threshold(self) -> float | None:
-        return self.inner.threshold
-
-    @property
-    def config(self) -> DraftConfig:
-        return self.inner.config
-
-    def draft(self, sm, cache, *, pending, start, limit, sampling, generator) -> Draft:
-        return self.inner.draft(sm, cache, pending=pending, start=start, limit=limit, sampling=sampling,
-                                generator=generator)
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        self.inner.observe(drafted, accepted)
-
-    def verified(self, sm: SkippableModel, cache, *, hidden: torch.Tensor, position: int) -> None:
-        """``hidden`` [L+1, H]: the last accepted token's states in the verify pass, at ``position``."""
-        self.since = 0 if self.since is None else self.since + 1
-        if self.since % self.params.loi:
-            return
-        t0 = timing.now(sm.device)
-        layers = ModelLayers(sm, [cache], [torch.tensor([position])], sublayer=self.params.sublayer)
-        result = dp_skip_sets(hidden.unsqueeze(1), layers.run, max_skips=self.params.num_skips,
-                              allowed=self.allowed, skip=layers.skip, batched=self.batched)
-        new = config_for(self.params.sublayer, result.skip_sets[-1], self.inner.config)
-        self.changes += new != self.inner.config
-        self.inner.config = new
-        self.dp_runs += 1
-        self.dp_seconds += timing.now(sm.device) - t0
-
-    def report(self) -> tuple[tuple[str, float], ...]:
-        return (("dp_runs", float(self.dp_runs)), ("dp_seconds", self.dp_seconds),
-                ("skip_set_changes", float(self.changes)))
-
-
 # -- the brute-force check used by tests and the report ---------------------------------------------
 
 
@@ -358,10 +277,3 @@ def approximation_check(targets: torch.Tensor, layers: ModelLayers, *, sub_range
                      "brute": bf.best, "random_mean": bf.mean, "worst": bf.worst, "subsets": bf.subsets,
                      "same_set": dp.skip_sets[m] == bf.best_set})
     return rows
-
-
-__all__ = [
-    "SUBLAYERS", "BruteForce", "ClaspDynamicDrafter", "ClaspSkipSets", "DPResult", "DynamicParams", "ModelLayers",
-    "approximation_check", "brute_force", "config_for", "dp_skip_sets",
-    "final_similarity", "granularity", "sequence_targets", "skippable", "static_skip_sets",
-]

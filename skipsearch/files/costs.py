@@ -1,0 +1,159 @@
+"""The ``costs`` mapping of skipsearch's files: what one device charges for each piece of a decoding step, as a
+cost file's ``costs`` section and a draft profile's ``measured.costs`` (``PlannedCosts``: the costs the profile
+was planned with) hold it. The cost file around it (model, device, environment, measuring) is
+``skipsearch.costs``; ``skipsearch.costs.cost_model_of`` turns these figures into the objective's CostModel.
+
+Reading validates every key, and every problem is one ``CostsError`` line naming the file. No torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from skipsearch.files.errors import CostsError, ProfileError
+from skipsearch.files.yamlio import mapping, plain, section
+
+# A verify curve checked as a whole: v(1) about 1, and how far a median may dip from v(k) to v(k + 1).
+VERIFY_ONE = (0.5, 1.5)
+VERIFY_DIP = 0.8
+
+
+@dataclass(frozen=True)
+class SchemeCosts:
+    """One precision-draft scheme's per-sublayer costs on this device (``skipsearch costs --schemes``), measured
+    in the same interleaved rounds as a full step: re-planning a precision profile for this device reads them."""
+
+    scheme: str  # a skipsearch.methods.precision scheme: fp16, int8, int4, fp8
+    attn_seconds: float  # one layer's attention with its weights in the scheme
+    mlp_seconds: float  # one layer's MLP in the scheme
+    head_saving_seconds: float  # a step with the scheme's LM head, less one with the full head (< 0: slower)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """objective.CostModel's measured fields, in seconds (verify_ratio: one k-token forward / one step)."""
+
+    step_seconds: float  # one autoregressive decoder cycle (one-token forward, logits read back): the unit
+    attn_seconds: float  # one layer's attention
+    mlp_seconds: float  # one layer's MLP
+    fixed_seconds: float  # what skipping cannot remove: embedding, norms, LM head, per-forward overhead
+    verify_ratio: tuple[float, ...]  # v(1), v(2), ...
+    lm_head_seconds: float | None = None  # the LM head alone, for people: a part of fixed_seconds
+    schemes: tuple[SchemeCosts, ...] = ()  # precision-draft schemes costed on this device
+
+    def scheme(self, name: str) -> SchemeCosts | None:
+        return next((s for s in self.schemes if s.scheme == name), None)
+
+    @property
+    def overhead_seconds(self) -> float | None:
+        """The fixed part that is not the LM head: embedding, norms, the framework's per-forward cost."""
+        return None if self.lm_head_seconds is None else max(self.fixed_seconds - self.lm_head_seconds, 0.0)
+
+
+def _err(source: str, problem: str) -> CostsError:
+    return CostsError(f"{source}: {problem}")
+
+
+def costs_to_dict(c: Costs) -> dict:
+    out = {f.name: float(f"{getattr(c, f.name):.5g}") for f in fields(c)
+           if f.name not in ("verify_ratio", "schemes") and getattr(c, f.name) is not None}  # noise is larger
+    out["verify_ratio"] = [round(v, 4) for v in c.verify_ratio]
+    if c.schemes:
+        out["schemes"] = {s.scheme: {f.name: float(f"{getattr(s, f.name):.5g}") for f in fields(s)
+                                     if f.name != "scheme"} for s in c.schemes}
+    return plain(out)
+
+
+def costs_from_dict(raw: Any, *, path: str = "costs", source: str = "<costs>") -> Costs:
+    """Validate a ``costs`` mapping (a cost file's, or a profile's ``measured.costs``)."""
+    raw = dict(mapping(raw, path, source, error=CostsError))
+    curve = raw.pop("verify_ratio", None)
+    schemes = _schemes_from_dict(raw.pop("schemes", {}), f"{path}.schemes", source)
+    try:
+        values = section(Costs, raw, path, source, error=CostsError,
+                         required=("step_seconds", "attn_seconds", "mlp_seconds", "fixed_seconds"))[0]
+    except ProfileError as e:
+        raise CostsError(str(e)) from None
+    for key, value in values.items():
+        bound = "> 0" if key == "step_seconds" else ">= 0"
+        if not math.isfinite(value) or value < 0 or (key == "step_seconds" and value == 0):
+            raise _err(source, f"{path}.{key} must be a finite number of seconds {bound}, got {value}")
+    if not isinstance(curve, (list, tuple)) or not curve:
+        raise _err(source, f"{path}.verify_ratio must list v(1), v(2), ... (a k-token forward / one step)")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 for v in curve):
+        raise _err(source, f"{path}.verify_ratio must hold positive numbers, got {str(list(curve))[:60]}")
+    check_verify_curve(tuple(float(v) for v in curve), path=path, source=source)
+    return Costs(**values, verify_ratio=tuple(float(v) for v in curve), schemes=schemes)
+
+
+def _schemes_from_dict(raw: Any, path: str, source: str) -> tuple[SchemeCosts, ...]:
+    out = []
+    for name, entry in mapping(raw, path, source, error=CostsError).items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise _err(source, f"{path} must be keyed by scheme names (fp16, int8, ...), got {str(name)[:40]!r}")
+        try:
+            values = section(SchemeCosts, {"scheme": name, **dict(mapping(entry, f"{path}.{name}", source,
+                                                                          error=CostsError))},
+                             f"{path}.{name}", source, error=CostsError,
+                             required=("attn_seconds", "mlp_seconds", "head_saving_seconds"))[0]
+        except ProfileError as e:
+            raise CostsError(str(e)) from None
+        for key in ("attn_seconds", "mlp_seconds", "head_saving_seconds"):
+            value = values[key]
+            if not math.isfinite(value) or (key != "head_saving_seconds" and value < 0):
+                raise _err(source, f"{path}.{name}.{key} must be a finite number of seconds"
+                                   f"{'' if key == 'head_saving_seconds' else ' >= 0'}, got {value}")
+        out.append(SchemeCosts(**values))
+    return tuple(out)
+
+
+def check_verify_curve(curve: Sequence[float], *, path: str = "costs", source: str = "<costs>") -> None:
+    """v(k) as a whole: v(1) is one step (about 1), and a longer forward never costs much less than a shorter
+    one (medians may dip a little; a dip past VERIFY_DIP is a broken file, not noise)."""
+    if not VERIFY_ONE[0] <= curve[0] <= VERIFY_ONE[1]:
+        raise _err(source, f"{path}.verify_ratio starts at v(1) = {curve[0]:.4g}: a one-token forward is one step, "
+                           f"about 1")
+    for k in range(1, len(curve)):
+        if curve[k] < curve[k - 1] * VERIFY_DIP:
+            raise _err(source, f"{path}.verify_ratio falls from v({k}) = {curve[k - 1]:.4g} to v({k + 1}) = "
+                               f"{curve[k]:.4g}: a longer forward cannot cost that much less")
+
+
+# -- a draft profile's measured.costs: the cost profile it was planned with ---------------------------------
+COSTS_KEY = "costs"
+
+
+@dataclass(frozen=True)
+class PlannedCosts:
+    """A profile's ``measured.costs``: the cost profile it was planned with, and where that came from."""
+
+    costs: Costs
+    device: str | None = None
+    dtype: str | None = None
+    source: str | None = None  # "measured by optimize", or the cost file's path
+    threads: int | None = None
+
+
+_PROVENANCE = ("device", "dtype", "source", "threads")
+
+
+def planned_costs_to_dict(pc: PlannedCosts) -> dict:
+    head = {k: getattr(pc, k) for k in _PROVENANCE if getattr(pc, k) is not None}
+    return {**head, **costs_to_dict(pc.costs)}
+
+
+def planned_costs_from_dict(raw: Any, *, source: str = "<profile>") -> PlannedCosts:
+    path = f"measured.{COSTS_KEY}"
+    raw = dict(mapping(raw, path, source, error=CostsError))
+    head = {k: raw.pop(k) for k in _PROVENANCE if k in raw}
+    for key, value in head.items():
+        if value is not None and not isinstance(value, int if key == "threads" else str):
+            raise _err(source, f"{path}.{key} must be {'an integer' if key == 'threads' else 'a string'}")
+    return PlannedCosts(costs_from_dict(raw, path=path, source=source), **head)
+
+
+__all__ = ["COSTS_KEY", "VERIFY_DIP", "VERIFY_ONE", "Costs", "PlannedCosts", "SchemeCosts", "check_verify_curve",
+           "costs_from_dict", "costs_to_dict", "planned_costs_from_dict", "planned_costs_to_dict"]

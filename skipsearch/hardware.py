@@ -1,0 +1,107 @@
+"""The hardware a figure was measured on, and whether this machine is the same.
+
+Speedups, the cost model's c and v(k), and a chosen K belong to the machine that timed them: another
+CPU (another ISA level, another core count) or GPU changes them. Profiles and cost files record
+``probe()``'s answer in their ``environment``; ``decode``, ``bench`` and ``plan`` compare it with
+this machine's and say so in one line when it differs, pointing at ``skipsearch plan --costs``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+FIELDS = ("cpu_model", "cpu_capability", "threads", "gpu_name", "gpu_capability")  # environment keys
+
+
+@dataclass(frozen=True)
+class Hardware:
+    cpu_model: str | None = None  # /proc/cpuinfo's "model name", else platform's processor
+    cpu_capability: str | None = None  # torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, DEFAULT, ...
+    threads: int | None = None  # torch intra-op threads
+    gpu_name: str | None = None  # CUDA only
+    gpu_capability: str | None = None  # CUDA only: "8.0", "9.0", ...
+
+    @property
+    def gpu(self) -> bool:
+        return self.gpu_name is not None
+
+    @property
+    def known(self) -> bool:
+        return self.gpu_name is not None or self.cpu_model is not None or self.cpu_capability is not None
+
+    def identity(self) -> tuple:
+        """What decides whether figures carry over: the GPU on CUDA, else CPU model, ISA level and threads."""
+        if self.gpu:
+            return ("gpu", self.gpu_name, self.gpu_capability)
+        return ("cpu", self.cpu_model, self.cpu_capability, self.threads)
+
+    def describe(self) -> str:
+        if self.gpu:
+            return f"{self.gpu_name} (compute capability {self.gpu_capability or '?'})"
+        threads = f", {self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else ""
+        return f"{self.cpu_model or 'an unnamed CPU'} ({self.cpu_capability or 'ISA unknown'}{threads})"
+
+    def to_environment(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in FIELDS}
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
+def probe(device: str = "cpu") -> Hardware:
+    """This machine, as a profile or cost file made here on ``device`` would record it. Best effort: a
+    field that cannot be read is None, never an error."""
+    try:
+        import torch
+    except ImportError:  # reading files never needs torch
+        return Hardware(cpu_model=_cpu_model(), threads=os.cpu_count())
+    try:
+        capability = str(torch.backends.cpu.get_cpu_capability())
+    except Exception:
+        capability = None
+    gpu_name = gpu_capability = None
+    if str(device).startswith("cuda") or device == "auto":
+        try:
+            if torch.cuda.is_available():
+                index = str(device).partition(":")[2]
+                dev = int(index) if index.isdigit() else torch.cuda.current_device()
+                gpu_name = torch.cuda.get_device_name(dev)
+                gpu_capability = "{}.{}".format(*torch.cuda.get_device_capability(dev))
+        except Exception:
+            gpu_name = gpu_capability = None
+    return Hardware(cpu_model=_cpu_model(), cpu_capability=capability, threads=torch.get_num_threads(),
+                    gpu_name=gpu_name, gpu_capability=gpu_capability)
+
+
+def recorded(environment: Any) -> Hardware | None:
+    """The hardware an ``Environment`` (a profile's or cost file's) names, or None when the file predates
+    the fields (or has no environment)."""
+    if environment is None:
+        return None
+    hw = Hardware(**{k: getattr(environment, k, None) for k in FIELDS})
+    return hw if hw.known else None
+
+
+def mismatch(environment: Any, here: Hardware, *, what: str, replan: str) -> str | None:
+    """One line when ``environment`` (of the file ``what``) was measured on other hardware than ``here``,
+    or on hardware it does not name; None when it matches. ``replan``: the command that re-plans it."""
+    then = recorded(environment)
+    advice = f"its figures may not hold here; re-plan with `{replan}`"
+    if then is None:
+        return f"{what}: measured on unknown hardware (the file predates hardware records); this machine is " \
+               f"{here.describe()}: {advice}"
+    if then.identity() == here.identity():
+        return None
+    return f"{what}: measured on {then.describe()}; this machine is {here.describe()}: {advice}"

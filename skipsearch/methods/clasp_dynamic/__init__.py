@@ -1,0 +1,59 @@
+"""``clasp-dynamic``: CLaSp's DP re-plans the skipped layers every LOI verify steps while decoding.
+
+The draft config gives the starting skip set, K and the exit rule; ``method_params`` give M (how many
+layers, or sublayers of one kind, the DP skips), the LOI and the granularity. The package holds the
+method's algorithm, CLaSp's DP (``dp.py``: its static and dynamic use, and its brute-force check), its
+params (``params.py``) and its drafter (``drafter.py``). The ``clasp`` strategy writes this profile beside
+the static one it searches, so ``clasp`` is its search entry.
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import Candidate, DraftConfig
+from skipsearch.methods.base import Method
+from skipsearch.methods.clasp_dynamic.params import SUBLAYERS, DynamicParams, config_for, granularity, skippable
+
+
+def _drafter(candidate: Candidate, sm):
+    from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    candidate.draft.check_layers(sm.num_layers)
+    return ClaspDynamicDrafter(params, candidate.draft, num_layers=sm.num_layers)
+
+
+def _example(num_layers: int) -> Candidate:
+    mid = num_layers // 2
+    return METHOD.candidate(DraftConfig(skip_attn=(mid,), max_draft_tokens=2),
+                            DynamicParams(num_skips=1, loi=2, sublayer="attn"))
+
+
+METHOD = Method(
+    name=DynamicParams.method,
+    summary="CLaSp: the skip set re-planned by dynamic programming every LOI verify steps",
+    params=DynamicParams,
+    drafter=_drafter,
+    example=_example,
+    strategy="clasp",
+)
+
+
+# The DP and the drafter load torch: imported on first use of their names.
+_DP = ("BruteForce", "ClaspSkipSets", "DPResult", "ModelLayers", "approximation_check", "brute_force",
+       "dp_skip_sets", "final_similarity", "sequence_targets", "static_skip_sets")
+
+
+def __getattr__(name: str):
+    if name in _DP:
+        from skipsearch.methods.clasp_dynamic import dp
+
+        return getattr(dp, name)
+    if name == "ClaspDynamicDrafter":
+        from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
+
+        return ClaspDynamicDrafter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["METHOD", "SUBLAYERS", "ClaspDynamicDrafter", "DynamicParams", "config_for", "granularity", "skippable",
+           *_DP]

@@ -1,0 +1,60 @@
+"""``fractal``: FractalLLM's 8-bit layers embedded in the model draft w+n+1 tokens in one pass.
+
+``method_params`` are n (fractal layers), w (draft slots), the layers they sit in front of, the
+quantization scheme and the slot token. The package holds the compressed copy
+(``compressed.py``), the draft pass and drafter (``drafter.py``) and the params (``params.py``); the
+``fractal`` strategy (an (n, w) grid on Optuna's GridSampler, every point timed) searches it.
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
+from skipsearch.methods.base import Method, ParamsError
+from skipsearch.methods.fractal.params import MAX_W, SCHEMES, FractalParams, even_positions, resolve_scheme
+
+
+def _drafter(candidate: Candidate, sm):
+    from skipsearch.methods.fractal.drafter import FractalDrafter
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    try:
+        return FractalDrafter(sm, params, max_draft_tokens=candidate.draft.max_draft_tokens)
+    except ParamsError:
+        raise
+    except ConfigError as e:  # the device cannot run the scheme, or the slot token is not in the vocabulary
+        raise ParamsError(f"fractal: {e}") from None
+
+
+def _example(num_layers: int) -> Candidate:
+    params = FractalParams(n=1, w=2, layers=(num_layers // 2,))
+    return METHOD.candidate(DraftConfig(max_draft_tokens=params.max_draft_tokens, exit=NO_EXIT), params)
+
+
+METHOD = Method(
+    name=FractalParams.method,
+    summary="FractalLLM: 8-bit copies of the model's layers embedded in it draft w+n+1 tokens per pass",
+    params=FractalParams,
+    drafter=_drafter,
+    example=_example,
+    strategy="fractal",
+)
+
+
+# The compressed copy and the drafter load torch: imported on first use of their names.
+_COMPRESSED = ("CompressedModel", "compressed_model", "model_bytes")
+_DRAFTER = ("FractalDrafter", "draft_pass", "fractal_layer", "merge")
+
+
+def __getattr__(name: str):
+    if name in _COMPRESSED:
+        from skipsearch.methods.fractal import compressed
+
+        return getattr(compressed, name)
+    if name in _DRAFTER:
+        from skipsearch.methods.fractal import drafter
+
+        return getattr(drafter, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["MAX_W", "METHOD", "SCHEMES", "FractalParams", "even_positions", "resolve_scheme", *_COMPRESSED, *_DRAFTER]

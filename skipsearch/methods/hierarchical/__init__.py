@@ -1,0 +1,55 @@
+"""``hierarchical``: three depths of one model (M_p verifies M_q, M_q verifies M_s), lossless by composition.
+
+The draft config is M_q's skip sets, with K = m·(n+1) and no exit rule; ``method_params`` give m, n and
+M_s's skip sets. The package holds the
+``Hierarchy`` and the params (``params.py``) and the three-level drafter (``drafter.py``). It has no strategy of
+its own: ``skipsearch plan`` chooses (m, n) by the planner's closed forms and writes the profile.
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.methods.base import Method
+from skipsearch.methods.hierarchical.params import (
+    HierarchicalParams,
+    Hierarchy,
+    hierarchy_from_profile,
+    hierarchy_to_profile_fields,
+)
+
+
+def _drafter(candidate: Candidate, sm):
+    from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
+
+    p = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    return HierarchicalDrafter(Hierarchy(medium=candidate.draft, small=p.small, m=p.m, n=p.n))
+
+
+def _example(num_layers: int) -> Candidate:
+    mid = num_layers // 2
+    small = DraftConfig(skip_attn=(mid, mid + 1) if mid + 1 < num_layers else (mid,), max_draft_tokens=0, exit=NO_EXIT)
+    m, n = 2, 1
+    return METHOD.candidate(DraftConfig(skip_attn=(mid,), max_draft_tokens=m * (n + 1), exit=NO_EXIT),
+                            HierarchicalParams(m=m, n=n, small=small))
+
+
+METHOD = Method(
+    name=HierarchicalParams.method,
+    summary="hierarchical: a small draft checked by a medium draft checked by the full model (plan)",
+    params=HierarchicalParams,
+    drafter=_drafter,
+    example=_example,
+    strategy=None,
+)
+
+
+def __getattr__(name: str):
+    if name == "HierarchicalDrafter":  # loads torch: imported on first use
+        from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
+
+        return HierarchicalDrafter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["METHOD", "HierarchicalDrafter", "HierarchicalParams", "Hierarchy", "hierarchy_from_profile",
+           "hierarchy_to_profile_fields"]

@@ -1,0 +1,90 @@
+"""``layer-skip``: the model drafts with some attention/MLP sublayers skipped (Draft&Verify).
+
+The draft config (skip sets, K, the exit rule) is the method. Its one option is FR-Spec's trimmed
+draft head (arXiv 2502.14856): with ``vocab_subset`` the draft computes logits only for the V' most
+frequent tokens (``hidden @ W[subset].T`` after the final norm; every other token gets -inf), while
+verification keeps the full head. Greedy output is therefore unchanged, and a sampled draft's q is
+the softmax over the subset (zero elsewhere), so rejection sampling stays exact.
+
+A profile carries the subset itself, so that it rebuilds the same head on any machine:
+- ``vocab_subset``: V', the number of token ids;
+- ``vocab_ids``: the ids, sorted, delta-encoded (the first id, then each gap), each number an
+  unsigned LEB128 varint, the bytes zlib-compressed and base64-encoded (standard alphabet, one line);
+- ``vocab_sha256``: the sha256 of the sorted ids written as decimal numbers joined by commas
+  (``"0,1,5,..."``, ASCII), checked on every load.
+The search builds the subset from token frequencies in its calibration data (``frequent_tokens``).
+
+The package holds the params (``params.py``), the drafter and trimmed head (``drafter.py``; the drafter
+class itself is the engine's ``decoding.LayerSkipDrafter``, which ``generate(config=...)`` builds) and the
+surrogate (``surrogate.py``): trace-and-replay over skipsearch.surrogate; with a trimmed head the traces
+run through that head and the replay charges the draft step less the head's measured saving.
+Strategies ``tpe``, ``bayes`` and ``clasp`` search the skip sets (``tpe`` is the entry); ``hybrid``
+searches V' over a shortlist of skip sets.
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import Candidate, DraftConfig
+from skipsearch.methods.base import Method
+from skipsearch.methods.layer_skip.params import (
+    SUBSET_KEYS,
+    LayerSkipParams,
+    decode_ids,
+    encode_ids,
+    frequent_tokens,
+    subset_sha256,
+)
+
+
+def _drafter(candidate: Candidate, sm):
+    from skipsearch.methods.layer_skip.drafter import LayerSkipDrafter, subset_head
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    candidate.draft.check_layers(sm.num_layers)
+    if candidate.draft.is_autoregressive:
+        return None
+    return LayerSkipDrafter(candidate.draft, head=subset_head(sm, params))
+
+
+def _predict(objective, candidate: Candidate):
+    from skipsearch.methods.layer_skip.surrogate import predict
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
+    return predict(objective, candidate, params)
+
+
+def _example(num_layers: int) -> Candidate:
+    mid = num_layers // 2
+    return Candidate(LayerSkipParams.method, DraftConfig(skip_attn=(mid,), skip_mlp=(mid,), max_draft_tokens=3))
+
+
+METHOD = Method(
+    name=LayerSkipParams.method,
+    summary="the model itself with some attention/MLP sublayers skipped (Draft&Verify), optionally a trimmed head",
+    params=LayerSkipParams,
+    drafter=_drafter,
+    example=_example,
+    strategy="tpe",
+    predict=_predict,
+)
+
+
+# The drafter and the surrogate load torch: imported on first use of their names.
+_DRAFTER = ("LayerSkipDrafter", "subset_head")
+_SURROGATE = ("draft_costs", "draft_traces")
+
+
+def __getattr__(name: str):
+    if name in _DRAFTER:
+        from skipsearch.methods.layer_skip import drafter
+
+        return getattr(drafter, name)
+    if name in _SURROGATE:
+        from skipsearch.methods.layer_skip import surrogate
+
+        return getattr(surrogate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["METHOD", "SUBSET_KEYS", "LayerSkipParams", "decode_ids", "encode_ids", "frequent_tokens",
+           "subset_sha256", *_DRAFTER, *_SURROGATE]

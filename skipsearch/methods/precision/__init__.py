@@ -1,0 +1,114 @@
+"""``precision``: the model drafts with reduced-precision copies of its own sublayers (QuantSpec, ML-SpecQD).
+
+Each sublayer's draft role is skipped (the draft config's skip sets), full, or quantized in the
+profile's ``scheme`` (``method_params``); so is the LM head (``quant_head``). The draft runs the
+model's own embeddings, norms and KV cache with quantized stand-ins swapped in
+(``SkippableModel.substituted``), so it reads the full model's context KV and keeps no cache of its
+own; verification is the plain full forward, so greedy output is the full model's and sampling
+stays exact. Schemes and their kernels: ``params.SCHEMES``; a device without the kernel is refused
+in one line before the model loads (``check_device``). The ``precision`` strategy searches it;
+the surrogate is teacher-forced agreement replayed with the measured per-sublayer scheme costs.
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
+from skipsearch.methods.base import Method, ParamsError
+from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme
+
+
+def check_scheme(scheme: str, device) -> None:
+    """A one-line ConfigError unless ``device`` has real kernels for ``scheme`` (torch is imported here)."""
+    from skipsearch.methods.precision.kernels import check_scheme as check
+
+    check(scheme, device)
+
+
+def check_device(candidate: Candidate, device: str) -> None:
+    """A one-line ConfigError unless ``device`` runs the candidate's scheme (before any weight is read).
+    ``device`` "auto" (layers spread over the GPUs) is checked on the first GPU."""
+    if not candidate.is_autoregressive:
+        check_scheme(candidate.param("scheme", ""), "cuda:0" if device == "auto" else device)
+
+
+def _drafter(candidate: Candidate, sm):
+    from skipsearch.methods.precision.copy import quantized_copy
+    from skipsearch.methods.precision.drafter import PrecisionDrafter
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    candidate.draft.check_layers(sm.num_layers)
+    if candidate.draft.is_autoregressive:
+        return None
+    try:
+        qcopy = quantized_copy(sm, params.scheme)
+    except ParamsError:
+        raise
+    except ConfigError as e:
+        raise ParamsError(f"precision: {e}") from None
+    try:
+        return PrecisionDrafter(candidate.draft, params, qcopy, sm)
+    except ParamsError:
+        raise
+    except ConfigError as e:
+        raise ParamsError(f"precision: {e}") from None
+
+
+def _predict(objective, candidate: Candidate):
+    from skipsearch.methods.precision.surrogate import predict
+
+    return predict(objective, candidate)
+
+
+def traces_and_ratio(objective, candidate: Candidate) -> tuple[list, float]:
+    """The candidate's teacher-forced traces over the objective's calibration data, and its c (for a
+    method that drafts through a precision draft, e.g. hybrid's fallback)."""
+    from skipsearch.methods.precision.surrogate import draft_ratio, draft_traces, head_saving, scheme_cost
+
+    sm = objective.sm
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    c = draft_ratio(scheme_cost(objective, params.scheme), candidate.draft, params, sm.num_layers,
+                    saving=head_saving(objective, params))
+    return draft_traces(objective, candidate.draft, params), c
+
+
+def measure_scheme_costs(sm, context, schemes, *, repeats: int = 9):
+    """Each scheme's per-sublayer costs on ``sm``'s device at ``context`` (``surrogate.SchemeCost``, the fields a
+    cost file's ``files.costs.SchemeCosts`` keeps; ``skipsearch costs --schemes``)."""
+    from skipsearch.methods.precision.surrogate import measure_scheme
+
+    out = []
+    for scheme in schemes:
+        check_scheme(scheme, sm.device)
+        out.append(measure_scheme(sm, context, scheme, repeats=repeats))
+    return tuple(out)
+
+
+def _example(num_layers: int) -> Candidate:
+    return Candidate(PrecisionParams.method, DraftConfig(max_draft_tokens=4, exit=NO_EXIT),
+                     PrecisionParams(scheme="fp16").to_pairs())
+
+
+METHOD = Method(
+    name=PrecisionParams.method,
+    summary="the model itself with its sublayers and head in a reduced-precision copy (fp16/int8/int4/fp8), "
+            "some optionally skipped or kept full",
+    params=PrecisionParams,
+    drafter=_drafter,
+    example=_example,
+    strategy="precision",
+    predict=_predict,
+    check_device=check_device,
+    draft_weight_bits=lambda candidate: None if candidate.is_autoregressive else SCHEMES[
+        candidate.param("scheme", "fp16")].weight_bits,
+)
+
+__all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "measure_scheme_costs",
+           "quantized_assistant", "traces_and_ratio"]
+
+
+def quantized_assistant(sm):
+    """A whole reduced-precision copy of ``sm``'s HF model, for HF assisted generation (bench's peer):
+    fp16 weights on a CPU, int8 on a GPU. Built once per model; returns (model, scheme)."""
+    from skipsearch.methods.precision.copy import assistant_copy
+
+    return assistant_copy(sm)

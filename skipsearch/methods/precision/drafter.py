@@ -1,0 +1,23 @@
+"""The precision drafter: the layer-skip draft loop, run on the model's reduced-precision stand-ins."""
+
+from __future__ import annotations
+
+from skipsearch.config import DraftConfig
+from skipsearch.decoding import LayerSkipDrafter
+from skipsearch.methods.precision.copy import QuantizedCopy, draft_head
+from skipsearch.methods.precision.params import PrecisionParams
+
+
+class PrecisionDrafter(LayerSkipDrafter):
+    """Drafts with some sublayers skipped (the draft config), some quantized, some full (the params).
+
+    Draft-only KV goes into the engine's cache and is cropped by it, as for layer-skip: the quantized
+    attention reads the full model's KV for the context and never re-runs the prompt."""
+
+    def __init__(self, config: DraftConfig, params: PrecisionParams, qcopy: QuantizedCopy, sm) -> None:
+        super().__init__(config, head=draft_head(sm, qcopy, params))
+        self.stand_ins = qcopy.stand_ins(*params.roles(config, sm.num_layers))
+
+    def draft(self, sm, cache, **kwargs):
+        with sm.substituted(**self.stand_ins):
+            return super().draft(sm, cache, **kwargs)

@@ -1,0 +1,177 @@
+"""The precision surrogate: α from teacher-forced agreement (as layer-skip's), c from measured scheme costs.
+
+``SchemeCost`` is one scheme's per-sublayer costs, timed once per objective in the same interleaved
+rounds as the full step: one layer's quantized attention and MLP, and what the quantized head saves.
+With the full model's own per-sublayer costs they give any candidate's c, whatever mix of skipped,
+quantized and full sublayers it has, so the replay prices it like for like.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, replace
+
+from skipsearch.config import Candidate, DraftConfig
+from skipsearch.methods.precision.params import PrecisionParams
+
+
+@dataclass(frozen=True)
+class SchemeCost:
+    scheme: str
+    step_seconds: float  # the full one-token step these were timed against (median)
+    attn_seconds: float  # one layer's attention in the scheme
+    mlp_seconds: float  # one layer's MLP in the scheme
+    full_attn_seconds: float  # one layer's attention at full precision, same rounds
+    full_mlp_seconds: float
+    head_saving_seconds: float  # a step with the scheme's head, less a step with the full head
+
+
+@dataclass
+class _Memo:
+    costs: dict  # scheme -> SchemeCost
+    traces: dict  # (skip sets, full sets, scheme, head) -> [Trace]
+    head_savings: dict  # (scheme, quantized head?, subset sha256) -> seconds a trimmed head saves a step
+
+
+_MEMOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # objective -> _Memo
+
+
+def _memo(objective) -> _Memo:
+    return _MEMOS.setdefault(objective, _Memo({}, {}, {}))
+
+
+def _context(objective):
+    cal = objective.cal
+    return cal.prompts[0] + cal.continuations[0][: cal.max_new_tokens // 2]
+
+
+def head_saving(objective, params: PrecisionParams) -> float:
+    """Seconds the candidate's draft head saves a step against the full head: the scheme's head from its
+    scheme cost; a trimmed head timed once per subset against the full head (interleaved, medians)."""
+    if params.vocab_sha256 is None:
+        return scheme_cost(objective, params.scheme).head_saving_seconds if params.quant_head else 0.0
+    memo = _memo(objective)
+    key = (params.scheme, params.quant_head, params.vocab_sha256)
+    if key not in memo.head_savings:
+        import torch
+
+        from skipsearch.harness import time_interleaved
+        from skipsearch.methods.precision.copy import draft_head, quantized_copy
+
+        sm, context = objective.sm, _context(objective)
+        head = draft_head(sm, quantized_copy(sm, params.scheme), params)
+        cache = sm.new_cache()
+        sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+        n, token = len(context), torch.tensor([context[-1]])
+
+        def step(h):
+            def once():
+                with sm.draft_head(h):
+                    sm.forward(token, start=n, cache=cache, last_only=True)
+                sm.crop(cache, n)
+            return once
+
+        med = {k: t.median for k, t in time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=9,
+                                                         device=sm.device, warmup=3).items()}
+        memo.head_savings[key] = med["full"] - med["trimmed"]
+    return memo.head_savings[key]
+
+
+def measure_scheme(sm, context, scheme: str, *, repeats: int = 9) -> SchemeCost:
+    """Time one-token steps of the full model, with every attention / MLP / the head in ``scheme``, and
+    with every attention / MLP skipped, interleaved by the one harness; medians."""
+    import torch
+
+    from skipsearch.harness import time_interleaved
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    q = quantized_copy(sm, scheme)
+    every = tuple(range(sm.num_layers))
+    cache = sm.new_cache()
+    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+    n, token = len(context), torch.tensor([context[-1]])
+
+    def step(*, attn=(), mlp=(), head=False, skip: DraftConfig | None = None):
+        def once():
+            with sm.substituted(**q.stand_ins(attn, mlp)), sm.draft_head(q.head if head else None):
+                if skip is None:
+                    sm.forward(token, start=n, cache=cache, last_only=True)
+                else:
+                    with sm.drafting(skip):
+                        sm.forward(token, start=n, cache=cache, last_only=True)
+            sm.crop(cache, n)
+        return once
+
+    calls = {"full": step(), "q_attn": step(attn=every), "q_mlp": step(mlp=every), "q_head": step(head=True),
+             "no_attn": step(skip=DraftConfig(skip_attn=every)), "no_mlp": step(skip=DraftConfig(skip_mlp=every))}
+    med = {k: t.median for k, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
+    L = sm.num_layers
+    return SchemeCost(
+        scheme, med["full"],
+        attn_seconds=max(med["q_attn"] - med["no_attn"], 0.0) / L,
+        mlp_seconds=max(med["q_mlp"] - med["no_mlp"], 0.0) / L,
+        full_attn_seconds=max(med["full"] - med["no_attn"], 0.0) / L,
+        full_mlp_seconds=max(med["full"] - med["no_mlp"], 0.0) / L,
+        head_saving_seconds=med["full"] - med["q_head"],
+    )
+
+
+def draft_ratio(cost: SchemeCost, config: DraftConfig, params: PrecisionParams, num_layers: int, *,
+                saving: float | None = None) -> float:
+    """c of a candidate: its draft step over the full step, from the per-sublayer costs; ``saving``: what its
+    draft head saves a step (default: the scheme's whole head when it is quantized)."""
+    attn, mlp = params.roles(config, num_layers)
+    fixed = cost.step_seconds - num_layers * (cost.full_attn_seconds + cost.full_mlp_seconds)
+    if saving is None:
+        saving = cost.head_saving_seconds if params.quant_head else 0.0
+    seconds = (fixed - saving
+               + len(attn) * cost.attn_seconds + len(params.full_attn) * cost.full_attn_seconds
+               + len(mlp) * cost.mlp_seconds + len(params.full_mlp) * cost.full_mlp_seconds)
+    return max(seconds, 0.0) / cost.step_seconds
+
+
+def priced(base, c: float):
+    """``base`` (a surrogate CostModel) re-priced so that every draft costs ``c``: its draft_ratio(config) is c
+    exactly (every kept sublayer priced at 0, the rest in fixed), so the layer-skip replay charges a precision
+    draft its own c. v(k) and the step stay ``base``'s."""
+    return replace(base, fixed_seconds=c * base.step_seconds, attn_seconds=0.0, mlp_seconds=0.0)
+
+
+def scheme_cost(objective, scheme: str) -> SchemeCost:
+    memo = _memo(objective)
+    if scheme not in memo.costs:
+        memo.costs[scheme] = measure_scheme(objective.sm, _context(objective), scheme)
+    return memo.costs[scheme]
+
+
+def draft_traces(objective, config: DraftConfig, params: PrecisionParams) -> list:
+    """Teacher-forced traces of every calibration sequence through the precision draft (full-model context KV)."""
+    from skipsearch.methods.precision.copy import draft_head, quantized_copy
+    from skipsearch.surrogate import trace
+
+    memo = _memo(objective)
+    key = (config.skip_attn, config.skip_mlp, params.full_attn, params.full_mlp, params.scheme, params.quant_head,
+           params.vocab_sha256)
+    if key not in memo.traces:
+        sm = objective.sm
+        q = quantized_copy(sm, params.scheme)
+        rows = zip(objective.cal.prompts, objective.cal.continuations, objective.full_caches(), strict=True)
+        with sm.substituted(**q.stand_ins(*params.roles(config, sm.num_layers))), \
+                sm.draft_head(draft_head(sm, q, params)):
+            memo.traces[key] = [trace(sm, p, c, config, cache=kv) for p, c, kv in rows if c]
+    return memo.traces[key]
+
+
+def predict(objective, candidate: Candidate):
+    """Replay the decoder over the traces with the candidate's own c (the layer-skip replay, re-priced)."""
+    from skipsearch import timing
+    from skipsearch.surrogate import replay_all
+
+    sm = objective.sm
+    t0 = timing.now(sm.device)
+    config = candidate.draft
+    params = PrecisionParams.parse(candidate.plain_params(), draft=config, num_layers=sm.num_layers)
+    c = draft_ratio(scheme_cost(objective, params.scheme), config, params, sm.num_layers,
+                    saving=head_saving(objective, params))
+    m = replay_all(draft_traces(objective, config, params), config, priced(objective.costs, c))
+    return replace(m, seconds=timing.now(sm.device) - t0)
