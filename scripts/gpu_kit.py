@@ -5,7 +5,7 @@
     assemble --state DIR --to FILE            join the parts once all are there (exit 10 while some are missing)
     check-wheels DIR                          every wheel's requirements are in the kit or in the GPU image
     gpu-name                                  "h100", "h200", ... from torch (or "cpu")
-    drift --device D --dtype T --out FILE     one forward vs one-token steps, in ulps (equivalence.margin_drift)
+    drift --device D --dtype T --out FILE     one forward vs one-token steps and blocks, in ulps (margin_drift)
     report --state DIR --gpu NAME --out FILE  the one Markdown report from the benches, the drift and the profiles
 
 Nothing here times anything: speed figures come from ``skipsearch bench`` (the one harness).
@@ -165,8 +165,9 @@ def gpu_name() -> str:
 
 
 def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens: int, out: Path) -> dict:
-    """How far one forward and one-token steps put the top-2 margins apart on this device, in ulps, on HF
-    greedy's outputs of held-out prompts: the evidence that equivalence.TIE_ULPS must cover."""
+    """How far one forward and the same tokens fed back in one-token steps or verify-sized blocks put the top-2
+    margins apart on this device, in ulps, on HF greedy's outputs of held-out prompts: the evidence that
+    equivalence.TIE_ULPS must cover."""
     import collections
 
     from skipsearch import equivalence as eq
@@ -178,7 +179,8 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
     moved: list[float] = []
     for p in load_prompts("mtbench,humaneval", split="heldout", n=n_prompts, seed=0):
         ids = encode_prompt(sm.tokenizer, p)
-        moved += eq.margin_drift(sm, ids, hf_generate(sm, ids, max_new_tokens=max_new_tokens))
+        out_ids = hf_generate(sm, ids, max_new_tokens=max_new_tokens)
+        moved += eq.margin_drift(sm, ids, out_ids) + eq.margin_drift(sm, ids, out_ids, blocks=(3, 9, 1, 5))
     doc = {"dtype": dtype, "device": device, "positions": len(moved), "max_ulps": max(moved),
            "tie_ulps": eq.TIE_ULPS.get(sm.dtype, 0),
            "histogram": sorted(collections.Counter(round(m) for m in moved).items())}
@@ -236,9 +238,9 @@ def report(state: Path, gpu: str, out: Path, *, sequence: str = "") -> str:
     if not benches:
         lines.append("| - | no bench finished | | | | | | |")
     lines += ["", "## The tie tolerance on this device", "",
-              "How far the top-2 logit margin moves between one forward over a whole output and one-token steps "
-              "with a KV cache (HF greedy's outputs, held-out prompts), in ulps of the larger logit. "
-              "`equivalence.TIE_ULPS` must cover it for tie verdicts to be honest here.", "",
+              "How far the top-2 logit margin moves between one forward over a whole output and one-token steps or "
+              "blocks of 1-9 tokens with a KV cache (HF greedy's outputs, held-out prompts), in ulps of the larger "
+              "logit. `equivalence.TIE_ULPS` must cover it for tie verdicts to be honest here.", "",
               "| dtype | positions | max ulps | TIE_ULPS | histogram (ulps: positions) |", "|---|---|---|---|---|"]
     for d in drifts:
         hist = ", ".join(f"{k}: {v}" for k, v in d["histogram"])
