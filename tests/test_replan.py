@@ -3,7 +3,9 @@ the α/c Pareto front, and the hierarchical planner choosing its levels from a s
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from pathlib import Path
 
 import pytest
 import yaml
@@ -508,3 +510,35 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
     own = replan.replan_profile(prof, replan.own_costs(prof, source="p"), source="p", costs_source="p")[1]
     assert own.options  # its own costs carry the scheme's
+
+
+# -- every shipped draft profile re-plans (issue 22) ----------------------------------------------------------------
+REPLANNABLE = ("layer-skip", "ngram", "hybrid", "precision")  # the methods whose records re-plan them
+HAND_WRITTEN = ("example.yaml", "hier-medium.yaml", "hier-small.yaml")  # format examples and the planner's inputs
+SHIPPED = sorted(p for p in (Path(__file__).parents[1] / "profiles" / "smollm2-135m").glob("*.yaml")
+                 if p.name not in HAND_WRITTEN)
+
+
+def _flat_verify(costs: CostProfile) -> CostProfile:
+    """This CPU's costs, scheme costs included, on a made-up device where a verify of any length costs one step."""
+    flat = dataclasses.replace(costs.costs, verify_ratio=(1.0,) * len(costs.costs.verify_ratio))
+    return dataclasses.replace(costs, device="flat-verify", costs=flat)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_draft_profile_re_plans_or_says_in_one_line_why_not(path, tmp_path):
+    prof = load_profile(path, num_layers=30)
+    if prof.method not in REPLANNABLE:  # their drafts depend on the device in ways a cost file does not hold
+        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", CPU])
+        assert_one_line_error(result, f"this one is method {prof.method}")
+        return
+    flat = save_costs(_flat_verify(load_costs(CPU)), tmp_path / "flat.yaml")
+    for costs in (CPU, str(flat)):
+        out = tmp_path / f"{path.stem}-{Path(costs).stem}.yaml"
+        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        new = load_profile(out, num_layers=30)
+        assert new.method == prof.method and new.measured.notes.startswith("predicted, not timed")
+    here = load_profile(tmp_path / f"{path.stem}-cpu-float32.yaml", num_layers=30).draft.max_draft_tokens
+    there = load_profile(tmp_path / f"{path.stem}-flat.yaml", num_layers=30).draft.max_draft_tokens
+    assert there >= here  # a verify that costs no more than a step never makes drafting shorter pay
