@@ -56,6 +56,8 @@ from skipsearch.files.records import (
     precision_from_dict,
     precision_to_dict,
 )
+from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
+from skipsearch.methods.hierarchical import Hierarchy, hierarchy_from_profile, hierarchy_to_profile_fields
 from skipsearch.methods.hybrid import METHOD as HYBRID
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.ngram import METHOD as NGRAM
@@ -368,6 +370,8 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     if profile.method == PRECISION.name:
         return _replan_precision_profile(profile, target, source=source, costs_source=costs_source,
                                          k_values=k_values)
+    if profile.method == HIERARCHICAL.name:
+        return _replan_hierarchical_profile(profile, target, source=source, costs_source=costs_source)
     if profile.method != LAYER_SKIP.name:
         raise ConfigError(f"{source}: re-planning needs a layer-skip profile's traces or a lookup profile's match "
                           f"record; this one is method {profile.method} (plan it again on the device instead)")
@@ -491,6 +495,59 @@ def _replan_hybrid_precision_profile(profile: Profile, target: CostProfile, *, s
     return new, plan
 
 
+HIER_NOTE = ("α and β are the profile's (teacher-forced on the model: no hardware in them); c, c_s and v(k) the "
+             "cost file's; the medium level's verify curve is taken to be the full model's")
+
+
+def _replan_hierarchical_profile(profile: Profile, target: CostProfile, *, source: str,
+                                 costs_source: str) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for a hierarchical profile: m and n re-chosen by the planner's closed forms
+    (``plan.plan_table``) from the α and β the profile measured and ``target``'s costs for its two levels."""
+    from skipsearch.costs import check_costs_model
+    from skipsearch.measure import Measurement
+    from skipsearch.plan import PlanInputs, plan_table
+
+    extra = dict(profile.measured.extra) if profile.measured else {}
+    alpha, beta = extra.get("alpha"), extra.get("beta")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in (alpha, beta)):
+        raise ProfileError(f"{source}: keeps no α and β (measured.alpha, measured.beta) in [0, 1]: make it again "
+                           f"with skipsearch plan")
+    weights = profile.model.weights_fingerprint
+    check_costs_model(target, num_layers=profile.model.num_layers,
+                      architecture=weights.split("-")[0] if weights else None,
+                      fingerprint=profile.model.fingerprint, source=costs_source,
+                      what=f"the profile's model ({profile.model.name})")
+    old = hierarchy_from_profile(profile)
+    cm = target.cost_model()
+    c = cm.draft_ratio(old.medium)
+    cs = cm.draft_ratio(old.small) / c if c > 0 else 0.0
+    table = plan_table(PlanInputs(float(alpha), float(beta), c, cs, verify=tuple(target.costs.verify_ratio)))
+
+    def measured(r) -> Measurement:
+        return Measurement("surrogate", r.speedup, predicted_speedup=r.speedup, tau=r.tokens, alpha=float(alpha),
+                           cost_ratio=c)
+
+    def draft_of(r) -> DraftConfig:
+        return hierarchy_to_profile_fields(Hierarchy(old.medium, old.small, r.m, r.n))[0]
+
+    best_per_n = sorted((max((r for r in table.rows if r.n == n), key=lambda r: r.speedup)
+                         for n in sorted({r.n for r in table.rows})), key=lambda r: -r.speedup)
+    best = table.best
+    chosen = Hierarchy(old.medium, old.small, best.m, best.n)
+    draft, params = hierarchy_to_profile_fields(chosen)
+    note = (f"m={best.m}, n={best.n} ({'three' if best.n else 'two'} levels; the third level "
+            f"{'pays' if table.third_level_pays else 'does not pay'} here"
+            + ("" if best.speedup > 1.0 else "; no (m, n) beats plain decoding: decode without a profile")
+            + f"); {HIER_NOTE}")
+    plan = Replanned(draft, measured(best), draft, tuple((draft_of(r), measured(r)) for r in best_per_n), note)
+    new, plan = _replanned_profile(replace(profile, method_params=params), target, plan, draft, draft,
+                                   costs_source=costs_source)
+    kept = tuple((k, v) for k, v in new.measured.extra if k not in ("c", "cs", "verify_cost_v"))
+    redone = (("c", round(c, 4)), ("cs", round(cs, 4)), ("verify_cost_v", [round(v, 3) for v in
+                                                                           target.costs.verify_ratio]))
+    return replace(new, measured=replace(new.measured, extra=kept + redone)), plan
+
+
 def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, draft: DraftConfig,
                        shown: DraftConfig | None, *, costs_source: str) -> tuple[Profile, Replanned]:
     from skipsearch.methods.summary import config_summary
@@ -559,6 +616,8 @@ def format_replan(old: Profile, new: Profile, plan: Replanned, target: CostProfi
         source = f"its lookup record and its precision fallback's traces, K of {ks}"
     elif old.method in LOOKUP_METHODS:
         source = "its lookup record, K of " + ks
+    elif old.method == HIERARCHICAL.name:
+        source = "its α and β, the best m per n (K = m·(n+1)): " + ks
     else:
         source = f"{len(plan.options)} kept skip set(s)"
     lines = [f"re-planned for {target.device} ({target.dtype}) from {source}",

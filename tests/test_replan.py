@@ -460,8 +460,11 @@ def test_a_trimmed_precision_head_is_priced_at_its_share_of_the_lm_head():
 
 def test_cli_plan_a_precision_profile_needs_the_scheme_in_the_cost_file(tmp_path):
     src = write_precision_profile(tmp_path / "p.yaml")
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", src, "--costs", CPU]),
-                          f"{CPU}: no costs for precision scheme fp16: measure them with "
+    cpu = load_costs(CPU)
+    bare = str(save_costs(dataclasses.replace(cpu, costs=dataclasses.replace(cpu.costs, schemes=())),
+                          tmp_path / "bare.yaml"))  # this CPU's costs, measured without --schemes
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", src, "--costs", bare]),
+                          f"{bare}: no costs for precision scheme fp16: measure them with "
                           "`skipsearch costs --schemes fp16`")
     free = save_costs(scheme_costs(FREE_V), tmp_path / "free.yaml")
     result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(tmp_path / "o.yaml")])
@@ -471,7 +474,7 @@ def test_cli_plan_a_precision_profile_needs_the_scheme_in_the_cost_file(tmp_path
     assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(free)]),
                           "keeps no precision record (measured.precision_traces)")
     hyb = write_precision_profile(tmp_path / "h.yaml", method="hybrid")
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", hyb, "--costs", CPU]),
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", hyb, "--costs", bare]),
                           "no costs for precision scheme fp16")
 
 
@@ -513,7 +516,7 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
 
 
 # -- every shipped draft profile re-plans (issue 22) ----------------------------------------------------------------
-REPLANNABLE = ("layer-skip", "ngram", "hybrid", "precision")  # the methods whose records re-plan them
+REPLANNABLE = ("layer-skip", "ngram", "hybrid", "precision", "hierarchical")  # their records re-plan them
 HAND_WRITTEN = ("example.yaml", "hier-medium.yaml", "hier-small.yaml")  # format examples and the planner's inputs
 SHIPPED = sorted(p for p in (Path(__file__).parents[1] / "profiles" / "smollm2-135m").glob("*.yaml")
                  if p.name not in HAND_WRITTEN)
@@ -542,3 +545,26 @@ def test_every_shipped_draft_profile_re_plans_or_says_in_one_line_why_not(path, 
     here = load_profile(tmp_path / f"{path.stem}-cpu-float32.yaml", num_layers=30).draft.max_draft_tokens
     there = load_profile(tmp_path / f"{path.stem}-flat.yaml", num_layers=30).draft.max_draft_tokens
     assert there >= here  # a verify that costs no more than a step never makes drafting shorter pay
+
+
+def test_a_hierarchical_profile_re_plans_m_and_n_from_its_alpha_and_beta(tmp_path):
+    src = "profiles/smollm2-135m/cpu-float32-hier.yaml"
+    prof = load_profile(src, num_layers=30)
+    on_cpu, plan_cpu = replan.replan_profile(prof, load_costs(CPU), source=src, costs_source=CPU)
+    on_free, plan_free = replan.replan_profile(prof, free_costs(), source=src, costs_source="free")
+    # the closed forms, fed the same α and β: cheap levels and a free verify draft bigger blocks
+    assert on_free.draft.max_draft_tokens > on_cpu.draft.max_draft_tokens
+    assert plan_free.predicted.speedup > 1.0 > plan_cpu.predicted.speedup
+    assert "no (m, n) beats plain decoding" in plan_cpu.note and "no (m, n)" not in plan_free.note
+    extra = dict(on_free.measured.extra)
+    assert (extra["alpha"], extra["beta"]) == (dict(prof.measured.extra)["alpha"], dict(prof.measured.extra)["beta"])
+    assert extra["verify_cost_v"] == [1.0] * 13 and on_free.measured.notes.startswith("predicted, not timed")
+    params = dict(on_free.method_params)
+    assert on_free.draft.max_draft_tokens == params["m"] * (params["n"] + 1)
+    assert load_profile(save_profile(on_free, tmp_path / "free.yaml"), num_layers=30) == on_free
+    # a hierarchical profile without its α and β is one line
+    raw = yaml.safe_load(open(src))
+    del raw["measured"]["beta"]
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", str(tmp_path / "old.yaml"), "--costs", CPU]),
+                          "keeps no α and β")
