@@ -51,7 +51,7 @@ def _tiny_profile(**draft):
                               "method": "layer-skip", "draft": {"max_draft_tokens": 3, **draft}})
 
 
-def _broken(method: bn.Method, *, prompt: tuple[int, ...], position: int) -> bn.Method:
+def _broken(method: bn.Contender, *, prompt: tuple[int, ...], position: int) -> bn.Contender:
     """``method`` with one output token changed on one prompt: what a decoder bug looks like."""
 
     def decode(ids, max_new_tokens):
@@ -62,7 +62,7 @@ def _broken(method: bn.Method, *, prompt: tuple[int, ...], position: int) -> bn.
         tokens[position] = (tokens[position] + 1) % 64
         return dataclasses.replace(out, token_ids=tuple(tokens))
 
-    return bn.Method("broken", "skipsearch", "one token changed", decode)
+    return bn.Contender("broken", "skipsearch", "one token changed", decode)
 
 
 # -- the identical-output check ------------------------------------------------------------------
