@@ -16,7 +16,7 @@ from skipsearch import bench as bn
 from skipsearch import bench_report as br
 from skipsearch.cli import app
 from skipsearch.data import Prompt
-from skipsearch.profile import load_profile, profile_from_dict, save_profile
+from skipsearch.profile import Measured, load_profile, profile_from_dict, save_profile
 
 CPU = torch.device("cpu")
 EXAMPLE = "profiles/smollm2-135m/example.yaml"
@@ -213,9 +213,15 @@ def test_the_summary_keeps_loop_overhead_and_speculation_gains_apart():
 def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
     report = _report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:example", "skipsearch", 1.1, 1.05)])
     measured = br.measured_for(report, report.row("layer-skip:example"))
-    assert measured.source == "bench" and measured.speedup == 1.1 and "hf-greedy" in measured.baseline
+    assert measured.source == "bench" and measured.speedup == 1.1 and measured.baseline == "hf-greedy"
     path = save_profile(dataclasses.replace(load_profile(EXAMPLE), measured=measured), tmp_path / "p.yaml")
     assert load_profile(path).measured.speedup == 1.1
+    # what optimize measured against our own loop moves aside, with its baseline: two speedups, two baselines
+    searched = Measured(speedup=1.3, baseline="skipsearch-ar", source="optimize", extra=(("alpha", 0.7),))
+    again = br.measured_for(report, report.row("layer-skip:example"), searched)
+    assert again.baseline == "hf-greedy" and again.speedup == 1.1
+    assert dict(again.extra) == {"alpha": 0.7, "before_bench": {"speedup": 1.3, "baseline": "skipsearch-ar",
+                                                                 "source": "optimize"}}
 
 
 # -- CLI ---------------------------------------------------------------------------------------------

@@ -293,6 +293,7 @@ def test_plan_model_measures_plans_validates_and_ships(tiny_sm, tmp_path):
     path = save_profile(build_profile(rep, tiny_sm, rep.chosen()), tmp_path / "h.yaml")
     shipped = load_profile(path)
     assert shipped.method == "hierarchical" and shipped.measured.predicted_speedup is not None
+    assert shipped.measured.baseline == "skipsearch-ar"  # validated: timed against our own loop
     assert hierarchy_from_profile(shipped) == rep.chosen()
 
 
