@@ -2,8 +2,8 @@
 
 The timing itself is ``harness.run_rounds``, the one harness (warm-up, rotated rounds, every call
 timed whole; its docstring has the rules). What bench adds:
-- the HF peers as methods (``model.generate`` with a forward counter, for τ and acceptance);
-  profiles decode through ``api.drafter_factory`` + ``decoding.generate`` (the one engine),
+- the HF peers as contenders (``model.generate`` with a forward counter, for τ and acceptance);
+  profiles decode through ``methods.build_drafter`` + ``decoding.generate`` (the one engine),
   whatever their method;
 - HF greedy is both the speed baseline and the reference output, in the same rounds. Every other
   output gets a verdict from ``equivalence.check`` (the model teacher-forced over it): identical,
@@ -163,12 +163,13 @@ def _assisted_method(sm: SkippableModel, value: int) -> Contender:
 
 
 def profile_method(sm: SkippableModel, path: str, profile) -> Contender:
-    """A profile of any registered method, decoded through the one engine."""
-    from skipsearch.api import drafter_factory  # api imports the model loader; keep bench light
+    """A profile of any registered method, decoded through the one engine with a fresh drafter per prompt."""
+    from skipsearch import methods
 
     name = f"{profile.method}:{Path(path).stem}"
-    make = drafter_factory(profile, sm)
-    return engine_method(sm, name, lambda _ids: make(), setting=str(path))
+    candidate = profile.candidate
+    methods.build_drafter(candidate, sm)  # parameters that do not fit the model fail here, before any timing
+    return engine_method(sm, name, lambda _ids: methods.build_drafter(candidate, sm), setting=str(path))
 
 
 # -- summaries -------------------------------------------------------------------------------------

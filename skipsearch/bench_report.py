@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from skipsearch.bench import BASELINE, OURS_AR, BenchReport, BenchRow
 from skipsearch.equivalence import tolerance_rule
-from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured
+from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured, Profile
 
 JSON_FORMAT = "skipsearch-bench"
 # JSON versions: 1: first version (settings, environment, summary, rows, categories, sweeps, prompts).
@@ -302,3 +302,13 @@ def measured_for(report: BenchReport, row: BenchRow, previous: Measured | None =
               + f"; {_x(row.vs_ours_ar)} over skipsearch's own "
               f"autoregressive loop; {st.threads} torch thread(s)",
     )
+
+
+def measured_updates(report: BenchReport,
+                     profiles: Sequence[tuple[str, Profile]]) -> tuple[tuple[str, Profile | None], ...]:
+    """``bench --write-measured``: each benched (path, profile) with its measured block filled from its row
+    (``measured_for``), or None for one whose output differs from HF greedy: its block is left as it was."""
+    rows = {r.setting: r for r in report.rows if r.family == "skipsearch"}
+    return tuple((path, None if rows[path].flagged else
+                  dataclasses.replace(prof, measured=measured_for(report, rows[path], prof.measured)))
+                 for path, prof in profiles)

@@ -250,13 +250,13 @@ def test_cli_takes_shell_expanded_profiles_after_the_option(tmp_path):
 
 
 def test_cli_collects_profiles_from_options_commas_globs_and_arguments(tmp_path):
-    from skipsearch.cli import _profile_paths
+    from skipsearch.api import profile_paths
 
     for name in ("a.yaml", "b.yaml"):
         shutil.copy(EXAMPLE, tmp_path / name)
     a, b = str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")
-    assert _profile_paths([str(tmp_path / "*.yaml")]) == [a, b]
-    assert _profile_paths([f"{b},{a}", a]) == [b, a]
+    assert profile_paths([str(tmp_path / "*.yaml")]) == [a, b]
+    assert profile_paths([f"{b},{a}", a]) == [b, a]
 
 
 @pytest.mark.model
