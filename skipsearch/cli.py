@@ -784,8 +784,7 @@ def study_show(
     from rich.console import Console
     from rich.table import Table
 
-    from skipsearch.optimize import config_summary
-    from skipsearch.study import load_records
+    from skipsearch.study import STUDY_COLUMNS, load_records, study_table
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
@@ -796,14 +795,9 @@ def study_show(
     for r in recs:
         states[r.state] = states.get(r.state, 0) + 1
     typer.echo(f"study {info}: {len(recs)} trials (" + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + ")")
-    table = Table("#", "kind", "speedup", "predicted", "tau", "accept", "config")
-    done = [r for r in recs if r.measurement is not None]
-    for r in sorted(done, key=lambda r: (r.measurement.kind != "timed", -r.measurement.speedup))[:top]:
-        m = r.measurement
-        table.add_row(
-            str(r.number), m.kind, f"{m.speedup:.3f}x", f"{m.predicted_speedup or 0:.3f}x", f"{m.tau or 0:.2f}",
-            "-" if m.acceptance_rate is None else f"{m.acceptance_rate:.2f}", config_summary(r.config),
-        )
+    table = Table(*STUDY_COLUMNS)
+    for row in study_table(recs, top=top):
+        table.add_row(*row)
     Console().print(table)
     for r in recs:
         if r.error:
