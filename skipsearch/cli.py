@@ -381,10 +381,8 @@ def optimize(
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
     import optuna
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from skipsearch import api
-    from skipsearch.optimize import candidate_summary
 
     _warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -414,45 +412,62 @@ def optimize(
         )
         if rerank:
             return _print_reranked(_rerank(options), costs=costs, shortlist=shortlist)
-        # 2. the search, with its progress bar once the model is loaded
-        with _LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                           TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                           transient=False, console=None) as bar:
+        _print_searched(_search(options))
 
-            def on_trial(record, best_so_far) -> None:
-                label = "-"
-                if best_so_far is not None and best_so_far.measurement is not None:
-                    m = best_so_far.measurement
-                    label = f"{m.speedup:.3f}x ({m.kind})"
-                bar.update(_trials(bar, budget), completed=min(record.number + 1, budget), best=label)
 
-            def on_stage(msg: str) -> None:
-                _trials(bar, budget)
-                bar.progress.console.log(msg)
+def _search(options):
+    """``optimize``'s search: ``api.optimize_study`` with its progress bar, opened once the model is loaded."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-            run = api.optimize_study(options, on_trial=on_trial, on_stage=on_stage)
-        # 3. write and print at the edge
-        result, path = run.result, run.path
-        for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
-            more = len(result.summary.conflicts) - 1
-            typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
-                       f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
-        _save_profile_kept(result.profile, path, keep_in=run.study)
-        for r in result.timed:
-            m = r.measurement
-            typer.echo(
-                f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
-                f"acceptance {m.acceptance_rate or 0:.2f}  {candidate_summary(r.candidate)}"
-                + (f"  [{m.notes}]" if m.notes else "")
-            )
-        typer.echo(f"{result.verdict}\nwrote {path}")
-        for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
-            beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
-            _save_profile_kept(companion, beside, keep_in=run.study)
-            typer.echo(f"wrote {beside}")
-        if result.interrupted:
-            typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
-            raise typer.Exit(130)
+    from skipsearch import api
+
+    budget = options.budget
+    with _LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                       transient=False, console=None) as bar:
+
+        def trials():  # the one task, opened at the search's first report
+            return bar.task if bar.task is not None else bar.stage("trials", budget, best="-")
+
+        def on_trial(record, best_so_far) -> None:
+            label = "-"
+            if best_so_far is not None and best_so_far.measurement is not None:
+                m = best_so_far.measurement
+                label = f"{m.speedup:.3f}x ({m.kind})"
+            bar.update(trials(), completed=min(record.number + 1, budget), best=label)
+
+        def on_stage(msg: str) -> None:
+            trials()
+            bar.progress.console.log(msg)
+
+        return api.optimize_study(options, on_trial=on_trial, on_stage=on_stage)
+
+
+def _print_searched(run) -> None:
+    """Write the search's profile (and its companions) and print what was timed (inside user_errors)."""
+    from skipsearch.optimize import candidate_summary
+
+    result, path = run.result, run.path
+    for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
+        more = len(result.summary.conflicts) - 1
+        typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
+                   f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
+    _save_profile_kept(result.profile, path, keep_in=run.study)
+    for r in result.timed:
+        m = r.measurement
+        typer.echo(
+            f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
+            f"acceptance {m.acceptance_rate or 0:.2f}  {candidate_summary(r.candidate)}"
+            + (f"  [{m.notes}]" if m.notes else "")
+        )
+    typer.echo(f"{result.verdict}\nwrote {path}")
+    for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
+        beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
+        _save_profile_kept(companion, beside, keep_in=run.study)
+        typer.echo(f"wrote {beside}")
+    if result.interrupted:
+        typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
+        raise typer.Exit(130)
 
 
 def _at_least_one(values) -> None:
@@ -460,11 +475,6 @@ def _at_least_one(values) -> None:
     for flag, value in values:
         if value < 1:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
-
-
-def _trials(bar: _LazyProgress, budget: int):
-    """optimize's one task, the trials, opened on the search's first report."""
-    return bar.task if bar.task is not None else bar.stage("trials", budget, best="-")
 
 
 def _rerank(options):
@@ -539,13 +549,10 @@ def bench(
     HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
     HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
     """
-    import shlex
-
     from rich.console import Console
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from skipsearch import api
-    from skipsearch import bench_report as br
 
     _warnings_to_stderr()
     options = api.BenchOptions(
@@ -564,6 +571,17 @@ def bench(
                 on_note=lambda note: typer.echo(f"warning: {note}", err=True),
             )
     # 3. print and write at the edge
+    _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured)
+
+
+def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool) -> None:
+    """The bench's tables and summary; its reports and measured blocks written; a line per flagged or tied row."""
+    import shlex
+
+    from rich.console import Console
+
+    from skipsearch import bench_report as br
+
     result = run.report
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
     for table in br.rich_tables(result, by_category=by_category):
