@@ -277,6 +277,7 @@ def test_cli_end_to_end_on_the_default_model(tmp_path):
     assert "skipsearch bench --model smollm2-135m" in md.read_text()
     measured = load_profile(prof).measured
     assert measured.source == "bench" and measured.n_prompts == 1 and measured.speedup is not None
+    assert measured.baseline == "hf-greedy"  # bench's speedup is over HF greedy, and the field says so
 
 
 def test_a_failed_hf_call_cannot_leave_the_model_truncated(sm):
