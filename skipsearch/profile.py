@@ -70,20 +70,29 @@ def _v1_to_v2(raw: dict) -> dict:
     return dict(raw)  # version 2 only adds optional keys
 
 
+def _old_baseline(text: str) -> str | None:
+    """The value of BASELINES a schema-1/2 baseline text names, or None."""
+    folded = " ".join(text.lower().split())
+    return next((value for prefix, value in _OLD_BASELINES if folded.startswith(prefix)), None)
+
+
 def _v2_to_v3(raw: dict) -> dict:
     out = dict(raw)
-    measured = out.get("measured")
-    text = measured.get("baseline") if isinstance(measured, dict) else None
-    if not isinstance(text, str):  # absent, or not text: validated (and refused) as before
+    if not isinstance(out.get("measured"), dict):  # absent; or not a mapping, which is refused as before
         return out
-    folded = " ".join(text.lower().split())
-    value = next((v for prefix, v in _OLD_BASELINES if folded.startswith(prefix)), None)
-    measured = {k: v for k, v in measured.items() if k != "baseline"}
-    if value is not None:
-        measured["baseline"] = value
-    elif text.strip():
-        measured.setdefault(OLD_BASELINE_KEY, text)
-    out["measured"] = measured
+    measured = out["measured"] = dict(out["measured"])
+    text = measured.get("baseline")
+    if isinstance(text, str):  # a value that is not text is refused as before
+        value = _old_baseline(text)
+        if value is not None:
+            measured["baseline"] = value
+        else:
+            del measured["baseline"]
+            if text.strip():
+                measured.setdefault(OLD_BASELINE_KEY, text)
+    before = measured.get("before_bench")  # what bench --write-measured moved aside names its baseline too
+    if isinstance(before, dict) and isinstance(before.get("baseline"), str) and _old_baseline(before["baseline"]):
+        measured["before_bench"] = {**before, "baseline": _old_baseline(before["baseline"])}
     return out
 
 

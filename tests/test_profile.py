@@ -314,6 +314,32 @@ def test_an_old_free_text_baseline_loads_as_its_value(tmp_path, version, text, v
     assert again == p and f"schema_version: {SCHEMA_VERSION}" in (tmp_path / "again.yaml").read_text()
 
 
+def test_an_old_bench_block_keeps_the_search_s_baseline_as_a_value_too(tmp_path):
+    before = {"speedup": 1.2, "baseline": "skipsearch autoregressive, same process, interleaved", "source": "optimize"}
+    raw = with_change(lambda r: r.update(schema_version=2, measured={
+        "speedup": 1.1, "baseline": "hf-greedy (transformers generate, do_sample=False), same bench run",
+        "before_bench": before}))
+    p = load_profile(write(tmp_path, raw))
+    assert p.measured.baseline == "hf-greedy"
+    assert dict(p.measured.extra)["before_bench"] == {**before, "baseline": "skipsearch-ar"}
+    kept = copy.deepcopy(raw)
+    assert upgrade(raw)["measured"]["before_bench"]["baseline"] == "skipsearch-ar"
+    assert raw == kept  # the caller's dict is left as it was
+
+
+def test_profile_show_names_the_baseline_of_an_old_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    raw = with_change(lambda r: r.update(schema_version=2, measured={
+        "speedup": 1.25, "baseline": "hf-greedy (transformers generate, do_sample=False), same bench run"}))
+    shown = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, raw))])
+    assert shown.exit_code == 0, shown.output
+    assert "1.25x speedup vs hf-greedy (HF transformers generate(do_sample=False), timed in the same bench run)" \
+        in shown.stdout
+
+
 def test_an_old_baseline_text_that_names_no_value_still_loads_and_is_kept(tmp_path):
     raw = with_change(lambda r: r.update(schema_version=2, measured={"speedup": 1.3, "baseline": "vLLM, batch 1"}))
     p = load_profile(write(tmp_path, raw))
