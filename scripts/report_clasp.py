@@ -27,8 +27,8 @@ from skipsearch.api import drafter_factory
 from skipsearch.bench import BASELINE, peer_method
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import (
+    Contender,
     LosslessnessError,
-    Method,
     Run,
     engine_method,
     first_outputs,
@@ -91,7 +91,7 @@ def main() -> None:
     def dynamic(p):
         return lambda _ids: ClaspDynamicDrafter(p, dyn.draft, num_layers=sm.num_layers)
 
-    methods: list[Method] = [peer_method(sm, BASELINE)]
+    methods: list[Contender] = [peer_method(sm, BASELINE)]
     main_rows = []
     for label, path in (("static CLaSp", args.static), ("dynamic CLaSp", args.dynamic), ("tpe", args.tpe)):
         if path:

@@ -31,7 +31,7 @@ from skipsearch import api
 from skipsearch.bench import BASELINE, peer_method
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.harness import Method, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
+from skipsearch.harness import Contender, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.methods.fractal import FractalDrafter, FractalParams, compressed_model, model_bytes
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
@@ -82,7 +82,7 @@ def _rss_mib() -> float | None:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _methods(sm, args) -> list[Method]:
+def _methods(sm, args) -> list[Contender]:
     n_values, w_values = _ints_or_exit(args.n, "--n"), _ints_or_exit(args.w, "--w")
     out = [peer_method(sm, BASELINE), engine_method(sm, "autoregressive", lambda _ids: None)]
     for n in n_values:
@@ -102,7 +102,7 @@ def _methods(sm, args) -> list[Method]:
     return out
 
 
-def measure(sm, prompts: list[list[int]], methods: list[Method], *, max_new_tokens: int, repeats: int,
+def measure(sm, prompts: list[list[int]], methods: list[Contender], *, max_new_tokens: int, repeats: int,
             say: Callable[[str], None]) -> dict[str, Row]:
     """Time every method through the one harness; one Row each, HF greedy the reference."""
 

@@ -2,8 +2,8 @@
 
 The timing itself is ``harness.run_rounds``, the one harness (warm-up, rotated rounds, every call
 timed whole; its docstring has the rules). What bench adds:
-- the HF peers as methods (``model.generate`` with a forward counter, for τ and acceptance);
-  profiles decode through ``api.drafter_factory`` + ``decoding.generate`` (the one engine),
+- the HF peers as contenders (``model.generate`` with a forward counter, for τ and acceptance);
+  profiles decode through ``methods.build_drafter`` + ``decoding.generate`` (the one engine),
   whatever their method;
 - HF greedy is both the speed baseline and the reference output, in the same rounds. Every other
   output gets a verdict from ``equivalence.check`` (the model teacher-forced over it): identical,
@@ -29,8 +29,8 @@ from skipsearch.decoding import hf_generate
 from skipsearch.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, worst
 from skipsearch.harness import (
     OURS_AR,
-    Method,
-    MethodOutput,
+    Contender,
+    ContenderOutput,
     Progress,
     Run,
     engine_method,
@@ -112,29 +112,29 @@ def _count_forwards(sm: SkippableModel) -> Iterator[_Forwards]:
 
 
 def hf_method(sm: SkippableModel, name: str, *, setting: str = "", before: Callable[[], None] | None = None,
-              **generate_kwargs) -> Method:
+              **generate_kwargs) -> Contender:
     """An HF ``generate`` mode as a method; τ and acceptance come from counting its forwards.
     ``before`` runs ahead of every call (to reset state HF keeps between calls, e.g. an assistant's schedule)."""
 
-    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> MethodOutput:
+    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
         if before is not None:
             before()
         with _count_forwards(sm) as n:
             ids = hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, **generate_kwargs)
         if n.unknown or n.full == 0:
-            return MethodOutput(ids)
+            return ContenderOutput(ids)
         # Every full forward emits (its accepted drafts + 1) tokens. The first one also reads the
         # prompt, whose last token plays the part that the pending token plays in later forwards.
         drafted = n.fed - (len(prompt_ids) - 1) - n.full
-        return MethodOutput(
+        return ContenderOutput(
             ids, verify_steps=n.full - 1, drafted=drafted, accepted=max(len(ids) - n.full, 0),
             draft_steps=n.draft,
         )
 
-    return Method(name, "hf", setting or "model.generate(do_sample=False)", decode)
+    return Contender(name, "hf", setting or "model.generate(do_sample=False)", decode)
 
 
-def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Method:
+def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Contender:
     """The peer ``peer`` at one value of its knob (the row name carries the value)."""
     spec = PEERS.get(peer)
     if spec is None:
@@ -146,7 +146,7 @@ def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Meth
     return hf_method(sm, spec.name, setting=f"{spec.option}={value}", **{spec.option: value})
 
 
-def _assisted_method(sm: SkippableModel, value: int) -> Method:
+def _assisted_method(sm: SkippableModel, value: int) -> Contender:
     """HF assisted generation with the model's own reduced-precision copy (fp16 weights on a CPU, int8 on a
     GPU: the schemes of the precision draft, their real kernels) as the assistant, at one schedule."""
     from skipsearch.methods.precision import quantized_assistant
@@ -162,13 +162,14 @@ def _assisted_method(sm: SkippableModel, value: int) -> Method:
     return hf_method(sm, ASSISTED, setting=setting, before=reset, assistant_model=assistant)
 
 
-def profile_method(sm: SkippableModel, path: str, profile) -> Method:
-    """A profile of any registered method, decoded through the one engine."""
-    from skipsearch.api import drafter_factory  # api imports the model loader; keep bench light
+def profile_method(sm: SkippableModel, path: str, profile) -> Contender:
+    """A profile of any registered method, decoded through the one engine with a fresh drafter per prompt."""
+    from skipsearch import methods
 
     name = f"{profile.method}:{Path(path).stem}"
-    make = drafter_factory(profile, sm)
-    return engine_method(sm, name, lambda _ids: make(), setting=str(path))
+    candidate = profile.candidate
+    methods.build_drafter(candidate, sm)  # parameters that do not fit the model fail here, before any timing
+    return engine_method(sm, name, lambda _ids: methods.build_drafter(candidate, sm), setting=str(path))
 
 
 # -- summaries -------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def _verdicts(runs: Sequence[Run], reference: str, differs) -> Verdicts:
 
 
 def summarize(
-    methods: Sequence[Method], runs: Sequence[Run], prompt_labels: Sequence[str], *,
+    methods: Sequence[Contender], runs: Sequence[Run], prompt_labels: Sequence[str], *,
     subset: Sequence[int] | None = None, flagged: frozenset[str] = frozenset(), verdicts: Verdicts | None = None,
 ) -> tuple[BenchRow, ...]:
     """One row per method over ``subset`` of the prompts (all by default).
@@ -321,7 +322,7 @@ def sweep_peer(
     if not values:
         raise ConfigError(f"no values to sweep for {peer}")
     tried = [peer_method(sm, peer, v) for v in values]
-    named = [Method(f"{peer}[{v}]", m.family, m.setting, m.decode) for v, m in zip(values, tried, strict=True)]
+    named = [Contender(f"{peer}[{v}]", m.family, m.setting, m.decode) for v, m in zip(values, tried, strict=True)]
     methods = [peer_method(sm, BASELINE), *named]
     runs = run_rounds(methods, prompt_ids, max_new_tokens=max_new_tokens, device=sm.device, on_progress=on_progress)
     rows = summarize(methods, runs, [str(i) for i in range(len(prompt_ids))],
@@ -428,12 +429,12 @@ def bench(
         else:
             best, note = values[0], ""
         m = peer_method(sm, peer, best)
-        methods.append(Method(m.name, m.family, m.setting + note, m.decode))
+        methods.append(Contender(m.name, m.family, m.setting + note, m.decode))
     for path, profile in profiles:
         m = profile_method(sm, path, profile)
         taken = {x.name for x in methods}
         name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in taken)
-        methods.append(Method(name, m.family, m.setting, m.decode))
+        methods.append(Contender(name, m.family, m.setting, m.decode))
     # 2. the main run: every method, interleaved over the same prompt ids
     if on_stage:
         on_stage("bench", len(ids) * repeats * len(methods))

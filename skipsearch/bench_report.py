@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from skipsearch.bench import BASELINE, OURS_AR, BenchReport, BenchRow
 from skipsearch.equivalence import tolerance_rule
-from skipsearch.profile import Measured
+from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured, Profile
 
 JSON_FORMAT = "skipsearch-bench"
 # JSON versions: 1: first version (settings, environment, summary, rows, categories, sweeps, prompts).
@@ -284,16 +284,17 @@ def measured_for(report: BenchReport, row: BenchRow, previous: Measured | None =
     base = report.row(BASELINE)
     extra: tuple = ()
     if previous is not None:
+        old_text = dict(previous.extra).get(OLD_BASELINE_KEY)  # an old file's baseline prose goes with its figures
         before = {k: v for k, v in (("speedup", previous.speedup), ("tau", previous.tau),
-                                    ("baseline", previous.baseline), ("source", previous.source),
+                                    ("baseline", previous.baseline or old_text), ("source", previous.source),
                                     ("dataset", previous.dataset), ("notes", previous.notes)) if v is not None}
-        kept = tuple((k, v) for k, v in previous.extra if k != "before_bench")
+        kept = tuple((k, v) for k, v in previous.extra if k not in ("before_bench", OLD_BASELINE_KEY))
         extra = kept + ((("before_bench", before),) if before else ())
     return Measured(extra=extra,
         speedup=row.speedup, tokens_per_s=row.tokens_per_s,
         baseline_tokens_per_s=base.tokens_per_s if base else None, tau=row.tau,
         acceptance_rate=row.acceptance_rate, wall_seconds=row.seconds,
-        baseline="hf-greedy (transformers generate, do_sample=False), same bench run",
+        baseline=BASELINE_HF_GREEDY,
         device=dict(report.environment).get("device_name") or st.device, dataset=f"{st.dataset} ({st.split})",
         n_prompts=st.n_prompts, max_new_tokens=st.max_new_tokens, source="bench",
         notes=f"identical output {row.identical}/{row.prompts}"
@@ -301,3 +302,13 @@ def measured_for(report: BenchReport, row: BenchRow, previous: Measured | None =
               + f"; {_x(row.vs_ours_ar)} over skipsearch's own "
               f"autoregressive loop; {st.threads} torch thread(s)",
     )
+
+
+def measured_updates(report: BenchReport,
+                     profiles: Sequence[tuple[str, Profile]]) -> tuple[tuple[str, Profile | None], ...]:
+    """``bench --write-measured``: each benched (path, profile) with its measured block filled from its row
+    (``measured_for``), or None for one whose output differs from HF greedy: its block is left as it was."""
+    rows = {r.setting: r for r in report.rows if r.family == "skipsearch"}
+    return tuple((path, None if rows[path].flagged else
+                  dataclasses.replace(prof, measured=measured_for(report, rows[path], prof.measured)))
+                 for path, prof in profiles)

@@ -143,11 +143,33 @@ def _json_short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_model_arg(model: str | None) -> None:
-    """``--model`` naming a file, not a model directory: say so before anything loads."""
-    if model and Path(model).is_file():
-        raise ModelError(f"--model '{model}' is a file; give a model directory (with config.json), an alias "
-                         f"(`skipsearch models`) or a hub id")
+class _LazyProgress:
+    """A rich progress bar that opens at the library's first report (``stage``), so that nothing is drawn while
+    the input is checked and the model loads, and closes with the ``with`` block."""
+
+    def __init__(self, *columns, **kwargs) -> None:
+        self._columns, self._kwargs = columns, kwargs
+        self.progress = None  # rich.progress.Progress, once a stage has opened
+        self.task = None  # the last stage's task
+
+    def stage(self, title: str, total: int | None, **fields):
+        if self.progress is None:
+            from rich.progress import Progress
+
+            self.progress = Progress(*self._columns, **self._kwargs)
+            self.progress.start()
+        self.task = self.progress.add_task(title, total=total, **fields)
+        return self.task
+
+    def update(self, task, **changes) -> None:
+        self.progress.update(task, **changes)
+
+    def __enter__(self) -> _LazyProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -234,7 +256,7 @@ def decode(
         prompts = (
             _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("", prompt, chat, "", "--prompt"),)
         )
-        _check_model_arg(model)
+        api.check_model_arg(model)
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force)
         drafters = api.drafter_factory(prof, sm)
 
@@ -359,204 +381,131 @@ def optimize(
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
     import optuna
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from skipsearch import optimize as opt
-    from skipsearch.models import load_model
-    from skipsearch.profile import check_profile_target
-    from skipsearch.space import SearchSpace
+    from skipsearch import api
 
     _warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        # 1. everything that can be wrong with the input fails here, before the model loads
-        if costs is not None or budget == 0:  # re-rank the study for another device (skipsearch.replan)
-            if costs is None or budget != 0:
-                raise ConfigError("--budget must be >= 1, got 0 (--budget 0 re-ranks a study and needs --costs)"
-                                  if costs is None else
-                                  "--costs re-ranks the study's evaluated configs without new trials: give --budget 0")
-            return _rerank(costs, model=model, strategy=strategy, study=study, storage=storage, study_name=study_name,
-                           dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, shortlist=shortlist,
-                           time_shortlist=time_shortlist, repeats=repeats, seed=seed, device=device, dtype=dtype,
-                           out=out, force=force)
-        for flag, value in (("--budget", budget), ("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens),
-                            ("--shortlist", shortlist), ("--repeats", repeats), ("--max-k", max_k)):
-            if value < 1:
-                raise ConfigError(f"{flag} must be >= 1, got {value}")
-        given = {"n_values": ("--n", n and int_list(n, "--n")), "w_values": ("--w", w and int_list(w, "--w")),
-                 "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
-                 "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes")),
-                 "schemes": ("--schemes", schemes and tuple(x.strip() for x in schemes.split(",") if x.strip()))}
-        options = tuple((key, value) for key, (_, value) in given.items() if value is not None)
-        if storage is None and study is None:
-            study = f"studies/{Path(model).name}-{strategy}"
-        path = out or Path(study or ".") / "best.yaml"
-        check_profile_target(path, force=force)
-        _check_model_arg(model)
-        from skipsearch.study import check_storage
-
-        check_storage(study_dir=None if storage else study, storage=storage)  # driver, file, permissions
-        prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
-        warm = [load_profile(p) for p in warm_start or ()]
-        settings = opt.OptimizeSettings(
-            strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-            objective=objective, shortlist=shortlist, seed=seed, repeats=repeats, study_dir=study, storage=storage,
-            study_name=study_name, warm_start=tuple(p.draft for p in warm), strategy_options=options,
+        # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
+        rerank = costs is not None or budget == 0
+        if rerank and (costs is None or budget != 0):
+            raise ConfigError("--budget must be >= 1, got 0 (--budget 0 re-ranks a study and needs --costs)"
+                              if costs is None else
+                              "--costs re-ranks the study's evaluated configs without new trials: give --budget 0")
+        counts = (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
+                  ("--repeats", repeats))
+        _at_least_one(counts if rerank else (("--budget", budget), *counts, ("--max-k", max_k)))
+        given = {} if rerank else {
+            "n_values": ("--n", n and int_list(n, "--n")), "w_values": ("--w", w and int_list(w, "--w")),
+            "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
+            "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes")),
+            "schemes": ("--schemes", schemes and tuple(x.strip() for x in schemes.split(",") if x.strip()))}
+        options = api.SearchOptions(
+            model=model, strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts,
+            max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
+            max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
+            study_name=study_name, out=out, force=force, warm_start=tuple(warm_start or ()), seed=seed, device=device,
+            dtype=dtype, costs=costs, time_shortlist=time_shortlist,
+            strategy_options=tuple((key, value) for key, (_, value) in given.items() if value is not None),
+            option_names=tuple((key, flag) for key, (flag, _) in given.items()),
         )
-        # Before the model loads its depth is unknown: check the options on a deep stand-in (the warm start's
-        # depth when there is one); they are checked again, against the model, by optimize itself.
-        layers = warm[0].model.num_layers if warm else 128
-        try:
-            opt.build_strategy(_space(SearchSpace, layers, max_k, protect_ends, max_skip_ratio), settings)
-        except ConfigError as e:  # "strategy 'tpe' does not take n-values": name the option as typed
-            text, taken = str(e), " does not take "
-            if taken in text:
-                key = text.rsplit(taken, 1)[1].replace("-", "_")
-                text = text.rsplit(taken, 1)[0] + taken + given.get(key, (key,))[0]
-            raise ConfigError(text) from None
-        # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
-        # character, and a chat template adds a few dozen.
-        longest = max(len(p.text) for p in prompts) + 64
-        sm = load_model(model, device=device, dtype=dtype, max_tokens=longest + max_new_tokens)
-        for p in warm_start or ():
-            load_profile(p, num_layers=sm.num_layers)  # a warm start made for another depth names other layers
-        settings = dataclasses.replace(settings, space=_space(SearchSpace, sm.num_layers, max_k, protect_ends,
-                                                              max_skip_ratio))
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-            TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=False,
-            console=None,
-        ) as progress:
-            task = progress.add_task("trials", total=budget, best="-")
-
-            def on_trial(record, best_so_far) -> None:
-                label = "-"
-                if best_so_far is not None and best_so_far.measurement is not None:
-                    m = best_so_far.measurement
-                    label = f"{m.speedup:.3f}x ({m.kind})"
-                progress.update(task, completed=min(record.number + 1, budget), best=label)
-
-            result = opt.optimize(sm, settings, on_trial=on_trial, on_stage=lambda msg: progress.console.log(msg))
-        for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
-            more = len(result.summary.conflicts) - 1
-            typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
-                       f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
-        _save_profile_kept(result.profile, path, keep_in=study)
-        for r in result.timed:
-            m = r.measurement
-            typer.echo(
-                f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
-                f"acceptance {m.acceptance_rate or 0:.2f}  {opt.candidate_summary(r.candidate)}"
-                + (f"  [{m.notes}]" if m.notes else "")
-            )
-        typer.echo(f"{result.verdict}\nwrote {path}")
-        for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
-            beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
-            _save_profile_kept(companion, beside, keep_in=study)
-            typer.echo(f"wrote {beside}")
-        if result.interrupted:
-            typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
-            raise typer.Exit(130)
+        if rerank:
+            return _print_reranked(_rerank(options), costs=costs, shortlist=shortlist)
+        _print_searched(_search(options))
 
 
-def _rerank(costs: str, *, model: str, strategy: str, study: str | None, storage: str | None, study_name: str | None,
-            dataset: str, n_prompts: int, max_new_tokens: int, shortlist: int, time_shortlist: bool, repeats: int,
-            seed: int, device: str, dtype: str, out: Path | None, force: bool) -> None:
-    """``optimize --study S --costs C --budget 0``: the study's configs re-ranked under C (inside user_errors)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _search(options):
+    """``optimize``'s search: ``api.optimize_study`` with its progress bar, opened once the model is loaded."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from skipsearch import replan
-    from skipsearch.costs import load_costs
-    from skipsearch.data import encode_prompt
-    from skipsearch.models import load_model
-    from skipsearch.optimize import config_summary
-    from skipsearch.profile import check_profile_target
-    from skipsearch.study import load_study
-    from skipsearch.surrogate import calibrate
+    from skipsearch import api
 
-    # 1. the input, before the model loads
-    for flag, value in (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
-                        ("--repeats", repeats)):
+    budget = options.budget
+    with _LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                       transient=False, console=None) as bar:
+
+        def trials():  # the one task, opened at the search's first report
+            return bar.task if bar.task is not None else bar.stage("trials", budget, best="-")
+
+        def on_trial(record, best_so_far) -> None:
+            label = "-"
+            if best_so_far is not None and best_so_far.measurement is not None:
+                m = best_so_far.measurement
+                label = f"{m.speedup:.3f}x ({m.kind})"
+            bar.update(trials(), completed=min(record.number + 1, budget), best=label)
+
+        def on_stage(msg: str) -> None:
+            trials()
+            bar.progress.console.log(msg)
+
+        return api.optimize_study(options, on_trial=on_trial, on_stage=on_stage)
+
+
+def _print_searched(run) -> None:
+    """Write the search's profile (and its companions) and print what was timed (inside user_errors)."""
+    from skipsearch.optimize import candidate_summary
+
+    result, path = run.result, run.path
+    for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
+        more = len(result.summary.conflicts) - 1
+        typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
+                   f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
+    _save_profile_kept(result.profile, path, keep_in=run.study)
+    for r in result.timed:
+        m = r.measurement
+        typer.echo(
+            f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
+            f"acceptance {m.acceptance_rate or 0:.2f}  {candidate_summary(r.candidate)}"
+            + (f"  [{m.notes}]" if m.notes else "")
+        )
+    typer.echo(f"{result.verdict}\nwrote {path}")
+    for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
+        beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
+        _save_profile_kept(companion, beside, keep_in=run.study)
+        typer.echo(f"wrote {beside}")
+    if result.interrupted:
+        typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
+        raise typer.Exit(130)
+
+
+def _at_least_one(values) -> None:
+    """Integer options that must be >= 1, as (flag, value) pairs: the first that is not is a one-line error."""
+    for flag, value in values:
         if value < 1:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
-    target = load_costs(costs)
-    if storage is None and study is None:
-        study = f"studies/{Path(model).name}-{strategy}"
-    label, records, attrs = load_study(study_dir=study, storage=storage, study_name=study_name)
-    _check_study_for_model(label, attrs, model, force=force)
-    if not replan.layer_skip_configs(records):
-        raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
-    path = out or Path(study or ".") / f"rerank-{Path(costs).stem}.yaml"
-    check_profile_target(path, force=force)
-    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
-    # 2. trace the study's skip sets on the model and replay every config under the other costs
-    sm = load_model(model, device=device, dtype=dtype)
-    _warn_costs_hardware(target, sm, costs)
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn()) as progress:
-        task = progress.add_task("tracing skip sets", total=None)
-        rr = replan.rerank_study(sm, cal, records, target, costs_source=costs, shortlist=shortlist,
-                                 workload=f"{dataset} (calib split), {n_prompts} prompts x {max_new_tokens} tokens",
-                                 on_progress=lambda done, total: progress.update(task, completed=done, total=total))
-        if time_shortlist:  # 3. time the shortlist here, each against plain decoding in the same rounds
-            timing = progress.add_task("timing the shortlist", total=min(shortlist, len(rr.rows)))
-            timed = replan.time_rows(sm, cal, rr.rows[:shortlist], repeats=repeats,
-                                     on_row=lambda _row: progress.advance(timing))
-            rr = dataclasses.replace(rr, rows=timed + rr.rows[shortlist:])
-    prof, verdict = replan.reranked_profile(sm, rr, target, study=label, dataset=f"{dataset} (calib split)",
-                                            n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed)
-    _save_profile_kept(prof, path, keep_in=study)
-    # 4. print at the edge
-    typer.echo(f"study {label}: {len(rr.rows)} configs re-ranked under {costs} ({target.device}, {target.dtype})"
-               + (f"; {rr.skipped} trials of other methods left out" if rr.skipped else ""))
-    for i, r in enumerate(rr.rows[: max(shortlist, 10)], 1):
+
+
+def _rerank(options):
+    """``optimize --budget 0 --costs C``: ``api.rerank_study`` with its progress bars and its hardware note."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from skipsearch import api
+
+    with _LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TimeElapsedColumn()) as bar:
+        return api.rerank_study(options, on_stage=bar.stage,
+                                on_progress=lambda done, total: bar.update(bar.task, completed=done, total=total),
+                                on_note=lambda note: typer.echo(f"warning: {note}", err=True))
+
+
+def _print_reranked(rr, *, costs: str, shortlist: int) -> None:
+    """Write the re-ranked study's profile and print its table (inside user_errors)."""
+    from skipsearch.optimize import config_summary
+
+    _save_profile_kept(rr.profile, rr.path, keep_in=rr.study)
+    rows = rr.reranking.rows
+    skipped = rr.reranking.skipped
+    typer.echo(f"study {rr.label}: {len(rows)} configs re-ranked under {costs} ({rr.target.device}, "
+               f"{rr.target.dtype})" + (f"; {skipped} trials of other methods left out" if skipped else ""))
+    for i, r in enumerate(rows[: max(shortlist, 10)], 1):
         where = f"trial {r.trial}" if r.trial is not None else "re-planned"
         study_timed = f"  study timed {r.study_timed:.3f}x" if r.study_timed is not None else ""
         here = f"  timed here {r.timed.speedup:.3f}x" if r.timed is not None else ""
         typer.echo(f"{i:>3}. predicted {r.predicted.speedup:.3f}x{here}{study_timed}  ({where})  "
                    f"{config_summary(r.config)}")
-    typer.echo(f"{verdict}\nwrote {path}")
-
-
-def _check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
-    """A study made for another model (depth, fingerprint) is refused before this one loads."""
-    from skipsearch.models import arch_fingerprint, find_checkpoint, read_config
-    from skipsearch.study import check_study_model
-
-    _check_model_arg(model)
-    config = read_config(find_checkpoint(model))
-    check_study_model(label, attrs, model=model, num_layers=config.num_hidden_layers,
-                      fingerprint=arch_fingerprint(config, model), force=force)
-
-
-def _warn_costs_hardware(target, sm, source: str) -> None:
-    """One line when a cost file used with the model loaded here was measured on other hardware."""
-    from skipsearch.api import hardware_note
-
-    note = hardware_note(target.environment, sm.device, what=f"costs {source}",
-                         replan=f"skipsearch costs --model {sm.name} --out C` here and use `--costs C")
-    if note:
-        typer.echo(f"warning: {note}", err=True)
-
-
-def _space(space_type, num_layers: int, max_k: int, protect_ends: bool, max_skip_ratio: float):
-    return space_type(num_layers=num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= max_k),
-                      protect_ends=protect_ends, max_skip_ratio=max_skip_ratio)
-
-
-def _profile_paths(given: list[str]) -> list[str]:
-    """Paths from --profiles: repeated, comma-separated, or a glob the shell left unexpanded."""
-    import glob
-
-    out: list[str] = []
-    for item in given:
-        for part in filter(None, (p.strip() for p in item.split(","))):
-            matches = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
-            if not matches:
-                raise ProfileError(f"{part}: no profile matches this pattern")
-            out.extend(m for m in matches if m not in out)
-    return out
+    typer.echo(f"{rr.verdict}\nwrote {rr.path}")
 
 
 @app.command()
@@ -600,77 +549,40 @@ def bench(
     HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
     HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
     """
-    import dataclasses as dc
-    import shlex
-
-    import torch
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-    from skipsearch import bench as bn
-    from skipsearch import bench_report as br
-    from skipsearch.models import load_model
-    from skipsearch.profile import check_model, check_profile_target, save_profile
+    from skipsearch import api
 
     _warnings_to_stderr()
+    options = api.BenchOptions(
+        profiles=(*(profiles or []), *(more_profiles or [])), model=model, peers=peers, dataset=dataset, split=split,
+        n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
+        device=device, dtype=dtype, threads=threads, report=report, as_json=as_json, write_measured=write_measured,
+        force=force,
+    )
     with user_errors():
-        # 1. everything that can be wrong with the input fails here, before the model loads
-        _check_model_arg(model)
-        paths = _profile_paths([*(profiles or []), *(more_profiles or [])])
-        profs = [(p, load_profile(p)) for p in paths]
-        for target in (report, as_json, *(paths if write_measured else ())):
-            if target:
-                check_profile_target(target, force=True)  # writable; what is there is replaced on purpose
-        names = {prof.model.name for _, prof in profs}
-        if len(names) > 1 or (model is not None and names and model not in names):
-            raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
-        peer_list = list(dict.fromkeys(p.strip() for p in peers.split(",") if p.strip()))
-        for p in peer_list:
-            if p not in bn.PEERS:
-                raise ConfigError(f"unknown peer '{p}': use {', '.join(bn.PEERS)}")
-        prompts = load_prompts(dataset, split=split, n=n_prompts, seed=seed)
-        sweeping = sweep_prompts > 0 and any(bn.PEERS[p].option for p in peer_list)
-        sweep_set = load_prompts(dataset, split="calib", n=sweep_prompts, seed=seed) if sweeping else ()
-        name = model or (names.pop() if names else "smollm2-135m")
-        dtype = dtype or (profs[0][1].model.dtype if profs else "float32")
-        if threads:
-            torch.set_num_threads(threads)
-        sm = load_model(name, device=device, dtype=dtype)
-        for path, prof in profs:
-            check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=force, source=path)
-        from skipsearch.api import profile_hardware_note
-
-        for path, prof in profs:
-            note = profile_hardware_note(prof, sm.device, source=path)
-            if note:
-                typer.echo(f"warning: {note}", err=True)
-        # 2. the run, with a progress bar per stage on stderr
-        err = Console(stderr=True)
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=err) as progress:
-            task = [None]
-
-            def on_stage(title: str, total: int) -> None:
-                task[0] = progress.add_task(title, total=total, last="")
-
-            def on_progress(done: int, total: int, what: str) -> None:
-                progress.update(task[0], completed=done, last=what)
-
-            result = bn.bench(
-                sm, prompts, profiles=profs, peers=peer_list, max_new_tokens=max_new_tokens, repeats=repeats,
-                sweep_prompts=sweep_set, sweep=sweep_prompts > 0, dataset=dataset, split=split,
-                on_stage=on_stage, on_progress=on_progress,
+        # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
+        with _LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                           TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+            run = api.bench_profiles(
+                options, on_stage=lambda title, total: bar.stage(title, total, last=""),
+                on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
+                on_note=lambda note: typer.echo(f"warning: {note}", err=True),
             )
     # 3. print and write at the edge
-    command = ["skipsearch", "bench", "--model", name]
-    if paths:
-        command += ["--profiles", ",".join(paths)]
-    command += ["--peers", ",".join(peer_list), "--dataset", dataset, "--split", split, "--n-prompts", str(n_prompts),
-                "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--sweep-prompts",
-                str(sweep_prompts), "--seed", str(seed), "--device", device, "--dtype", dtype]
-    command += ["--threads", str(threads)] if threads else []
-    command += ["--report", str(report)] if report else []
-    command += ["--json", str(as_json)] if as_json else []
+    _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured)
+
+
+def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool) -> None:
+    """The bench's tables and summary; its reports and measured blocks written; a line per flagged or tied row."""
+    import shlex
+
+    from rich.console import Console
+
+    from skipsearch import bench_report as br
+
+    result = run.report
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
     for table in br.rich_tables(result, by_category=by_category):
         out.print(table)
@@ -678,20 +590,20 @@ def bench(
         typer.echo(line)
     with user_errors():
         if report:
-            _write_text(report, br.render_markdown(result, command=shlex.join(command)))
+            _write_text(report, br.render_markdown(result, command=shlex.join(run.command)))
             typer.echo(f"wrote {report}")
         if as_json:
             _write_text(as_json, br.report_json(result))
             typer.echo(f"wrote {as_json}")
     if write_measured:
-        rows = {r.setting: r for r in result.rows if r.family == "skipsearch"}
-        for path, prof in profs:
-            row = rows[path]
-            if row.flagged:
+        from skipsearch.profile import save_profile
+
+        for path, updated in br.measured_updates(result, run.profiles):
+            if updated is None:
                 typer.echo(f"warning: {path}: output differs from hf-greedy; its measured block is left as it was",
                            err=True)
                 continue
-            save_profile(dc.replace(prof, measured=br.measured_for(result, row, prof.measured)), path)
+            save_profile(updated, path)
             typer.echo(f"updated the measured block of {path}")
     for row in result.rows:
         if row.flagged:
@@ -807,123 +719,75 @@ def plan(
     report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
+    from skipsearch import api
     from skipsearch import plan as planner
     from skipsearch.profile import check_profile_target
 
     _warnings_to_stderr()
+    say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
+    command = " ".join(["skipsearch", *sys.argv[1:]])
     with user_errors():
-        # Where the results go is checked first, so that a bad path fails before the measuring does.
+        # 1. where the results go is checked first, so that a bad path fails before the measuring does; then
+        # which of the four modes the flags ask for
         for path in (plot, report):
             if path:
                 check_profile_target(path, force=True)  # any writable file will do: not a profile
-        given = {"--alpha": alpha, "--beta": beta, "--c": c, "--cs": cs}
-        if any(v is not None for v in given.values()) or verify is not None:
-            if medium or small or model or validate or out or profile or study or costs:
-                raise ConfigError("give either --alpha --beta --c --cs (analysis), --medium and --small (measured), "
-                                  "--profile or --study")
-            missing = [k for k, v in given.items() if v is None]
-            if missing:
-                raise ConfigError(f"analysis needs {', '.join(missing)} as well")
-            inputs = planner.PlanInputs(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""))
-            result = planner.plan_table(inputs, max_m=max_m, max_n=max_n)
-            text, data = planner.format_plan(result), result.to_dict()
-            body = f"# Hierarchical planner, given inputs\n\n{text}\n"
-        elif profile is not None or study is not None:  # search once, deploy anywhere (skipsearch.replan)
-            if (profile is not None and study is not None) or medium or small:
-                raise ConfigError("give one of --profile, --study, or --medium and --small")
-            if plot and profile is not None:
-                raise ConfigError("--plot draws the (m, n) plan of --study or --medium/--small, not a profile's")
-            if out:
-                check_profile_target(out, force=force)
-            result, data, text, body = _plan_portable(
-                profile=profile, study=study, costs=costs, model=model, dataset=dataset, n_prompts=n_prompts,
-                max_new_tokens=max_new_tokens, max_m=max_m, max_n=max_n, validate=validate is not False,
-                repeats=repeats, seed=seed, device=device, dtype=dtype, out=out)
+        mode = _plan_mode(alpha=alpha, beta=beta, c=c, cs=cs, verify=verify, model=model, medium=medium, small=small,
+                          profile=profile, study=study, costs=costs, validate=validate, out=out, plot=plot)
+        if out and mode != "analysis":
+            check_profile_target(out, force=force)
+        # 2. the mode's one library function
+        common = dict(model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, max_m=max_m,
+                      max_n=max_n, repeats=repeats, seed=seed, device=device, dtype=dtype, want_profile=out is not None,
+                      command=command, on_stage=say)
+        if mode == "analysis":
+            outcome = api.plan_given(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""), max_m=max_m,
+                                     max_n=max_n)
+        elif mode == "profile":  # search once, deploy anywhere (skipsearch.replan)
+            outcome = api.replan_profile_file(profile, costs=costs, command=command)
+        elif mode == "study":
+            outcome = api.plan_study(study, costs=costs, validate=validate is not False,
+                                     on_note=lambda note: typer.echo(f"warning: {note}", err=True), **common)
         else:
-            from skipsearch import hierplan
-
-            if medium is None or small is None:
-                raise ConfigError("give --alpha --beta --c --cs (analysis), both --medium and --small (measured), "
-                                  "--profile or --study")
-            if costs:
-                raise ConfigError("--costs plans --profile or --study for another device; --medium/--small are "
-                                  "measured here")
-            if out:
-                check_profile_target(out, force=force)
-            rep, sm = hierplan.plan_from_profiles(
-                medium, small, model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-                max_m=max_m, max_n=max_n, run_validation=bool(validate), repeats=repeats, seed=seed, device=device,
-                dtype=dtype, on_stage=lambda msg: typer.echo(msg, err=True),
-            )
-            result, data = rep.plan, rep.to_dict()
-            text = body = hierplan.render_markdown(rep, num_layers=sm.num_layers,
-                                                   command=" ".join(["skipsearch", *sys.argv[1:]]))
-            if out:
-                _save_profile_kept(hierplan.build_profile(rep, sm, rep.chosen()), out)
+            outcome = api.plan_profiles(medium, small, validate=bool(validate), **common)
+        # 3. write at the edge
+        if out and outcome.profile is not None:
+            _save_profile_kept(outcome.profile, out)
         if plot:
-            planner.plot_plan(result, str(plot))
+            planner.plot_plan(outcome.plan, str(plot))
         if report:
-            _write_text(report, body)
-    typer.echo(json.dumps(data) if as_json else text)
+            _write_text(report, outcome.body)
+    typer.echo(json.dumps(outcome.data) if as_json else outcome.text)
     for path, what in ((plot, "plot"), (report, "report"), (out, "profile")):
         if path:
             typer.echo(f"wrote {what} {path}", err=True)
 
 
-def _plan_portable(*, profile: str | None, study: str | None, costs: str | None, model: str | None, dataset: str,
-                   n_prompts: int, max_new_tokens: int, max_m: int, max_n: int, validate: bool, repeats: int,
-                   seed: int, device: str, dtype: str, out: Path | None) -> tuple:
-    """``plan --profile`` (no model: replayed under --costs) or ``plan --study`` (levels from the study's front):
-    (plan or None, JSON data, text, Markdown body). Inside user_errors; --out was checked."""
-    from skipsearch import replan
-    from skipsearch.costs import load_costs
-
-    command = " ".join(["skipsearch", *sys.argv[1:]])
-    if profile is not None:
-        prof = load_profile(profile)
-        target = load_costs(costs) if costs else replan.own_costs(prof, source=profile)
-        new, planned = replan.replan_profile(prof, target, source=profile, costs_source=costs or profile)
-        text = replan.format_replan(prof, new, planned, target)
-        if out:
-            _save_profile_kept(new, out)
-        body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
-        return None, replan.replan_to_dict(new, planned), text, body
-    from skipsearch import hierplan
-    from skipsearch.costs import check_costs_for
-    from skipsearch.data import encode_prompt
-    from skipsearch.models import load_model
-    from skipsearch.study import load_study
-    from skipsearch.surrogate import calibrate
-
-    target = load_costs(costs) if costs else None
-    label, records, attrs = load_study(study_dir=study)
-    _check_study_for_model(label, attrs, model or "smollm2-135m")
-    skip_sets = {(c.skip_attn, c.skip_mlp) for c in replan.layer_skip_configs(records)}
-    if len(skip_sets) < 2:
-        raise ConfigError(f"study {label} has {len(skip_sets) or 'no'} evaluated layer-skip skip set"
-                          f"{'s' if len(skip_sets) != 1 else ''}: planning two levels needs at least two distinct ones")
-    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
-    sm = load_model(model or "smollm2-135m", device=device, dtype=dtype)
-    if target is not None:
-        check_costs_for(target, sm, source=costs)
-        _warn_costs_hardware(target, sm, costs)
-    say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
-    say(f"calibrating: {len(prompts)} prompts x {max_new_tokens} tokens")
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
-    sp = hierplan.plan_from_study(sm, cal, records, study=label, dataset=dataset,
-                                  costs=target.cost_model() if target else None, seed=seed, max_m=max_m, max_n=max_n,
-                                  run_validation=validate, repeats=repeats, on_stage=say)
-    text = hierplan.render_study_markdown(sp, num_layers=sm.num_layers, command=command)
-    if out:
-        pick = sp.report.chosen()
-        if (pick.medium.skip_attn, pick.medium.skip_mlp) == (pick.small.skip_attn, pick.small.skip_mlp):
-            raise ConfigError(f"study {label}: the planner's two levels are the same skip set; no hierarchical "
-                              f"profile written (the study needs more distinct evaluated skip sets)")
-        chosen = hierplan.build_profile(sp.report, sm, pick)
-        _save_profile_kept(dataclasses.replace(chosen, search=dataclasses.replace(chosen.search, study=label)), out)
-    data = {"study": label, "front": [dataclasses.asdict(p) for p in sp.front],
-            "pairs": [dataclasses.asdict(p) for p in sp.pairs], "report": sp.report.to_dict()}
-    return sp.report.plan, data, text, text
+def _plan_mode(*, alpha, beta, c, cs, verify, model, medium, small, profile, study, costs, validate, out,
+               plot) -> str:
+    """Which mode of ``plan`` the flags ask for: "analysis" (given inputs), "profile" (re-plan a profile), "study"
+    (levels from a study) or "measured" (--medium and --small); a one-line ConfigError for a mix of them."""
+    given = {"--alpha": alpha, "--beta": beta, "--c": c, "--cs": cs}
+    if any(v is not None for v in given.values()) or verify is not None:
+        if medium or small or model or validate or out or profile or study or costs:
+            raise ConfigError("give either --alpha --beta --c --cs (analysis), --medium and --small (measured), "
+                              "--profile or --study")
+        missing = [k for k, v in given.items() if v is None]
+        if missing:
+            raise ConfigError(f"analysis needs {', '.join(missing)} as well")
+        return "analysis"
+    if profile is not None or study is not None:
+        if (profile is not None and study is not None) or medium or small:
+            raise ConfigError("give one of --profile, --study, or --medium and --small")
+        if plot and profile is not None:
+            raise ConfigError("--plot draws the (m, n) plan of --study or --medium/--small, not a profile's")
+        return "profile" if profile is not None else "study"
+    if medium is None or small is None:
+        raise ConfigError("give --alpha --beta --c --cs (analysis), both --medium and --small (measured), "
+                          "--profile or --study")
+    if costs:
+        raise ConfigError("--costs plans --profile or --study for another device; --medium/--small are measured here")
+    return "measured"
 
 
 @study_app.command("show")
@@ -938,8 +802,7 @@ def study_show(
     from rich.console import Console
     from rich.table import Table
 
-    from skipsearch.optimize import config_summary
-    from skipsearch.study import load_records
+    from skipsearch.study import STUDY_COLUMNS, load_records, study_table
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
@@ -950,14 +813,9 @@ def study_show(
     for r in recs:
         states[r.state] = states.get(r.state, 0) + 1
     typer.echo(f"study {info}: {len(recs)} trials (" + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + ")")
-    table = Table("#", "kind", "speedup", "predicted", "tau", "accept", "config")
-    done = [r for r in recs if r.measurement is not None]
-    for r in sorted(done, key=lambda r: (r.measurement.kind != "timed", -r.measurement.speedup))[:top]:
-        m = r.measurement
-        table.add_row(
-            str(r.number), m.kind, f"{m.speedup:.3f}x", f"{m.predicted_speedup or 0:.3f}x", f"{m.tau or 0:.2f}",
-            "-" if m.acceptance_rate is None else f"{m.acceptance_rate:.2f}", config_summary(r.config),
-        )
+    table = Table(*STUDY_COLUMNS)
+    for row in study_table(recs, top=top):
+        table.add_row(*row)
     Console().print(table)
     for r in recs:
         if r.error:

@@ -3,9 +3,11 @@
 ``bench``, the objective's timed stage (``objective.time_drafter``), the planner's validation
 (``hierplan.validate``) and the report scripts all time through it, so they share one set of rules:
 
-1. A *method* is a name plus ``decode(prompt_ids, max_new_tokens) -> MethodOutput``, Spec-Bench's
-   contract. ``engine_method`` wraps our engine (``decoding.generate`` with a fresh drafter per
-   call); the HF ``generate`` modes live in ``bench``, which is the only place that needs them.
+1. A *contender* (``Contender``) is a name plus ``decode(prompt_ids, max_new_tokens) -> ContenderOutput``,
+   Spec-Bench's per-method contract; the word "method" stays with the registry (``skipsearch.methods``),
+   whose drafts are only some of the contenders. ``engine_method`` wraps our engine
+   (``decoding.generate`` with a fresh drafter per call); the HF ``generate`` modes live in ``bench``,
+   which is the only place that needs them.
 2. Warm-up: every method decodes the first prompt once, briefly, before anything is timed. First
    calls pay for allocation, lazy imports, packed kernels and HF's generation set-up; that cost
    must land on no one's figure.
@@ -50,10 +52,10 @@ class LosslessnessError(RuntimeError):
     """A method's greedy output differed from the reference's: a decoder bug, never expected."""
 
 
-# -- the method contract ---------------------------------------------------------------------------
+# -- the contender contract -------------------------------------------------------------------------
 @dataclass(frozen=True)
-class MethodOutput:
-    """What one decode produced. Counts are None where a method cannot report them."""
+class ContenderOutput:
+    """What one decode produced. Counts are None where a contender cannot report them."""
 
     token_ids: tuple[int, ...]  # generated tokens only
     verify_steps: int | None = None  # full-model forwards after the one that gave the first token
@@ -65,38 +67,40 @@ class MethodOutput:
     drafter_stats: tuple[tuple[str, float], ...] = ()  # the drafter's own report (DecodeStats.drafter_stats)
 
 
-Decode = Callable[[Sequence[int], int], MethodOutput]  # (prompt ids, max_new_tokens) -> output
+Decode = Callable[[Sequence[int], int], ContenderOutput]  # (prompt ids, max_new_tokens) -> output
 DrafterFactory = Callable[[Sequence[int]], Drafter | None]  # prompt ids -> a fresh drafter; None: plain decoding
 
 
 @dataclass(frozen=True)
-class Method:
+class Contender:
+    """One timed decoder in a run: an HF ``generate`` mode, our engine with or without a drafter."""
+
     name: str  # the row label, unique in a run
     family: str  # "hf" (a peer) or "skipsearch"
     setting: str  # what was run, for people: a profile path, "prompt_lookup_num_tokens=4", ...
     decode: Decode = field(compare=False, repr=False)
 
 
-def engine_method(sm: SkippableModel, name: str, drafters: DrafterFactory, *, setting: str = "") -> Method:
+def engine_method(sm: SkippableModel, name: str, drafters: DrafterFactory, *, setting: str = "") -> Contender:
     """A method decoded by ``decoding.generate``, the one engine.
 
     ``drafters`` is called with each prompt's ids and gives that decode its drafter (a fresh one:
     drafters keep per-sequence state; a drafter without a KV cache also needs the prompt).
     """
 
-    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> MethodOutput:
+    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
         res = generate(sm, prompt_ids, drafter=drafters(prompt_ids), max_new_tokens=max_new_tokens)
         s = res.stats
-        return MethodOutput(
+        return ContenderOutput(
             res.token_ids, verify_steps=s.verify_steps, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
             draft_steps=s.draft_steps, draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds,
             drafter_stats=s.drafter_stats,
         )
 
-    return Method(name, "skipsearch", setting, decode)
+    return Contender(name, "skipsearch", setting, decode)
 
 
-def ours_autoregressive(sm: SkippableModel, *, name: str = OURS_AR) -> Method:
+def ours_autoregressive(sm: SkippableModel, *, name: str = OURS_AR) -> Contender:
     """Our engine with no drafter: the baseline and reference of every search-side comparison."""
     return engine_method(sm, name, lambda _ids: None, setting="decoding.generate, no drafter")
 
@@ -113,14 +117,14 @@ class Run:
     seconds: float
     peak_bytes: int
     added_bytes: int  # peak minus what was in use just before the call
-    output: MethodOutput
+    output: ContenderOutput
 
 
 Progress = Callable[[int, int, str], None]  # (done, total, what) after each timed call
 
 
 def run_rounds(
-    methods: Sequence[Method],
+    methods: Sequence[Contender],
     prompt_ids: Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
@@ -163,7 +167,7 @@ def run_rounds(
         for r in range(repeats):
             # 2. rotate the order every round, so each method runs first, second, ... equally often
             shift = (i * repeats + r) % len(methods)
-            outputs: dict[str, MethodOutput] = {}
+            outputs: dict[str, ContenderOutput] = {}
             for slot, m in enumerate([*methods[shift:], *methods[:shift]]):
                 # 3. time the whole call with the one timer; memory is reset outside the timed span
                 probe.reset()
@@ -256,7 +260,7 @@ def method_seconds(runs: Sequence[Run], *, prompts: Sequence[int] | None = None)
             for name, per in by.items() if all(i in per for i in every)}
 
 
-def first_outputs(runs: Sequence[Run], method: str) -> tuple[MethodOutput, ...]:
+def first_outputs(runs: Sequence[Run], method: str) -> tuple[ContenderOutput, ...]:
     """``method``'s output on each prompt, in prompt order, from its first repeat (greedy decoding is
     deterministic, so counts from one repeat stand for all)."""
     return tuple(r.output for r in sorted(runs, key=lambda r: r.prompt) if r.method == method and r.repeat == 0)

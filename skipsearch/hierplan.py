@@ -32,7 +32,15 @@ from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy, hier
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.models import SkippableModel
 from skipsearch.plan import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
-from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo
+from skipsearch.profile import (
+    BASELINE_OURS_AR,
+    BASELINE_PREDICTED,
+    Environment,
+    Measured,
+    ModelRef,
+    Profile,
+    SearchInfo,
+)
 from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs, trace
 
 Stage = Callable[[str], None]
@@ -309,7 +317,7 @@ def build_profile(rep: PlanReport, sm: SkippableModel, h: Hierarchy) -> Profile:
         baseline_tokens_per_s=val.tokens / val.baseline_seconds if val else None,
         tau=val.measured_tau if val else None, acceptance_rate=val.alpha if val else None,
         predicted_speedup=row.speedup,
-        baseline="skipsearch autoregressive, same process, interleaved" if val else "planner prediction",
+        baseline=BASELINE_OURS_AR if val else BASELINE_PREDICTED,
         device=rep.device, dataset=rep.dataset, n_prompts=rep.n_prompts, max_new_tokens=rep.max_new_tokens,
         seed=rep.seed, source="plan", notes=notes, extra=extra,
     )

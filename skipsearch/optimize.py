@@ -29,7 +29,15 @@ from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.models import SkippableModel
 from skipsearch.objective import ModelObjective
-from skipsearch.profile import Environment, Measured, ModelRef, Profile, SearchInfo
+from skipsearch.profile import (
+    BASELINE_OURS_AR,
+    BASELINE_PREDICTED,
+    Environment,
+    Measured,
+    ModelRef,
+    Profile,
+    SearchInfo,
+)
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import Strategy, make_strategy
 from skipsearch.study import (
@@ -346,8 +354,7 @@ def _measured(m: Measurement | None, s: OptimizeSettings, sm, objective: ModelOb
     return Measured(
         speedup=m.speedup, tokens_per_s=m.tokens_per_s, baseline_tokens_per_s=m.baseline_tokens_per_s,
         tau=m.tau, acceptance_rate=m.acceptance_rate, predicted_speedup=m.predicted_speedup,
-        baseline=("skipsearch autoregressive, same process, interleaved" if m.kind == "timed"
-                  else "cost-model prediction"),
+        baseline=BASELINE_OURS_AR if m.kind == "timed" else BASELINE_PREDICTED,
         extra=extra, **common,
     )
 

@@ -40,14 +40,63 @@ from .files.yamlio import short as _short
 #        sequence) of the shortlisted layer-skip skip sets, and measured.costs: the cost profile the
 #        profile was planned with; what `plan --profile --costs` re-plans from (skipsearch.files.records
 #        validates both, here and where they are read)
-SCHEMA_VERSION = 2
+#   3: measured.baseline is one of BASELINES, no longer free text: optimize wrote "skipsearch autoregressive, same
+#      process, interleaved" and bench --write-measured "hf-greedy (transformers generate, ...)", and only that
+#      prose told a speedup over our own loop from one over HF greedy. _v2_to_v3 maps the texts skipsearch wrote
+#      (and close hand-written ones) to their value; any other text moves to measured.baseline_text, unvalidated,
+#      so that every file that loaded before still loads.
+SCHEMA_VERSION = 3
+
+# What a measured speedup is relative to (Measured.baseline): the value, and what it means for people.
+BASELINE_OURS_AR = "skipsearch-ar"
+BASELINE_HF_GREEDY = "hf-greedy"
+BASELINE_PREDICTED = "predicted"
+BASELINES: dict[str, str] = {
+    BASELINE_OURS_AR: "skipsearch's own autoregressive loop, timed in the same process, interleaved",
+    BASELINE_HF_GREEDY: "HF transformers generate(do_sample=False), timed in the same bench run",
+    BASELINE_PREDICTED: "not timed: the cost model's prediction over skipsearch's own autoregressive loop",
+}
+# The free text of schema 1 and 2 (lower-cased prefixes) -> the baseline it names.
+_OLD_BASELINES = (
+    ("skipsearch-ar", BASELINE_OURS_AR), ("skipsearch autoregressive", BASELINE_OURS_AR),
+    ("skipsearch-autoregressive", BASELINE_OURS_AR), ("hf-greedy", BASELINE_HF_GREEDY),
+    ("hf greedy", BASELINE_HF_GREEDY), ("cost-model prediction", BASELINE_PREDICTED),
+    ("planner prediction", BASELINE_PREDICTED), ("predicted", BASELINE_PREDICTED),
+)
+OLD_BASELINE_KEY = "baseline_text"  # measured.<key>: a schema-1/2 baseline text that names none of BASELINES
 
 
 def _v1_to_v2(raw: dict) -> dict:
     return dict(raw)  # version 2 only adds optional keys
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}  # version v -> function returning version v+1
+def _old_baseline(text: str) -> str | None:
+    """The value of BASELINES a schema-1/2 baseline text names, or None."""
+    folded = " ".join(text.lower().split())
+    return next((value for prefix, value in _OLD_BASELINES if folded.startswith(prefix)), None)
+
+
+def _v2_to_v3(raw: dict) -> dict:
+    out = dict(raw)
+    if not isinstance(out.get("measured"), dict):  # absent; or not a mapping, which is refused as before
+        return out
+    measured = out["measured"] = dict(out["measured"])
+    text = measured.get("baseline")
+    if isinstance(text, str):  # a value that is not text is refused as before
+        value = _old_baseline(text)
+        if value is not None:
+            measured["baseline"] = value
+        else:
+            del measured["baseline"]
+            if text.strip():
+                measured.setdefault(OLD_BASELINE_KEY, text)
+    before = measured.get("before_bench")  # what bench --write-measured moved aside names its baseline too
+    if isinstance(before, dict) and isinstance(before.get("baseline"), str) and _old_baseline(before["baseline"]):
+        measured["before_bench"] = {**before, "baseline": _old_baseline(before["baseline"])}
+    return out
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3}  # version v -> one returning v+1
 
 _TOP_KEYS = ("schema_version", "model", "method", "draft", "measured", "environment", "search", "method_params")
 
@@ -80,7 +129,7 @@ class Measured:
     acceptance_rate: float | None = None
     predicted_speedup: float | None = None
     wall_seconds: float | None = None
-    baseline: str | None = None  # e.g. "skipsearch-autoregressive, same run"
+    baseline: str | None = None  # what speedup is relative to: one of BASELINES (e.g. "hf-greedy")
     device: str | None = None
     dataset: str | None = None
     n_prompts: int | None = None
@@ -157,8 +206,11 @@ class Profile:
         ms = self.measured
         # A speedup means nothing without what it was measured against, so the two are shown together.
         speedup = []
+        against = ms and (f"{ms.baseline} ({BASELINES[ms.baseline]})" if ms.baseline in BASELINES else ms.baseline)
         if ms is not None and ms.speedup is not None:
-            speedup = [f"{ms.speedup:.2f}x speedup vs {ms.baseline or 'an unrecorded baseline'}"]
+            speedup = [f"{ms.speedup:.2f}x speedup vs {against or 'an unrecorded baseline'}"]
+        elif against:
+            speedup = [f"baseline {against}"]
         rows = {
             "model": f"{m.name} ({n} layers, {m.dtype}" + (f", fingerprint {m.fingerprint})" if m.fingerprint else ")"),
             "method": self.method,
@@ -277,6 +329,9 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         values, unknown = _section(Measured, raw["measured"], "measured", source, keep_unknown=True,
                                    nonnegative=("n_prompts", "max_new_tokens"))
         measured = Measured(**values, extra=tuple(unknown.items()))
+        if measured.baseline is not None and measured.baseline not in BASELINES:
+            raise _err(source, f"measured.baseline must be one of {', '.join(BASELINES)}, "
+                               f"got {_short(measured.baseline)}")
         check_measured_extra(measured.extra, source=source)
     if raw.get("environment") is not None:
         environment = Environment(**_section(Environment, raw["environment"], "environment", source)[0])

@@ -62,7 +62,7 @@ from skipsearch.methods.hybrid import METHOD as HYBRID
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.precision import METHOD as PRECISION
-from skipsearch.profile import Measured, Profile
+from skipsearch.profile import BASELINE_OURS_AR, BASELINE_PREDICTED, Measured, Profile
 
 if TYPE_CHECKING:
     from skipsearch.measure import Measurement
@@ -564,7 +564,7 @@ def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, d
                               ("device", old.device), ("source", old.source)) if v is not None}
     ships_draft = not draft.is_autoregressive
     measured = Measured(
-        predicted_speedup=m.speedup if m and ships_draft else None, baseline="cost-model prediction (not timed)",
+        predicted_speedup=m.speedup if m and ships_draft else None, baseline=BASELINE_PREDICTED,
         device=target.device, dataset=old.dataset, n_prompts=old.n_prompts, max_new_tokens=old.max_new_tokens,
         seed=old.seed, source="plan",
         notes=f"{NOT_TIMED}: re-planned for {target.device} ({target.dtype}) from {costs_source}; {verdict}; "
@@ -755,9 +755,9 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
         measured = Measured(speedup=m.speedup, tokens_per_s=m.tokens_per_s,
                             baseline_tokens_per_s=m.baseline_tokens_per_s, tau=m.tau, acceptance_rate=m.acceptance_rate,
                             predicted_speedup=top.predicted.speedup,
-                            baseline="skipsearch autoregressive, same process, interleaved", notes=verdict, **common)
+                            baseline=BASELINE_OURS_AR, notes=verdict, **common)
     else:
-        measured = Measured(predicted_speedup=top.predicted.speedup, baseline="cost-model prediction (not timed)",
+        measured = Measured(predicted_speedup=top.predicted.speedup, baseline=BASELINE_PREDICTED,
                             notes=f"{NOT_TIMED}: {verdict}; time it with skipsearch bench --write-measured", **common)
     profile = Profile(
         model=ModelRef.of(sm), method=LAYER_SKIP.name, draft=top.config if pays else AUTOREGRESSIVE, measured=measured,

@@ -588,7 +588,23 @@ def records(study: optuna.Study) -> list[TrialRecord]:
     return [_record(t) for t in study.get_trials(deepcopy=False) if t.state != _STATES.WAITING]
 
 
-study_table = records  # what ``skipsearch show`` renders
+STUDY_COLUMNS = ("#", "kind", "speedup", "predicted", "tau", "accept", "candidate")
+
+
+def study_table(recs: list[TrialRecord], *, top: int = 10) -> list[tuple[str, ...]]:
+    """What ``skipsearch study show`` lists (STUDY_COLUMNS): the ``top`` measured trials, timed ones first, best
+    first, each as one row of text. A candidate is shown whole, method and parameters with its draft config:
+    an ngram trial is ``ngram min_n=1 max_n=3 K=4``, not the layer-skip config it carries."""
+    from skipsearch.methods.summary import candidate_summary
+
+    done = [r for r in recs if r.measurement is not None]
+    rows = []
+    for r in sorted(done, key=lambda r: (r.measurement.kind != "timed", -r.measurement.speedup))[:top]:
+        m = r.measurement
+        rows.append((str(r.number), m.kind, f"{m.speedup:.3f}x", f"{m.predicted_speedup or 0:.3f}x",
+                     f"{m.tau or 0:.2f}", "-" if m.acceptance_rate is None else f"{m.acceptance_rate:.2f}",
+                     candidate_summary(r.candidate) if r.candidate is not None else "-"))
+    return rows
 
 
 def _completed(study: optuna.Study, kind: str) -> list[TrialRecord]:

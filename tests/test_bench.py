@@ -16,7 +16,7 @@ from skipsearch import bench as bn
 from skipsearch import bench_report as br
 from skipsearch.cli import app
 from skipsearch.data import Prompt
-from skipsearch.profile import load_profile, profile_from_dict, save_profile
+from skipsearch.profile import Measured, load_profile, profile_from_dict, save_profile
 
 CPU = torch.device("cpu")
 EXAMPLE = "profiles/smollm2-135m/example.yaml"
@@ -51,7 +51,7 @@ def _tiny_profile(**draft):
                               "method": "layer-skip", "draft": {"max_draft_tokens": 3, **draft}})
 
 
-def _broken(method: bn.Method, *, prompt: tuple[int, ...], position: int) -> bn.Method:
+def _broken(method: bn.Contender, *, prompt: tuple[int, ...], position: int) -> bn.Contender:
     """``method`` with one output token changed on one prompt: what a decoder bug looks like."""
 
     def decode(ids, max_new_tokens):
@@ -62,7 +62,7 @@ def _broken(method: bn.Method, *, prompt: tuple[int, ...], position: int) -> bn.
         tokens[position] = (tokens[position] + 1) % 64
         return dataclasses.replace(out, token_ids=tuple(tokens))
 
-    return bn.Method("broken", "skipsearch", "one token changed", decode)
+    return bn.Contender("broken", "skipsearch", "one token changed", decode)
 
 
 # -- the identical-output check ------------------------------------------------------------------
@@ -213,9 +213,15 @@ def test_the_summary_keeps_loop_overhead_and_speculation_gains_apart():
 def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
     report = _report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:example", "skipsearch", 1.1, 1.05)])
     measured = br.measured_for(report, report.row("layer-skip:example"))
-    assert measured.source == "bench" and measured.speedup == 1.1 and "hf-greedy" in measured.baseline
+    assert measured.source == "bench" and measured.speedup == 1.1 and measured.baseline == "hf-greedy"
     path = save_profile(dataclasses.replace(load_profile(EXAMPLE), measured=measured), tmp_path / "p.yaml")
     assert load_profile(path).measured.speedup == 1.1
+    # what optimize measured against our own loop moves aside, with its baseline: two speedups, two baselines
+    searched = Measured(speedup=1.3, baseline="skipsearch-ar", source="optimize", extra=(("alpha", 0.7),))
+    again = br.measured_for(report, report.row("layer-skip:example"), searched)
+    assert again.baseline == "hf-greedy" and again.speedup == 1.1
+    assert dict(again.extra) == {"alpha": 0.7, "before_bench": {"speedup": 1.3, "baseline": "skipsearch-ar",
+                                                                 "source": "optimize"}}
 
 
 # -- CLI ---------------------------------------------------------------------------------------------
@@ -244,13 +250,13 @@ def test_cli_takes_shell_expanded_profiles_after_the_option(tmp_path):
 
 
 def test_cli_collects_profiles_from_options_commas_globs_and_arguments(tmp_path):
-    from skipsearch.cli import _profile_paths
+    from skipsearch.api import profile_paths
 
     for name in ("a.yaml", "b.yaml"):
         shutil.copy(EXAMPLE, tmp_path / name)
     a, b = str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")
-    assert _profile_paths([str(tmp_path / "*.yaml")]) == [a, b]
-    assert _profile_paths([f"{b},{a}", a]) == [b, a]
+    assert profile_paths([str(tmp_path / "*.yaml")]) == [a, b]
+    assert profile_paths([f"{b},{a}", a]) == [b, a]
 
 
 @pytest.mark.model
@@ -271,6 +277,7 @@ def test_cli_end_to_end_on_the_default_model(tmp_path):
     assert "skipsearch bench --model smollm2-135m" in md.read_text()
     measured = load_profile(prof).measured
     assert measured.source == "bench" and measured.n_prompts == 1 and measured.speedup is not None
+    assert measured.baseline == "hf-greedy"  # bench's speedup is over HF greedy, and the field says so
 
 
 def test_a_failed_hf_call_cannot_leave_the_model_truncated(sm):

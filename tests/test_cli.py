@@ -114,8 +114,14 @@ def test_optimize_end_to_end_then_decode(real_sm, tmp_path):
         real_sm, ids, max_new_tokens=24
     )
     # the study resumes: the same command again adds no trials (budget reached) and still writes a profile
+    from skipsearch.study import load_records
+
+    before = len(load_records(study_dir=tmp_path / "study")[1])
+    out.unlink()
     again = runner.invoke(app, args)
     assert again.exit_code == 0, again.output
+    assert len(load_records(study_dir=tmp_path / "study")[1]) == before >= 6
+    assert load_profile(out).search.trials == before
     shown = runner.invoke(app, ["study", "show", str(tmp_path / "study")])
     assert shown.exit_code == 0 and "timed" in shown.stdout
 

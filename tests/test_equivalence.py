@@ -192,7 +192,7 @@ def test_fp32_identical_output_stays_identical(tiny_sm):
 
 
 # -- in bench --------------------------------------------------------------------------------------
-def _changed(method: bn.Method, name: str, position: int, pick) -> bn.Method:
+def _changed(method: bn.Contender, name: str, position: int, pick) -> bn.Contender:
     """``method`` with token ``position`` replaced by ``pick(prompt ids, tokens)`` on every prompt."""
 
     def decode(ids, max_new_tokens):
@@ -201,7 +201,7 @@ def _changed(method: bn.Method, name: str, position: int, pick) -> bn.Method:
         tokens[position] = pick(ids, out.token_ids)
         return dataclasses.replace(out, token_ids=tuple(tokens))
 
-    return bn.Method(name, "skipsearch", "", decode)
+    return bn.Contender(name, "skipsearch", "", decode)
 
 
 def test_bench_rows_carry_verdicts_and_tie_equal_rows_keep_their_speedup():

@@ -20,14 +20,14 @@ CPU = torch.device("cpu")
 PROMPTS = ((3, 17, 5, 9, 22, 41), (7, 7, 30, 2), (11, 4, 11, 4, 9))
 
 
-def _fake(name: str, log: list, *, tokens=lambda ids: tuple(ids[:2])) -> hn.Method:
+def _fake(name: str, log: list, *, tokens=lambda ids: tuple(ids[:2])) -> hn.Contender:
     """A method that records each call (name, prompt, max_new_tokens) and returns ``tokens(ids)``."""
 
     def decode(ids, max_new_tokens):
         log.append((name, tuple(ids), max_new_tokens))
-        return hn.MethodOutput(tokens(ids))
+        return hn.ContenderOutput(tokens(ids))
 
-    return hn.Method(name, "skipsearch", "", decode)
+    return hn.Contender(name, "skipsearch", "", decode)
 
 
 def test_every_method_is_warmed_up_then_runs_once_per_round_on_the_same_ids():
@@ -67,9 +67,9 @@ def test_the_warm_up_is_not_timed_and_on_warmed_runs_between():
         calls["n"] += 1
         if calls["n"] == 1:
             time.sleep(0.3)  # what a first call's set-up costs, exaggerated
-        return hn.MethodOutput((1,))
+        return hn.ContenderOutput((1,))
 
-    methods = [hn.Method("slow-first", "skipsearch", "", slow_first), _fake("other", log)]
+    methods = [hn.Contender("slow-first", "skipsearch", "", slow_first), _fake("other", log)]
     runs = hn.run_rounds(methods, [[1], [2]], max_new_tokens=4, device=CPU,
                          on_warmed=lambda: log.append(("warmed", calls["n"])))
     assert ("warmed", 1) in log and log.index(("warmed", 1)) == 1  # after both warm-ups, before any timed call
@@ -124,7 +124,7 @@ def test_the_search_accepts_numerical_ties_only_below_fp32(tiny_sm):
 
 
 def test_run_rounds_rejects_duplicate_names_empty_input_and_an_unknown_reference():
-    m = hn.Method("a", "hf", "", lambda ids, n: hn.MethodOutput(()))
+    m = hn.Contender("a", "hf", "", lambda ids, n: hn.ContenderOutput(()))
     with pytest.raises(ConfigError, match="unique"):
         hn.run_rounds([m, m], [[1]], max_new_tokens=2, device=CPU)
     with pytest.raises(ConfigError, match="at least one"):
@@ -134,7 +134,7 @@ def test_run_rounds_rejects_duplicate_names_empty_input_and_an_unknown_reference
 
 
 def test_method_seconds_is_the_median_over_repeats_summed_over_prompts():
-    out = hn.MethodOutput(())
+    out = hn.ContenderOutput(())
 
     def run(method, prompt, repeat, seconds):
         return hn.Run(method, prompt, repeat, 0, seconds, 0, 0, out)
@@ -161,10 +161,10 @@ def test_the_memory_probe_sees_what_a_call_allocates_and_only_that():
     def allocate(ids, max_new_tokens):
         block = torch.ones(size // 4, dtype=torch.float32)  # written, so resident: 128 MiB
         del block
-        return hn.MethodOutput((1,))
+        return hn.ContenderOutput((1,))
 
-    methods = [hn.Method("allocates", "skipsearch", "", allocate),
-               hn.Method("idle", "skipsearch", "", lambda ids, n: hn.MethodOutput((1,)))]
+    methods = [hn.Contender("allocates", "skipsearch", "", allocate),
+               hn.Contender("idle", "skipsearch", "", lambda ids, n: hn.ContenderOutput((1,)))]
     runs = hn.run_rounds(methods, [[1], [2]], max_new_tokens=2, device=CPU)
     if "peak per call" not in memory_probe(CPU).kind:
         pytest.skip("this system does not let the resident peak be reset")

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 import yaml
-from conftest import make_tiny_model
+from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import api
@@ -293,6 +293,7 @@ def test_plan_model_measures_plans_validates_and_ships(tiny_sm, tmp_path):
     path = save_profile(build_profile(rep, tiny_sm, rep.chosen()), tmp_path / "h.yaml")
     shipped = load_profile(path)
     assert shipped.method == "hierarchical" and shipped.measured.predicted_speedup is not None
+    assert shipped.measured.baseline == "skipsearch-ar"  # validated: timed against our own loop
     assert hierarchy_from_profile(shipped) == rep.chosen()
 
 
@@ -303,14 +304,20 @@ def test_measured_alpha_is_one_when_the_medium_draft_is_the_full_model(tiny_sm):
 
 
 # -- the CLI, measured mode -----------------------------------------------------------------------------------
-def test_cli_plan_refuses_unnested_profiles_before_loading_the_model(tmp_path):
+def test_cli_plan_refuses_unnested_profiles_before_loading_the_model(tmp_path, monkeypatch):
+    from skipsearch import models
+
     example = yaml.safe_load(open("profiles/smollm2-135m/example.yaml"))
     small = {**example, "draft": {**example["draft"], "skip_attn": [5, 9]}}
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(small))
+    # each profile is valid alone, so only the planner's level check can refuse them: and it must, before the model
+    # loads (Hierarchy would refuse the pair after loading too, which is the slow path this test rules out)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the levels were "
+                                                                           "checked"))
     result = CliRunner().invoke(app, ["plan", "--medium", "profiles/smollm2-135m/example.yaml", "--small", str(path)])
-    assert result.exit_code == 2
-    assert result.stderr.strip().startswith("error: hierarchical: the small draft must skip every attention")
+    assert_one_line_error(result, "error: hierarchical: the small draft must skip every attention sublayer the "
+                                  "medium draft skips (add [13, 17, 21] to the small draft's skip_attn)")
 
 
 # -- the real model -------------------------------------------------------------------------------------------

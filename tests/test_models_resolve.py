@@ -21,7 +21,7 @@ from skipsearch.cli import app
 from skipsearch.config import DraftConfig
 from skipsearch.models import load_model
 from skipsearch.placement import GIB, Placement, choose_placement, count_parameters, estimate_memory
-from skipsearch.profile import Environment, ModelRef, Profile, check_model, load_profile, save_profile
+from skipsearch.profile import SCHEMA_VERSION, Environment, ModelRef, Profile, check_model, load_profile, save_profile
 
 runner = CliRunner()
 SAME = "different weights of the same architecture: re-run optimize, or --force"
@@ -121,7 +121,7 @@ def test_check_model_follows_the_weights():
 def test_profiles_record_both_fingerprints_and_the_device_choice(dirs, tmp_path):
     sm = load_model(str(dirs["a"]))
     prof = load_profile(_profile_for(sm, tmp_path / "p.yaml"))
-    assert prof.schema_version == 2
+    assert prof.schema_version == SCHEMA_VERSION
     assert prof.model.weights_fingerprint == sm.weights_fingerprint and prof.model.fingerprint == sm.fingerprint
     assert prof.environment.device == sm.placement.device and prof.environment.device_choice == sm.placement.reason
     # a schema-1 file still loads: it is upgraded, and keeps its architecture fingerprint

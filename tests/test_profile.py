@@ -11,6 +11,7 @@ import yaml
 from skipsearch.config import DraftConfig, ExitRule
 from skipsearch.files.errors import ProfileError
 from skipsearch.profile import (
+    BASELINES,
     SCHEMA_VERSION,
     Environment,
     Measured,
@@ -46,7 +47,7 @@ def full_profile() -> Profile:
         draft=DraftConfig(skip_attn=(3, 7), skip_mlp=(12,), max_draft_tokens=5,
                           exit=ExitRule(threshold=0.4, adaptive=False)),
         measured=Measured(speedup=1.37, tokens_per_s=101.5, baseline_tokens_per_s=74.1, tau=2.4,
-                          baseline="skipsearch-autoregressive, same run", device="cpu", dataset="mt-bench",
+                          baseline="skipsearch-ar", device="cpu", dataset="mt-bench",
                           n_prompts=8, max_new_tokens=64, seed=0, source="bench", notes="quiet machine",
                           extra=(("p50_latency_ms", 12.5), ("tags", ["a", "b"]))),
         environment=Environment(python="3.11.7", torch="2.4.0", transformers="4.56.0", skipsearch="0.1.0",
@@ -161,7 +162,8 @@ def test_describe_names_everything_a_reader_needs():
     text = full_profile().describe()
     for fragment in ("smollm2-135m (30 layers, float32, fingerprint abc123)", "K=5", "fixed threshold 0.4",
                      "skip attn:   3, 7 (2 of 30)", "skip mlp:    12 (1 of 30)", "5.0% of 60 sublayers",
-                     "1.37x speedup vs skipsearch-autoregressive, same run", "device cpu", "dataset mt-bench",
+                     "1.37x speedup vs skipsearch-ar (skipsearch's own autoregressive loop", "device cpu",
+                     "dataset mt-bench",
                      "p50_latency_ms 12.5", "strategy optuna-tpe", "trials 180", "torch 2.4.0"):
         assert fragment in text, fragment
     plain = profile_from_dict(BASE).describe()
@@ -268,6 +270,95 @@ def test_error_stays_on_one_line_even_for_a_key_with_a_newline(tmp_path):
 def test_unknown_measured_keys_are_kept_not_refused(tmp_path):
     p = load_profile(write(tmp_path, with_change(lambda r: r.update(measured={"speedup": 2, "gpu_util": 0.8}))))
     assert p.measured.speedup == 2.0 and p.measured.extra == (("gpu_util", 0.8),)
+
+
+# ---------------------------------------------------------------- measured.baseline
+
+
+def test_the_baseline_is_a_field_with_a_closed_set_of_values(tmp_path):
+    assert set(BASELINES) == {"skipsearch-ar", "hf-greedy", "predicted"}
+    for value in BASELINES:
+        raw = with_change(lambda r, v=value: r.update(schema_version=SCHEMA_VERSION,
+                                                      measured={"speedup": 1.2, "baseline": v}))
+        p = load_profile(write(tmp_path, raw))
+        assert p.measured.baseline == value and p.measured.extra == ()
+        assert f"1.20x speedup vs {value} ({BASELINES[value]})" in p.describe()
+    raw = with_change(lambda r: r.update(schema_version=SCHEMA_VERSION,
+                                         measured={"speedup": 1.2, "baseline": "hf-greedy, same bench run"}))
+    message = load_error(write(tmp_path, raw))
+    assert message.endswith("measured.baseline must be one of skipsearch-ar, hf-greedy, predicted, "
+                            "got 'hf-greedy, same bench run'")
+    # nor can a writer put free text back: a profile is validated before it is written
+    bad = Profile(model=ModelRef(name="m", num_layers=2), method="layer-skip", draft=DraftConfig(),
+                  measured=Measured(speedup=1.1, baseline="my laptop"))
+    with pytest.raises(ProfileError, match="measured.baseline must be one of"):
+        save_profile(bad, tmp_path / "bad.yaml")
+    assert not (tmp_path / "bad.yaml").exists()
+
+
+@pytest.mark.parametrize(("version", "text", "value"), [
+    (2, "skipsearch autoregressive, same process, interleaved", "skipsearch-ar"),  # what optimize wrote
+    (2, "hf-greedy (transformers generate, do_sample=False), same bench run", "hf-greedy"),  # bench --write-measured
+    (2, "cost-model prediction (not timed)", "predicted"),  # plan --profile, optimize --budget 0
+    (2, "cost-model prediction", "predicted"),  # optimize with a surrogate objective
+    (2, "planner prediction", "predicted"),  # plan --medium/--small without validation
+    (1, "skipsearch-autoregressive, same run", "skipsearch-ar"),  # hand-written, schema 1
+    (1, "  HF Greedy,  same run", "hf-greedy"),
+])
+def test_an_old_free_text_baseline_loads_as_its_value(tmp_path, version, text, value):
+    raw = with_change(lambda r: r.update(schema_version=version, measured={"speedup": 1.3, "baseline": text}))
+    path = write(tmp_path, raw)
+    p = load_profile(path)
+    assert p.measured.baseline == value and p.measured.extra == ()
+    again = load_profile(save_profile(p, tmp_path / "again.yaml"))  # written as schema v3, read back the same
+    assert again == p and f"schema_version: {SCHEMA_VERSION}" in (tmp_path / "again.yaml").read_text()
+
+
+def test_an_old_bench_block_keeps_the_search_s_baseline_as_a_value_too(tmp_path):
+    before = {"speedup": 1.2, "baseline": "skipsearch autoregressive, same process, interleaved", "source": "optimize"}
+    raw = with_change(lambda r: r.update(schema_version=2, measured={
+        "speedup": 1.1, "baseline": "hf-greedy (transformers generate, do_sample=False), same bench run",
+        "before_bench": before}))
+    p = load_profile(write(tmp_path, raw))
+    assert p.measured.baseline == "hf-greedy"
+    assert dict(p.measured.extra)["before_bench"] == {**before, "baseline": "skipsearch-ar"}
+    kept = copy.deepcopy(raw)
+    assert upgrade(raw)["measured"]["before_bench"]["baseline"] == "skipsearch-ar"
+    assert raw == kept  # the caller's dict is left as it was
+
+
+def test_profile_show_names_the_baseline_of_an_old_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    raw = with_change(lambda r: r.update(schema_version=2, measured={
+        "speedup": 1.25, "baseline": "hf-greedy (transformers generate, do_sample=False), same bench run"}))
+    shown = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, raw))])
+    assert shown.exit_code == 0, shown.output
+    assert "1.25x speedup vs hf-greedy (HF transformers generate(do_sample=False), timed in the same bench run)" \
+        in shown.stdout
+
+
+def test_an_old_baseline_text_that_names_no_value_still_loads_and_is_kept(tmp_path):
+    raw = with_change(lambda r: r.update(schema_version=2, measured={"speedup": 1.3, "baseline": "vLLM, batch 1"}))
+    p = load_profile(write(tmp_path, raw))
+    assert p.measured.baseline is None and p.measured.extra == (("baseline_text", "vLLM, batch 1"),)
+    assert "1.30x speedup vs an unrecorded baseline" in p.describe() and "vLLM, batch 1" in p.describe()
+    assert load_profile(save_profile(p, tmp_path / "again.yaml")) == p
+    # an old baseline that is not text at all is refused as it always was
+    raw = with_change(lambda r: r.update(schema_version=2, measured={"baseline": 3}))
+    assert "measured.baseline must be a string, got 3" in load_error(write(tmp_path, raw))
+
+
+def test_the_shipped_profiles_load_with_a_baseline_value():
+    from pathlib import Path
+
+    shipped = sorted(Path("profiles").rglob("*.yaml"))
+    assert shipped
+    for path in shipped:
+        measured = load_profile(path).measured
+        assert measured is None or measured.baseline in (None, *BASELINES), path
 
 
 def test_from_dict_uses_the_source_name():

@@ -108,6 +108,7 @@ def test_replanning_for_free_verify_and_cheap_drafts_drafts_longer(tmp_path):
     assert extra["acceptance"] == dict(prof.measured.extra)["acceptance"]
     assert extra["costs"]["device"] == "gpu-synthetic" and extra["costs"]["source"] == "free"
     assert on_free.measured.notes.startswith("predicted, not timed") and on_free.measured.speedup is None
+    assert on_free.measured.baseline == "predicted"
     assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
 
 
@@ -248,7 +249,7 @@ def test_rerank_under_the_studys_own_costs_reproduces_its_predictions(tiny_study
     profile, verdict = replan.reranked_profile(sm, free, free_costs(6), study="s", dataset="tiny", n_prompts=2,
                                                max_new_tokens=16, seed=0)
     assert verdict.startswith("ships") and profile.draft == free.rows[0].config
-    assert profile.measured.notes.startswith("predicted, not timed")
+    assert profile.measured.notes.startswith("predicted, not timed") and profile.measured.baseline == "predicted"
 
 
 def test_keep_portable_records_traces_that_replay_to_the_objectives_prediction(tiny_study, tmp_path):

@@ -86,7 +86,31 @@ def test_sqlite_study_in_the_study_dir_and_budget_respected(fast_dir):
     assert [r.number for r, _ in seen] == list(range(7))
     assert all(isinstance(r, TrialRecord) and r.measurement.kind == "surrogate" for r, _ in seen)
     assert seen[-1][1] == summary.best == max(recs, key=lambda r: (r.measurement.speedup, -r.number))
-    assert study_table(study) == recs
+    # what `study show` lists: the best first, at most ``top`` rows, each trial's number and speedup
+    rows = study_table(recs, top=3)
+    ranked = sorted(recs, key=lambda r: (-r.measurement.speedup, r.number))
+    assert len(rows) == 3 and [row[0] for row in rows] == [str(r.number) for r in ranked[:3]]
+    assert rows[0][2] == f"{summary.best.measurement.speedup:.3f}x"
+
+
+def test_study_show_lists_each_trial_with_its_method_and_parameters(fast_dir):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    study, strategy = opened(fast_dir, "ngram", space=SearchSpace(num_layers=8, max_draft_tokens=(2, 4)))
+    run_search(study, strategy, Objective(), budget=3)
+    recs = records(study)
+    rows = {int(row[0]): row[-1].split() for row in study_table(recs)}
+    assert sorted(rows) == [r.number for r in recs]
+    for r in recs:  # an ngram trial is shown as one, with its parameters, not as the layer-skip config it carries
+        params = dict(r.candidate.params)
+        assert rows[r.number][0] == "ngram" and f"K={r.config.max_draft_tokens}" in rows[r.number]
+        assert {f"min_n={params['min_n']}", f"max_n={params['max_n']}"} <= set(rows[r.number])
+        assert not any(word.startswith(("attn[", "mlp[")) for word in rows[r.number])
+    result = CliRunner().invoke(app, ["study", "show", str(fast_dir / "study-a")])
+    assert result.exit_code == 0, result.output
+    assert "ngram" in result.stdout and "min_n=" in result.stdout and "attn[" not in result.stdout
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

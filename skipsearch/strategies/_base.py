@@ -1,9 +1,13 @@
-"""The one interface every search strategy implements.
+"""The one interface every search strategy implements, and the helpers skip-set strategies share.
 
 As in Optuna's samplers, a strategy only proposes: the runner in ``skipsearch.study`` asks the
 study for a trial, lets the strategy turn it into a DraftConfig, evaluates it, and keeps the record.
 Everything a strategy remembers lives in the Optuna study, so a search resumes, and runs with
 several workers, without any state of its own.
+
+``Strategy`` holds what the runner and ``optimize`` call; how a strategy encodes a skip set as
+parameters (``sublayer_slots``, ``bits``, ``suggest_k_and_exit``) and how it enqueues its seed points
+(``enqueue_seeds``) are module functions here, used by the strategies that need them.
 """
 
 from __future__ import annotations
@@ -39,10 +43,7 @@ class Strategy(ABC):
         self.seed = seed
         # Repaired, because a warm start may come from a profile made under other settings.
         self.warm_start = tuple(space.repair(c) for c in warm_start)
-        # The sublayers a strategy decides on, each one a bit of Draft&Verify's z.
-        layers = space.skippable_layers()
-        attn = tuple(("attn", i) for i in layers if space.skips_attn)
-        self.slots: tuple[tuple[str, int], ...] = attn + tuple(("mlp", i) for i in layers if space.skips_mlp)
+        self.slots = sublayer_slots(space)
 
     #: 0 alone; a random stream id per process when workers share a study (see ``for_shared_study``)
     worker: int = 0
@@ -81,17 +82,6 @@ class Strategy(ABC):
         its profile). ``tried`` are the searched candidates, best first. optimize writes their profiles."""
         return ()
 
-    def suggest_k_and_exit(self, trial: optuna.Trial) -> tuple[int, float, bool]:
-        """K, the exit threshold γ0 and the adaptive flag, as Optuna parameters "k", "threshold"
-        and "adaptive" (the last two only where the space leaves them open)."""
-        k = trial.suggest_categorical("k", list(self.space.max_draft_tokens))
-        lo, hi, step = self.space.threshold_grid()
-        threshold = trial.suggest_float("threshold", lo, hi, step=step) if hi > lo else lo
-        adaptive = self.space.adaptive_exit
-        if adaptive is None:
-            adaptive = trial.suggest_categorical("adaptive", [True, False])
-        return k, threshold, adaptive
-
     def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
         """Parameters to enqueue for the next trial, or None to let the sampler decide."""
         return None
@@ -104,20 +94,46 @@ class Strategy(ABC):
                 out.append(config)
         return out
 
-    def enqueue_seeds(self, study: optuna.Study, encode: Callable[[DraftConfig], dict[str, Any]]) -> bool:
-        """Enqueue the seed points once per study, however often the search is resumed."""
-        if study.user_attrs.get(SEEDED_ATTR):
-            return False
-        # Set first: a second worker starting at the same moment then sees it and does not seed again.
-        study.set_user_attr(SEEDED_ATTR, True)
-        for config in self.seed_points():
-            # skip_if_exists: a second worker that raced past the attr check adds no twin seeds
-            study.enqueue_trial(encode(config), skip_if_exists=True)
-        return True
 
-    def bits(self, on: Callable[[str, int], bool]) -> tuple[list[bool], list[bool]]:
-        """Per-layer attention and MLP bits from a predicate over (sublayer, layer) slots."""
-        attn, mlp = [False] * self.space.num_layers, [False] * self.space.num_layers
-        for sub, i in self.slots:
-            (attn if sub == "attn" else mlp)[i] = bool(on(sub, i))
-        return attn, mlp
+
+# -- encoding a skip set as trial parameters -------------------------------------------------------
+def sublayer_slots(space: SearchSpace) -> tuple[tuple[str, int], ...]:
+    """The sublayers a strategy decides on, as (sublayer, layer) slots: each one a bit of Draft&Verify's z."""
+    layers = space.skippable_layers()
+    attn = tuple(("attn", i) for i in layers if space.skips_attn)
+    return attn + tuple(("mlp", i) for i in layers if space.skips_mlp)
+
+
+def bits(space: SearchSpace, on: Callable[[str, int], bool]) -> tuple[list[bool], list[bool]]:
+    """Per-layer attention and MLP bits from a predicate over the space's (sublayer, layer) slots."""
+    attn, mlp = [False] * space.num_layers, [False] * space.num_layers
+    for sub, i in sublayer_slots(space):
+        (attn if sub == "attn" else mlp)[i] = bool(on(sub, i))
+    return attn, mlp
+
+
+def suggest_k_and_exit(trial: optuna.Trial, space: SearchSpace) -> tuple[int, float, bool]:
+    """K, the exit threshold γ0 and the adaptive flag, as Optuna parameters "k", "threshold"
+    and "adaptive" (the last two only where the space leaves them open)."""
+    k = trial.suggest_categorical("k", list(space.max_draft_tokens))
+    lo, hi, step = space.threshold_grid()
+    threshold = trial.suggest_float("threshold", lo, hi, step=step) if hi > lo else lo
+    adaptive = space.adaptive_exit
+    if adaptive is None:
+        adaptive = trial.suggest_categorical("adaptive", [True, False])
+    return k, threshold, adaptive
+
+
+# -- seed points -------------------------------------------------------------------------------------
+def enqueue_seeds(study: optuna.Study, configs: Sequence[DraftConfig],
+                  encode: Callable[[DraftConfig], dict[str, Any]]) -> bool:
+    """Enqueue ``configs`` (a strategy's ``seed_points``) once per study, however often the search is resumed.
+    Returns whether this call enqueued them."""
+    if study.user_attrs.get(SEEDED_ATTR):
+        return False
+    # Set first: a second worker starting at the same moment then sees it and does not seed again.
+    study.set_user_attr(SEEDED_ATTR, True)
+    for config in configs:
+        # skip_if_exists: a second worker that raced past the attr check adds no twin seeds
+        study.enqueue_trial(encode(config), skip_if_exists=True)
+    return True

@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits  # installed with scikit-learn, whic
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Strategy
+from skipsearch.strategies._base import Strategy, bits, enqueue_seeds
 from skipsearch.strategies.precision import check_runnable, one_scheme
 
 _SKIP, _KEEP = 0.75, 0.25  # how a seed point's bits are encoded: clear of the 0.5 boundary
@@ -72,7 +72,7 @@ class BayesStrategy(Strategy):
         return params
 
     def decode(self, params: dict[str, float]) -> DraftConfig:
-        attn, mlp = self.bits(lambda sub, i: params[f"x_{sub}_{i}"] > 0.5)
+        attn, mlp = bits(self.space, lambda sub, i: params[f"x_{sub}_{i}"] > 0.5)
         choices = self.space.max_draft_tokens
         k = choices[min(int(params["x_k"] * len(choices)), len(choices) - 1)]
         threshold = self.space.snap_threshold(params.get("threshold", self.space.thresholds[0]))
@@ -92,7 +92,7 @@ class BayesStrategy(Strategy):
             check_runnable((self.precision.scheme,), sm.device)
 
     def next_params(self, study: optuna.Study) -> dict[str, float] | None:
-        self.enqueue_seeds(study, self.encode)
+        enqueue_seeds(study, self.seed_points(), self.encode)
         trials = study.get_trials(deepcopy=False)
         if any(t.state == _STATES.WAITING for t in trials):
             return None  # seeds (or another worker's enqueued point) go first

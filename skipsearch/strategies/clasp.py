@@ -18,7 +18,7 @@ trials it can describe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -29,7 +29,7 @@ from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic import ClaspSkipSets, DynamicParams, config_for, granularity, static_skip_sets
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import SEEDED_ATTR, Strategy
+from skipsearch.strategies._base import SEEDED_ATTR, Strategy, suggest_k_and_exit
 from skipsearch.strategies.precision import check_runnable, one_scheme
 
 SEED_CONFIG_ATTR = "seed_config"  # trial user attr: this trial evaluates a fixed seed point
@@ -113,16 +113,13 @@ class ClaspStrategy(Strategy):
     def sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
 
-    def enqueue_seeds(self, study: optuna.Study, encode: Callable[[DraftConfig], dict[str, Any]]) -> bool:
-        if study.user_attrs.get(SEEDED_ATTR):
-            return False
-        study.set_user_attr(SEEDED_ATTR, True)
-        for config in self.seed_points():
-            study.enqueue_trial({}, user_attrs={SEED_CONFIG_ATTR: encode(config)})
-        return True
-
     def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
-        self.enqueue_seeds(study, _encode)
+        # The seeds' skip sets are no point of this strategy's (sublayer, m) parameters: each rides in a user
+        # attr of an empty enqueued trial, which ``suggest`` decodes.
+        if not study.user_attrs.get(SEEDED_ATTR):
+            study.set_user_attr(SEEDED_ATTR, True)
+            for config in self.seed_points():
+                study.enqueue_trial({}, user_attrs={SEED_CONFIG_ATTR: _encode(config)})
         return None
 
     def suggest(self, trial: optuna.Trial) -> Candidate:
@@ -131,7 +128,7 @@ class ClaspStrategy(Strategy):
             return self.propose(self.space.repair(_decode(fixed)), self.precision)
         sub = trial.suggest_categorical("sublayer", list(self.modes)) if len(self.modes) > 1 else self.modes[0]
         m = trial.suggest_int("m", 1, max(self.limits.values()))
-        k, threshold, adaptive = self.suggest_k_and_exit(trial)
+        k, threshold, adaptive = suggest_k_and_exit(trial, self.space)
         layers = self.skip_sets.sets(sub)[max(1, min(m, self.limits[sub]))]
         base = DraftConfig(max_draft_tokens=k, exit=ExitRule(threshold=threshold, adaptive=adaptive))
         return self.propose(self.space.repair(config_for(sub, layers, base)), self.precision)

@@ -20,7 +20,7 @@ from skipsearch.config import NO_EXIT, Candidate, DraftConfig
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import PrecisionParams
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Strategy
+from skipsearch.strategies._base import Strategy, bits, enqueue_seeds, suggest_k_and_exit
 from skipsearch.strategies.precision import check_runnable
 
 
@@ -67,7 +67,7 @@ class TPEStrategy(Strategy):
         return points
 
     def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
-        self.enqueue_seeds(study, self.encode)
+        enqueue_seeds(study, self.seed_points(), self.encode)
         return None
 
     def encode(self, config: DraftConfig) -> dict[str, Any]:
@@ -84,8 +84,8 @@ class TPEStrategy(Strategy):
     def suggest(self, trial: optuna.Trial) -> Candidate:
         if self.schemes:
             return self._suggest_precision(trial)
-        attn, mlp = self.bits(lambda sub, i: trial.suggest_categorical(f"{sub}_{i}", [0, 1]))
-        k, threshold, adaptive = self.suggest_k_and_exit(trial)
+        attn, mlp = bits(self.space, lambda sub, i: trial.suggest_categorical(f"{sub}_{i}", [0, 1]))
+        k, threshold, adaptive = suggest_k_and_exit(trial, self.space)
         # TPE knows nothing of the skip budget; it learns from the params it chose, and the
         # trial records the repaired config that was actually evaluated.
         return self.propose(self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive)))
@@ -93,8 +93,8 @@ class TPEStrategy(Strategy):
     def _suggest_precision(self, trial: optuna.Trial) -> Candidate:
         # 0 quantized, 1 skipped, 2 full: the seed points' 0/1 encoding means "quantized or skipped"
         roles = {slot: trial.suggest_categorical(f"{slot[0]}_{slot[1]}", [0, 1, 2]) for slot in self.slots}
-        attn, mlp = self.bits(lambda sub, i: roles[(sub, i)] == 1)
-        k, threshold, adaptive = self.suggest_k_and_exit(trial)
+        attn, mlp = bits(self.space, lambda sub, i: roles[(sub, i)] == 1)
+        k, threshold, adaptive = suggest_k_and_exit(trial, self.space)
         scheme = trial.suggest_categorical("scheme", list(self.schemes)) if len(self.schemes) > 1 else self.schemes[0]
         quant_head = trial.suggest_categorical("quant_head", [True, False])
         config = self.space.repair(self.space.config_from_bits(attn, mlp, k, threshold, adaptive))

@@ -1,6 +1,12 @@
-"""The Python API that mirrors the CLI: open a model (from a name or a profile) and decode prompts.
+"""The Python API that mirrors the CLI: every command parses its options, calls one function here, and prints
+what it returns (a frozen dataclass); progress and notes come back through callbacks.
 
-The CLI only parses options, calls these, and prints what they return.
+- here: open a model (from a name or a profile) and decode prompts (``skipsearch decode``);
+- ``search``: ``optimize_study`` (``skipsearch optimize``) and ``rerank_study`` (``optimize --budget 0 --costs``);
+- ``benchmark``: ``bench_profiles`` (``skipsearch bench``);
+- ``planning``: one function per mode of ``skipsearch plan``: ``plan_given``, ``plan_profiles``,
+  ``replan_profile_file``, ``plan_study``;
+- ``checks``: what the commands check before a model loads, and the notes on other hardware.
 """
 
 from __future__ import annotations
@@ -9,6 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from skipsearch import methods
+from skipsearch.api.benchmark import BenchOptions, BenchRun, bench_profiles
+from skipsearch.api.checks import check_model_arg, hardware_note, profile_hardware_note, profile_paths
+from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
+from skipsearch.api.search import Reranked, SearchOptions, SearchRun, optimize_study, rerank_study
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
 from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
@@ -74,22 +84,6 @@ def open_model(
         check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint,
                     weights_fingerprint=sm.weights_fingerprint, force=force, source=profile)
     return sm, prof
-
-
-def hardware_note(environment, device, *, what: str, replan: str) -> str | None:
-    """One line when a file's figures (its ``environment``) were measured on other hardware than this
-    machine's ``device``, or on hardware it does not name; None when it matches (skipsearch.hardware)."""
-    from skipsearch import hardware
-
-    return hardware.mismatch(environment, hardware.probe(str(device)), what=what, replan=replan)
-
-
-def profile_hardware_note(profile: Profile | None, device, *, source: str) -> str | None:
-    """``hardware_note`` for a profile about to decode on ``device``: it points to re-planning it here."""
-    if profile is None:
-        return None
-    return hardware_note(profile.environment, device, what=f"profile {source}",
-                         replan=f"skipsearch costs --out C && skipsearch plan --profile {source} --costs C")
 
 
 def drafter_factory(profile: Profile | None, sm: SkippableModel) -> Callable[[], Drafter | None]:
@@ -201,3 +195,10 @@ class _TextStream:
         if end > self.shown:
             self.write(text[self.shown:end])
             self.shown = end
+
+
+__all__ = ["BenchOptions", "BenchRun", "Decoded", "PlanOutcome", "Reranked", "SearchOptions", "SearchRun",
+           "bench_profiles", "check_model_arg", "context_length", "decode_prompts", "drafter_factory",
+           "encode_checked", "hardware_note", "open_model", "optimize_study", "plan_given", "plan_profiles",
+           "plan_study", "profile_hardware_note", "profile_paths", "prompt_label", "replan_profile_file",
+           "rerank_study"]

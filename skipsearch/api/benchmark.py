@@ -1,0 +1,118 @@
+"""``skipsearch bench`` as a library function: check the input, load the model, bench (``bench.bench``).
+
+``bench_profiles`` returns the report; rendering it, writing the report files and filling the profiles' measured
+blocks (``bench_report.measured_updates``) are the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from skipsearch.api.checks import check_model_arg, profile_hardware_note, profile_paths
+from skipsearch.config import ConfigError
+from skipsearch.data import load_prompts
+from skipsearch.models import ModelError
+from skipsearch.profile import Profile, check_model, check_profile_target, load_profile
+
+if TYPE_CHECKING:
+    from skipsearch.bench import BenchReport
+    from skipsearch.harness import Progress
+
+DEFAULT_PEERS = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What ``skipsearch bench`` was asked, its options parsed (each has the CLI option's meaning)."""
+
+    profiles: tuple[str, ...] = ()  # paths, comma-separated lists or globs (``checks.profile_paths``)
+    model: str | None = None  # default: the profiles' model, else smollm2-135m
+    peers: str = DEFAULT_PEERS  # comma-separated; hf-greedy always runs
+    dataset: str = "mtbench,humaneval"
+    split: str = "heldout"
+    n_prompts: int = 16
+    max_new_tokens: int = 128
+    repeats: int = 1
+    sweep_prompts: int = 2  # calib-split prompts each peer's knob is swept on; 0: no sweep
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    report: Path | None = None  # the Markdown report's path: checked writable here, written by the caller
+    as_json: Path | None = None  # the JSON report's path, likewise
+    write_measured: bool = False  # the profiles' measured blocks will be filled: checked writable here
+    force: bool = False  # use profiles despite a model fingerprint mismatch
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    report: BenchReport
+    profiles: tuple[tuple[str, Profile], ...]  # (path, profile) as benched
+    command: tuple[str, ...]  # the command that repeats this run, for the report
+
+
+def bench_profiles(
+    o: BenchOptions,
+    *,
+    on_stage: Callable[[str, int], None] | None = None,
+    on_progress: Progress | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> BenchRun:
+    """Bench ``o.profiles`` and the HF peers on the same prompt ids (``bench.bench``). Every input is checked
+    before the model loads; ``on_note`` gets a line per profile measured on other hardware."""
+    import torch
+
+    from skipsearch import bench as bn
+    from skipsearch.models import load_model
+
+    # 1. everything that can be wrong with the input fails here, before the model loads
+    check_model_arg(o.model)
+    paths = profile_paths(o.profiles)
+    profs = [(p, load_profile(p)) for p in paths]
+    for target in (o.report, o.as_json, *(paths if o.write_measured else ())):
+        if target:
+            check_profile_target(target, force=True)  # writable; what is there is replaced on purpose
+    names = {prof.model.name for _, prof in profs}
+    if len(names) > 1 or (o.model is not None and names and o.model not in names):
+        raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
+    peers = list(dict.fromkeys(p.strip() for p in o.peers.split(",") if p.strip()))
+    for p in peers:
+        if p not in bn.PEERS:
+            raise ConfigError(f"unknown peer '{p}': use {', '.join(bn.PEERS)}")
+    prompts = load_prompts(o.dataset, split=o.split, n=o.n_prompts, seed=o.seed)
+    sweeping = o.sweep_prompts > 0 and any(bn.PEERS[p].option for p in peers)
+    sweep_set = load_prompts(o.dataset, split="calib", n=o.sweep_prompts, seed=o.seed) if sweeping else ()
+    name = o.model or (names.pop() if names else "smollm2-135m")
+    dtype = o.dtype or (profs[0][1].model.dtype if profs else "float32")
+    # 2. the model, and the profiles checked against it
+    if o.threads:
+        torch.set_num_threads(o.threads)
+    sm = load_model(name, device=o.device, dtype=dtype)
+    for path, prof in profs:
+        check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=o.force, source=path)
+    for path, prof in profs:
+        note = profile_hardware_note(prof, sm.device, source=path)
+        if note and on_note:
+            on_note(note)
+    # 3. the run
+    report = bn.bench(
+        sm, prompts, profiles=profs, peers=peers, max_new_tokens=o.max_new_tokens, repeats=o.repeats,
+        sweep_prompts=sweep_set, sweep=o.sweep_prompts > 0, dataset=o.dataset, split=o.split,
+        on_stage=on_stage, on_progress=on_progress,
+    )
+    command = ["skipsearch", "bench", "--model", name]
+    if paths:
+        command += ["--profiles", ",".join(paths)]
+    command += ["--peers", ",".join(peers), "--dataset", o.dataset, "--split", o.split, "--n-prompts",
+                str(o.n_prompts), "--max-new-tokens", str(o.max_new_tokens), "--repeats", str(o.repeats),
+                "--sweep-prompts", str(o.sweep_prompts), "--seed", str(o.seed), "--device", o.device, "--dtype", dtype]
+    command += ["--threads", str(o.threads)] if o.threads else []
+    command += ["--report", str(o.report)] if o.report else []
+    command += ["--json", str(o.as_json)] if o.as_json else []
+    return BenchRun(report, tuple(profs), tuple(command))
+
+
+__all__ = ["DEFAULT_PEERS", "BenchOptions", "BenchRun", "bench_profiles"]

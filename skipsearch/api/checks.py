@@ -1,0 +1,72 @@
+"""What the commands check before a model loads, and the one-line notes they give about other hardware.
+
+Every check fails with a one-line error of a known kind (ModelError, ProfileError, ConfigError, StudyError), which
+the CLI prints on stderr with exit code 2; a note is returned as text, for the caller to show as a warning.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from skipsearch.files.errors import ProfileError
+from skipsearch.models import ModelError
+from skipsearch.profile import Profile
+
+
+def check_model_arg(model: str | None) -> None:
+    """``--model`` naming a file, not a model directory: say so before anything loads."""
+    if model and Path(model).is_file():
+        raise ModelError(f"--model '{model}' is a file; give a model directory (with config.json), an alias "
+                         f"(`skipsearch models`) or a hub id")
+
+
+def check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
+    """A study made for another model (depth, fingerprint) is refused before this one loads."""
+    from skipsearch.models import arch_fingerprint, find_checkpoint, read_config
+    from skipsearch.study import check_study_model
+
+    check_model_arg(model)
+    config = read_config(find_checkpoint(model))
+    check_study_model(label, attrs, model=model, num_layers=config.num_hidden_layers,
+                      fingerprint=arch_fingerprint(config, model), force=force)
+
+
+def profile_paths(given: Iterable[str]) -> list[str]:
+    """Profile paths as ``--profiles`` takes them: repeated, comma-separated, or a glob the shell left unexpanded."""
+    out: list[str] = []
+    for item in given:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            matches = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
+            if not matches:
+                raise ProfileError(f"{part}: no profile matches this pattern")
+            out.extend(m for m in matches if m not in out)
+    return out
+
+
+def hardware_note(environment, device, *, what: str, replan: str) -> str | None:
+    """One line when a file's figures (its ``environment``) were measured on other hardware than this
+    machine's ``device``, or on hardware it does not name; None when it matches (skipsearch.hardware)."""
+    from skipsearch import hardware
+
+    return hardware.mismatch(environment, hardware.probe(str(device)), what=what, replan=replan)
+
+
+def profile_hardware_note(profile: Profile | None, device, *, source: str) -> str | None:
+    """``hardware_note`` for a profile about to decode on ``device``: it points to re-planning it here."""
+    if profile is None:
+        return None
+    return hardware_note(profile.environment, device, what=f"profile {source}",
+                         replan=f"skipsearch costs --out C && skipsearch plan --profile {source} --costs C")
+
+
+def costs_hardware_note(target: Any, sm: Any, source: str) -> str | None:
+    """``hardware_note`` for a cost file (``target``) used with the model loaded here (``sm``)."""
+    return hardware_note(target.environment, sm.device, what=f"costs {source}",
+                         replan=f"skipsearch costs --model {sm.name} --out C` here and use `--costs C")
+
+
+__all__ = ["check_model_arg", "check_study_for_model", "costs_hardware_note", "hardware_note", "profile_hardware_note",
+           "profile_paths"]

@@ -1,0 +1,203 @@
+"""``skipsearch optimize`` as two library functions, one job each.
+
+- ``optimize_study``: check the input, load the model, search a study and return the profile to ship;
+- ``rerank_study`` (``--budget 0 --costs C``): no new trials; the study's evaluated layer-skip configs re-ranked
+  under another device's cost file, optionally timed here, and the profile to ship there.
+
+Both check everything that can be wrong with the input before the model loads, and neither writes the profile:
+the caller does, where it can say what happened to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skipsearch.api.checks import check_model_arg, check_study_for_model, costs_hardware_note
+from skipsearch.config import ConfigError
+from skipsearch.data import load_prompts
+from skipsearch.profile import Profile, check_profile_target, load_profile
+
+if TYPE_CHECKING:
+    from skipsearch.costs import CostProfile
+    from skipsearch.optimize import OptimizeResult
+    from skipsearch.replan import Reranking
+    from skipsearch.space import SearchSpace
+    from skipsearch.study import TrialRecord
+
+Stage = Callable[[str, "int | None"], None]  # (title, total steps or None) as a stage opens
+Progress = Callable[[int, "int | None"], None]  # (done, total) within the open stage
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What ``skipsearch optimize`` was asked, its options parsed (each has the CLI option's meaning)."""
+
+    model: str = "smollm2-135m"
+    strategy: str = "tpe"
+    budget: int = 100  # trials in the study, over all workers and resumed runs; 0 with ``costs``: re-rank
+    dataset: str = "mtbench"
+    n_prompts: int = 8
+    max_new_tokens: int = 64
+    objective: str = "auto"
+    shortlist: int = 5
+    repeats: int = 1
+    max_k: int = 8
+    max_skip_ratio: float = 0.5
+    protect_ends: bool = True
+    study: str | None = None  # a study directory; default studies/<model>-<strategy> (without ``storage``)
+    storage: str | None = None
+    study_name: str | None = None
+    out: Path | None = None  # default <study>/best.yaml, or <study>/rerank-<costs>.yaml
+    force: bool = False
+    warm_start: tuple[str, ...] = ()  # profile paths
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    # What only some strategies take, e.g. (("n_values", (3, 5)),), and how the caller names each in messages
+    strategy_options: tuple[tuple[str, Any], ...] = ()
+    option_names: tuple[tuple[str, str], ...] = ()  # e.g. (("n_values", "--n"),)
+    costs: str | None = None  # a cost file: re-rank the study for its device (rerank_study)
+    time_shortlist: bool = False  # rerank_study: time the ``shortlist`` best re-ranked configs here
+
+    @property
+    def study_dir(self) -> str | None:
+        """The study directory: as given, else the default one (None with a storage URL)."""
+        if self.storage is None and self.study is None:
+            return f"studies/{Path(self.model).name}-{self.strategy}"
+        return self.study
+
+
+@dataclass(frozen=True)
+class SearchRun:
+    result: OptimizeResult  # the profile to ship (and its companions), the timed records, the verdict
+    path: Path  # where the profile goes (checked writable)
+    study: str | None  # the study directory, where a profile that cannot be written is kept instead
+
+
+@dataclass(frozen=True)
+class Reranked:
+    label: str  # the study, as messages name it
+    reranking: Reranking  # every config, best predicted first (timed here where asked)
+    profile: Profile
+    verdict: str
+    target: CostProfile  # the cost file re-ranked under
+    path: Path  # where the profile goes (checked writable)
+    study: str | None  # the study directory
+
+
+def search_space(space_type: type[SearchSpace], num_layers: int, o: SearchOptions) -> SearchSpace:
+    return space_type(num_layers=num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= o.max_k),
+                      protect_ends=o.protect_ends, max_skip_ratio=o.max_skip_ratio)
+
+
+def optimize_study(
+    o: SearchOptions,
+    *,
+    on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> SearchRun:
+    """Search ``o.strategy``'s candidates in the study and return the profile to ship (``optimize.optimize``).
+
+    The input is checked before the model loads: the profile's path, the model argument, the storage,
+    the prompts, the warm-start profiles and the strategy's options (on a deep stand-in, as the model's
+    depth is not known yet; ``optimize`` checks them again against the model).
+    """
+    from skipsearch import optimize as opt
+    from skipsearch.models import load_model
+    from skipsearch.space import SearchSpace
+    from skipsearch.study import check_storage
+
+    # 1. everything that can be wrong with the input fails here, before the model loads
+    study = o.study_dir
+    path = o.out or Path(study or ".") / "best.yaml"
+    check_profile_target(path, force=o.force)
+    check_model_arg(o.model)
+    check_storage(study_dir=None if o.storage else study, storage=o.storage)  # driver, file, permissions
+    prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
+    warm = [load_profile(p) for p in o.warm_start]
+    settings = opt.OptimizeSettings(
+        strategy=o.strategy, budget=o.budget, dataset=o.dataset, n_prompts=o.n_prompts,
+        max_new_tokens=o.max_new_tokens, objective=o.objective, shortlist=o.shortlist, seed=o.seed,
+        repeats=o.repeats, study_dir=study, storage=o.storage, study_name=o.study_name,
+        warm_start=tuple(p.draft for p in warm), strategy_options=o.strategy_options,
+    )
+    # Before the model loads its depth is unknown: check the options on a deep stand-in (the warm start's
+    # depth when there is one).
+    layers = warm[0].model.num_layers if warm else 128
+    try:
+        opt.build_strategy(search_space(SearchSpace, layers, o), settings)
+    except ConfigError as e:  # "strategy 'tpe' does not take n-values": name the option as the caller does
+        text, taken = str(e), " does not take "
+        if taken in text:
+            key = text.rsplit(taken, 1)[1].replace("-", "_")
+            text = text.rsplit(taken, 1)[0] + taken + dict(o.option_names).get(key, key)
+        raise ConfigError(text) from None
+    # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
+    # character, and a chat template adds a few dozen.
+    longest = max(len(p.text) for p in prompts) + 64
+    # 2. the model, and what depends on its depth
+    sm = load_model(o.model, device=o.device, dtype=o.dtype, max_tokens=longest + o.max_new_tokens)
+    for p in o.warm_start:
+        load_profile(p, num_layers=sm.num_layers)  # a warm start made for another depth names other layers
+    settings = dataclasses.replace(settings, space=search_space(SearchSpace, sm.num_layers, o))
+    # 3. the search: calibrate, search, time the shortlist, choose what ships
+    result = opt.optimize(sm, settings, on_trial=on_trial, on_stage=on_stage)
+    return SearchRun(result, path, study)
+
+
+def rerank_study(
+    o: SearchOptions,
+    *,
+    on_stage: Stage | None = None,
+    on_progress: Progress | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> Reranked:
+    """``optimize --study S --costs C --budget 0``: the study's layer-skip configs re-ranked under C, no new trials
+    (``replan.rerank_study``); with ``o.time_shortlist`` the ``o.shortlist`` best are timed here, each against
+    plain decoding in the same rounds. ``on_note`` gets a line when C was measured on other hardware."""
+    from skipsearch import replan
+    from skipsearch.costs import load_costs
+    from skipsearch.data import encode_prompt
+    from skipsearch.models import load_model
+    from skipsearch.study import load_study
+    from skipsearch.surrogate import calibrate
+
+    stage, progress = on_stage or (lambda _t, _n: None), on_progress or (lambda _d, _n: None)
+    # 1. the input, before the model loads
+    target = load_costs(o.costs)
+    study = o.study_dir
+    label, records, attrs = load_study(study_dir=study, storage=o.storage, study_name=o.study_name)
+    check_study_for_model(label, attrs, o.model, force=o.force)
+    if not replan.layer_skip_configs(records):
+        raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
+    path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
+    check_profile_target(path, force=o.force)
+    prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
+    # 2. trace the study's skip sets on the model and replay every config under the other costs
+    sm = load_model(o.model, device=o.device, dtype=o.dtype)
+    note = costs_hardware_note(target, sm, o.costs)
+    if note and on_note:
+        on_note(note)
+    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=o.max_new_tokens)
+    stage("tracing skip sets", None)
+    rr = replan.rerank_study(sm, cal, records, target, costs_source=o.costs, shortlist=o.shortlist,
+                             workload=f"{o.dataset} (calib split), {o.n_prompts} prompts x {o.max_new_tokens} tokens",
+                             on_progress=progress)
+    if o.time_shortlist:  # 3. time the shortlist here, each against plain decoding in the same rounds
+        total = min(o.shortlist, len(rr.rows))
+        stage("timing the shortlist", total)
+        done: list[object] = []
+        timed = replan.time_rows(sm, cal, rr.rows[:o.shortlist], repeats=o.repeats,
+                                 on_row=lambda row: (done.append(row), progress(len(done), total)))
+        rr = dataclasses.replace(rr, rows=timed + rr.rows[o.shortlist:])
+    # 4. the profile to ship on C's device
+    prof, verdict = replan.reranked_profile(sm, rr, target, study=label, dataset=f"{o.dataset} (calib split)",
+                                            n_prompts=o.n_prompts, max_new_tokens=o.max_new_tokens, seed=o.seed)
+    return Reranked(label, rr, prof, verdict, target, path, study)
+
+
+__all__ = ["Reranked", "SearchOptions", "SearchRun", "optimize_study", "rerank_study", "search_space"]
