@@ -151,7 +151,7 @@ def test_the_report_puts_verdicts_drift_profiles_and_benches_together(tmp_path):
             "| 1.40x |") in md
     assert "| bfloat16 | broken | different | 7/8 | 0 (0) | 1 | 100.0 | - |" in md
     assert md.index("| float32 | hf-greedy") < md.index("| bfloat16 | hf-greedy")  # fp32 first
-    assert "| bfloat16 | 256 | 3.00 | 4 | 0: 200, 3: 56 |" in md
+    assert "| bfloat16 | 256 | 3.00 | 8 | 0: 200, 3: 56 |" in md
     assert "### h100-float32-tpe.yaml" in md and "study x: 3 trials" in md and "NVIDIA H100 80GB HBM3, 81559" in md
     # each bench report sits under its own section: its title dropped, its headings one level down
     assert "## The bench in float32" in md and "### Summary" in md and "# skipsearch bench: x" not in md
@@ -194,7 +194,8 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
                        "precision:cpu-bfloat16-precision"):
             assert re.search(rf"\| {dtype} \| {re.escape(method)} \| (identical|equal up to numerical ties) \|", md)
         assert f"## The bench in {dtype}" in md
-    assert re.search(r"\| bfloat16 \| [1-6] \| [0-9.]+ \| 4 \|", md)  # the drift: 1 prompt, up to 6 tokens
+    # the drift: 1 prompt, up to 6 tokens, as one-token steps and as blocks: up to 12 positions
+    assert re.search(r"\| bfloat16 \| ([1-9]|1[0-2]) \| [0-9.]+ \| 8 \|", md)
     with tarfile.open(out / "evidence.tar.gz") as tar:
         names = set(tar.getnames())
     assert {"bench-float32.json", "bench-bfloat16.json", "drift-bfloat16.json", "environment.txt"} <= names
