@@ -99,7 +99,12 @@ def test_a_second_search_on_a_live_study_neither_kills_the_first_nor_ships_its_t
         assert first.poll() is None, first.stderr.read()[-2000:]  # the first search is still running
     finally:
         first.send_signal(signal.SIGINT)
-        _, err = first.communicate(timeout=120)
+        try:
+            _, err = first.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # say what it was doing, rather than only that it overran
+            first.kill()
+            _, err = first.communicate()
+            pytest.fail(f"the first search did not stop within 120 s of Ctrl-C; its stderr ends: {err[-3000:]}")
     assert first.returncode == 130 and "Traceback" not in err, err[-2000:]  # Ctrl-C: the best so far is shipped
     assert (tmp_path / "a.yaml").exists() and (tmp_path / "b.yaml").exists()
     trials = _trials(study_dir)
