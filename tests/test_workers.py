@@ -87,8 +87,11 @@ def test_a_second_search_on_a_live_study_neither_kills_the_first_nor_ships_its_t
     # 12 layers: enough distinct drafts that the second search times new ones rather than reusing twins
     tiny_checkpoint = save_tiny_checkpoint(tmp_path / "ckpt", tiny_llama(num_hidden_layers=12))
     study_dir = tmp_path / "study"
+    # a Ctrl-C as a terminal sends it: SIGINT at its default in the child, even where this test runs as a
+    # background job (a non-interactive shell starts those with SIGINT ignored, and Python then keeps ignoring it)
     first = subprocess.Popen([*_cmd(tiny_checkpoint, study_dir, tmp_path / "a.yaml", "--objective", "timed"),
-                              "--budget", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                              "--budget", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(lambda: sum(t.state == _STATES.COMPLETE for t in _trials(study_dir)) >= 3, first)
         # the budget counts the whole study, and the first search goes on adding trials while the second loads
