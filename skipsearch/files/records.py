@@ -29,6 +29,15 @@ def _mapping(value: Any, path: str, source: str) -> dict:
     return mapping(value, path, source, error=ProfileError)
 
 
+def _record(raw: Any, key: str, encoding: str, source: str) -> tuple[str, dict]:
+    """``measured.<key>`` as a mapping whose ``encoding`` is ``encoding``, and its path for messages."""
+    path = f"measured.{key}"
+    raw = _mapping(raw, path, source)
+    if raw.get("encoding") != encoding:
+        raise ProfileError(f"{source}: {path}.encoding must be {encoding!r}, got {str(raw.get('encoding'))[:40]!r}")
+    return path, raw
+
+
 # -- the acceptance record ---------------------------------------------------------------------------------
 def encode_trace(tr: Trace) -> str:
     data = bytes((128 if m else 0) | round(127 * min(max(c, 0.0), 1.0)) for m, c in zip(tr.matches, tr.confidences,
@@ -81,10 +90,7 @@ def acceptance_to_dict(rec: AcceptanceRecord) -> dict:
 
 def acceptance_from_dict(raw: Any, *, source: str = "<profile>") -> AcceptanceRecord:
     """Validate ``measured.acceptance``; every problem is one ProfileError line."""
-    path = f"measured.{ACCEPTANCE_KEY}"
-    raw = _mapping(raw, path, source)
-    if raw.get("encoding") != ENCODING:
-        raise ProfileError(f"{source}: {path}.encoding must be {ENCODING!r}, got {str(raw.get('encoding'))[:40]!r}")
+    path, raw = _record(raw, ACCEPTANCE_KEY, ENCODING, source)
     items = raw.get("skip_sets")
     if not isinstance(items, list) or not items:
         raise ProfileError(f"{source}: {path}.skip_sets must list the kept skip sets and their traces")
@@ -153,11 +159,7 @@ def lookup_to_dict(rec: LookupRecord) -> dict:
 
 def lookup_from_dict(raw: Any, *, source: str = "<profile>") -> LookupRecord:
     """Validate ``measured.lookup``; every problem is one ProfileError line."""
-    path = f"measured.{LOOKUP_KEY}"
-    raw = _mapping(raw, path, source)
-    if raw.get("encoding") != LOOKUP_ENCODING:
-        raise ProfileError(f"{source}: {path}.encoding must be {LOOKUP_ENCODING!r}, "
-                           f"got {str(raw.get('encoding'))[:40]!r}")
+    path, raw = _record(raw, LOOKUP_KEY, LOOKUP_ENCODING, source)
     unknown = set(raw) - {"encoding", "min_n", "max_n", "max_k", "max_new_tokens", "workload", "hit_rate",
                           "sequences"}
     if unknown:
@@ -232,10 +234,7 @@ def precision_to_dict(rec: PrecisionRecord) -> dict:
 
 def precision_from_dict(raw: Any, *, source: str = "<profile>") -> PrecisionRecord:
     """Validate ``measured.precision``; every problem is one ProfileError line."""
-    path = f"measured.{PRECISION_KEY}"
-    raw = _mapping(raw, path, source)
-    if raw.get("encoding") != ENCODING:
-        raise ProfileError(f"{source}: {path}.encoding must be {ENCODING!r}, got {str(raw.get('encoding'))[:40]!r}")
+    path, raw = _record(raw, PRECISION_KEY, ENCODING, source)
     unknown = set(raw) - set(_PRECISION_KEYS)
     if unknown:
         raise ProfileError(f"{source}: unknown key {path}.{str(sorted(unknown, key=str)[0])[:40]}")
