@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from skipsearch import hierplan, replan
+from skipsearch import device_replan, hier_planner
 from skipsearch.costs import check_costs_for, load_costs
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.models import load_model
@@ -72,10 +72,10 @@ def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
 def portability(sm, cal, records, args) -> tuple[list[str], dict]:
     target = load_costs(args.costs)
     check_costs_for(target, sm, source=args.costs)
-    rr = replan.rerank_study(sm, cal, records, target, costs_source=args.costs, shortlist=args.shortlist)
+    rr = device_replan.rerank_study(sm, cal, records, target, costs_source=args.costs, shortlist=args.shortlist)
     shortlist = [r for r in rr.rows if r.study_timed is not None]
     extra = [r for r in rr.rows if r.study_timed is None][: args.time_top]  # the best re-ranked, not timed yet
-    rows = (replan.time_rows(sm, cal, shortlist + extra, repeats=args.repeats) if args.retime or extra
+    rows = (device_replan.time_rows(sm, cal, shortlist + extra, repeats=args.repeats) if args.retime or extra
             else tuple(shortlist))
     timed_here = args.retime or bool(extra)
     in_study = [r for r in rows if r.study_timed is not None]
@@ -109,17 +109,17 @@ def portability(sm, cal, records, args) -> tuple[list[str], dict]:
 
 def hierarchical(sm, cal, records, label: str, args) -> tuple[list[str], dict]:
     costs = load_costs(args.costs).cost_model() if args.plan_with_costs else None
-    sp = hierplan.plan_from_study(sm, cal, records, study=label, dataset=args.dataset, costs=costs, seed=args.seed,
-                                  max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
+    sp = hier_planner.plan_from_study(sm, cal, records, study=label, dataset=args.dataset, costs=costs, seed=args.seed,
+                                      max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
     med, sml = load_profile(args.medium), load_profile(args.small)
-    hand = hierplan.plan_model(sm, cal, med.draft, sml.draft, dataset=args.dataset, seed=args.seed, max_m=args.max_m,
-                               max_n=args.max_n, run_validation=True, repeats=args.repeats)
+    hand = hier_planner.plan_model(sm, cal, med.draft, sml.draft, dataset=args.dataset, seed=args.seed,
+                                   max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
     pick_best = max(sp.report.validation, key=lambda v: v.measured_speedup)
     hand_best = max(hand.validation, key=lambda v: v.measured_speedup)
     errors = [abs(v.predicted_speedup - v.measured_speedup) / v.measured_speedup for v in sp.report.validation]
     lines = ["## 2. Hierarchical: `plan --study` against the hand-picked pair", "",
-             hierplan.render_study_markdown(sp, num_layers=sm.num_layers), "",
-             "### The hand-picked pair, in the same process", "", hierplan.format_validation(hand.validation), "",
+             hier_planner.render_study_markdown(sp, num_layers=sm.num_layers), "",
+             "### The hand-picked pair, in the same process", "", hier_planner.format_validation(hand.validation), "",
              f"- best measured: study's pick {pick_best.measured_speedup:.3f}x (m={pick_best.m}, n={pick_best.n}) "
              f"against hand-picked {hand_best.measured_speedup:.3f}x (m={hand_best.m}, n={hand_best.n}): "
              + ("meets" if pick_best.measured_speedup >= hand_best.measured_speedup else "misses")

@@ -631,7 +631,8 @@ def costs_command(
     seed: Annotated[int, typer.Option()] = 0,
     force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
     schemes: Annotated[str | None, typer.Option(
-        help="Also cost these precision-draft schemes per sublayer, e.g. fp16,int8 (CPU) or int8,int4,fp8 (CUDA).")
+        help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
+             "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA).")
     ] = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
@@ -639,6 +640,7 @@ def costs_command(
 
     import torch
 
+    from skipsearch import methods
     from skipsearch.costs import calibration_context, measure_cost_profile, save_costs
     from skipsearch.models import load_model
     from skipsearch.profile import check_profile_target
@@ -650,11 +652,9 @@ def costs_command(
         load_prompts(dataset, split="calib", n=1, seed=seed)
         scheme_names = tuple(x.strip() for x in (schemes or "").split(",") if x.strip())
         if schemes is not None and not scheme_names:
-            raise ConfigError("--schemes must name precision schemes, e.g. fp16,int8")
+            raise ConfigError("--schemes must name draft schemes, e.g. fp16,int8 or int8-dynamic")
         for name in scheme_names:  # an unknown scheme fails before the model loads
-            from skipsearch.methods.precision import PrecisionParams
-
-            PrecisionParams(scheme=name)
+            methods.scheme_method(name)
         if threads:
             torch.set_num_threads(threads)
         sm = load_model(model, device=device, dtype=dtype)
@@ -668,10 +668,9 @@ def costs_command(
             from dataclasses import replace
 
             from skipsearch.files.costs import SchemeCosts
-            from skipsearch.methods.precision import measure_scheme_costs
 
             measured = tuple(SchemeCosts(m.scheme, m.attn_seconds, m.mlp_seconds, m.head_saving_seconds)
-                             for m in measure_scheme_costs(sm, context, scheme_names, repeats=repeats))
+                             for m in methods.measure_scheme_costs(sm, context, scheme_names, repeats=repeats))
             cp = replace(cp, costs=replace(cp.costs, schemes=measured))
         save_costs(cp, path)
     typer.echo(cp.describe())
@@ -693,7 +692,8 @@ def plan(
     small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
     profile: Annotated[str | None, typer.Option(
         help="Re-plan this profile for --costs: a layer-skip one's K, exit rule and skip set from its kept traces, "
-             "a prompt-lookup one's K from its match record.")] = None,
+             "a prompt-lookup one's K from its match record. A profile that kept no record has its draft traced on "
+             "the model first (--model, --dataset, --n-prompts, --max-new-tokens; no timing).")] = None,
     costs: Annotated[str | None, typer.Option(
         help="A cost file (skipsearch costs): the device --profile or --study is planned for.")] = None,
     study: Annotated[str | None, typer.Option(
@@ -720,7 +720,7 @@ def plan(
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
     from skipsearch import api
-    from skipsearch import plan as planner
+    from skipsearch import hier_closed_form as planner
     from skipsearch.profile import check_profile_target
 
     _warnings_to_stderr()
@@ -743,8 +743,10 @@ def plan(
         if mode == "analysis":
             outcome = api.plan_given(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""), max_m=max_m,
                                      max_n=max_n)
-        elif mode == "profile":  # search once, deploy anywhere (skipsearch.replan)
-            outcome = api.replan_profile_file(profile, costs=costs, command=command)
+        elif mode == "profile":  # search once, deploy anywhere (skipsearch.device_replan)
+            outcome = api.replan_profile_file(profile, costs=costs, command=command, model=model, dataset=dataset,
+                                              n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed,
+                                              device=device, dtype=dtype, on_stage=say)
         elif mode == "study":
             outcome = api.plan_study(study, costs=costs, validate=validate is not False,
                                      on_note=lambda note: typer.echo(f"warning: {note}", err=True), **common)

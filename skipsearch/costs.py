@@ -5,7 +5,7 @@ machine is small: one full step, one attention and one MLP sublayer, the fixed r
 norms, LM head, per-forward overhead) and the verify curve v(k). ``skipsearch costs`` measures exactly
 that with ``objective.measure_costs`` (the objective's own measurement, at optimize's calibration
 context) and writes it here as a small versioned YAML file. Acceptance, which belongs to the model, the
-skip set and the workload, is kept in the draft profile (``skipsearch.replan``), so that
+skip set and the workload, is kept in the draft profile (``skipsearch.device_replan``), so that
 ``plan --profile x.yaml --costs costs/<device>.yaml`` re-plans a profile for another device, and
 ``optimize --study S --costs ... --budget 0`` re-ranks a study, with no new search.
 
@@ -103,7 +103,7 @@ class CostProfile:
         lines.append(f"c of a draft that skips nothing: {self.cost_model().draft_ratio(DraftConfig()):.3f}")
         for s in c.schemes:  # c of a draft with every sublayer and the head in the scheme
             whole = c.step_seconds - L * (c.attn_seconds + c.mlp_seconds - s.attn_seconds - s.mlp_seconds)
-            lines.append(f"precision {s.scheme}: attention x {L}: {share(L * s.attn_seconds)}, MLP x {L}: "
+            lines.append(f"scheme {s.scheme}: attention x {L}: {share(L * s.attn_seconds)}, MLP x {L}: "
                          f"{share(L * s.mlp_seconds)}, head saves {s.head_saving_seconds * 1e3:.3f} ms; c of the "
                          f"whole model in {s.scheme}: {(whole - s.head_saving_seconds) / c.step_seconds:.3f}")
         return "\n".join(lines)

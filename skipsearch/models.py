@@ -494,6 +494,14 @@ def read_config(checkpoint: Checkpoint):
     return config
 
 
+def quiet_optional_kernels() -> None:
+    """transformers imports torchao when it is installed; on a machine without CUDA (or without its newest
+    kernels) torchao logs a line per optional extension it cannot load, and torch a deprecation line per enum
+    torchao registers: none of it is the user's concern. Errors still show."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
                profile_dtype: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
                draft_bits: int | None = None) -> SkippableModel:
@@ -506,6 +514,7 @@ def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", 
     longest prompt plus max_new_tokens) is checked against what is free there.
     """
     choose_placement(device, dtype)  # a bad --device or --dtype fails before a first-use conversion
+    quiet_optional_kernels()
     checkpoint = name if isinstance(name, Checkpoint) else find_checkpoint(name)
     config = read_config(checkpoint)
     placement = choose_placement(device, dtype, checkpoint=checkpoint_dtype(config), profile=profile_dtype)

@@ -107,10 +107,10 @@ def build_strategy(space: SearchSpace, s: OptimizeSettings) -> tuple[Strategy, s
         raise ConfigError(f"unknown objective '{s.objective}': use {', '.join(OBJECTIVES)}")
     objective = s.objective
     if objective == "auto":
-        objective = "two-stage" if "two-stage" in strategy.objectives else "timed"
-    if objective not in strategy.objectives:
+        objective = "two-stage" if "two-stage" in strategy.objectives() else "timed"
+    if objective not in strategy.objectives():
         raise ConfigError(f"strategy '{strategy.name}' cannot search with objective '{objective}' (its method has "
-                          f"no surrogate): use {' or '.join(strategy.objectives)}")
+                          f"no surrogate): use {' or '.join(strategy.objectives())}")
     if s.warm_start and not strategy.warm_starts:
         raise ConfigError(f"strategy '{strategy.name}' cannot start from a profile's skip set: drop --warm-start")
     if isinstance(s.shortlist, bool) or not isinstance(s.shortlist, int) or s.shortlist < 1:
@@ -176,12 +176,16 @@ def optimize(
         ),
     )
     tried = [r.candidate for r in timed] + ([summary.best.candidate] if summary.best else [])
-    if not interrupted:  # what re-planning for another device needs: traces and costs (skipsearch.replan)
-        from skipsearch.replan import keep_portable
+    companions = _companions(strategy, profile, tried)
+    if not interrupted:  # what re-planning for another device needs: traces and costs (skipsearch.device_replan)
+        from skipsearch.device_replan import keep_portable, record_on_model
 
         workload = f"{s.dataset} (calib split), {s.n_prompts} prompts x {s.max_new_tokens} tokens"
         profile = keep_portable(profile, objective, [*tried, *shortlist(study, s.shortlist)], workload=workload)
-    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, _companions(strategy, profile, tried))
+        # a companion's own draft (e.g. dynamic CLaSp's starting skip set) traced, so that it re-plans too
+        companions = tuple((suffix, record_on_model(c, sm, cal, workload=workload, source=suffix)
+                            if c.draft.skip_attn or c.draft.skip_mlp else c) for suffix, c in companions)
+    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, companions)
 
 
 def _companions(strategy: Strategy, shipped: Profile, tried: list[Candidate]) -> tuple[tuple[str, Profile], ...]:

@@ -36,6 +36,54 @@ from skipsearch.models import SkippableModel
 
 
 @dataclass(frozen=True)
+class SchemeCost:
+    """One weight format's per-sublayer costs, timed in the same interleaved rounds as the full step
+    (``measure_stand_ins``): a precision draft's copy, or a fractal draft's compressed layers."""
+
+    scheme: str
+    step_seconds: float  # the full one-token step these were timed against (median)
+    attn_seconds: float  # one layer's attention in the scheme
+    mlp_seconds: float  # one layer's MLP in the scheme
+    full_attn_seconds: float  # one layer's attention at full precision, same rounds
+    full_mlp_seconds: float
+    head_saving_seconds: float  # a step with the scheme's head, less a step with the full head
+
+
+def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = 9) -> SchemeCost:
+    """Time one-token steps of the full model, with every attention / MLP / the head replaced by ``copy``'s
+    stand-ins (``copy.scheme``, ``copy.stand_ins(attn_layers, mlp_layers)``, ``copy.head``), and with every
+    attention / MLP skipped, interleaved by the one harness; medians."""
+    every = tuple(range(sm.num_layers))
+    cache = sm.new_cache()
+    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+    n, token = len(context), torch.tensor([context[-1]])
+
+    def step(*, attn=(), mlp=(), head=False, skip: DraftConfig | None = None):
+        def once():
+            with sm.substituted(**copy.stand_ins(attn, mlp)), sm.draft_head(copy.head if head else None):
+                if skip is None:
+                    sm.forward(token, start=n, cache=cache, last_only=True)
+                else:
+                    with sm.drafting(skip):
+                        sm.forward(token, start=n, cache=cache, last_only=True)
+            sm.crop(cache, n)
+        return once
+
+    calls = {"full": step(), "q_attn": step(attn=every), "q_mlp": step(mlp=every), "q_head": step(head=True),
+             "no_attn": step(skip=DraftConfig(skip_attn=every)), "no_mlp": step(skip=DraftConfig(skip_mlp=every))}
+    med = {k: t.median for k, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
+    L = sm.num_layers
+    return SchemeCost(
+        copy.scheme, med["full"],
+        attn_seconds=max(med["q_attn"] - med["no_attn"], 0.0) / L,
+        mlp_seconds=max(med["q_mlp"] - med["no_mlp"], 0.0) / L,
+        full_attn_seconds=max(med["full"] - med["no_attn"], 0.0) / L,
+        full_mlp_seconds=max(med["full"] - med["no_mlp"], 0.0) / L,
+        head_saving_seconds=med["full"] - med["q_head"],
+    )
+
+
+@dataclass(frozen=True)
 class DraftCost:
     """One extra draft config, timed in the same rounds as the full step (``measure_costs(extra=...)``)."""
 
@@ -290,7 +338,7 @@ def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
 
 def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -> Measurement:
     """The surrogate's Measurement from traces: replay each one and pool tokens and cost. Traces
-    belong to the model and skip set, costs to the device, so this re-runs anywhere (skipsearch.replan)."""
+    belong to the model and skip set, costs to the device, so this re-runs anywhere (skipsearch.device_replan)."""
     runs = [replay(tr, config, costs) for tr in traces]
     emitted = sum(r.emitted for r in runs)
     cost = sum(r.cost for r in runs)
@@ -305,5 +353,5 @@ def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -
     )
 
 
-__all__ = ["Calibration", "CostModel", "DraftCost", "Replay", "calibrate", "full_cache", "interpolate",
-           "measure_costs", "replay", "replay_all", "trace"]
+__all__ = ["Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "calibrate", "full_cache", "interpolate",
+           "measure_costs", "measure_stand_ins", "replay", "replay_all", "trace"]

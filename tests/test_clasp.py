@@ -13,6 +13,7 @@ from conftest import make_tiny_model
 from skipsearch import api
 from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
 from skipsearch.decoding import Drafter, generate, hf_generate
+from skipsearch.files.records import acceptance_from_dict
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic import (
     SUBLAYERS,
@@ -367,3 +368,6 @@ def test_cli_optimize_clasp_writes_static_and_dynamic_profiles(tmp_path):
     assert static.method == "layer-skip" and static.search.strategy == "clasp"
     params = _dyn(dyn)
     assert dyn.method == "clasp-dynamic" and params.loi == 3 and granularity(dyn.draft)[1] == params.num_skips
+    # it keeps the traces of its starting skip set, so that plan --profile --costs re-plans it for another device
+    (kept,) = acceptance_from_dict(dict(dyn.measured.extra)["acceptance"]).skip_sets
+    assert (kept.skip_attn, kept.skip_mlp) == (dyn.draft.skip_attn, dyn.draft.skip_mlp)

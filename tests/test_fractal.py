@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -15,6 +16,7 @@ from skipsearch import optimize as opt
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import GREEDY, generate, hf_generate
+from skipsearch.files.errors import ProfileError
 from skipsearch.methods import fractal
 from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.fractal import (
@@ -403,6 +405,7 @@ def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_pa
     assert prof.draft.max_draft_tokens in (0, params.max_draft_tokens)
     assert prof.draft.max_draft_tokens == 0 or best.measurement.speedup > 1.0
     assert dict(prof.measured.extra)["timed_columns"] == ["candidate", "speedup", "predicted"]
+    assert "fractal_matches" in dict(prof.measured.extra)  # what re-planning it for another device reads
     for r in result.timed:
         assert r.measurement.kind == "timed" and r.measurement.tau >= 1.0
     assert load_profile(save_profile(prof, tmp_path / "best.yaml")) == prof
@@ -467,3 +470,86 @@ def test_real_model_compressed_copy_and_positions(real_sm):
     assert confident.sum() >= T // 3
     assert torch.equal(full.argmax(-1)[confident], quant.argmax(-1)[confident])
     assert float((full - quant).abs().sum(-1).max()) < 0.5  # twice the total variation, per position
+
+
+# -- re-planning a fractal profile for another device (skipsearch.device_replan, issue 22) ----------------------------
+def _observed_cycles(sm, params, prompt, cont, max_new):
+    """(drafted, accepted) of every cycle the engine runs with the fractal drafter."""
+    drafter = FractalDrafter(sm, params)
+    cycles = []
+    observe = drafter.observe
+    drafter.observe = lambda drafted, accepted: (cycles.append((drafted, accepted)), observe(drafted, accepted))
+    assert generate(sm, prompt, max_new_tokens=max_new, drafter=drafter, eos_token_ids=()).token_ids == cont
+    return cycles
+
+
+@pytest.mark.parametrize(("n", "w"), [(1, 2), (2, 3)])
+def test_the_fractal_record_replays_the_engine_s_cycles(sm, n, w):
+    from skipsearch.methods.fractal.surrogate import record
+    from skipsearch.methods.ngram import replay_cycles
+    from skipsearch.surrogate import Calibration
+
+    params = FractalParams(n=n, w=w, quantization="none")  # the full model as its copy: drafts that often match
+    prompts = (tuple(PROMPT), (5, 9, 2, 8, 8, 1, 30))
+    conts = tuple(generate(sm, list(p), max_new_tokens=NEW, eos_token_ids=()).token_ids for p in prompts)
+    rec = record(sm, Calibration(prompts, conts, NEW), params)
+    assert rec.drafted == w + n + 1 and rec.scheme == "none"
+    for prompt, cont, seq in zip(prompts, conts, rec.positions(), strict=True):
+        def propose(_s, t, limit, seq=seq):
+            drafted = min(rec.drafted, limit)
+            return "fractal", drafted, min(seq[t - 1], drafted)
+        replayed = [(c[1], c[2]) for c in replay_cycles((), cont, max_new_tokens=NEW, propose=propose) if c[1]]
+        assert replayed == _observed_cycles(sm, params, list(prompt), cont, NEW)
+
+
+def _fractal_costs(sm, *, verify, scheme_seconds, head_saving=0.0):
+    from skipsearch.costs import CostModelRef, CostProfile
+    from skipsearch.files.costs import Costs, SchemeCosts
+
+    L = sm.num_layers
+    return CostProfile(CostModelRef(sm.name, L), "cpu", "float32",
+                       Costs(0.01, 0.1 * 0.01 / L, 0.5 * 0.01 / L, 0.004, tuple(verify), lm_head_seconds=0.002,
+                             schemes=(SchemeCosts("int8-dynamic", scheme_seconds, scheme_seconds, head_saving),)))
+
+
+def test_a_fractal_profile_re_plans_whether_its_draft_pays(sm):
+    from skipsearch import device_replan
+    from skipsearch.files.records import FRACTAL_KEY
+    from skipsearch.surrogate import calibrate
+
+    params = FractalParams(n=1, w=2, quantization="int8-dynamic")
+    prof = _profile(dict(params.to_method_params(sm.num_layers)), max_k=0)  # as optimize ships a losing draft
+    with pytest.raises(device_replan.NoRecordError):
+        device_replan.replan_profile(prof, _fractal_costs(sm, verify=(1.0,) * 9, scheme_seconds=0.0),
+                                     source="p", costs_source="c")
+    cal = calibrate(sm, [PROMPT], max_new_tokens=NEW)
+    kept = device_replan.record_on_model(prof, sm, cal, workload="tiny", source="p")
+    assert FRACTAL_KEY in dict(kept.measured.extra)
+    # a device where verifying costs a step whatever its length and the compressed copy nothing (a pass then costs
+    # one step): the draft pays; one where both are dear: it does not
+    cheap, plan_cheap = device_replan.replan_profile(
+        kept, _fractal_costs(sm, verify=(1.0,) * 9, scheme_seconds=0.0, head_saving=0.004), source="p",
+        costs_source="cheap")
+    dear, plan_dear = device_replan.replan_profile(
+        kept, _fractal_costs(sm, verify=tuple(1.0 + i for i in range(9)), scheme_seconds=0.01), source="p",
+        costs_source="dear")
+    assert cheap.draft.max_draft_tokens == params.max_draft_tokens and plan_cheap.predicted.speedup > 1.0
+    assert dear.draft.max_draft_tokens == 0 and plan_dear.predicted.speedup < 1.0
+    assert "approximation: a fractal pass is priced" in cheap.measured.notes
+    assert plan_cheap.predicted.tau == plan_dear.predicted.tau  # acceptance is the record's, whatever the costs
+    # a cost file without the compressed layers' costs is one line, before any record is needed
+    bare = _fractal_costs(sm, verify=(1.0,) * 9, scheme_seconds=0.0)
+    bare = dataclasses.replace(bare, costs=dataclasses.replace(bare.costs, schemes=()))
+    with pytest.raises(ProfileError, match="skipsearch costs --schemes int8-dynamic"):
+        device_replan.replan_profile(prof, bare, source="p", costs_source="bare")
+
+
+def test_costs_measures_the_compressed_layers_of_a_fractal_scheme(sm):
+    from skipsearch import methods
+
+    assert methods.scheme_method("int8-dynamic").name == "fractal"
+    assert methods.scheme_method("fp16").name == "precision"
+    with pytest.raises(ConfigError, match="unknown scheme"):
+        methods.scheme_method("int3")
+    (cost,) = methods.measure_scheme_costs(sm, PROMPT, ("int8-dynamic",), repeats=2)
+    assert cost.scheme == "int8-dynamic" and cost.attn_seconds >= 0 and cost.mlp_seconds >= 0

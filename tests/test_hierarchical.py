@@ -18,7 +18,7 @@ from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import LayerSkipDrafter, generate, hf_generate, process_logits
 from skipsearch.files.errors import ProfileError
-from skipsearch.hierplan import build_profile, plan_model, render_markdown
+from skipsearch.hier_planner import build_profile, plan_model, render_markdown
 from skipsearch.methods.hierarchical import (
     HierarchicalDrafter,
     Hierarchy,

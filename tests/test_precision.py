@@ -163,7 +163,7 @@ def test_unrunnable_scheme_is_one_line_and_exit_2_before_the_model_loads(tiny_ch
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the scheme was checked")
 
-    monkeypatch.setattr(api, "load_model", no_load)
+    monkeypatch.setattr(api.loading, "load_model", no_load)
     result = CliRunner().invoke(app, ["decode", "--profile", str(path), "--device", "cpu", "--prompt", "hi"])
     assert_one_line_error(result, "precision scheme fp8 has no kernel on cpu")
 

@@ -12,18 +12,18 @@ import yaml
 from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
-from skipsearch import replan
+from skipsearch import device_replan
 from skipsearch.cli import app
 from skipsearch.config import Candidate, DraftConfig, Trace
 from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
 from skipsearch.files.costs import Costs, planned_costs_to_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.records import PRECISION_KEY, acceptance_to_dict, decode_trace, encode_trace, lookup_to_dict
-from skipsearch.hierplan import choose_pairs, plan_from_study, study_front
+from skipsearch.hier_closed_form import best_draft_length, pareto_front
+from skipsearch.hier_planner import choose_pairs, plan_from_study, study_front
 from skipsearch.measure import Measurement
 from skipsearch.methods.hierarchical import Hierarchy
 from skipsearch.objective import ModelObjective
-from skipsearch.plan import best_draft_length, pareto_front
 from skipsearch.profile import load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
@@ -49,7 +49,7 @@ def synthetic_traces(alpha: float, *, sequences: int = 4, length: int = 64, seed
 def write_synthetic_profile(path, *, k: int = 2) -> str:
     """A 30-layer layer-skip profile as optimize writes it, with three kept skip sets and the CPU costs."""
     traced = {s: synthetic_traces(a, seed=i) for i, (s, a) in enumerate(zip(SKIPS, ALPHAS, strict=True))}
-    record = replan.record_acceptance(traced, workload="synthetic")
+    record = device_replan.record_acceptance(traced, workload="synthetic")
     cpu = load_costs(CPU)
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "layer-skip",
            "draft": {"skip_attn": list(SKIPS[0][0]), "skip_mlp": [], "max_draft_tokens": k},
@@ -92,8 +92,8 @@ def test_replanning_for_free_verify_and_cheap_drafts_drafts_longer(tmp_path):
     """The closed forms say: flatter v and smaller c never shorten K. The replay must agree in direction."""
     prof = load_profile(write_synthetic_profile(tmp_path / "p.yaml"))
     cpu, free = load_costs(CPU), free_costs()
-    on_cpu, plan_cpu = replan.replan_profile(prof, cpu, source="p", costs_source=CPU)
-    on_free, plan_free = replan.replan_profile(prof, free, source="p", costs_source="free")
+    on_cpu, plan_cpu = device_replan.replan_profile(prof, cpu, source="p", costs_source=CPU)
+    on_free, plan_free = device_replan.replan_profile(prof, free, source="p", costs_source="free")
     assert on_free.draft.max_draft_tokens > on_cpu.draft.max_draft_tokens
     assert plan_free.predicted.speedup > plan_cpu.predicted.speedup
     # the closed forms, for the chosen skip set's α and each device's c and v, point the same way
@@ -125,14 +125,14 @@ def test_cli_plan_profile_writes_the_replanned_profile(tmp_path):
     assert again.exit_code == 0, again.output
 
 
-def test_cli_plan_refuses_mixed_modes_and_profiles_without_traces(tmp_path):
+def test_cli_plan_refuses_mixed_modes_and_lookup_profiles_without_their_record(tmp_path):
     assert_one_line_error(runner.invoke(app, ["plan", "--profile", "x.yaml", "--study", "s"]),
                           "give one of --profile, --study")
-    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", CPU])
-    assert_one_line_error(result, "keeps no acceptance record")
-    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/cpu-float32-fractal.yaml",
-                                 "--costs", CPU])
-    assert_one_line_error(result, "re-planning needs a layer-skip profile's traces or a lookup profile's")
+    raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "ngram",
+           "draft": {"max_draft_tokens": 3}, "method_params": {"min_n": 1, "max_n": 3}}
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = runner.invoke(app, ["plan", "--profile", str(tmp_path / "old.yaml"), "--costs", CPU])
+    assert_one_line_error(result, "keeps no lookup record")
 
 
 # -- re-planning a prompt-lookup profile (issue 22) ---------------------------------------------------------------
@@ -159,7 +159,7 @@ def write_lookup_profile(path, *, method: str = "ngram", k: int = 4, record: boo
     params = {"min_n": 1, "max_n": 3} if method == "ngram" else {"min_n": 1, "max_n": 3, "fallback": "none"}
     measured = {"source": "optimize", "device": "cpu", "speedup": 1.2}
     if record:
-        measured["lookup"] = lookup_to_dict(replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
+        measured["lookup"] = lookup_to_dict(device_replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
            "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
            "method_params": params}
@@ -176,8 +176,8 @@ def steep_costs(num_layers: int = 30) -> CostProfile:
 @pytest.mark.parametrize("method", ["ngram", "hybrid"])
 def test_replanning_a_lookup_profile_chooses_a_longer_k_where_verification_is_free(tmp_path, method):
     prof = load_profile(write_lookup_profile(tmp_path / "p.yaml", method=method))
-    on_free, plan_free = replan.replan_profile(prof, free_costs(), source="p", costs_source="free")
-    on_steep, plan_steep = replan.replan_profile(prof, steep_costs(), source="p", costs_source="steep")
+    on_free, plan_free = device_replan.replan_profile(prof, free_costs(), source="p", costs_source="free")
+    on_steep, plan_steep = device_replan.replan_profile(prof, steep_costs(), source="p", costs_source="steep")
     assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
     assert on_free.method == method and on_free.method_params == prof.method_params
     assert plan_free.predicted.speedup > plan_steep.predicted.speedup
@@ -194,12 +194,12 @@ def test_the_lookup_replay_is_the_ngram_surrogate(tmp_path):
     from skipsearch.methods import ngram
 
     cal, costs = lookup_calibration(), steep_costs().cost_model()
-    rec = replan.record_lookup(cal, min_n=1, max_n=3)
+    rec = device_replan.record_lookup(cal, min_n=1, max_n=3)
     for k in (1, 3, 8, 12):
         cand = Candidate("ngram", DraftConfig(max_draft_tokens=k), (("min_n", 1), ("max_n", 3)))
         objective = SimpleNamespace(cal=cal, costs=costs, sm=SimpleNamespace(num_layers=30))
         want = ngram.METHOD.predict(objective, cand)
-        got = replan.replay_lookup(rec, k, costs)
+        got = device_replan.replay_lookup(rec, k, costs)
         assert got.tau == pytest.approx(want.tau) and got.acceptance_rate == pytest.approx(want.acceptance_rate)
         assert got.speedup == pytest.approx(want.speedup, rel=0.02)
 
@@ -237,17 +237,17 @@ def test_rerank_under_the_studys_own_costs_reproduces_its_predictions(tiny_study
 
     own = CostProfile(CostModelRef(sm.name, 6, architecture_of(sm)), "cpu", "float32",
                       costs_from_model(objective.costs))
-    rr = replan.rerank_study(sm, cal, recs, own, costs_source="own", shortlist=2)
+    rr = device_replan.rerank_study(sm, cal, recs, own, costs_source="own", shortlist=2)
     evaluated = [r for r in rr.rows if r.trial is not None]
     assert evaluated and all(r.predicted.speedup == pytest.approx(r.study_predicted) for r in evaluated)
     assert [r.predicted.speedup for r in rr.rows] == sorted((r.predicted.speedup for r in rr.rows), reverse=True)
     assert 1 <= len(rr.record.skip_sets) <= 2
     # under free verification and cheap drafts every config is predicted faster
-    free = replan.rerank_study(sm, cal, recs, free_costs(num_layers=6), costs_source="free", shortlist=2)
+    free = device_replan.rerank_study(sm, cal, recs, free_costs(num_layers=6), costs_source="free", shortlist=2)
     best_here = {r.config: r.predicted.speedup for r in rr.rows}
     assert all(r.predicted.speedup > best_here.get(r.config, 0) for r in free.rows if r.trial is not None)
-    profile, verdict = replan.reranked_profile(sm, free, free_costs(6), study="s", dataset="tiny", n_prompts=2,
-                                               max_new_tokens=16, seed=0)
+    profile, verdict = device_replan.reranked_profile(sm, free, free_costs(6), study="s", dataset="tiny", n_prompts=2,
+                                                      max_new_tokens=16, seed=0)
     assert verdict.startswith("ships") and profile.draft == free.rows[0].config
     assert profile.measured.notes.startswith("predicted, not timed") and profile.measured.baseline == "predicted"
 
@@ -258,11 +258,11 @@ def test_keep_portable_records_traces_that_replay_to_the_objectives_prediction(t
     from skipsearch.profile import Measured, ModelRef, Profile
 
     base = Profile(ModelRef.of(sm), "layer-skip", config, measured=Measured(source="optimize"))
-    kept = replan.keep_portable(base, objective, [Candidate("layer-skip", config)])
+    kept = device_replan.keep_portable(base, objective, [Candidate("layer-skip", config)])
     back = load_profile(save_profile(kept, tmp_path / "k.yaml"))
-    rec, planned = replan.portable_parts(back, source="k")
+    rec, planned = device_replan.portable_parts(back, source="k")
     assert len(rec.skip_sets) == 1 and planned.source == "measured by optimize"
-    again = replan.predict(rec.skip_sets[0].decoded(), config, cost_model_of(planned.costs, 6))
+    again = device_replan.predict(rec.skip_sets[0].decoded(), config, cost_model_of(planned.costs, 6))
     assert again.speedup == pytest.approx(objective.predict(Candidate("layer-skip", config)).speedup, rel=0.02)
 
 
@@ -291,7 +291,7 @@ def test_pareto_front_on_a_synthetic_study():
 def test_pairs_keep_the_decoders_rules(tiny_study):
     sm, cal, objective, recs = tiny_study
     front = study_front(recs, objective.costs)
-    traces = replan.trace_skip_sets(sm, cal, [p.config for p in front])
+    traces = device_replan.trace_skip_sets(sm, cal, [p.config for p in front])
     pairs = choose_pairs(front, traces, objective.costs, max_m=3, max_n=2)
     assert pairs
     for p in pairs:
@@ -335,7 +335,7 @@ def test_the_whole_workflow_through_the_cli_on_a_tiny_checkpoint(tiny_checkpoint
     result = runner.invoke(app, ["optimize", *common, "--budget", "8", "--shortlist", "2", "--study", study,
                                  "--out", str(searched)])
     assert result.exit_code == 0, result.output
-    rec, planned = replan.portable_parts(load_profile(searched), source="p")
+    rec, planned = device_replan.portable_parts(load_profile(searched), source="p")
     assert rec is not None and rec.skip_sets and planned.source == "measured by optimize"
     # 2. re-plan the profile for the measured costs: no model needed
     result = runner.invoke(app, ["plan", "--profile", str(searched), "--costs", str(costs),
@@ -370,7 +370,7 @@ def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm,
                                                         objective="surrogate", study_dir=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     assert prof.method == "ngram" and "lookup" in dict(prof.measured.extra)
-    new, plan = replan.replan_profile(prof, free_costs(tiny_sm.num_layers), source="p", costs_source="free")
+    new, plan = device_replan.replan_profile(prof, free_costs(tiny_sm.num_layers), source="p", costs_source="free")
     assert plan.options and new.method == "ngram"
 
 
@@ -402,12 +402,13 @@ def write_precision_profile(path, *, method: str = "precision", record: bool = T
     if method == "hybrid":
         cal = lookup_calibration()
         params = {"min_n": 1, "max_n": 3, "fallback": "precision", **params}
-        measured["lookup"] = lookup_to_dict(replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
+        measured["lookup"] = lookup_to_dict(device_replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
         traces = synthetic_traces(0.9, sequences=len(cal.prompts), length=len(cal.continuations[0]))
     else:
         traces = synthetic_traces(0.9)
     if record:
-        measured[PRECISION_KEY] = precision_to_dict(replan.record_precision(traces, DraftConfig(), pp, workload="s"))
+        rec = device_replan.record_precision(traces, DraftConfig(), pp, workload="s")
+        measured[PRECISION_KEY] = precision_to_dict(rec)
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
            "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
            "method_params": params}
@@ -418,8 +419,8 @@ def write_precision_profile(path, *, method: str = "precision", record: bool = T
 @pytest.mark.parametrize("method", ["precision", "hybrid"])
 def test_replanning_a_precision_draft_chooses_a_longer_k_where_verification_is_free(tmp_path, method):
     prof = load_profile(write_precision_profile(tmp_path / "p.yaml", method=method))
-    on_free, plan_free = replan.replan_profile(prof, scheme_costs(FREE_V), source="p", costs_source="free")
-    on_steep, plan_steep = replan.replan_profile(prof, scheme_costs(STEEP_V), source="p", costs_source="steep")
+    on_free, plan_free = device_replan.replan_profile(prof, scheme_costs(FREE_V), source="p", costs_source="free")
+    on_steep, plan_steep = device_replan.replan_profile(prof, scheme_costs(STEEP_V), source="p", costs_source="steep")
     assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
     assert plan_free.predicted.speedup > plan_steep.predicted.speedup
     assert on_free.method == method and on_free.method_params == prof.method_params
@@ -427,19 +428,20 @@ def test_replanning_a_precision_draft_chooses_a_longer_k_where_verification_is_f
     assert plan_free.predicted.cost_ratio == pytest.approx((0.002 + 0.048 / 8) / 0.05)
     assert dict(on_free.measured.extra)[PRECISION_KEY] == dict(prof.measured.extra)[PRECISION_KEY]
     assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
-    assert "precision" in replan.format_replan(prof, on_free, plan_free, scheme_costs(FREE_V))
+    assert "precision" in device_replan.format_replan(prof, on_free, plan_free, scheme_costs(FREE_V))
 
 
 def test_the_hybrid_replay_without_a_fallback_is_the_lookup_replay():
     """Lookup first, fallback on a miss (hybrid.LookupThenFallback) with no fallback is prompt lookup alone."""
-    rec = replan.record_lookup(lookup_calibration(), min_n=1, max_n=3)
+    rec = device_replan.record_lookup(lookup_calibration(), min_n=1, max_n=3)
     costs = steep_costs().cost_model()
     for k in (1, 4, 12):
-        a, b = replan.replay_recorded(rec, k, costs), replan.replay_lookup(rec, k, costs)
+        a, b = device_replan.replay_recorded(rec, k, costs), device_replan.replay_lookup(rec, k, costs)
         assert (a.speedup, a.tau) == (b.speedup, b.tau)
-    with_fb = replan.replay_recorded(rec, 4, costs, fallback=DraftConfig(max_draft_tokens=4), c=0.1,
-                                     traces=synthetic_traces(1.0, sequences=4, length=96))
-    assert with_fb.tau > replan.replay_lookup(rec, 4, costs).tau  # every miss now drafts, and every draft matches
+    with_fb = device_replan.replay_recorded(rec, 4, costs, fallback=DraftConfig(max_draft_tokens=4), c=0.1,
+                                            traces=synthetic_traces(1.0, sequences=4, length=96))
+    # every miss now drafts, and every draft matches
+    assert with_fb.tau > device_replan.replay_lookup(rec, 4, costs).tau
 
 
 def test_a_trimmed_precision_head_is_priced_at_its_share_of_the_lm_head():
@@ -448,14 +450,14 @@ def test_a_trimmed_precision_head_is_priced_at_its_share_of_the_lm_head():
 
     params = PrecisionParams(scheme="fp16", quant_head=False)
     costs = scheme_costs(FREE_V).costs
-    full, none = replan.precision_ratio(costs, 30, DraftConfig(), params, source="c")
+    full, none = device_replan.precision_ratio(costs, 30, DraftConfig(), params, source="c")
     assert none is None
     head = LayerSkipParams.trimmed([0])  # V' = 1 of V = 4 tokens
     trimmed = PrecisionParams(scheme="fp16", quant_head=False, vocab_subset=head.vocab_subset,
                               vocab_ids=head.vocab_ids, vocab_sha256=head.vocab_sha256)
-    c, note = replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c", vocab_size=4)
+    c, note = device_replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c", vocab_size=4)
     assert c == pytest.approx(full - 0.001 * 0.75 / 0.05) and "approximation" in note
-    _, note = replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c")
+    _, note = device_replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c")
     assert "untrimmed" in note
 
 
@@ -507,20 +509,20 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     assert ("lookup" in extra) == (strategy == "hybrid")
     assert extra["costs"]["schemes"]["fp16"].keys() == {"attn_seconds", "mlp_seconds", "head_saving_seconds"}
     L = tiny_sm.num_layers
-    on_free, plan_free = replan.replan_profile(prof, scheme_costs(FREE_V, num_layers=L), source="p",
-                                               costs_source="free")
-    on_steep, plan_steep = replan.replan_profile(prof, scheme_costs(STEEP_V, num_layers=L), source="p",
-                                                 costs_source="steep")
+    on_free, plan_free = device_replan.replan_profile(prof, scheme_costs(FREE_V, num_layers=L), source="p",
+                                                      costs_source="free")
+    on_steep, plan_steep = device_replan.replan_profile(prof, scheme_costs(STEEP_V, num_layers=L), source="p",
+                                                        costs_source="steep")
     assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
-    own = replan.replan_profile(prof, replan.own_costs(prof, source="p"), source="p", costs_source="p")[1]
+    own = device_replan.replan_profile(prof, device_replan.own_costs(prof, source="p"), source="p", costs_source="p")[1]
     assert own.options  # its own costs carry the scheme's
 
 
 # -- every shipped draft profile re-plans (issue 22) ----------------------------------------------------------------
-REPLANNABLE = ("layer-skip", "ngram", "hybrid", "precision", "hierarchical")  # their records re-plan them
-HAND_WRITTEN = ("example.yaml", "hier-medium.yaml", "hier-small.yaml")  # format examples and the planner's inputs
-SHIPPED = sorted(p for p in (Path(__file__).parents[1] / "profiles" / "smollm2-135m").glob("*.yaml")
-                 if p.name not in HAND_WRITTEN)
+# the hand-written format examples and the planner's inputs keep no record: plan traces their drafts on the model
+HAND_WRITTEN = ("example.yaml", "hier-medium.yaml", "hier-small.yaml")
+SHIPPED = sorted((Path(__file__).parents[1] / "profiles" / "smollm2-135m").glob("*.yaml"))
+QUICK_TRACE = ["--n-prompts", "1", "--max-new-tokens", "12"]  # for the profiles that keep no record
 
 
 def _flat_verify(costs: CostProfile) -> CostProfile:
@@ -530,29 +532,75 @@ def _flat_verify(costs: CostProfile) -> CostProfile:
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_every_shipped_draft_profile_re_plans_or_says_in_one_line_why_not(path, tmp_path):
+def test_every_shipped_draft_profile_re_plans(path, tmp_path):
     prof = load_profile(path, num_layers=30)
-    if prof.method not in REPLANNABLE:  # their drafts depend on the device in ways a cost file does not hold
-        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", CPU])
-        assert_one_line_error(result, f"this one is method {prof.method}")
-        return
     flat = save_costs(_flat_verify(load_costs(CPU)), tmp_path / "flat.yaml")
     for costs in (CPU, str(flat)):
         out = tmp_path / f"{path.stem}-{Path(costs).stem}.yaml"
-        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out)])
+        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out),
+                                     *QUICK_TRACE])
         assert result.exit_code == 0, result.output
         new = load_profile(out, num_layers=30)
         assert new.method == prof.method and new.measured.notes.startswith("predicted, not timed")
+        assert ("acceptance traced by plan on the model" in new.measured.notes) == (path.name in HAND_WRITTEN)
     here = load_profile(tmp_path / f"{path.stem}-cpu-float32.yaml", num_layers=30).draft.max_draft_tokens
     there = load_profile(tmp_path / f"{path.stem}-flat.yaml", num_layers=30).draft.max_draft_tokens
     assert there >= here  # a verify that costs no more than a step never makes drafting shorter pay
 
 
+def test_a_profile_without_a_record_is_traced_once_and_then_re_plans_without_the_model(tmp_path, monkeypatch):
+    from skipsearch.api import loading
+
+    out = tmp_path / "example-cpu.yaml"
+    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", CPU,
+                                 "--out", str(out), *QUICK_TRACE])
+    assert result.exit_code == 0, result.output
+    assert "keeps no acceptance record: tracing its draft on the model" in result.stderr
+    kept = load_profile(out, num_layers=30)
+    (skip_set,) = device_replan.portable_parts(kept, source="o")[0].skip_sets
+    assert (skip_set.skip_attn, skip_set.skip_mlp) == ((5, 9, 13, 17, 21), ())  # example.yaml's draft
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the record is kept: no model needed"))
+    again = runner.invoke(app, ["plan", "--profile", str(out), "--costs", CPU])
+    assert again.exit_code == 0, again.output
+    assert "tracing" not in again.stderr
+
+
+def test_a_cost_file_for_another_model_fails_before_a_record_is_traced(tmp_path, monkeypatch):
+    from skipsearch.api import loading
+
+    other = dataclasses.replace(load_costs(CPU), model=CostModelRef("other", 12))
+    path = save_costs(other, tmp_path / "other.yaml")
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", str(path)])
+    assert_one_line_error(result, "12")
+
+
+def test_dynamic_clasp_re_plans_k_and_the_exit_rule_from_its_starting_skip_set(tmp_path):
+    skip = SKIPS[0]
+    traced = {skip: synthetic_traces(0.9)}
+    raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "clasp-dynamic",
+           "draft": {"skip_attn": list(skip[0]), "skip_mlp": [], "max_draft_tokens": 2},
+           "measured": {"source": "optimize", "acceptance": acceptance_to_dict(
+               device_replan.record_acceptance(traced, workload="synthetic"))},
+           "method_params": {"num_skips": len(skip[0]), "loi": 8, "sublayer": "attn"}}
+    path = tmp_path / "dyn.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    prof = load_profile(path, num_layers=30)
+    on_free, plan_free = device_replan.replan_profile(prof, free_costs(), source="p", costs_source="free")
+    on_cpu, plan_cpu = device_replan.replan_profile(prof, load_costs(CPU), source="p", costs_source=CPU)
+    assert on_free.method == on_cpu.method == "clasp-dynamic"
+    assert on_free.draft.max_draft_tokens > on_cpu.draft.max_draft_tokens
+    assert (on_free.draft.skip_attn, on_cpu.draft.skip_attn) == (skip[0], skip[0])  # the DP's start stays
+    assert "approximation: dynamic CLaSp" in on_free.measured.notes
+    for new in (on_free, on_cpu):  # both valid profiles of the method, whether a draft ships or not
+        assert load_profile(save_profile(new, tmp_path / "n.yaml"), num_layers=30) == new
+
+
 def test_a_hierarchical_profile_re_plans_m_and_n_from_its_alpha_and_beta(tmp_path):
     src = "profiles/smollm2-135m/cpu-float32-hier.yaml"
     prof = load_profile(src, num_layers=30)
-    on_cpu, plan_cpu = replan.replan_profile(prof, load_costs(CPU), source=src, costs_source=CPU)
-    on_free, plan_free = replan.replan_profile(prof, free_costs(), source=src, costs_source="free")
+    on_cpu, plan_cpu = device_replan.replan_profile(prof, load_costs(CPU), source=src, costs_source=CPU)
+    on_free, plan_free = device_replan.replan_profile(prof, free_costs(), source=src, costs_source="free")
     # the closed forms, fed the same α and β: cheap levels and a free verify draft bigger blocks
     assert on_free.draft.max_draft_tokens > on_cpu.draft.max_draft_tokens
     assert plan_free.predicted.speedup > 1.0 > plan_cpu.predicted.speedup

@@ -1,7 +1,7 @@
 """The Python API that mirrors the CLI: every command parses its options, calls one function here, and prints
 what it returns (a frozen dataclass); progress and notes come back through callbacks.
 
-- here: open a model (from a name or a profile) and decode prompts (``skipsearch decode``);
+- here: decode prompts (``skipsearch decode``); ``loading``: open a model from a name or a profile;
 - ``search``: ``optimize_study`` (``skipsearch optimize``) and ``rerank_study`` (``optimize --budget 0 --costs``);
 - ``benchmark``: ``bench_profiles`` (``skipsearch bench``);
 - ``planning``: one function per mode of ``skipsearch plan``: ``plan_given``, ``plan_profiles``,
@@ -17,23 +17,14 @@ from dataclasses import dataclass
 from skipsearch import methods
 from skipsearch.api.benchmark import BenchOptions, BenchRun, bench_profiles
 from skipsearch.api.checks import check_model_arg, hardware_note, profile_hardware_note, profile_paths
+from skipsearch.api.loading import open_model
 from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
 from skipsearch.api.search import Reranked, SearchOptions, SearchRun, optimize_study, rerank_study
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
 from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
-from skipsearch.models import (
-    DEFAULT_MODEL,
-    ModelError,
-    SkippableModel,
-    arch_fingerprint,
-    find_checkpoint,
-    load_model,
-    read_config,
-    weights_fingerprint,
-)
-from skipsearch.placement import DEFAULT_MAX_TOKENS, choose_placement
-from skipsearch.profile import Profile, check_model, load_profile
+from skipsearch.models import SkippableModel
+from skipsearch.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -42,48 +33,6 @@ class Decoded:
     prompt_token_ids: tuple[int, ...]
     result: DecodeResult
     text: str
-
-
-def open_model(
-    *, model: str | None = None, profile: str | None = None, device: str = "auto", dtype: str | None = "auto",
-    force: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
-) -> tuple[SkippableModel, Profile | None]:
-    """Load the model a profile names (or ``model``) and check the profile fits it.
-
-    The profile is read and validated *before* the model loads, so a bad file fails in
-    milliseconds rather than after a model load; so do other weights, whose fingerprint is read
-    from the checkpoint's files. With a profile, ``model`` may name another path or alias: it is
-    accepted when its weights are the profile's (a schema-1 profile, which does not record them,
-    still needs the same name). ``dtype`` auto (or None) is fp32 on the CPU and the profile's dtype
-    on a GPU. ``max_tokens`` (longest prompt + max_new_tokens) sizes the KV cache in the memory check.
-    """
-    prof = load_profile(profile) if profile else None
-    if prof is not None and model not in (None, prof.model.name) and prof.model.weights_fingerprint is None:
-        raise ModelError(f"--model {model} differs from the profile's model {prof.model.name}, and the profile "
-                         "records no weights fingerprint to compare them by; pass one of them")
-    name = model or (prof.model.name if prof is not None else DEFAULT_MODEL)
-    checkpoint = find_checkpoint(name)
-    checked = prof is None
-    if prof is not None:
-        config = read_config(checkpoint)
-        weights = weights_fingerprint(checkpoint.path)
-        if weights is not None or prof.model.weights_fingerprint is None:
-            check_model(prof, num_layers=config.num_hidden_layers, fingerprint=arch_fingerprint(config, name),
-                        weights_fingerprint=weights, force=force, source=profile)
-            checked = True
-        else:  # no safetensors files: the weights can only be hashed once they are loaded
-            check_model(prof, num_layers=config.num_hidden_layers, source=profile)
-    method = methods.get(prof.method) if prof is not None else None
-    if method is not None and method.check_device is not None:  # e.g. fp8 on a CPU: refused before loading
-        placement = choose_placement(device, dtype or "auto", profile=prof.model.dtype)
-        method.check_device(prof.candidate, placement.device)
-    draft_bits = method.draft_weight_bits(prof.candidate) if method and method.draft_weight_bits else None
-    sm = load_model(checkpoint, device=device, dtype=dtype or "auto", max_tokens=max_tokens,
-                    profile_dtype=prof.model.dtype if prof is not None else None, draft_bits=draft_bits)
-    if not checked:
-        check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint,
-                    weights_fingerprint=sm.weights_fingerprint, force=force, source=profile)
-    return sm, prof
 
 
 def drafter_factory(profile: Profile | None, sm: SkippableModel) -> Callable[[], Drafter | None]:

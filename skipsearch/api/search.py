@@ -23,8 +23,8 @@ from skipsearch.profile import Profile, check_profile_target, load_profile
 
 if TYPE_CHECKING:
     from skipsearch.costs import CostProfile
+    from skipsearch.device_replan import Reranking
     from skipsearch.optimize import OptimizeResult
-    from skipsearch.replan import Reranking
     from skipsearch.space import SearchSpace
     from skipsearch.study import TrialRecord
 
@@ -157,9 +157,9 @@ def rerank_study(
     on_note: Callable[[str], None] | None = None,
 ) -> Reranked:
     """``optimize --study S --costs C --budget 0``: the study's layer-skip configs re-ranked under C, no new trials
-    (``replan.rerank_study``); with ``o.time_shortlist`` the ``o.shortlist`` best are timed here, each against
+    (``device_replan.rerank_study``); with ``o.time_shortlist`` the ``o.shortlist`` best are timed here, each against
     plain decoding in the same rounds. ``on_note`` gets a line when C was measured on other hardware."""
-    from skipsearch import replan
+    from skipsearch import device_replan
     from skipsearch.costs import load_costs
     from skipsearch.data import encode_prompt
     from skipsearch.models import load_model
@@ -172,7 +172,7 @@ def rerank_study(
     study = o.study_dir
     label, records, attrs = load_study(study_dir=study, storage=o.storage, study_name=o.study_name)
     check_study_for_model(label, attrs, o.model, force=o.force)
-    if not replan.layer_skip_configs(records):
+    if not device_replan.layer_skip_configs(records):
         raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
     check_profile_target(path, force=o.force)
@@ -184,19 +184,19 @@ def rerank_study(
         on_note(note)
     cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=o.max_new_tokens)
     stage("tracing skip sets", None)
-    rr = replan.rerank_study(sm, cal, records, target, costs_source=o.costs, shortlist=o.shortlist,
-                             workload=f"{o.dataset} (calib split), {o.n_prompts} prompts x {o.max_new_tokens} tokens",
-                             on_progress=progress)
+    workload = f"{o.dataset} (calib split), {o.n_prompts} prompts x {o.max_new_tokens} tokens"
+    rr = device_replan.rerank_study(sm, cal, records, target, costs_source=o.costs, shortlist=o.shortlist,
+                                    workload=workload, on_progress=progress)
     if o.time_shortlist:  # 3. time the shortlist here, each against plain decoding in the same rounds
         total = min(o.shortlist, len(rr.rows))
         stage("timing the shortlist", total)
         done: list[object] = []
-        timed = replan.time_rows(sm, cal, rr.rows[:o.shortlist], repeats=o.repeats,
-                                 on_row=lambda row: (done.append(row), progress(len(done), total)))
+        timed = device_replan.time_rows(sm, cal, rr.rows[:o.shortlist], repeats=o.repeats,
+                                        on_row=lambda row: (done.append(row), progress(len(done), total)))
         rr = dataclasses.replace(rr, rows=timed + rr.rows[o.shortlist:])
     # 4. the profile to ship on C's device
-    prof, verdict = replan.reranked_profile(sm, rr, target, study=label, dataset=f"{o.dataset} (calib split)",
-                                            n_prompts=o.n_prompts, max_new_tokens=o.max_new_tokens, seed=o.seed)
+    prof, verdict = device_replan.reranked_profile(sm, rr, target, study=label, dataset=f"{o.dataset} (calib split)",
+                                                   n_prompts=o.n_prompts, max_new_tokens=o.max_new_tokens, seed=o.seed)
     return Reranked(label, rr, prof, verdict, target, path, study)
 
 

@@ -9,6 +9,7 @@ Reading validates every key, and every problem is one ``CostsError`` line naming
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -92,8 +93,9 @@ def costs_from_dict(raw: Any, *, path: str = "costs", source: str = "<costs>") -
 def _schemes_from_dict(raw: Any, path: str, source: str) -> tuple[SchemeCosts, ...]:
     out = []
     for name, entry in mapping(raw, path, source, error=CostsError).items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise _err(source, f"{path} must be keyed by scheme names (fp16, int8, ...), got {str(name)[:40]!r}")
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", name):
+            raise _err(source, f"{path} must be keyed by scheme names (fp16, int8, int8-dynamic, ...), "
+                               f"got {str(name)[:40]!r}")
         try:
             values = section(SchemeCosts, {"scheme": name, **dict(mapping(entry, f"{path}.{name}", source,
                                                                           error=CostsError))},

@@ -2,7 +2,7 @@
 has a format: ``acceptance`` (the traces of the shortlisted layer-skip skip sets), ``lookup`` (prompt lookup's
 match record), ``precision`` (the traces of a precision draft, or of a hybrid's precision fallback) and ``costs``
 (``skipsearch.files.costs.PlannedCosts``). profile.py validates them on every load
-through ``check_measured_extra``; skipsearch.replan makes them and re-plans from them.
+through ``check_measured_extra``; skipsearch.device_replan makes them and re-plans from them.
 
 A kept trace is compact: one byte per position (the top bit: the draft's argmax matched; the low seven:
 round(127 · top probability)), base64, one string per calibration sequence. No torch.
@@ -273,9 +273,91 @@ def precision_from_dict(raw: Any, *, source: str = "<profile>") -> PrecisionReco
                            raw.get("workload"), raw.get("architecture"))
 
 
+# -- the fractal record: a fractal draft's acceptance, cycle by cycle ---------------------------------------------
+# A fractal draft pass depends only on the committed tokens (whose KV the full model wrote) and the pending one, and
+# its K is the draft's own (w + n + 1), so the positions decoding's cycles start at follow from what they accept.
+# The record keeps, per calibration sequence, one byte per position t = 1 .. len - 1: the leading matches of the
+# pass a cycle starting there drafts (at most ``drafted``), or NO_HIT where no cycle starts. Replayed by the
+# engine's rules (ngram.replay_cycles) it gives every cycle's accepted tokens, up to float rounding
+# (fractal.surrogate).
+FRACTAL_KEY = "fractal_matches"  # measured.<key> of a fractal profile
+_FRACTAL_KEYS = ("encoding", "scheme", "n", "w", "layers", "drafted", "max_new_tokens", "workload", "architecture",
+                 "acceptance", "sequences")
+
+
+@dataclass(frozen=True)
+class FractalRecord:
+    scheme: str  # the compressed layers' scheme the passes ran (resolved: int8-dynamic, int8-weight-only, ...)
+    n: int
+    w: int
+    layers: tuple[int, ...]  # the fractal layers' positions
+    drafted: int  # tokens per pass: w + n + 1
+    max_new_tokens: int  # the calibration's: a cycle drafts at most max_new_tokens - t - 1 tokens
+    sequences: tuple[str, ...]  # encoded (LOOKUP_ENCODING: NO_HIT where no cycle starts), one per sequence
+    workload: str | None = None
+    architecture: str | None = None  # costs.architecture_of the traced model
+
+    def positions(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(base64.b64decode(s)) for s in self.sequences)
+
+    def acceptance(self) -> float:
+        """Leading matches per pass over the tokens a full pass drafts, for people."""
+        seqs = [b for seq in self.positions() for b in seq if b != NO_HIT]
+        return sum(seqs) / (len(seqs) * self.drafted) if seqs else 0.0
+
+
+def fractal_to_dict(rec: FractalRecord) -> dict:
+    out: dict[str, Any] = {"encoding": LOOKUP_ENCODING, "scheme": rec.scheme, "n": rec.n, "w": rec.w,
+                           "layers": list(rec.layers), "drafted": rec.drafted, "max_new_tokens": rec.max_new_tokens}
+    out.update({k: v for k, v in (("workload", rec.workload), ("architecture", rec.architecture)) if v is not None})
+    out["acceptance"] = round(rec.acceptance(), 4)
+    out["sequences"] = list(rec.sequences)
+    return out
+
+
+def fractal_from_dict(raw: Any, *, source: str = "<profile>") -> FractalRecord:
+    """Validate ``measured.fractal_matches``; every problem is one ProfileError line."""
+    path, raw = _record(raw, FRACTAL_KEY, LOOKUP_ENCODING, source)
+    unknown = set(raw) - set(_FRACTAL_KEYS)
+    if unknown:
+        raise ProfileError(f"{source}: unknown key {path}.{str(sorted(unknown, key=str)[0])[:40]}")
+    scheme = raw.get("scheme")
+    if not isinstance(scheme, str) or not scheme:
+        raise ProfileError(f"{source}: {path}.scheme must name the compressed layers' scheme (int8-dynamic, ...)")
+    ints = {}
+    for key, low in (("n", 1), ("w", 0), ("drafted", 1), ("max_new_tokens", 1)):
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+                key == "drafted" and value >= NO_HIT):
+            raise ProfileError(f"{source}: {path}.{key} must be an integer >= {low}"
+                               + (f" and < {NO_HIT}" if key == "drafted" else ""))
+        ints[key] = value
+    if ints["drafted"] != ints["w"] + ints["n"] + 1:
+        raise ProfileError(f"{source}: {path}.drafted must be w + n + 1 = {ints['w'] + ints['n'] + 1}")
+    layers = raw.get("layers")
+    if not isinstance(layers, list) or len(layers) != ints["n"] or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers):
+        raise ProfileError(f"{source}: {path}.layers must list the n fractal layers' positions (integers >= 0)")
+    for key in ("workload", "architecture"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ProfileError(f"{source}: {path}.{key} must be a string")
+    seqs = raw.get("sequences")
+    if not isinstance(seqs, list) or not seqs or not all(isinstance(t, str) for t in seqs):
+        raise ProfileError(f"{source}: {path}.sequences must list one encoded record per calibration sequence")
+    for t in seqs:
+        try:
+            data = base64.b64decode(t, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProfileError(f"{source}: {path}.sequences holds a string that is not base64") from None
+        if any(b > ints["drafted"] and b != NO_HIT for b in data):
+            raise ProfileError(f"{source}: {path}.sequences holds a match longer than drafted {ints['drafted']}")
+    return FractalRecord(scheme, ints["n"], ints["w"], tuple(layers), ints["drafted"], ints["max_new_tokens"],
+                         tuple(seqs), raw.get("workload"), raw.get("architecture"))
+
+
 def check_measured_extra(extra: Sequence[tuple[str, Any]], *, source: str) -> None:
     """profile.py's hook, on every load: validate the ``measured`` keys with a format (acceptance, costs, lookup,
-    precision)."""
+    precision, fractal)."""
     for key, value in extra:
         if key == ACCEPTANCE_KEY:
             acceptance_from_dict(value, source=source)
@@ -285,9 +367,12 @@ def check_measured_extra(extra: Sequence[tuple[str, Any]], *, source: str) -> No
             lookup_from_dict(value, source=source)
         elif key == PRECISION_KEY:
             precision_from_dict(value, source=source)
+        elif key == FRACTAL_KEY:
+            fractal_from_dict(value, source=source)
 
 
-__all__ = ["ACCEPTANCE_KEY", "ENCODING", "LOOKUP_ENCODING", "LOOKUP_KEY", "NO_HIT", "PRECISION_KEY", "AcceptanceRecord",
-           "LookupRecord", "PrecisionRecord", "SkipSetTraces", "acceptance_from_dict", "acceptance_to_dict",
-           "check_measured_extra", "decode_trace", "encode_trace", "lookup_from_dict", "lookup_to_dict",
-           "precision_from_dict", "precision_to_dict"]
+__all__ = ["ACCEPTANCE_KEY", "AcceptanceRecord", "ENCODING", "FRACTAL_KEY", "FractalRecord", "LOOKUP_ENCODING",
+           "LOOKUP_KEY", "LookupRecord", "NO_HIT", "PRECISION_KEY", "PrecisionRecord", "SkipSetTraces",
+           "acceptance_from_dict", "acceptance_to_dict", "check_measured_extra", "decode_trace", "encode_trace",
+           "fractal_from_dict", "fractal_to_dict", "lookup_from_dict", "lookup_to_dict", "precision_from_dict",
+           "precision_to_dict"]

@@ -61,6 +61,10 @@ class Method:
     # candidate -> bits per weight of the draft's own copy of the model's layers (None: it keeps none); the
     # memory check counts that copy before the model loads.
     draft_weight_bits: Callable[[Candidate], int | None] | None = None
+    # the weight formats of the draft's own copy whose per-sublayer costs a cost file keeps for re-planning
+    # (``skipsearch costs --schemes``), and (model, context, schemes, repeats) -> surrogate.SchemeCost per scheme
+    cost_schemes: tuple[str, ...] = ()
+    measure_schemes: Callable[..., Sequence[Any]] | None = None
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -95,6 +99,23 @@ def get(name: str) -> Method:
         return REGISTRY[name]
     except (KeyError, TypeError):
         raise ConfigError(f"unknown method {_shown(name)} (known: {', '.join(names())})") from None
+
+
+def scheme_method(scheme: str) -> Method:
+    """The method whose draft copy runs weight format ``scheme`` (``Method.cost_schemes``); one line otherwise."""
+    for method in REGISTRY.values():
+        if scheme in method.cost_schemes and method.measure_schemes is not None:
+            return method
+    known = [s for m in REGISTRY.values() for s in m.cost_schemes]
+    raise ConfigError(f"unknown scheme {_shown(scheme)} (schemes a cost file can keep: {', '.join(known)})")
+
+
+def measure_scheme_costs(sm: Any, context: Sequence[int], schemes: Sequence[str], *, repeats: int = 9) -> tuple:
+    """Each scheme's per-sublayer costs on ``sm``'s device (``surrogate.SchemeCost``), timed by the method that
+    owns it; every name is checked before anything is timed."""
+    owners = [scheme_method(s) for s in schemes]
+    return tuple(m for owner, scheme in zip(owners, schemes, strict=True)
+                 for m in owner.measure_schemes(sm, context, (scheme,), repeats=repeats))
 
 
 def names() -> tuple[str, ...]:

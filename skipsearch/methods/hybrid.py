@@ -180,7 +180,7 @@ class LookupThenFallback:
     """One calibration sequence's ``propose`` for ``ngram.replay_cycles``, by HybridDrafter's rule: the lookup
     first; on a miss, the layer-skip or precision fallback (``source``, its draft config ``fallback``) walked over
     its teacher-forced trace with its exit rule and adaptive γ (the decoder's own update). The surrogate
-    (``_predict``) and re-planning (``skipsearch.replan``, from a profile's records) share it.
+    (``_predict``) and re-planning (``skipsearch.device_replan``, from a profile's records) share it.
 
     ``lookup(seq, t, limit)`` is (drafted, accepted) on a hit, None on a miss; ``trace`` and ``fallback`` None:
     no fallback (a miss drafts nothing); ``length``: the continuation's. ``fallback_drafted`` adds up the

@@ -33,9 +33,6 @@ SEEDED_ATTR = "seeded"  # study user attr: the seed points are already enqueued
 class Strategy(ABC):
     name: ClassVar[str]  # the registry key, also recorded in the study
     method: ClassVar[str] = LAYER_SKIP.name  # the skipsearch.methods entry whose candidates it proposes
-    # The objectives it can search with: "surrogate" and "two-stage" need the method's cost-model
-    # predictor; a strategy whose candidates have none times every trial.
-    objectives: ClassVar[tuple[str, ...]] = ("two-stage", "surrogate", "timed")
     warm_starts: ClassVar[bool] = True  # it can start from another profile's skip set (--warm-start)
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = ()) -> None:
@@ -44,6 +41,14 @@ class Strategy(ABC):
         # Repaired, because a warm start may come from a profile made under other settings.
         self.warm_start = tuple(space.repair(c) for c in warm_start)
         self.slots = sublayer_slots(space)
+
+    @classmethod
+    def objectives(cls) -> tuple[str, ...]:
+        """The objectives it can search with, from its method's record: "surrogate" and "two-stage" need the
+        method's surrogate (``Method.predict``); a method with none has every trial timed."""
+        from skipsearch import methods
+
+        return ("two-stage", "surrogate", "timed") if methods.get(cls.method).predict is not None else ("timed",)
 
     #: 0 alone; a random stream id per process when workers share a study (see ``for_shared_study``)
     worker: int = 0

@@ -1,4 +1,4 @@
-"""FractalLLM's (n, w) grid (the paper's Figure 2), every point timed: no surrogate models its drafts.
+"""FractalLLM's (n, w) grid (the paper's Figure 2), every point timed: the method has no surrogate to rank them.
 
 ``--n`` and ``--w`` give the values; the fractal layers sit at evenly spaced depths (gap L/n), and
 the draft length is the paper's w + n + 1.
@@ -19,7 +19,6 @@ from skipsearch.strategies._grid import GridStrategy
 class FractalStrategy(GridStrategy):
     name = FRACTAL.name
     method = FRACTAL.name
-    objectives = ("timed",)
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
                  n_values: Sequence[int] | None = None, w_values: Sequence[int] = (3, 5, 7),

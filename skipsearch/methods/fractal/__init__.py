@@ -25,6 +25,12 @@ def _drafter(candidate: Candidate, sm):
         raise ParamsError(f"fractal: {e}") from None
 
 
+def _measure_schemes(sm, context, schemes, *, repeats: int = 9):
+    from skipsearch.methods.fractal.surrogate import measure_scheme_costs
+
+    return measure_scheme_costs(sm, context, schemes, repeats=repeats)
+
+
 def _example(num_layers: int) -> Candidate:
     params = FractalParams(n=1, w=2, layers=(num_layers // 2,))
     return METHOD.candidate(DraftConfig(max_draft_tokens=params.max_draft_tokens, exit=NO_EXIT), params)
@@ -37,6 +43,8 @@ METHOD = Method(
     drafter=_drafter,
     example=_example,
     strategy="fractal",
+    cost_schemes=tuple(s for s in SCHEMES if s != "none"),
+    measure_schemes=_measure_schemes,
 )
 
 

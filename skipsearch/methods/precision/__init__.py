@@ -100,6 +100,8 @@ METHOD = Method(
     check_device=check_device,
     draft_weight_bits=lambda candidate: None if candidate.is_autoregressive else SCHEMES[
         candidate.param("scheme", "fp16")].weight_bits,
+    cost_schemes=tuple(SCHEMES),
+    measure_schemes=measure_scheme_costs,
 )
 
 __all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "measure_scheme_costs",

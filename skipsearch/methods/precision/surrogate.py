@@ -13,17 +13,7 @@ from dataclasses import dataclass, replace
 
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.methods.precision.params import PrecisionParams
-
-
-@dataclass(frozen=True)
-class SchemeCost:
-    scheme: str
-    step_seconds: float  # the full one-token step these were timed against (median)
-    attn_seconds: float  # one layer's attention in the scheme
-    mlp_seconds: float  # one layer's MLP in the scheme
-    full_attn_seconds: float  # one layer's attention at full precision, same rounds
-    full_mlp_seconds: float
-    head_saving_seconds: float  # a step with the scheme's head, less a step with the full head
+from skipsearch.surrogate import SchemeCost, measure_stand_ins
 
 
 @dataclass
@@ -78,42 +68,11 @@ def head_saving(objective, params: PrecisionParams) -> float:
 
 
 def measure_scheme(sm, context, scheme: str, *, repeats: int = 9) -> SchemeCost:
-    """Time one-token steps of the full model, with every attention / MLP / the head in ``scheme``, and
-    with every attention / MLP skipped, interleaved by the one harness; medians."""
-    import torch
-
-    from skipsearch.harness import time_interleaved
+    """``scheme``'s per-sublayer costs on ``sm``'s device: its quantized copy's stand-ins timed against the full
+    step (``surrogate.measure_stand_ins``)."""
     from skipsearch.methods.precision.copy import quantized_copy
 
-    q = quantized_copy(sm, scheme)
-    every = tuple(range(sm.num_layers))
-    cache = sm.new_cache()
-    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-    n, token = len(context), torch.tensor([context[-1]])
-
-    def step(*, attn=(), mlp=(), head=False, skip: DraftConfig | None = None):
-        def once():
-            with sm.substituted(**q.stand_ins(attn, mlp)), sm.draft_head(q.head if head else None):
-                if skip is None:
-                    sm.forward(token, start=n, cache=cache, last_only=True)
-                else:
-                    with sm.drafting(skip):
-                        sm.forward(token, start=n, cache=cache, last_only=True)
-            sm.crop(cache, n)
-        return once
-
-    calls = {"full": step(), "q_attn": step(attn=every), "q_mlp": step(mlp=every), "q_head": step(head=True),
-             "no_attn": step(skip=DraftConfig(skip_attn=every)), "no_mlp": step(skip=DraftConfig(skip_mlp=every))}
-    med = {k: t.median for k, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
-    L = sm.num_layers
-    return SchemeCost(
-        scheme, med["full"],
-        attn_seconds=max(med["q_attn"] - med["no_attn"], 0.0) / L,
-        mlp_seconds=max(med["q_mlp"] - med["no_mlp"], 0.0) / L,
-        full_attn_seconds=max(med["full"] - med["no_attn"], 0.0) / L,
-        full_mlp_seconds=max(med["full"] - med["no_mlp"], 0.0) / L,
-        head_saving_seconds=med["full"] - med["q_head"],
-    )
+    return measure_stand_ins(sm, context, quantized_copy(sm, scheme), repeats=repeats)
 
 
 def draft_ratio(cost: SchemeCost, config: DraftConfig, params: PrecisionParams, num_layers: int, *,

@@ -27,11 +27,11 @@ from skipsearch import timing
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.equivalence import lossless_check
 from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
+from skipsearch.hier_closed_form import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
 from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy, hierarchy_to_profile_fields
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.models import SkippableModel
-from skipsearch.plan import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
 from skipsearch.profile import (
     BASELINE_OURS_AR,
     BASELINE_PREDICTED,
@@ -415,7 +415,7 @@ def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, 
                     on_stage: Stage | None = None) -> StudyPlan:
     """Front, pairs, then stages 2-5 of the module docstring for the best pair: its α, β and level costs
     measured here, every (m, n) planned, and (``run_validation``) its best three- and two-level shapes timed."""
-    from skipsearch.replan import trace_skip_sets
+    from skipsearch.device_replan import trace_skip_sets
 
     say = on_stage or (lambda _msg: None)
     for r in records:

@@ -41,21 +41,27 @@ from skipsearch.files.costs import (
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.records import (
     ACCEPTANCE_KEY,
+    FRACTAL_KEY,
     LOOKUP_KEY,
     NO_HIT,
     PRECISION_KEY,
     AcceptanceRecord,
+    FractalRecord,
     LookupRecord,
     PrecisionRecord,
     SkipSetTraces,
     acceptance_from_dict,
     acceptance_to_dict,
     encode_trace,
+    fractal_from_dict,
+    fractal_to_dict,
     lookup_from_dict,
     lookup_to_dict,
     precision_from_dict,
     precision_to_dict,
 )
+from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
+from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
 from skipsearch.methods.hierarchical import Hierarchy, hierarchy_from_profile, hierarchy_to_profile_fields
 from skipsearch.methods.hybrid import METHOD as HYBRID
@@ -75,6 +81,11 @@ K_VALUES = (1, 2, 3, 4, 6, 8)  # SearchSpace's default choices of K
 EXIT_RULES = (NO_EXIT, *(ExitRule(threshold=t / 10, adaptive=a) for a in (True, False) for t in range(1, 10)))
 MAX_KEPT = 8  # skip sets a profile keeps the traces of
 NOT_TIMED = "predicted, not timed"  # measured.notes of a re-planned profile starts with this
+
+
+class NoRecordError(ProfileError):
+    """The profile keeps no record of what its draft accepts, but one can be made on the model
+    (``record_on_model``): a hand-written profile, or one written before profiles kept records."""
 
 
 # -- the lookup record (skipsearch.files.records): recording it, and re-planning K from it ---------------------
@@ -272,8 +283,8 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
     among ``candidates`` (the shortlist, best first; at most MAX_KEPT) and the cost model the search measured;
     for a precision draft (the profile's own, or a hybrid's precision fallback) its traces and its scheme's
     per-sublayer costs (in ``measured.costs.schemes``); for prompt lookup (ngram, or hybrid without a fallback
-    or with a precision one) the lookup record. ``objective`` is optimize's ModelObjective; its calibration is
-    re-traced here (one forward per sequence)."""
+    or with a precision one) the lookup record; for a fractal draft its fractal record. ``objective`` is
+    optimize's ModelObjective; its calibration is re-traced here (one forward per sequence)."""
     from skipsearch.costs import architecture_of
 
     drafts = [c.draft for c in candidates if c.method == LAYER_SKIP.name and not c.is_autoregressive]
@@ -283,7 +294,8 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
     precision = precision_draft(profile)
     lookup = profile.method in LOOKUP_METHODS and (params.get("fallback", "none") == "none" or
                                                    (profile.method == HYBRID.name and precision is not None))
-    if profile.measured is None or (not keys and costs is None and not lookup and precision is None):
+    fractal = profile.method == FRACTAL.name
+    if profile.measured is None or not (keys or costs is not None or lookup or precision is not None or fractal):
         return profile
     sm, cal = objective.sm, objective.cal
     shown = workload or f"{len(cal.prompts)} prompts x {cal.max_new_tokens} tokens"
@@ -315,7 +327,13 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
         planned = PlannedCosts(replace(costs_from_model(costs), schemes=schemes), str(sm.device), sm.dtype_name,
                                "measured by optimize", torch.get_num_threads())
         extra.append((COSTS_KEY, planned_costs_to_dict(planned)))
-    drop = (ACCEPTANCE_KEY, COSTS_KEY, LOOKUP_KEY, PRECISION_KEY)
+    if fractal:  # one draft pass per calibration position (fractal.surrogate.record)
+        from skipsearch.methods.fractal.surrogate import record
+
+        fp = FRACTAL.parse(profile.method_params, draft=profile.draft, num_layers=sm.num_layers)
+        extra.append((FRACTAL_KEY, fractal_to_dict(record(sm, cal, fp, workload=shown,
+                                                          architecture=architecture_of(sm)))))
+    drop = (ACCEPTANCE_KEY, COSTS_KEY, LOOKUP_KEY, PRECISION_KEY, FRACTAL_KEY)
     kept = tuple((k, v) for k, v in profile.measured.extra if k not in drop)
     return replace(profile, measured=replace(profile.measured, extra=kept + tuple(extra)))
 
@@ -372,19 +390,75 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
                                          k_values=k_values)
     if profile.method == HIERARCHICAL.name:
         return _replan_hierarchical_profile(profile, target, source=source, costs_source=costs_source)
-    if profile.method != LAYER_SKIP.name:
+    if profile.method == FRACTAL.name:
+        return _replan_fractal_profile(profile, target, source=source, costs_source=costs_source)
+    if profile.method not in (LAYER_SKIP.name, CLASP_DYNAMIC.name):
         raise ConfigError(f"{source}: re-planning needs a layer-skip profile's traces or a lookup profile's match "
                           f"record; this one is method {profile.method} (plan it again on the device instead)")
     rec, _ = portable_parts(profile, source=source)
-    if rec is None:
-        raise ProfileError(f"{source}: keeps no acceptance record (measured.acceptance): it was written before "
-                           f"profiles kept one; run optimize again, or optimize --study S --costs ... --budget 0")
     check_costs_model(target, num_layers=profile.model.num_layers,
-                      architecture=rec.architecture or (weights.split("-")[0] if weights else None),
+                      architecture=(rec and rec.architecture) or (weights.split("-")[0] if weights else None),
                       fingerprint=profile.model.fingerprint, source=costs_source,
                       what=f"the profile's model ({profile.model.name})")
+    if rec is None:  # after the cost file's checks: a caller may trace the draft on the model next
+        raise NoRecordError(f"{source}: keeps no acceptance record (measured.acceptance): it was written before "
+                            f"profiles kept one, or by hand; plan traces its draft on the model (`skipsearch plan "
+                            f"--profile`), or run optimize again")
+    if profile.method == CLASP_DYNAMIC.name:
+        return _replan_clasp_dynamic_profile(profile, target, rec, source=source, costs_source=costs_source,
+                                             k_values=k_values)
     plan = replan_record(rec, target.cost_model(), k_values=k_values, also=(profile.draft,))
-    return _replanned_profile(profile, target, plan, plan.draft, plan.draft, costs_source=costs_source)
+    return _replanned_profile(profile, target, plan, plan.draft, plan.best_draft, costs_source=costs_source)
+
+
+CLASP_DYNAMIC_NOTE = ("approximation: dynamic CLaSp re-selects its skipped sublayers every LOI verify steps; it is "
+                      "priced with the traces of its starting skip set, which skips as many sublayers (so c is the "
+                      "same), while the acceptance the re-selection adds is not modelled")
+
+
+def _replan_clasp_dynamic_profile(profile: Profile, target: CostProfile, rec: AcceptanceRecord, *, source: str,
+                                  costs_source: str, k_values: Sequence[int]) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for dynamic CLaSp: K and the exit rule re-chosen for ``target`` by replaying the
+    traces of the profile's starting skip set (the DP's choice is left as it is)."""
+    start = (profile.draft.skip_attn, profile.draft.skip_mlp)
+    kept = [s for s in rec.skip_sets if (s.skip_attn, s.skip_mlp) == start]
+    if not kept:
+        raise ProfileError(f"{source}: measured.{ACCEPTANCE_KEY} keeps no traces of the profile's starting skip "
+                           f"set; run optimize again")
+    plan = replan_record(AcceptanceRecord(tuple(kept), rec.workload, rec.architecture), target.cost_model(),
+                         k_values=k_values, also=(profile.draft,))
+    plan = replace(plan, note=CLASP_DYNAMIC_NOTE)
+    # plain decoding ships as K = 0 with the starting set kept, so the method's params stay valid
+    ships = plan.draft if not plan.draft.is_autoregressive else replace(profile.draft, max_draft_tokens=0)
+    return _replanned_profile(profile, target, replace(plan, draft=ships), ships, plan.best_draft,
+                              costs_source=costs_source)
+
+
+def record_on_model(profile: Profile, sm: SkippableModel, cal: Calibration, *, workload: str,
+                    source: str) -> Profile:
+    """``profile`` with the acceptance record of its own draft made on the loaded model, with no timing: its skip
+    set traced over the calibration (one forward per sequence), as optimize keeps for its shortlist; for a fractal
+    draft one draft pass per position (fractal.surrogate.record). For a profile that keeps none
+    (``NoRecordError``); acceptance belongs to the model and the workload, not to the hardware, so the record is as
+    good as one kept by optimize."""
+    from skipsearch.costs import architecture_of
+
+    draft = profile.draft
+    measured = profile.measured or Measured(source="hand")
+    if profile.method == FRACTAL.name:
+        from skipsearch.methods.fractal.surrogate import record
+
+        params = FRACTAL.parse(profile.method_params, draft=draft, num_layers=sm.num_layers)
+        rec = record(sm, cal, params, workload=workload, architecture=architecture_of(sm))
+        kept = tuple((k, v) for k, v in measured.extra if k != FRACTAL_KEY)
+        return replace(profile, measured=replace(measured, extra=(*kept, (FRACTAL_KEY, fractal_to_dict(rec)))))
+    if not (draft.skip_attn or draft.skip_mlp):
+        raise ProfileError(f"{source}: its draft skips no sublayer, so there is no draft to trace; decode it "
+                           f"without a profile")
+    traced = trace_skip_sets(sm, cal, [draft])
+    rec = record_acceptance(traced, workload=workload, architecture=architecture_of(sm))
+    kept = tuple((k, v) for k, v in measured.extra if k != ACCEPTANCE_KEY)
+    return replace(profile, measured=replace(measured, extra=(*kept, (ACCEPTANCE_KEY, acceptance_to_dict(rec)))))
 
 
 def _replan_lookup_profile(profile: Profile, target: CostProfile, *, source: str,
@@ -495,6 +569,95 @@ def _replan_hybrid_precision_profile(profile: Profile, target: CostProfile, *, s
     return new, plan
 
 
+def fractal_scheme(quantization: str, device: str, have: Sequence[str]) -> str:
+    """The compressed layers' scheme a fractal draft runs on ``device`` (a cost file's device): ``quantization``
+    itself, or for auto what the drafter picks there (int8-dynamic on a CPU; on CUDA bnb-int8 where the cost file
+    has it, as the drafter takes it where bitsandbytes is installed, else int8-weight-only)."""
+    if quantization != "auto":
+        return quantization
+    if device.startswith("cpu"):
+        return "int8-dynamic"
+    return "bnb-int8" if "bnb-int8" in have else "int8-weight-only"
+
+
+def fractal_pass_ratio(costs: Costs, num_layers: int, rec: FractalRecord, scheme: str, *,
+                       source: str) -> tuple[float, str]:
+    """One fractal draft pass over one full step under a cost file's ``costs``, and the note on how it is priced
+    (fractal.surrogate): v(w + n + 1) · (1 + n · c_q), c_q a one-token step with every sublayer and the head in
+    the compressed ``scheme``; a ``none`` scheme (the ablation) compresses nothing, c_q = 1."""
+    k = rec.drafted
+    v = costs.verify_ratio  # extrapolated past the measured sizes as surrogate.CostModel.verify does
+    vk = v[k - 1] if k <= len(v) else v[-1] + (v[-1] - v[0]) / max(len(v) - 1, 1) * (k - len(v))
+    if scheme == "none":
+        cq = 1.0
+    else:
+        sc = costs.scheme(scheme)
+        if sc is None:
+            raise CostsError(f"{source}: no costs for fractal's {scheme} layers: measure them with "
+                             f"`skipsearch costs --schemes {scheme}`")
+        L = num_layers
+        cq = max(costs.step_seconds - L * (costs.attn_seconds + costs.mlp_seconds)
+                 + L * (sc.attn_seconds + sc.mlp_seconds) - sc.head_saving_seconds, 0.0) / costs.step_seconds
+    note = (f"approximation: a fractal pass is priced as v({k}) x (1 + {rec.n} x {cq:.3f}), the {rec.n} passes "
+            f"through the {scheme} copy at one-token cost scaled by the full model's v({k})")
+    if scheme != rec.scheme:
+        note += f"; its acceptance was recorded with {rec.scheme} layers"
+    return vk * (1 + rec.n * cq), note
+
+
+def replay_fractal(rec: FractalRecord, costs: CostModel, c_pass: float) -> Measurement:
+    """The fractal draft's cycles replayed from the record by the engine's rules (ngram.replay_cycles); each cycle
+    pays one pass (``c_pass`` steps) and v(drafted + 1). Acceptance is the record's (fractal.surrogate: the
+    engine's own passes up to float rounding in the committed KV)."""
+    from skipsearch.methods.ngram import cycle_measurement, replay_cycles
+
+    cycles = []
+    for seq in rec.positions():
+        def propose(_seq, t, limit, seq=seq):
+            if seq[t - 1] == NO_HIT:
+                raise ProfileError(f"the fractal record has no cycle at position {t}, where its replay starts one")
+            drafted = min(rec.drafted, limit)
+            return FRACTAL.name, drafted, min(seq[t - 1], drafted)
+        cycles += replay_cycles((), range(len(seq) + 1), max_new_tokens=rec.max_new_tokens, propose=propose)
+    passes = sum(1 for c in cycles if c[1])
+    return cycle_measurement(cycles, verify=costs.verify, draft_steps=passes * c_pass, cost_ratio=c_pass)
+
+
+def _replan_fractal_profile(profile: Profile, target: CostProfile, *, source: str,
+                            costs_source: str) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for a fractal draft: whether its (n, w) draft pays under ``target``'s costs, from its
+    fractal record (acceptance) and its pass priced from the cost file (``fractal_pass_ratio``). K is the
+    draft's w + n + 1 or 0: a shorter K would shrink w, another draft, which the record does not cover."""
+    from skipsearch.costs import check_costs_model
+
+    extra = dict(profile.measured.extra) if profile.measured else {}
+    rec = fractal_from_dict(extra[FRACTAL_KEY], source=source) if FRACTAL_KEY in extra else None
+    params = FRACTAL.parse(profile.method_params, draft=profile.draft, num_layers=profile.model.num_layers)
+    positions = tuple(params.positions(profile.model.num_layers))
+    if rec is not None and (rec.n, rec.w, rec.layers) != (len(positions), params.w, positions):
+        raise ProfileError(f"{source}: measured.{FRACTAL_KEY} was recorded for another fractal draft than the "
+                           f"profile's (n, w or layers); run optimize again")
+    weights = profile.model.weights_fingerprint
+    check_costs_model(target, num_layers=profile.model.num_layers,
+                      architecture=(rec and rec.architecture) or (weights.split("-")[0] if weights else None),
+                      fingerprint=profile.model.fingerprint, source=costs_source,
+                      what=f"the profile's model ({profile.model.name})")
+    scheme = fractal_scheme(params.quantization, target.device, [s.scheme for s in target.costs.schemes])
+    if scheme != "none" and target.costs.scheme(scheme) is None:
+        raise CostsError(f"{costs_source}: no costs for fractal's {scheme} layers: measure them with "
+                         f"`skipsearch costs --schemes {scheme}`")
+    if rec is None:  # after the cost file's checks: a caller may trace the draft on the model next
+        raise NoRecordError(f"{source}: keeps no fractal record (measured.{FRACTAL_KEY}): it was written before "
+                            f"fractal profiles kept one, or by hand; plan traces its draft on the model "
+                            f"(`skipsearch plan --profile`), or run optimize again")
+    c, note = fractal_pass_ratio(target.costs, profile.model.num_layers, rec, scheme, source=costs_source)
+    m = replay_fractal(rec, target.cost_model(), c)
+    best = replace(profile.draft, max_draft_tokens=rec.drafted)
+    ships = best if m.speedup > 1.0 else replace(profile.draft, max_draft_tokens=0)
+    plan = Replanned(ships, m, best, ((best, m),), note)
+    return _replanned_profile(profile, target, plan, ships, best, costs_source=costs_source)
+
+
 HIER_NOTE = ("α and β are the profile's (teacher-forced on the model: no hardware in them); c, c_s and v(k) the "
              "cost file's; the medium level's verify curve is taken to be the full model's")
 
@@ -504,8 +667,8 @@ def _replan_hierarchical_profile(profile: Profile, target: CostProfile, *, sourc
     """``replan_profile`` for a hierarchical profile: m and n re-chosen by the planner's closed forms
     (``plan.plan_table``) from the α and β the profile measured and ``target``'s costs for its two levels."""
     from skipsearch.costs import check_costs_model
+    from skipsearch.hier_closed_form import PlanInputs, plan_table
     from skipsearch.measure import Measurement
-    from skipsearch.plan import PlanInputs, plan_table
 
     extra = dict(profile.measured.extra) if profile.measured else {}
     alpha, beta = extra.get("alpha"), extra.get("beta")
@@ -769,8 +932,8 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
     return profile, verdict
 
 
-__all__ = ["EXIT_RULES", "K_VALUES", "RankRow", "Replanned", "Reranking", "keep_portable", "layer_skip_configs",
-           "own_costs", "portable_parts", "precision_draft", "precision_ratio", "predict", "record_acceptance",
-           "record_lookup", "record_precision", "replan_lookup", "replan_profile", "replan_record", "replan_skip_set",
-           "replay_lookup", "replay_recorded", "rerank", "rerank_study", "reranked_profile", "time_rows",
-           "trace_skip_sets"]
+__all__ = ["EXIT_RULES", "K_VALUES", "NoRecordError", "RankRow", "Replanned", "Reranking", "keep_portable",
+           "layer_skip_configs", "own_costs", "portable_parts", "precision_draft", "precision_ratio", "predict",
+           "record_acceptance", "record_lookup", "record_on_model", "record_precision", "replan_lookup",
+           "replan_profile", "replan_record", "replan_skip_set", "replay_lookup", "replay_recorded", "rerank",
+           "rerank_study", "reranked_profile", "time_rows", "trace_skip_sets"]
