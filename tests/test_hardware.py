@@ -78,3 +78,16 @@ def test_each_field_decides(field):
     here = Hardware(cpu_model="X", cpu_capability="AVX2", threads=4)
     other = dataclasses.replace(here, **{field: "other"})
     assert mismatch(Environment(**other.to_environment()), here, what="w", replan="r") is not None
+
+
+def test_decode_of_a_hand_written_profile_gives_no_hardware_note(tiny_checkpoint, tmp_path):
+    from skipsearch.profile import Measured
+
+    prof = Profile(model=ModelRef(name=str(tiny_checkpoint), num_layers=4), method="layer-skip",
+                   draft=DraftConfig(skip_attn=(1,), max_draft_tokens=2), measured=Measured(source="hand"),
+                   environment=Environment(device="cpu", **OTHER_CPU))
+    path = save_profile(prof, tmp_path / "p.yaml")
+    result = CliRunner().invoke(app, ["decode", "--profile", str(path), "--device", "cpu", "--prompt", "hi",
+                                      "--max-new-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    assert "measured on" not in result.stderr  # it has no figures that could fail to hold here

@@ -55,8 +55,9 @@ def hardware_note(environment, device, *, what: str, replan: str) -> str | None:
 
 
 def profile_hardware_note(profile: Profile | None, device, *, source: str) -> str | None:
-    """``hardware_note`` for a profile about to decode on ``device``: it points to re-planning it here."""
-    if profile is None:
+    """``hardware_note`` for a profile about to decode on ``device``: it points to re-planning it here. A profile
+    written by hand (``measured.source: hand``) has no measured figures that could fail to hold: no note."""
+    if profile is None or (profile.measured is not None and profile.measured.source == "hand"):
         return None
     return hardware_note(profile.environment, device, what=f"profile {source}",
                          replan=f"skipsearch costs --out C && skipsearch plan --profile {source} --costs C")
