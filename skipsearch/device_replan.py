@@ -187,6 +187,22 @@ def precision_draft(profile: Profile) -> Candidate | None:
     return None
 
 
+def layer_skip_fallback(profile: Profile) -> Candidate | None:
+    """A hybrid profile's layer-skip fallback (with the full head) as a layer-skip candidate; None otherwise (no
+    hybrid, another fallback, or a trimmed head, whose cost a cost file does not price)."""
+    from skipsearch.methods.hybrid import HybridParams
+
+    params = dict(profile.method_params)
+    if profile.method != HYBRID.name or params.get("fallback") != LAYER_SKIP.name:
+        return None
+    try:
+        fb = HybridParams.parse(params, draft=profile.draft,
+                                num_layers=profile.model.num_layers).fallback_candidate(profile.draft)
+    except ConfigError:
+        return None
+    return fb if fb is not None and not fb.plain_params().get("vocab_subset") else None
+
+
 def record_precision(traces: Sequence[Trace], draft: DraftConfig, params: Any, *, vocab_size: int | None = None,
                      workload: str | None = None, architecture: str | None = None) -> PrecisionRecord:
     """The precision record of a precision draft (``params``: its PrecisionParams) from its traces."""
@@ -292,8 +308,10 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
     costs = objective.measured_costs
     params = dict(profile.method_params)
     precision = precision_draft(profile)
+    skipping = layer_skip_fallback(profile)
     lookup = profile.method in LOOKUP_METHODS and (params.get("fallback", "none") == "none" or
-                                                   (profile.method == HYBRID.name and precision is not None))
+                                                   (profile.method == HYBRID.name and precision is not None)
+                                                   or skipping is not None)
     fractal = profile.method == FRACTAL.name
     if profile.measured is None or not (keys or costs is not None or lookup or precision is not None or fractal):
         return profile
@@ -303,7 +321,16 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
     if lookup:  # the lookup's match record: tokens only, no model runs
         rec = record_lookup(cal, min_n=params.get("min_n", 1), max_n=params.get("max_n", 3), workload=shown)
         extra.append((LOOKUP_KEY, lookup_to_dict(rec)))
-    if keys:
+    if skipping is not None:  # the fallback's traces, one per lookup sequence ("" where a continuation is empty)
+        from skipsearch.surrogate import full_cache, trace
+
+        fb = DraftConfig(skipping.draft.skip_attn, skipping.draft.skip_mlp)
+        traced = tuple(trace(sm, p, c, fb, cache=full_cache(sm, p, c)) if c else Trace((), ())
+                       for p, c in zip(cal.prompts, cal.continuations, strict=True))
+        keys = [(fb.skip_attn, fb.skip_mlp)]
+        extra.append((ACCEPTANCE_KEY, acceptance_to_dict(record_acceptance(
+            {keys[0]: traced}, workload=shown, architecture=architecture_of(sm)))))
+    elif keys:
         traced = trace_skip_sets(sm, cal, [DraftConfig(a, m) for a, m in keys])
         extra.append((ACCEPTANCE_KEY, acceptance_to_dict(record_acceptance(traced, workload=shown,
                                                                            architecture=architecture_of(sm)))))
@@ -468,11 +495,11 @@ def _replan_lookup_profile(profile: Profile, target: CostProfile, *, source: str
     from skipsearch.costs import check_costs_model
 
     params = dict(profile.method_params)
-    if profile.method == HYBRID.name and params.get("fallback") == PRECISION.name:
-        return _replan_hybrid_precision_profile(profile, target, source=source, costs_source=costs_source)
+    if profile.method == HYBRID.name and params.get("fallback") in (PRECISION.name, LAYER_SKIP.name):
+        return _replan_hybrid_fallback_profile(profile, target, source=source, costs_source=costs_source)
     if profile.method == HYBRID.name and params.get("fallback", "none") != "none":
         raise ConfigError(f"{source}: re-planning a hybrid profile with a {params.get('fallback')} fallback is not "
-                          f"supported (only its lookup is recorded); plan it again on the device")
+                          f"supported (its draft passes have no record); plan it again on the device")
     extra = dict(profile.measured.extra) if profile.measured else {}
     if LOOKUP_KEY not in extra:
         raise ProfileError(f"{source}: keeps no lookup record (measured.{LOOKUP_KEY}): it was written before "
@@ -524,13 +551,13 @@ def _replan_precision_profile(profile: Profile, target: CostProfile, *, source: 
     return _replanned_profile(profile, target, plan, ships, best, costs_source=costs_source)
 
 
-def _replan_hybrid_precision_profile(profile: Profile, target: CostProfile, *, source: str,
-                                     costs_source: str) -> tuple[Profile, Replanned]:
-    """``replan_profile`` for a hybrid with a precision fallback: K re-chosen for ``target`` by replaying the
-    lookup record and, on a miss, the precision fallback over its kept traces (hybrid.LookupThenFallback, as
-    hybrid's surrogate), the fallback charged the c ``target``'s scheme costs give it. A ``fallback_k`` above
-    the new K is lowered to it."""
-
+def _replan_hybrid_fallback_profile(profile: Profile, target: CostProfile, *, source: str,
+                                    costs_source: str) -> tuple[Profile, Replanned]:
+    """``replan_profile`` for a hybrid with a precision or layer-skip fallback: K re-chosen for ``target`` by
+    replaying the lookup record and, on a miss, the fallback over its kept traces (hybrid.LookupThenFallback, as
+    hybrid's surrogate), the fallback charged the c ``target``'s costs give it (a precision draft's from its
+    scheme costs, a layer-skip draft's from the per-sublayer costs). A ``fallback_k`` above the new K is lowered
+    to it."""
     extra = dict(profile.measured.extra) if profile.measured else {}
     if LOOKUP_KEY not in extra:
         raise ProfileError(f"{source}: keeps no lookup record (measured.{LOOKUP_KEY}): it was written before "
@@ -540,22 +567,41 @@ def _replan_hybrid_precision_profile(profile: Profile, target: CostProfile, *, s
     if (lookup.min_n, lookup.max_n) != (params.get("min_n", lookup.min_n), params.get("max_n", lookup.max_n)):
         raise ProfileError(f"{source}: measured.{LOOKUP_KEY} was recorded for n {lookup.min_n}..{lookup.max_n}, "
                            f"not the profile's {params.get('min_n')}..{params.get('max_n')}; run optimize again")
-    rec, cand, pp = _precision_parts(profile, source=source)
-    traces = rec.decoded()
+    if params.get("fallback") == PRECISION.name:
+        rec, cand, pp = _precision_parts(profile, source=source)
+        traces, key, fb_source = rec.decoded(), PRECISION_KEY, PRECISION.name
+        _check_precision_costs(profile, target, rec, costs_source=costs_source)
+        c, note = precision_ratio(target.costs, profile.model.num_layers, cand.draft, pp, source=costs_source,
+                                  vocab_size=rec.vocab_size)
+    else:
+        from skipsearch.costs import check_costs_model
+
+        cand = layer_skip_fallback(profile)
+        acc, _ = portable_parts(profile, source=source)
+        kept = [t for t in (acc.skip_sets if acc else ()) if cand is not None
+                and (t.skip_attn, t.skip_mlp) == (cand.draft.skip_attn, cand.draft.skip_mlp)]
+        if cand is None or not kept:
+            raise ProfileError(f"{source}: keeps no traces of its layer-skip fallback (measured.{ACCEPTANCE_KEY}"
+                               f"{'' if cand else '; a trimmed head is not priced by a cost file'}); run optimize "
+                               f"again")
+        traces, key, fb_source, note = kept[0].decoded(), ACCEPTANCE_KEY, LAYER_SKIP.name, None
+        weights = profile.model.weights_fingerprint
+        check_costs_model(target, num_layers=profile.model.num_layers,
+                          architecture=acc.architecture or (weights.split("-")[0] if weights else None),
+                          fingerprint=profile.model.fingerprint, source=costs_source,
+                          what=f"the profile's model ({profile.model.name})")
+        c = target.cost_model().draft_ratio(cand.draft)
     if len(traces) != len(lookup.sequences) or any(
             tr.matches and len(tr.matches) != len(seq) + 1 for tr, seq in zip(traces, lookup.positions(), strict=True)):
-        raise ProfileError(f"{source}: measured.{PRECISION_KEY} and measured.{LOOKUP_KEY} were not recorded over the "
+        raise ProfileError(f"{source}: measured.{key} and measured.{LOOKUP_KEY} were not recorded over the "
                            f"same calibration sequences; run optimize again")
-    _check_precision_costs(profile, target, rec, costs_source=costs_source)
-    c, note = precision_ratio(target.costs, profile.model.num_layers, cand.draft, pp, source=costs_source,
-                              vocab_size=rec.vocab_size)
     costs, fallback_k = target.cost_model(), params.get("fallback_k")
     searched = profile.draft.max_draft_tokens
     ks = sorted({k for k in (*LOOKUP_K_VALUES, searched) if 1 <= k <= lookup.max_k})
 
     def predicted(k: int) -> Measurement:
         fallback = replace(cand.draft, max_draft_tokens=min(fallback_k or k, k))
-        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=c, source=PRECISION.name)
+        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=c, source=fb_source)
 
     scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
     options = tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)

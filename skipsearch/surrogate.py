@@ -297,6 +297,21 @@ class Replay:
     cycles: int
 
 
+def draft_block(tr: Trace, t: int, limit: int, gamma: float) -> tuple[int, int]:
+    """One draft block walked over a trace from position ``t``, as the decoder drafts it: at most ``limit`` tokens,
+    stopping after the first whose confidence falls below ``gamma``; (drafted, accepted: the leading matches)."""
+    k = a = 0
+    leading = True
+    while k < limit:
+        match, confidence = tr.matches[t + k], tr.confidences[t + k]
+        k += 1
+        leading = leading and match
+        a += leading
+        if confidence < gamma:
+            break
+    return k, a
+
+
 def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
     """Walk one trace as the decoder would (K, exit rule, adaptive γ) and add up tokens and cost."""
     if config.is_autoregressive:
@@ -313,18 +328,7 @@ def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
     drafted = accepted = cycles = 0
     cost = 1.0
     while t < n:
-        limit = min(config.max_draft_tokens, n - t - 1)
-        k = a = 0
-        leading = True
-        while k < limit:
-            match, confidence = tr.matches[t + k], tr.confidences[t + k]
-            k += 1
-            if leading and match:
-                a += 1
-            else:
-                leading = False
-            if confidence < drafter.gamma:
-                break
+        k, a = draft_block(tr, t, min(config.max_draft_tokens, n - t - 1), drafter.gamma)
         cost += k * c + costs.verify(k + 1)
         emitted += a + 1
         t += a + 1
@@ -353,5 +357,5 @@ def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -
     )
 
 
-__all__ = ["Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "calibrate", "full_cache", "interpolate",
-           "measure_costs", "measure_stand_ins", "replay", "replay_all", "trace"]
+__all__ = ["Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "calibrate", "draft_block", "full_cache",
+           "interpolate", "measure_costs", "measure_stand_ins", "replay", "replay_all", "trace"]

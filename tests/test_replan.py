@@ -518,6 +518,34 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     assert own.options  # its own costs carry the scheme's
 
 
+def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_sm, monkeypatch, tmp_path):
+    from skipsearch import optimize as opt
+    from skipsearch.strategies.hybrid import HybridStrategy
+
+    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
+    grid = HybridStrategy.grid
+
+    def skip_fallbacks_only(self):  # the grid narrowed to layer-skip fallbacks with the full head
+        g = grid(self)
+        return {**g, "k": [2, 4], "fallback": [f for f in g["fallback"] if f.endswith(" v0")][:1]}
+
+    monkeypatch.setattr(HybridStrategy, "grid", skip_fallbacks_only)
+    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy="hybrid", budget=2, n_prompts=2, max_new_tokens=16,
+                                                        objective="surrogate", study_dir=str(tmp_path / "s")))
+    prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
+    extra = dict(prof.measured.extra)
+    assert dict(prof.method_params)["fallback"] == "layer-skip" and {"lookup", "acceptance"} <= extra.keys()
+    (kept,) = device_replan.portable_parts(prof, source="p")[0].skip_sets
+    assert (kept.skip_attn, kept.skip_mlp) == (prof.draft.skip_attn, prof.draft.skip_mlp)
+    L = tiny_sm.num_layers
+    on_free, plan_free = device_replan.replan_profile(prof, free_costs(L), source="p", costs_source="free")
+    on_steep, plan_steep = device_replan.replan_profile(prof, scheme_costs(STEEP_V, num_layers=L), source="p",
+                                                        costs_source="steep")
+    assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
+    assert on_free.method == "hybrid" and (on_free.draft.skip_attn, on_free.draft.skip_mlp) == (kept.skip_attn,
+                                                                                                kept.skip_mlp)
+
+
 # -- every shipped draft profile re-plans (issue 22) ----------------------------------------------------------------
 # the hand-written format examples and the planner's inputs keep no record: plan traces their drafts on the model
 HAND_WRITTEN = ("example.yaml", "hier-medium.yaml", "hier-small.yaml")

@@ -200,18 +200,11 @@ class LookupThenFallback:
         if found is not None or self.gamma is None:
             drafted, accepted = found or (0, 0)
             return NGRAM.name, drafted, accepted
-        tr, gamma = self.trace, self.gamma
-        drafted = accepted = 0
-        leading = True
+        from skipsearch.surrogate import draft_block
+
         # entry i of the trace is the draft's guess at cont[i]; past the continuation's end it is unknown
-        while drafted < min(limit, self.max_k, self.length - t):
-            match, confidence = tr.matches[t + drafted], tr.confidences[t + drafted]
-            drafted += 1
-            leading = leading and match
-            accepted += leading
-            if confidence < gamma.gamma:
-                break
-        gamma.observe(drafted, accepted)
+        drafted, accepted = draft_block(self.trace, t, min(limit, self.max_k, self.length - t), self.gamma.gamma)
+        self.gamma.observe(drafted, accepted)
         self.fallback_drafted += drafted
         return self.source, drafted, accepted
 
