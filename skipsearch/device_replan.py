@@ -615,15 +615,19 @@ def _replan_hybrid_fallback_profile(profile: Profile, target: CostProfile, *, so
     return new, plan
 
 
-def fractal_scheme(quantization: str, device: str, have: Sequence[str]) -> str:
+def fractal_scheme(quantization: str, device: str, have: Sequence[str], recorded: str | None = None) -> str:
     """The compressed layers' scheme a fractal draft runs on ``device`` (a cost file's device): ``quantization``
     itself, or for auto what the drafter picks there (int8-dynamic on a CPU; on CUDA bnb-int8 where the cost file
-    has it, as the drafter takes it where bitsandbytes is installed, else int8-weight-only)."""
+    has it, as the drafter takes it where bitsandbytes is installed, else int8-weight-only). A device named
+    neither way takes the ``recorded`` scheme, or the first fractal scheme the cost file has."""
     if quantization != "auto":
         return quantization
     if device.startswith("cpu"):
         return "int8-dynamic"
-    return "bnb-int8" if "bnb-int8" in have else "int8-weight-only"
+    if device.startswith("cuda"):
+        return "bnb-int8" if "bnb-int8" in have else "int8-weight-only"
+    options = [s for s in (recorded, "int8-dynamic", "int8-weight-only", "bnb-int8") if s]
+    return next((s for s in options if s in have), options[0])
 
 
 def fractal_pass_ratio(costs: Costs, num_layers: int, rec: FractalRecord, scheme: str, *,
@@ -688,7 +692,8 @@ def _replan_fractal_profile(profile: Profile, target: CostProfile, *, source: st
                       architecture=(rec and rec.architecture) or (weights.split("-")[0] if weights else None),
                       fingerprint=profile.model.fingerprint, source=costs_source,
                       what=f"the profile's model ({profile.model.name})")
-    scheme = fractal_scheme(params.quantization, target.device, [s.scheme for s in target.costs.schemes])
+    scheme = fractal_scheme(params.quantization, target.device, [s.scheme for s in target.costs.schemes],
+                            rec.scheme if rec is not None else None)
     if scheme != "none" and target.costs.scheme(scheme) is None:
         raise CostsError(f"{costs_source}: no costs for fractal's {scheme} layers: measure them with "
                          f"`skipsearch costs --schemes {scheme}`")
