@@ -819,7 +819,8 @@ def replan_to_dict(new: Profile, plan: Replanned) -> dict:
 
 
 def format_replan(old: Profile, new: Profile, plan: Replanned, target: CostProfile) -> str:
-    """For people: what the profile shipped, what each kept skip set is predicted to do under ``target``."""
+    """For people: what the profile shipped, what each option it kept (a skip set, a K) is predicted to do under
+    ``target``."""
     from skipsearch.methods.summary import config_summary
 
     before = old.measured.speedup or old.measured.predicted_speedup if old.measured else None
@@ -832,11 +833,16 @@ def format_replan(old: Profile, new: Profile, plan: Replanned, target: CostProfi
         source = "its lookup record, K of " + ks
     elif old.method == HIERARCHICAL.name:
         source = "its α and β, the best m per n (K = m·(n+1)): " + ks
+    elif old.method == FRACTAL.name:
+        source = f"its fractal record (n, w fixed: K = w + n + 1 = {ks}; c: one draft pass over one step)"
+    elif old.method == CLASP_DYNAMIC.name:
+        source = "the traces of its starting skip set"
     else:
         source = f"{len(plan.options)} kept skip set(s)"
+    column = "the draft" if old.method == FRACTAL.name else "best K and exit rule for the kept skip set"
     lines = [f"re-planned for {target.device} ({target.dtype}) from {source}",
              f"was:   {config_summary(old.draft)}" + (f" ({before:.3f}x on {old.measured.device})" if before else ""),
-             "", "| predicted | τ | c | best K and exit rule for the kept skip set |", "|---:|---:|---:|---|"]
+             "", f"| predicted | τ | c | {column} |", "|---:|---:|---:|---|"]
     lines += [f"| {m.speedup:.3f}x | {m.tau or 0:.2f} | {m.cost_ratio or 0:.3f} | {config_summary(c)} |"
               for c, m in plan.options]
     lines += ["", f"note: {plan.note}"] if plan.note else []

@@ -553,3 +553,26 @@ def test_costs_measures_the_compressed_layers_of_a_fractal_scheme(sm):
         methods.scheme_method("int3")
     (cost,) = methods.measure_scheme_costs(sm, PROMPT, ("int8-dynamic",), repeats=2)
     assert cost.scheme == "int8-dynamic" and cost.attn_seconds >= 0 and cost.mlp_seconds >= 0
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"drafted": 9}, "drafted must be w + n + 1 = 7"),
+    ({"sequences": ["!!"]}, "not base64"),
+    ({"sequences": ["CA=="]}, "a match longer than drafted 7"),  # one byte, 8
+    ({"layers": [9]}, "layers must list the n fractal layers"),
+    ({"speed": 2}, "unknown key measured.fractal_matches.speed"),
+])
+def test_a_broken_fractal_record_is_one_line_on_load(tmp_path, change, fragment):
+    from skipsearch.files.records import FRACTAL_KEY, FractalRecord, fractal_from_dict, fractal_to_dict
+
+    rec = FractalRecord("int8-dynamic", 3, 3, (9, 19, 29), 7, 64, ("AQID/w==",), "w")  # matches 1, 2, 3, no cycle
+    raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "fractal",
+           "draft": {"max_draft_tokens": 0}, "method_params": {"n": 3, "w": 3},
+           "measured": {"source": "optimize", FRACTAL_KEY: fractal_to_dict(rec)}}
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert fractal_from_dict(dict(load_profile(path).measured.extra)[FRACTAL_KEY]) == rec  # the intact one loads
+    raw["measured"][FRACTAL_KEY].update(change)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = CliRunner().invoke(app, ["profile", "validate", str(path)])
+    assert_one_line_error(result, fragment)

@@ -39,6 +39,27 @@ def _record(raw: Any, key: str, encoding: str, source: str) -> tuple[str, dict]:
 
 
 # -- the acceptance record ---------------------------------------------------------------------------------
+def _known_keys(raw: dict, known, path: str, source: str) -> None:
+    unknown = set(raw) - set(known)
+    if unknown:
+        raise ProfileError(f"{source}: unknown key {path}.{str(sorted(unknown, key=str)[0])[:40]}")
+
+
+def _match_sequences(raw: dict, path: str, source: str, *, most: int, what: str) -> tuple[str, ...]:
+    """``sequences``: one base64 string per calibration sequence, of bytes at most ``most`` (or NO_HIT)."""
+    seqs = raw.get("sequences")
+    if not isinstance(seqs, list) or not seqs or not all(isinstance(t, str) for t in seqs):
+        raise ProfileError(f"{source}: {path}.sequences must list one encoded record per calibration sequence")
+    for t in seqs:
+        try:
+            data = base64.b64decode(t, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProfileError(f"{source}: {path}.sequences holds a string that is not base64") from None
+        if any(b > most and b != NO_HIT for b in data):
+            raise ProfileError(f"{source}: {path}.sequences holds a match longer than {what} {most}")
+    return tuple(seqs)
+
+
 def encode_trace(tr: Trace) -> str:
     data = bytes((128 if m else 0) | round(127 * min(max(c, 0.0), 1.0)) for m, c in zip(tr.matches, tr.confidences,
                                                                                          strict=True))
@@ -160,10 +181,8 @@ def lookup_to_dict(rec: LookupRecord) -> dict:
 def lookup_from_dict(raw: Any, *, source: str = "<profile>") -> LookupRecord:
     """Validate ``measured.lookup``; every problem is one ProfileError line."""
     path, raw = _record(raw, LOOKUP_KEY, LOOKUP_ENCODING, source)
-    unknown = set(raw) - {"encoding", "min_n", "max_n", "max_k", "max_new_tokens", "workload", "hit_rate",
-                          "sequences"}
-    if unknown:
-        raise ProfileError(f"{source}: unknown key {path}.{sorted(unknown)[0][:40]}")
+    _known_keys(raw, ("encoding", "min_n", "max_n", "max_k", "max_new_tokens", "workload", "hit_rate", "sequences"),
+                path, source)
     ints = {}
     for key, low in (("min_n", 1), ("max_n", 1), ("max_k", 1), ("max_new_tokens", 1)):
         value = raw.get(key)
@@ -171,20 +190,11 @@ def lookup_from_dict(raw: Any, *, source: str = "<profile>") -> LookupRecord:
             raise ProfileError(f"{source}: {path}.{key} must be an integer >= {low}"
                                + (f" and < {NO_HIT}" if key == "max_k" else ""))
         ints[key] = value
-    seqs = raw.get("sequences")
-    if not isinstance(seqs, list) or not seqs or not all(isinstance(t, str) for t in seqs):
-        raise ProfileError(f"{source}: {path}.sequences must list one encoded record per calibration sequence")
-    for t in seqs:
-        try:
-            data = base64.b64decode(t, validate=True)
-        except (binascii.Error, ValueError):
-            raise ProfileError(f"{source}: {path}.sequences holds a string that is not base64") from None
-        if any(b > ints["max_k"] and b != NO_HIT for b in data):
-            raise ProfileError(f"{source}: {path}.sequences holds a match longer than max_k {ints['max_k']}")
+    seqs = _match_sequences(raw, path, source, most=ints["max_k"], what="max_k")
     workload = raw.get("workload")
     if workload is not None and not isinstance(workload, str):
         raise ProfileError(f"{source}: {path}.workload must be a string")
-    return LookupRecord(ints["min_n"], ints["max_n"], ints["max_k"], ints["max_new_tokens"], tuple(seqs), workload)
+    return LookupRecord(ints["min_n"], ints["max_n"], ints["max_k"], ints["max_new_tokens"], seqs, workload)
 
 
 # -- the precision record: a precision draft's traces (a precision profile's, or a hybrid's precision fallback) --
@@ -235,9 +245,7 @@ def precision_to_dict(rec: PrecisionRecord) -> dict:
 def precision_from_dict(raw: Any, *, source: str = "<profile>") -> PrecisionRecord:
     """Validate ``measured.precision``; every problem is one ProfileError line."""
     path, raw = _record(raw, PRECISION_KEY, ENCODING, source)
-    unknown = set(raw) - set(_PRECISION_KEYS)
-    if unknown:
-        raise ProfileError(f"{source}: unknown key {path}.{str(sorted(unknown, key=str)[0])[:40]}")
+    _known_keys(raw, _PRECISION_KEYS, path, source)
     scheme = raw.get("scheme")
     if not isinstance(scheme, str) or not scheme.isidentifier():
         raise ProfileError(f"{source}: {path}.scheme must name a precision scheme (fp16, int8, ...)")
@@ -318,9 +326,7 @@ def fractal_to_dict(rec: FractalRecord) -> dict:
 def fractal_from_dict(raw: Any, *, source: str = "<profile>") -> FractalRecord:
     """Validate ``measured.fractal_matches``; every problem is one ProfileError line."""
     path, raw = _record(raw, FRACTAL_KEY, LOOKUP_ENCODING, source)
-    unknown = set(raw) - set(_FRACTAL_KEYS)
-    if unknown:
-        raise ProfileError(f"{source}: unknown key {path}.{str(sorted(unknown, key=str)[0])[:40]}")
+    _known_keys(raw, _FRACTAL_KEYS, path, source)
     scheme = raw.get("scheme")
     if not isinstance(scheme, str) or not scheme:
         raise ProfileError(f"{source}: {path}.scheme must name the compressed layers' scheme (int8-dynamic, ...)")
@@ -341,18 +347,9 @@ def fractal_from_dict(raw: Any, *, source: str = "<profile>") -> FractalRecord:
     for key in ("workload", "architecture"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ProfileError(f"{source}: {path}.{key} must be a string")
-    seqs = raw.get("sequences")
-    if not isinstance(seqs, list) or not seqs or not all(isinstance(t, str) for t in seqs):
-        raise ProfileError(f"{source}: {path}.sequences must list one encoded record per calibration sequence")
-    for t in seqs:
-        try:
-            data = base64.b64decode(t, validate=True)
-        except (binascii.Error, ValueError):
-            raise ProfileError(f"{source}: {path}.sequences holds a string that is not base64") from None
-        if any(b > ints["drafted"] and b != NO_HIT for b in data):
-            raise ProfileError(f"{source}: {path}.sequences holds a match longer than drafted {ints['drafted']}")
-    return FractalRecord(scheme, ints["n"], ints["w"], tuple(layers), ints["drafted"], ints["max_new_tokens"],
-                         tuple(seqs), raw.get("workload"), raw.get("architecture"))
+    seqs = _match_sequences(raw, path, source, most=ints["drafted"], what="drafted")
+    return FractalRecord(scheme, ints["n"], ints["w"], tuple(layers), ints["drafted"], ints["max_new_tokens"], seqs,
+                         raw.get("workload"), raw.get("architecture"))
 
 
 def check_measured_extra(extra: Sequence[tuple[str, Any]], *, source: str) -> None:
