@@ -378,7 +378,9 @@ def replan_skip_set(traces: Sequence[Trace], skip: tuple, costs: CostModel, *, k
     """The K and exit rule that the replay predicts fastest for this skip set under ``costs``, of the grid and
     ``also`` (e.g. the config as searched). Ties go to the smaller K, then to the earlier exit rule."""
     configs = [DraftConfig(skip[0], skip[1], k, e) for k in sorted(k_values) for e in exit_rules]
-    configs += [c for c in also if (c.skip_attn, c.skip_mlp) == tuple(skip) and c not in configs]
+    # ``also`` adds drafts only: a profile that ships plain decoding (K = 0) is not an option to weigh against them
+    configs += [c for c in also if (c.skip_attn, c.skip_mlp) == tuple(skip) and c not in configs
+                and not c.is_autoregressive]
     scored = [(predict(traces, c, costs), c) for c in configs]
     best = max(scored, key=lambda mc: mc[0].speedup)  # max keeps the first of equals
     return best[1], best[0]

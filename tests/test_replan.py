@@ -645,3 +645,12 @@ def test_a_hierarchical_profile_re_plans_m_and_n_from_its_alpha_and_beta(tmp_pat
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     assert_one_line_error(runner.invoke(app, ["plan", "--profile", str(tmp_path / "old.yaml"), "--costs", CPU]),
                           "keeps no α and β")
+
+
+def test_a_profile_that_ships_plain_decoding_re_plans_among_drafts_only(tmp_path):
+    prof = load_profile(write_synthetic_profile(tmp_path / "p.yaml", k=0), num_layers=30)
+    assert prof.draft.is_autoregressive
+    _, plan = device_replan.replan_profile(prof, load_costs(CPU), source="p", costs_source=CPU)
+    # its own K = 0 is no option: the best draft shown is a draft, whatever ships
+    assert plan.best_draft is not None and not plan.best_draft.is_autoregressive
+    assert all(not config.is_autoregressive for config, _ in plan.options)
