@@ -102,10 +102,9 @@ class CostProfile:
         lines.append("v(k): " + ", ".join(f"{v:.2f}" for v in c.verify_ratio))
         lines.append(f"c of a draft that skips nothing: {self.cost_model().draft_ratio(DraftConfig()):.3f}")
         for s in c.schemes:  # c of a draft with every sublayer and the head in the scheme
-            whole = c.step_seconds - L * (c.attn_seconds + c.mlp_seconds - s.attn_seconds - s.mlp_seconds)
             lines.append(f"scheme {s.scheme}: attention x {L}: {share(L * s.attn_seconds)}, MLP x {L}: "
                          f"{share(L * s.mlp_seconds)}, head saves {s.head_saving_seconds * 1e3:.3f} ms; c of the "
-                         f"whole model in {s.scheme}: {(whole - s.head_saving_seconds) / c.step_seconds:.3f}")
+                         f"whole model in {s.scheme}: {c.whole_model_ratio(s, L):.3f}")
         return "\n".join(lines)
 
 

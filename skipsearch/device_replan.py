@@ -172,35 +172,32 @@ def precision_draft(profile: Profile) -> Candidate | None:
     """The profile's precision draft as a precision candidate: its own (``method: precision``), or a hybrid's
     precision fallback; None otherwise. A profile that ships plain decoding (K = 0) keeps its method params,
     so its draft is still there: re-planned elsewhere it may pay."""
-    from skipsearch.methods.hybrid import HybridParams
-
-    params = dict(profile.method_params)
     if profile.method == PRECISION.name:
-        return profile.candidate if "scheme" in params else None
-    if profile.method == HYBRID.name and params.get("fallback") == PRECISION.name:
-        try:
-            fb = HybridParams.parse(params, draft=profile.draft,
-                                    num_layers=profile.model.num_layers).fallback_candidate(profile.draft)
-        except ConfigError:
-            return None
-        return fb if fb is not None and "scheme" in fb.plain_params() else None
-    return None
+        return profile.candidate if "scheme" in dict(profile.method_params) else None
+    fb = _hybrid_fallback(profile, PRECISION.name)
+    return fb if fb is not None and "scheme" in fb.plain_params() else None
 
 
 def layer_skip_fallback(profile: Profile) -> Candidate | None:
     """A hybrid profile's layer-skip fallback (with the full head) as a layer-skip candidate; None otherwise (no
     hybrid, another fallback, or a trimmed head, whose cost a cost file does not price)."""
+    fb = _hybrid_fallback(profile, LAYER_SKIP.name)
+    return fb if fb is not None and not fb.plain_params().get("vocab_subset") else None
+
+
+def _hybrid_fallback(profile: Profile, method: str) -> Candidate | None:
+    """A hybrid profile's fallback as a candidate of its own method, when that method is ``method``; else None
+    (also for params that do not parse: the profile's own checks say why)."""
     from skipsearch.methods.hybrid import HybridParams
 
     params = dict(profile.method_params)
-    if profile.method != HYBRID.name or params.get("fallback") != LAYER_SKIP.name:
+    if profile.method != HYBRID.name or params.get("fallback") != method:
         return None
     try:
-        fb = HybridParams.parse(params, draft=profile.draft,
-                                num_layers=profile.model.num_layers).fallback_candidate(profile.draft)
+        return HybridParams.parse(params, draft=profile.draft,
+                                  num_layers=profile.model.num_layers).fallback_candidate(profile.draft)
     except ConfigError:
         return None
-    return fb if fb is not None and not fb.plain_params().get("vocab_subset") else None
 
 
 def record_precision(traces: Sequence[Trace], draft: DraftConfig, params: Any, *, vocab_size: int | None = None,
@@ -293,6 +290,22 @@ def record_acceptance(traced: dict[tuple, Sequence[Trace]], *, workload: str | N
                                   for (a, m), trs in traced.items()), workload, architecture)
 
 
+def _aligned(traces: Sequence[Trace], cal: Calibration) -> tuple[Trace, ...]:
+    """``traces`` (one per calibration sequence with a continuation) lined up with the lookup record's sequences
+    (one per calibration sequence), an empty trace where a continuation is empty."""
+    it = iter(traces)
+    return tuple(next(it) if cont else Trace((), ()) for cont in cal.continuations)
+
+
+def _fractal_entry(profile: Profile, sm: SkippableModel, cal: Calibration, *, workload: str) -> tuple[str, dict]:
+    """The ``measured`` entry of the profile's fractal record, made on the model (fractal.surrogate.record)."""
+    from skipsearch.costs import architecture_of
+    from skipsearch.methods.fractal.surrogate import record
+
+    params = FRACTAL.parse(profile.method_params, draft=profile.draft, num_layers=sm.num_layers)
+    return FRACTAL_KEY, fractal_to_dict(record(sm, cal, params, workload=workload, architecture=architecture_of(sm)))
+
+
 def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candidate], *,
                   workload: str | None = None) -> Profile:
     """``profile`` with what re-planning needs in ``measured``: the traces of the distinct layer-skip skip sets
@@ -322,14 +335,10 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
         rec = record_lookup(cal, min_n=params.get("min_n", 1), max_n=params.get("max_n", 3), workload=shown)
         extra.append((LOOKUP_KEY, lookup_to_dict(rec)))
     if skipping is not None:  # the fallback's traces, one per lookup sequence ("" where a continuation is empty)
-        from skipsearch.surrogate import full_cache, trace
-
-        fb = DraftConfig(skipping.draft.skip_attn, skipping.draft.skip_mlp)
-        traced = tuple(trace(sm, p, c, fb, cache=full_cache(sm, p, c)) if c else Trace((), ())
-                       for p, c in zip(cal.prompts, cal.continuations, strict=True))
-        keys = [(fb.skip_attn, fb.skip_mlp)]
-        extra.append((ACCEPTANCE_KEY, acceptance_to_dict(record_acceptance(
-            {keys[0]: traced}, workload=shown, architecture=architecture_of(sm)))))
+        key = (skipping.draft.skip_attn, skipping.draft.skip_mlp)
+        traced = {key: _aligned(trace_skip_sets(sm, cal, [DraftConfig(*key)])[key], cal)}
+        extra.append((ACCEPTANCE_KEY, acceptance_to_dict(record_acceptance(traced, workload=shown,
+                                                                           architecture=architecture_of(sm)))))
     elif keys:
         traced = trace_skip_sets(sm, cal, [DraftConfig(a, m) for a, m in keys])
         extra.append((ACCEPTANCE_KEY, acceptance_to_dict(record_acceptance(traced, workload=shown,
@@ -339,9 +348,7 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
         from skipsearch.methods.precision.surrogate import draft_traces, scheme_cost
 
         pp = PRECISION.parse(precision.plain_params(), draft=precision.draft, num_layers=sm.num_layers)
-        traces = iter(draft_traces(objective, precision.draft, pp))  # one per sequence with a continuation
-        empty = Trace((), ())
-        aligned = [next(traces) if cont else empty for cont in cal.continuations]  # one per lookup sequence
+        aligned = _aligned(draft_traces(objective, precision.draft, pp), cal)
         vocab = getattr(getattr(getattr(sm, "hf", None), "config", None), "vocab_size", None)
         extra.append((PRECISION_KEY, precision_to_dict(record_precision(
             aligned, precision.draft, pp, vocab_size=vocab if isinstance(vocab, int) else None, workload=shown,
@@ -354,12 +361,8 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
         planned = PlannedCosts(replace(costs_from_model(costs), schemes=schemes), str(sm.device), sm.dtype_name,
                                "measured by optimize", torch.get_num_threads())
         extra.append((COSTS_KEY, planned_costs_to_dict(planned)))
-    if fractal:  # one draft pass per calibration position (fractal.surrogate.record)
-        from skipsearch.methods.fractal.surrogate import record
-
-        fp = FRACTAL.parse(profile.method_params, draft=profile.draft, num_layers=sm.num_layers)
-        extra.append((FRACTAL_KEY, fractal_to_dict(record(sm, cal, fp, workload=shown,
-                                                          architecture=architecture_of(sm)))))
+    if fractal:  # one draft pass per decoding cycle over the calibration
+        extra.append(_fractal_entry(profile, sm, cal, workload=shown))
     drop = (ACCEPTANCE_KEY, COSTS_KEY, LOOKUP_KEY, PRECISION_KEY, FRACTAL_KEY)
     kept = tuple((k, v) for k, v in profile.measured.extra if k not in drop)
     return replace(profile, measured=replace(profile.measured, extra=kept + tuple(extra)))
@@ -475,12 +478,9 @@ def record_on_model(profile: Profile, sm: SkippableModel, cal: Calibration, *, w
     draft = profile.draft
     measured = profile.measured or Measured(source="hand")
     if profile.method == FRACTAL.name:
-        from skipsearch.methods.fractal.surrogate import record
-
-        params = FRACTAL.parse(profile.method_params, draft=draft, num_layers=sm.num_layers)
-        rec = record(sm, cal, params, workload=workload, architecture=architecture_of(sm))
         kept = tuple((k, v) for k, v in measured.extra if k != FRACTAL_KEY)
-        return replace(profile, measured=replace(measured, extra=(*kept, (FRACTAL_KEY, fractal_to_dict(rec)))))
+        entry = _fractal_entry(profile, sm, cal, workload=workload)
+        return replace(profile, measured=replace(measured, extra=(*kept, entry)))
     if not (draft.skip_attn or draft.skip_mlp):
         raise ProfileError(f"{source}: its draft skips no sublayer, so there is no draft to trace; decode it "
                            f"without a profile")
@@ -632,29 +632,29 @@ def fractal_scheme(quantization: str, device: str, have: Sequence[str], recorded
     return next((s for s in options if s in have), options[0])
 
 
-def fractal_pass_ratio(costs: Costs, num_layers: int, rec: FractalRecord, scheme: str, *,
-                       source: str) -> tuple[float, str]:
-    """One fractal draft pass over one full step under a cost file's ``costs``, and the note on how it is priced
-    (fractal.surrogate): v(w + n + 1) · (1 + n · c_q), c_q a one-token step with every sublayer and the head in
-    the compressed ``scheme``; a ``none`` scheme (the ablation) compresses nothing, c_q = 1."""
-    k = rec.drafted
-    v = costs.verify_ratio  # extrapolated past the measured sizes as surrogate.CostModel.verify does
-    vk = v[k - 1] if k <= len(v) else v[-1] + (v[-1] - v[0]) / max(len(v) - 1, 1) * (k - len(v))
+def compressed_ratio(costs: Costs, num_layers: int, scheme: str, *, source: str) -> float:
+    """c_q: a one-token step through fractal's compressed copy in ``scheme`` over one full step, from a cost
+    file's ``costs`` (the whole model in the scheme); a ``none`` scheme (the ablation) compresses nothing: 1.
+    A cost file without the scheme is one line."""
     if scheme == "none":
-        cq = 1.0
-    else:
-        sc = costs.scheme(scheme)
-        if sc is None:
-            raise CostsError(f"{source}: no costs for fractal's {scheme} layers: measure them with "
-                             f"`skipsearch costs --schemes {scheme}`")
-        L = num_layers
-        cq = max(costs.step_seconds - L * (costs.attn_seconds + costs.mlp_seconds)
-                 + L * (sc.attn_seconds + sc.mlp_seconds) - sc.head_saving_seconds, 0.0) / costs.step_seconds
+        return 1.0
+    sc = costs.scheme(scheme)
+    if sc is None:
+        raise CostsError(f"{source}: no costs for fractal's {scheme} layers: measure them with "
+                         f"`skipsearch costs --schemes {scheme}`")
+    return max(costs.whole_model_ratio(sc, num_layers), 0.0)
+
+
+def fractal_pass_ratio(rec: FractalRecord, scheme: str, cq: float, costs: CostModel) -> tuple[float, str]:
+    """One fractal draft pass over one full step, and the note on how it is priced (fractal.surrogate):
+    v(w + n + 1) · (1 + n · c_q), the n passes through the compressed copy at one-token cost (``cq``,
+    ``compressed_ratio``) scaled by the full model's verify of the window."""
+    k = rec.drafted
     note = (f"approximation: a fractal pass is priced as v({k}) x (1 + {rec.n} x {cq:.3f}), the {rec.n} passes "
             f"through the {scheme} copy at one-token cost scaled by the full model's v({k})")
     if scheme != rec.scheme:
         note += f"; its acceptance was recorded with {rec.scheme} layers"
-    return vk * (1 + rec.n * cq), note
+    return costs.verify(k) * (1 + rec.n * cq), note
 
 
 def replay_fractal(rec: FractalRecord, costs: CostModel, c_pass: float) -> Measurement:
@@ -696,15 +696,14 @@ def _replan_fractal_profile(profile: Profile, target: CostProfile, *, source: st
                       what=f"the profile's model ({profile.model.name})")
     scheme = fractal_scheme(params.quantization, target.device, [s.scheme for s in target.costs.schemes],
                             rec.scheme if rec is not None else None)
-    if scheme != "none" and target.costs.scheme(scheme) is None:
-        raise CostsError(f"{costs_source}: no costs for fractal's {scheme} layers: measure them with "
-                         f"`skipsearch costs --schemes {scheme}`")
+    cq = compressed_ratio(target.costs, profile.model.num_layers, scheme, source=costs_source)
     if rec is None:  # after the cost file's checks: a caller may trace the draft on the model next
         raise NoRecordError(f"{source}: keeps no fractal record (measured.{FRACTAL_KEY}): it was written before "
                             f"fractal profiles kept one, or by hand; plan traces its draft on the model "
                             f"(`skipsearch plan --profile`), or run optimize again")
-    c, note = fractal_pass_ratio(target.costs, profile.model.num_layers, rec, scheme, source=costs_source)
-    m = replay_fractal(rec, target.cost_model(), c)
+    cm = target.cost_model()
+    c, note = fractal_pass_ratio(rec, scheme, cq, cm)
+    m = replay_fractal(rec, cm, c)
     best = replace(profile.draft, max_draft_tokens=rec.drafted)
     ships = best if m.speedup > 1.0 else replace(profile.draft, max_draft_tokens=0)
     plan = Replanned(ships, m, best, ((best, m),), note)

@@ -23,6 +23,7 @@ Methods import this module, never ``objective``: it sits below both.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,14 @@ class SchemeCost:
     head_saving_seconds: float  # a step with the scheme's head, less a step with the full head
 
 
+def _one_step(sm: SkippableModel, token: torch.Tensor, n: int, cache, skip: DraftConfig | None) -> None:
+    """One decoding step after ``n`` cached positions (last-position logits only), with ``skip``'s sublayers
+    skipped where given; the cache is cropped back to ``n`` after it."""
+    with sm.drafting(skip) if skip is not None else contextlib.nullcontext():
+        sm.forward(token, start=n, cache=cache, last_only=True)
+    sm.crop(cache, n)
+
+
 def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = 9) -> SchemeCost:
     """Time one-token steps of the full model, with every attention / MLP / the head replaced by ``copy``'s
     stand-ins (``copy.scheme``, ``copy.stand_ins(attn_layers, mlp_layers)``, ``copy.head``), and with every
@@ -61,12 +70,7 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
     def step(*, attn=(), mlp=(), head=False, skip: DraftConfig | None = None):
         def once():
             with sm.substituted(**copy.stand_ins(attn, mlp)), sm.draft_head(copy.head if head else None):
-                if skip is None:
-                    sm.forward(token, start=n, cache=cache, last_only=True)
-                else:
-                    with sm.drafting(skip):
-                        sm.forward(token, start=n, cache=cache, last_only=True)
-            sm.crop(cache, n)
+                _one_step(sm, token, n, cache, skip)
         return once
 
     calls = {"full": step(), "q_attn": step(attn=every), "q_mlp": step(mlp=every), "q_head": step(head=True),
@@ -182,12 +186,7 @@ def measure_costs(
         token = torch.tensor([context[-1]])
 
         def once():  # one decoding step: last-position logits only
-            if config is None:
-                sm.forward(token, start=n, cache=cache, last_only=True)
-            else:
-                with sm.drafting(config):
-                    sm.forward(token, start=n, cache=cache, last_only=True)
-            sm.crop(cache, n)
+            _one_step(sm, token, n, cache, config)
 
         return once
 

@@ -48,6 +48,12 @@ class Costs:
     def scheme(self, name: str) -> SchemeCosts | None:
         return next((s for s in self.schemes if s.scheme == name), None)
 
+    def whole_model_ratio(self, s: SchemeCosts, num_layers: int) -> float:
+        """A one-token step with every sublayer and the head in scheme ``s``, over the full step."""
+        L = num_layers
+        whole = self.step_seconds - L * (self.attn_seconds + self.mlp_seconds - s.attn_seconds - s.mlp_seconds)
+        return (whole - s.head_saving_seconds) / self.step_seconds
+
     @property
     def overhead_seconds(self) -> float | None:
         """The fixed part that is not the LM head: embedding, norms, the framework's per-forward cost."""

@@ -45,6 +45,15 @@ def _known_keys(raw: dict, known, path: str, source: str) -> None:
         raise ProfileError(f"{source}: unknown key {path}.{str(sorted(unknown, key=str)[0])[:40]}")
 
 
+def _strings(raw: dict, keys, path: str, source: str) -> tuple[str | None, ...]:
+    """The optional string fields ``keys`` (workload, architecture), each None or a string."""
+    values = tuple(raw.get(key) for key in keys)
+    for key, value in zip(keys, values, strict=True):
+        if value is not None and not isinstance(value, str):
+            raise ProfileError(f"{source}: {path}.{key} must be a string")
+    return values
+
+
 def _match_sequences(raw: dict, path: str, source: str, *, most: int, what: str) -> tuple[str, ...]:
     """``sequences``: one base64 string per calibration sequence, of bytes at most ``most`` (or NO_HIT)."""
     seqs = raw.get("sequences")
@@ -134,10 +143,7 @@ def acceptance_from_dict(raw: Any, *, source: str = "<profile>") -> AcceptanceRe
         except (binascii.Error, ValueError):
             raise ProfileError(f"{source}: {where}.traces holds a string that is not base64") from None
         sets.append(SkipSetTraces(draft.skip_attn, draft.skip_mlp, tuple(traces)))
-    workload, arch = raw.get("workload"), raw.get("architecture")
-    for key, value in (("workload", workload), ("architecture", arch)):
-        if value is not None and not isinstance(value, str):
-            raise ProfileError(f"{source}: {path}.{key} must be a string")
+    workload, arch = _strings(raw, ("workload", "architecture"), path, source)
     return AcceptanceRecord(tuple(sets), workload, arch)
 
 
@@ -191,9 +197,7 @@ def lookup_from_dict(raw: Any, *, source: str = "<profile>") -> LookupRecord:
                                + (f" and < {NO_HIT}" if key == "max_k" else ""))
         ints[key] = value
     seqs = _match_sequences(raw, path, source, most=ints["max_k"], what="max_k")
-    workload = raw.get("workload")
-    if workload is not None and not isinstance(workload, str):
-        raise ProfileError(f"{source}: {path}.workload must be a string")
+    (workload,) = _strings(raw, ("workload",), path, source)
     return LookupRecord(ints["min_n"], ints["max_n"], ints["max_k"], ints["max_new_tokens"], seqs, workload)
 
 
@@ -262,9 +266,7 @@ def precision_from_dict(raw: Any, *, source: str = "<profile>") -> PrecisionReco
         value = raw.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ProfileError(f"{source}: {path}.{key} must be an integer >= 1")
-    for key in ("workload", "architecture"):
-        if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise ProfileError(f"{source}: {path}.{key} must be a string")
+    _strings(raw, ("workload", "architecture"), path, source)
     alpha = raw.get("alpha")
     if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))):
         raise ProfileError(f"{source}: {path}.alpha must be a number")
@@ -344,9 +346,7 @@ def fractal_from_dict(raw: Any, *, source: str = "<profile>") -> FractalRecord:
     if not isinstance(layers, list) or len(layers) != ints["n"] or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers):
         raise ProfileError(f"{source}: {path}.layers must list the n fractal layers' positions (integers >= 0)")
-    for key in ("workload", "architecture"):
-        if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise ProfileError(f"{source}: {path}.{key} must be a string")
+    _strings(raw, ("workload", "architecture"), path, source)
     seqs = _match_sequences(raw, path, source, most=ints["drafted"], what="drafted")
     return FractalRecord(scheme, ints["n"], ints["w"], tuple(layers), ints["drafted"], ints["max_new_tokens"], seqs,
                          raw.get("workload"), raw.get("architecture"))
