@@ -278,7 +278,7 @@ def trace(
     with torch.inference_mode(), sm.drafting(config):
         out = sm.hf(
             input_ids=ids, position_ids=q_pos.view(1, -1).to(sm.device), attention_mask=mask,
-            past_key_values=cache, use_cache=True,
+            **sm.cache_kwargs(cache), use_cache=True,
         )
     sm.crop(cache, P + T)  # drop the draft KV; the full-model context stays for the next config
     probs = out.logits[0].float().softmax(-1)  # [T, V]
