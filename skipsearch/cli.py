@@ -61,6 +61,24 @@ app.add_typer(profile_app, name="profile")
 study_app = typer.Typer(help="Inspect search studies.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from skipsearch.tested import version_text
+
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="The version, the tested set of versions it was locked with, and "
+                                               "whether this environment holds that set.")] = False,
+) -> None:
+    """Search, ship and run self-speculative decoding draft profiles."""
+
+
 USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
 
 
