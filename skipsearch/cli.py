@@ -11,7 +11,6 @@ import dataclasses
 import json
 import logging
 import sys
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +21,7 @@ from skipsearch.config import ConfigError, SamplingParams, int_list
 from skipsearch.data import DataError, Prompt, load_prompts
 from skipsearch.files.errors import ProfileError
 from skipsearch.models import ModelError
+from skipsearch.notices import route_warnings
 from skipsearch.profile import load_profile, save_profile
 from skipsearch.study import StudyError
 
@@ -75,8 +75,12 @@ def _main(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                           help="The version, the tested set of versions it was locked with, and "
                                                "whether this environment holds that set.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Also show third-party deprecation notices "
+                                                            "(once each).")] = False,
 ) -> None:
     """Search, ship and run self-speculative decoding draft profiles."""
+    global _VERBOSE
+    _VERBOSE = verbose
 
 
 USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
@@ -106,10 +110,14 @@ class _CurrentStderr(logging.Handler):
             self.handleError(record)
 
 
+_VERBOSE = False  # set by `skipsearch --verbose`
+
+
 def _warnings_to_stderr() -> None:
-    # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each, and skipsearch's own
-    # informational lines (where a model is placed, and why) likewise.
-    warnings.showwarning = lambda msg, cat, *a, **k: typer.echo(f"warning: {msg}", err=True)
+    # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each (third-party deprecation
+    # notices only with --verbose: notices.py), and skipsearch's own informational lines (where a model is
+    # placed, and why) likewise.
+    route_warnings(lambda line: typer.echo(line, err=True), verbose=_VERBOSE)
     log = logging.getLogger("skipsearch")
     if not any(getattr(h, "skipsearch_cli", False) for h in log.handlers):
         handler = _CurrentStderr()

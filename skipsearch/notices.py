@@ -1,0 +1,58 @@
+"""How library warnings reach the terminal: one plain ``warning:`` line each, deprecations once, and a
+third-party deprecation notice only with ``--verbose``.
+
+A deprecation that skipsearch's own code triggers names a call of ours (the warning is attributed to
+our frame), so it is shown, once per process: it is ours to fix at its source. One raised inside a
+library about the library's own use of another (torch about torchao, transformers about torch) is no
+one's to act on here, so it is kept off the terminal unless ``--verbose`` asks for it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def ours(filename: str) -> bool:
+    """Whether a warning attributed to ``filename`` was raised from skipsearch's own code."""
+    try:
+        return Path(filename).resolve().is_relative_to(_PACKAGE_DIR)
+    except (OSError, ValueError):
+        return False
+
+
+def _origin(filename: str) -> str:
+    # .../site-packages/transformers/utils/deprecation.py -> transformers
+    parts = Path(filename).parts
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts and parts.index(anchor) + 1 < len(parts):
+            return parts[parts.index(anchor) + 1].removesuffix(".py")
+    return Path(filename).name
+
+
+def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
+    """Send every warning to ``echo`` as one ``warning:`` line, by the rules above (replaces
+    ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message."""
+    seen: set[tuple[type, str]] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, DEPRECATIONS):
+            if not verbose and not ours(filename):
+                return
+            key = (category, str(message))
+            if key in seen:
+                return
+            seen.add(key)
+            if not ours(filename):
+                echo(f"warning: {message} (from {_origin(filename)}; shown by --verbose)")
+                return
+        echo(f"warning: {message}")
+
+    warnings.showwarning = show
+    if verbose:  # Python hides DeprecationWarning outside __main__ by default; --verbose asks for all of them
+        warnings.simplefilter("default", DeprecationWarning)
+        warnings.simplefilter("default", PendingDeprecationWarning)
