@@ -140,7 +140,9 @@ def test_unreachable_hf_dataset_is_a_one_line_data_error(monkeypatch):
     # The flag is read at import time, so patch the loaded modules as well as the env.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    # datasets < 2.19 reads its own HF_DATASETS_OFFLINE instead
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setattr(datasets.config, flag, True, raising=False)
     with pytest.raises(DataError) as excinfo:
         load_prompts("hf:nobody-here/no-such-dataset:test")
     assert "nobody-here/no-such-dataset" in _one_line(excinfo)
