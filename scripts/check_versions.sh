@@ -85,9 +85,11 @@ EOF
 run_tests() {  # run_tests NAME VENV: the fast test layer; records its closing line
     local name=$1 venv=$2 log="$work/$1-pytest.log"
     say "$name: fast test layer (not model, not postgres) with $("$venv/bin/python" --version)"
-    # one test run at a time on this machine (the lock also serialises runs of this script side by side)
+    # one test run at a time on this machine (the lock also serialises runs of this script side by side).
+    # Each venv converts the default model with its own transformers, in its own cache: a conversion made by
+    # transformers 5 names a tokenizer class (TokenizersBackend) that transformers 4 cannot load.
     # shellcheck disable=SC2086
-    (cd "$repo" && flock /tmp/skipsearch-check-versions.pytest.lock "$venv/bin/python" -m pytest -q \
+    (cd "$repo" && export SKIPSEARCH_CACHE="$work/$name-model-cache" && flock /tmp/skipsearch-check-versions.pytest.lock "$venv/bin/python" -m pytest -q \
         -m "not model and not postgres" -p no:cacheprovider ${PYTEST_ARGS:-}) >"$log" 2>&1
     local rc=$? last
     last=$(grep -E "(passed|failed|error|no tests ran)" "$log" | tail -1)
