@@ -24,8 +24,6 @@ import optuna
 from skipsearch.config import AUTOREGRESSIVE, Candidate, ConfigError, DraftConfig
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.measure import Measurement
-from skipsearch.methods.hybrid import METHOD as HYBRID
-from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.models import SkippableModel
 from skipsearch.objective import ModelObjective
@@ -303,7 +301,7 @@ def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: M
         # the figures that belong to the method; a timing taken under load says so, and v(k) measured beside
         # flagged timings is left out (under contention it reads 14 where the machine's own is 1.6)
         why = f"; best draft measured {m.speedup:.3f}x" + (" under load" if m.notes else "")
-        figures = method_figures(best_r.candidate, m)
+        figures = method_figures(m)
         why += f" with {figures}" if figures else ""
         why += f", v(2) {costs.verify(2):.2f}" if costs is not None and not m.notes and trusted else ""
     if timed and not trusted:
@@ -313,14 +311,12 @@ def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: M
                                      "max_draft_tokens 0" + why
 
 
-def method_figures(candidate: Candidate, m: Measurement) -> str:
-    """The acceptance figures that mean something for ``candidate``'s method: a lookup draft (ngram, or hybrid
-    without a fallback) has no per-token α or draft cost c, so its acceptance rate and τ; a model draft its α and
-    c. A figure that was not measured is left out, never printed as 0."""
-    fallback = dict(candidate.params).get("fallback", "none")
-    lookup = candidate.method == NGRAM.name or (candidate.method == HYBRID.name and fallback == "none")
+def method_figures(m: Measurement) -> str:
+    """The acceptance figures that mean something for the measured draft: a model draft's α and c; a draft with
+    no per-token α (a lookup, which no model runs; a draft no surrogate traces) its acceptance rate and τ. A
+    figure that was not measured is left out, never printed as 0."""
     parts = []
-    if not lookup and m.alpha is not None:
+    if m.alpha is not None:
         parts.append(f"alpha {m.alpha:.2f}")
         if m.cost_ratio is not None:
             parts.append(f"c {m.cost_ratio:.2f}")

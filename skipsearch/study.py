@@ -562,9 +562,9 @@ def trial_candidate(t: optuna.trial.FrozenTrial) -> Candidate | None:
     raw = t.user_attrs.get(CONFIG_ATTR)
     if raw is None:
         return None
-    from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP  # the default of old studies
+    from skipsearch.methods import PLAIN  # the method of old studies' trials
 
-    return Candidate(t.user_attrs.get(METHOD_ATTR, LAYER_SKIP.name), config_from_dict(raw),
+    return Candidate(t.user_attrs.get(METHOD_ATTR, PLAIN), config_from_dict(raw),
                      t.user_attrs.get(PARAMS_ATTR) or ())
 
 

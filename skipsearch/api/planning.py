@@ -137,7 +137,7 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     target = load_costs(costs) if costs else None
     label, records, attrs = load_study(study_dir=study)
     check_study_for_model(label, attrs, model or "smollm2-135m")
-    skip_sets = {(c.skip_attn, c.skip_mlp) for c in device_replan.layer_skip_configs(records)}
+    skip_sets = {(c.skip_attn, c.skip_mlp) for c in device_replan.plain_configs(records)}
     if len(skip_sets) < 2:
         raise ConfigError(f"study {label} has {len(skip_sets) or 'no'} evaluated layer-skip skip set"
                           f"{'s' if len(skip_sets) != 1 else ''}: planning two levels needs at least two distinct ones")

@@ -172,7 +172,7 @@ def rerank_study(
     study = o.study_dir
     label, records, attrs = load_study(study_dir=study, storage=o.storage, study_name=o.study_name)
     check_study_for_model(label, attrs, o.model, force=o.force)
-    if not device_replan.layer_skip_configs(records):
+    if not device_replan.plain_configs(records):
         raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
     check_profile_target(path, force=o.force)

@@ -3,8 +3,9 @@
 The draft config gives the starting skip set, K and the exit rule; ``method_params`` give M (how many
 layers, or sublayers of one kind, the DP skips), the LOI and the granularity. The package holds the
 method's algorithm, CLaSp's DP (``dp.py``: its static and dynamic use, and its brute-force check), its
-params (``params.py``) and its drafter (``drafter.py``). The ``clasp`` strategy writes this profile beside
-the static one it searches, so ``clasp`` is its search entry.
+params (``params.py``), its drafter (``drafter.py``), and its record and re-plan (``replan.py``: the traces of its
+starting skip set). The ``clasp`` strategy writes this profile beside the static one it searches, so ``clasp`` is
+its search entry.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.methods.base import Method
 from skipsearch.methods.clasp_dynamic.params import SUBLAYERS, DynamicParams, config_for, granularity, skippable
+from skipsearch.methods.clasp_dynamic.replan import RECORD, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -35,6 +37,8 @@ METHOD = Method(
     drafter=_drafter,
     example=_example,
     strategy="clasp",
+    record=RECORD,
+    replan=replan,
 )
 
 

@@ -2,7 +2,8 @@
 
 ``method_params`` are n (fractal layers), w (draft slots), the layers they sit in front of, the
 quantization scheme and the slot token. The package holds the compressed copy
-(``compressed.py``), the draft pass and drafter (``drafter.py``) and the params (``params.py``); the
+(``compressed.py``), the draft pass and drafter (``drafter.py``), the params (``params.py``), and its record
+and re-plan (``surrogate.py`` makes the record, ``replan.py`` prices it under another device's costs); the
 ``fractal`` strategy (an (n, w) grid on Optuna's GridSampler, every point timed) searches it.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.methods.base import Method, ParamsError
 from skipsearch.methods.fractal.params import MAX_W, SCHEMES, FractalParams, even_positions, resolve_scheme
+from skipsearch.methods.fractal.replan import RECORD, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -45,6 +47,8 @@ METHOD = Method(
     strategy="fractal",
     cost_schemes=tuple(s for s in SCHEMES if s != "none"),
     measure_schemes=_measure_schemes,
+    record=RECORD,
+    replan=replan,
 )
 
 

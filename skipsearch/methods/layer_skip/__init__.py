@@ -17,7 +17,8 @@ The search builds the subset from token frequencies in its calibration data (``f
 The package holds the params (``params.py``), the drafter and trimmed head (``drafter.py``; the drafter
 class itself is the engine's ``decoding.LayerSkipDrafter``, which ``generate(config=...)`` builds) and the
 surrogate (``surrogate.py``): trace-and-replay over skipsearch.surrogate; with a trimmed head the traces
-run through that head and the replay charges the draft step less the head's measured saving.
+run through that head and the replay charges the draft step less the head's measured saving. Its record and
+re-plan (``replan.py``): the traces of the shortlisted skip sets, replayed under another device's costs.
 Strategies ``tpe``, ``bayes`` and ``clasp`` search the skip sets (``tpe`` is the entry); ``hybrid``
 searches V' over a shortlist of skip sets.
 """
@@ -34,6 +35,7 @@ from skipsearch.methods.layer_skip.params import (
     frequent_tokens,
     subset_sha256,
 )
+from skipsearch.methods.layer_skip.replan import RECORD, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -66,6 +68,8 @@ METHOD = Method(
     example=_example,
     strategy="tpe",
     predict=_predict,
+    record=RECORD,
+    replan=replan,
 )
 
 
