@@ -374,7 +374,7 @@ def test_a_trial_finished_by_another_worker_is_never_written_again(fast_dir):
 
 def test_a_busy_storage_is_retried_and_survived(fast_dir, monkeypatch):
     """A storage that refuses a write ("database is locked") is tried again; the search never crashes."""
-    from skipsearch import study as st
+    from skipsearch.study import storage as st
 
     study, strategy = opened(fast_dir)
     tell, refusals = study.tell, []
