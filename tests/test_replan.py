@@ -376,8 +376,8 @@ def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm,
     from skipsearch import optimize as opt
 
     monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
-                                                        objective="surrogate", study_dir=str(tmp_path / "s")))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
+                                                      objective="surrogate", study=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     assert prof.method == "ngram" and "lookup" in dict(prof.measured.extra)
     new, plan = device_replan.replan_profile(prof, free_costs(tiny_sm.num_layers), source="p", costs_source="free")
@@ -510,9 +510,9 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     # the hybrid grid narrowed to precision fallbacks, so that what ships has one
     monkeypatch.setattr(HybridStrategy, "grid",
                         lambda self: {"n_range": ["1-2"], "k": [2, 4], "fallback": ["precision fp16"]})
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy=strategy, budget=2, n_prompts=2, max_new_tokens=16,
-                                                        objective="surrogate", study_dir=str(tmp_path / "s"),
-                                                        strategy_options=(("schemes", ("fp16",)),)))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy=strategy, budget=2, n_prompts=2, max_new_tokens=16,
+                                                      objective="surrogate", study=str(tmp_path / "s"),
+                                                      strategy_options=(("schemes", ("fp16",)),)))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     extra = dict(prof.measured.extra)
     assert prof.method == strategy and PRECISION_KEY in extra
@@ -540,8 +540,8 @@ def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_s
         return {**g, "k": [2, 4], "fallback": [f for f in g["fallback"] if f.endswith(" v0")][:1]}
 
     monkeypatch.setattr(HybridStrategy, "grid", skip_fallbacks_only)
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy="hybrid", budget=2, n_prompts=2, max_new_tokens=16,
-                                                        objective="surrogate", study_dir=str(tmp_path / "s")))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="hybrid", budget=2, n_prompts=2, max_new_tokens=16,
+                                                      objective="surrogate", study=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     extra = dict(prof.measured.extra)
     assert dict(prof.method_params)["fallback"] == "layer-skip" and {"lookup", "acceptance"} <= extra.keys()

@@ -115,15 +115,15 @@ def test_a_grid_is_visited_once_each_and_a_budget_takes_a_subset(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_a_strategy_that_cannot_warm_start_refuses_one_in_one_line(name):
-    from skipsearch.optimize import OptimizeSettings, build_strategy
+    from skipsearch.optimize import SearchSettings, build_strategy
 
     warm = (DraftConfig(skip_attn=(3,), max_draft_tokens=2),)
-    settings = OptimizeSettings(strategy=name, warm_start=warm)
+    settings = SearchSettings(strategy=name)
     if REGISTRY[name].warm_starts:
-        build_strategy(SearchSpace(num_layers=30), settings)
+        build_strategy(SearchSpace(num_layers=30), settings, warm_start=warm)
     else:
         with pytest.raises(ConfigError, match=f"strategy '{name}' cannot start from a profile's skip set"):
-            build_strategy(SearchSpace(num_layers=30), settings)
+            build_strategy(SearchSpace(num_layers=30), settings, warm_start=warm)
 
 
 # -- the shared strategy suite ---------------------------------------------------------------------

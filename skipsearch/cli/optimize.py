@@ -89,7 +89,7 @@ def optimize(
             "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
             "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes")),
             "schemes": ("--schemes", schemes and tuple(x.strip() for x in schemes.split(",") if x.strip()))}
-        options = api.SearchOptions(
+        settings = api.SearchSettings(
             model=model, strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts,
             max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
             max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
@@ -99,17 +99,17 @@ def optimize(
             option_names=tuple((key, flag) for key, (flag, _) in given.items()),
         )
         if rerank:
-            return _print_reranked(_rerank(options), costs=costs, shortlist=shortlist)
-        _print_searched(_search(options))
+            return _print_reranked(_rerank(settings), costs=costs, shortlist=shortlist)
+        _print_searched(_search(settings))
 
 
-def _search(options):
+def _search(settings):
     """``optimize``'s search: ``api.optimize_study`` with its progress bar, opened once the model is loaded."""
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from skipsearch import api
 
-    budget = options.budget
+    budget = settings.budget
     with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                        transient=False, console=None) as bar:
@@ -128,7 +128,7 @@ def _search(options):
             trials()
             bar.progress.console.log(msg)
 
-        return api.optimize_study(options, on_trial=on_trial, on_stage=on_stage)
+        return api.optimize_study(settings, on_trial=on_trial, on_stage=on_stage)
 
 
 def _print_searched(run) -> None:
@@ -165,7 +165,7 @@ def _at_least_one(values) -> None:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
 
 
-def _rerank(options):
+def _rerank(settings):
     """``optimize --budget 0 --costs C``: ``api.rerank_study`` with its progress bars and its hardware note."""
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
@@ -173,7 +173,7 @@ def _rerank(options):
 
     with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                        TimeElapsedColumn()) as bar:
-        return api.rerank_study(options, on_stage=bar.stage,
+        return api.rerank_study(settings, on_stage=bar.stage,
                                 on_progress=lambda done, total: bar.update(bar.task, completed=done, total=total),
                                 on_note=lambda note: typer.echo(f"warning: {note}", err=True))
 
