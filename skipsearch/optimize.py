@@ -174,10 +174,10 @@ def optimize(
     strategy, objective_kind = build_strategy(s.space_for(sm.num_layers), s, warm_start=warm)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
     stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None))
-    budget = s.budget
-    if strategy.max_trials is not None and budget > strategy.max_trials:
-        say(f"{strategy.name}'s grid has {strategy.max_trials} points: budget {budget} lowered to that")
-        budget = strategy.max_trials
+    budget, most = s.budget, strategy.plan().max_trials
+    if most is not None and budget > most:
+        say(f"{strategy.name}'s grid has {most} points: budget {budget} lowered to that")
+        budget = most
 
     prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
     say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
@@ -229,11 +229,12 @@ def optimize(
 def _companions(strategy: Strategy, shipped: Profile, tried: list[Candidate]) -> tuple[tuple[str, Profile], ...]:
     """The profiles of the strategy's companion candidates (e.g. CLaSp's dynamic one), not timed by optimize."""
     out = []
-    for suffix, c, notes in strategy.companions(shipped.candidate, tried):
+    for companion in strategy.companions(shipped.candidate, tried):
+        c = companion.candidate
         measured = Measured(device=shipped.measured.device if shipped.measured else None, source="optimize",
-                            notes=notes)
-        out.append((suffix, replace(shipped, method=c.method, draft=c.draft, measured=measured,
-                                    method_params=c.params)))
+                            notes=companion.notes)
+        out.append((companion.suffix, replace(shipped, method=c.method, draft=c.draft, measured=measured,
+                                              method_params=c.params)))
     return tuple(out)
 
 

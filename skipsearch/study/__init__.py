@@ -32,6 +32,7 @@ from skipsearch.study.record import (
     PARAMS_ATTR,
     REUSED_ATTR,
     SEED_ATTR,
+    SEEDED_ATTR,
     SPACE_ATTR,
     STRATEGY_ATTR,
     STUDY_COLUMNS,
@@ -48,7 +49,7 @@ from skipsearch.study.record import (
     study_table,
     trial_candidate,
 )
-from skipsearch.study.runner import run_search
+from skipsearch.study.runner import run_search, seed_study
 from skipsearch.study.storage import (
     GRACE_SECONDS,
     HEARTBEAT_SECONDS,
@@ -63,10 +64,10 @@ from skipsearch.study.storage import (
 from skipsearch.study.workers import contention, fail_lost_trials, other_local_workers, share_cores, worker_id
 
 __all__ = ["CONFIG_ATTR", "ERROR_ATTR", "EVALUATING_ATTR", "GRACE_SECONDS", "HEARTBEAT_SECONDS", "KIND_ATTR", "LOST",
-           "MEASUREMENT_ATTR", "METHOD_ATTR", "MODEL_ATTR", "PARAMS_ATTR", "REUSED_ATTR", "SEED_ATTR", "SPACE_ATTR",
-           "STRATEGY_ATTR", "STUDY_COLUMNS", "WORKER_ATTR", "ClaimingRDBStorage", "SearchSummary", "StudyError",
-           "TrialRecord", "best", "candidate_attrs", "check_or_stamp", "check_storage", "check_study_model",
-           "config_from_dict", "config_to_dict", "contention", "fail_lost_trials", "finish_trial", "heartbeat",
-           "load_records", "load_study", "open_study", "other_local_workers", "rdb_storage", "records",
-           "run_search", "set_trial_attr", "shortlist", "share_cores", "stamp_model", "storage_conflict",
+           "MEASUREMENT_ATTR", "METHOD_ATTR", "MODEL_ATTR", "PARAMS_ATTR", "REUSED_ATTR", "SEED_ATTR", "SEEDED_ATTR",
+           "SPACE_ATTR", "STRATEGY_ATTR", "STUDY_COLUMNS", "WORKER_ATTR", "ClaimingRDBStorage", "SearchSummary",
+           "StudyError", "TrialRecord", "best", "candidate_attrs", "check_or_stamp", "check_storage",
+           "check_study_model", "config_from_dict", "config_to_dict", "contention", "fail_lost_trials", "finish_trial",
+           "heartbeat", "load_records", "load_study", "open_study", "other_local_workers", "rdb_storage", "records",
+           "run_search", "seed_study", "set_trial_attr", "shortlist", "share_cores", "stamp_model", "storage_conflict",
            "study_table", "trial_candidate", "worker_id"]

@@ -12,6 +12,7 @@ from skipsearch.measure import Kind, Measurement
 
 _STATES = optuna.trial.TrialState
 STRATEGY_ATTR, SPACE_ATTR, SEED_ATTR = "strategy", "space", "seed"  # study user attrs
+SEEDED_ATTR = "seeded"  # study user attr: the strategy's seed points are enqueued
 CONFIG_ATTR, MEASUREMENT_ATTR, ERROR_ATTR, REUSED_ATTR = "config", "measurement", "error", "reused_from"  # trial's
 EVALUATING_ATTR = "evaluating"  # trial's: set when a shared study's trial starts measuring its config
 KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so other workers see it

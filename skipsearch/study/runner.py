@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import optuna
 
 from skipsearch.config import Candidate
 from skipsearch.measure import Kind, Objective
-from skipsearch.strategies import Strategy
+from skipsearch.strategies import Seed, Strategy
 from skipsearch.study.opening import check_or_stamp
 from skipsearch.study.record import (
     CONFIG_ATTR,
@@ -22,6 +22,7 @@ from skipsearch.study.record import (
     KIND_ATTR,
     MEASUREMENT_ATTR,
     REUSED_ATTR,
+    SEEDED_ATTR,
     WORKER_ATTR,
     SearchSummary,
     StudyError,
@@ -79,6 +80,21 @@ def _earlier_twin(study: optuna.Study, candidate: Candidate, kind: str, number: 
         fail_lost_trials(study)
 
 
+def seed_study(study: optuna.Study, seeds: Sequence[Seed]) -> bool:
+    """Enqueue a strategy's seed points once per study, however often the search is resumed and however many
+    workers share it. Returns whether this call enqueued them."""
+    if study.user_attrs.get(SEEDED_ATTR):
+        return False
+    # Set first: a second worker starting at the same moment then sees it and does not seed again.
+    study.set_user_attr(SEEDED_ATTR, True)
+    for seed in seeds:
+        # skip_if_exists: a second worker that raced past the attr check adds no twin seeds (a seed whose config
+        # rides in its user attrs, with no params, has none to compare)
+        study.enqueue_trial(dict(seed.params), user_attrs=dict(seed.user_attrs) or None,
+                            skip_if_exists=bool(seed.params))
+    return True
+
+
 def _used(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_COUNTED))
 
@@ -97,15 +113,16 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
     check_or_stamp(study, strategy)
     start, ran, failed, conflicts = time.perf_counter(), 0, 0, []
     neighbours = 0  # other live workers on this machine, last seen
+    seeds = strategy.plan().seeds
     while True:
         fail_lost_trials(study)  # a dead worker's trial must not hold the budget, nor a twin, for ever
         if _used(study) >= budget:
             break
         try:
-            # 1. the strategy may fix the next trial's params (seeds, its own model's proposal)
-            params = strategy.next_params(study)
-            if params is not None:
-                study.enqueue_trial(params)
+            # 1. the strategy's seed points go first (enqueued once per study); then its sampler proposes
+            if seeds:
+                seed_study(study, seeds)
+                seeds = ()
             with quiet_optuna():
                 trial = study.ask()
         except Exception as e:  # a busy storage: look again (a persistent one ends the search in one line)
