@@ -29,7 +29,8 @@ from skipsearch.equivalence import lossless_check
 from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
 from skipsearch.hier_closed_form import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
-from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy, hierarchy_to_profile_fields
+from skipsearch.methods.hierarchical import Hierarchy, hierarchy_to_profile_fields
+from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
 from skipsearch.models import SkippableModel
 from skipsearch.profile import (
     BASELINE_OURS_AR,

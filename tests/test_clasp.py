@@ -15,21 +15,18 @@ from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
 from skipsearch.decoding import Drafter, generate, hf_generate
 from skipsearch.files.records import acceptance_from_dict
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
-from skipsearch.methods.clasp_dynamic import (
-    SUBLAYERS,
-    ClaspDynamicDrafter,
+from skipsearch.methods.clasp_dynamic import SUBLAYERS, DynamicParams, config_for, granularity
+from skipsearch.methods.clasp_dynamic.dp import (
     ClaspSkipSets,
-    DynamicParams,
     ModelLayers,
     approximation_check,
     brute_force,
-    config_for,
     dp_skip_sets,
     final_similarity,
-    granularity,
     sequence_targets,
     static_skip_sets,
 )
+from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy

@@ -156,7 +156,7 @@ def test_greedy_equals_hf_greedy_on_the_real_model(real_sm, encode_offline):
         assert result.token_ids == hf_generate(real_sm, prompt, max_new_tokens=32)
         accepted += result.stats.accepted_tokens
     assert accepted > 0
-    head = ls.subset_head(real_sm, LayerSkipParams.trimmed(ids))
+    head = ls_drafter.subset_head(real_sm, LayerSkipParams.trimmed(ids))
     assert head_is_right(real_sm, head, ids)
 
 
@@ -210,7 +210,7 @@ def test_sampling_follows_the_model_and_a_shuffled_q_fails(sm16):
     assert set(d.tokens) <= set(SUBSET16) and float(d.probs[:, outside].abs().sum()) == 0.0
     torch.testing.assert_close(d.probs.sum(-1), torch.ones(2))
     # the same sampler with q shuffled against the rows is caught
-    head = ls.subset_head(sm16, params)
+    head = ls_drafter.subset_head(sm16, params)
     wrong = sm16.subset_head(torch.tensor(SUBSET16))
     wrong.ids = wrong.ids[torch.tensor([3, 0, 1, 2, 7, 4, 5, 6])]
     bad, _ = sample_pairs(sm16, prompt, lambda: ShuffledQ(DRAFT16, head, wrong), sampling, n=MUTANT_SAMPLES)

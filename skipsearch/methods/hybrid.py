@@ -230,7 +230,7 @@ def _predict(objective, candidate: Candidate):
     """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the layer-skip fallback over its
     traces (through its trimmed head, if any) with its exit rule and adaptive γ, charged c per draft token."""
     from skipsearch import timing
-    from skipsearch.methods.layer_skip import draft_costs, draft_traces
+    from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)

@@ -7,7 +7,7 @@ mode. Optuna's TPE sweeps those few parameters against the objective; each trial
 DP's set for its (granularity, M).
 
 The skip sets come in as a ``ClaspSkipSets``: ``optimize`` computes one from the model and the
-calibration prompts (``skipsearch.methods.clasp_dynamic.static_skip_sets``). Without one (the shared strategy suite,
+calibration prompts (``skipsearch.methods.clasp_dynamic.dp.static_skip_sets``). Without one (the shared strategy suite,
 which has no model), the strategy uses a model-free prior, ``depth_prior_sets``: layers taken from
 the middle of the skippable range outward. It is a documented stand-in, not CLaSp.
 
@@ -26,7 +26,8 @@ import optuna
 
 from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
-from skipsearch.methods.clasp_dynamic import ClaspSkipSets, DynamicParams, config_for, granularity, static_skip_sets
+from skipsearch.methods.clasp_dynamic import DynamicParams, config_for, granularity
+from skipsearch.methods.clasp_dynamic.dp import ClaspSkipSets, static_skip_sets
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
 from skipsearch.strategies._base import Companion, Plan, Seed, Strategy, seed_points, suggest_k_and_exit

@@ -42,22 +42,5 @@ METHOD = Method(
 )
 
 
-# The DP and the drafter load torch: imported on first use of their names.
-_DP = ("BruteForce", "ClaspSkipSets", "DPResult", "ModelLayers", "approximation_check", "brute_force",
-       "dp_skip_sets", "final_similarity", "sequence_targets", "static_skip_sets")
-
-
-def __getattr__(name: str):
-    if name in _DP:
-        from skipsearch.methods.clasp_dynamic import dp
-
-        return getattr(dp, name)
-    if name == "ClaspDynamicDrafter":
-        from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
-
-        return ClaspDynamicDrafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["METHOD", "SUBLAYERS", "ClaspDynamicDrafter", "DynamicParams", "config_for", "granularity", "skippable",
-           *_DP]
+# The DP (dp.py) and the drafter (drafter.py) load torch: import them from their modules.
+__all__ = ["METHOD", "SUBLAYERS", "DynamicParams", "config_for", "granularity", "skippable"]

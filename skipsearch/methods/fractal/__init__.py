@@ -52,21 +52,6 @@ METHOD = Method(
 )
 
 
-# The compressed copy and the drafter load torch: imported on first use of their names.
-_COMPRESSED = ("CompressedModel", "compressed_model", "model_bytes")
-_DRAFTER = ("FractalDrafter", "draft_pass", "fractal_layer", "merge")
-
-
-def __getattr__(name: str):
-    if name in _COMPRESSED:
-        from skipsearch.methods.fractal import compressed
-
-        return getattr(compressed, name)
-    if name in _DRAFTER:
-        from skipsearch.methods.fractal import drafter
-
-        return getattr(drafter, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["MAX_W", "METHOD", "SCHEMES", "FractalParams", "even_positions", "resolve_scheme", *_COMPRESSED, *_DRAFTER]
+# The compressed copy (compressed.py) and the draft pass and drafter (drafter.py) load torch: import them from
+# their modules.
+__all__ = ["MAX_W", "METHOD", "SCHEMES", "FractalParams", "even_positions", "resolve_scheme"]

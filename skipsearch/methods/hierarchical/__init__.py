@@ -46,13 +46,5 @@ METHOD = Method(
 )
 
 
-def __getattr__(name: str):
-    if name == "HierarchicalDrafter":  # loads torch: imported on first use
-        from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
-
-        return HierarchicalDrafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["METHOD", "HierarchicalDrafter", "HierarchicalParams", "Hierarchy", "hierarchy_from_profile",
-           "hierarchy_to_profile_fields"]
+# The three-level drafter (drafter.py) loads torch: import it from its module.
+__all__ = ["METHOD", "HierarchicalParams", "Hierarchy", "hierarchy_from_profile", "hierarchy_to_profile_fields"]

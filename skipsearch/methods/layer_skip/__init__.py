@@ -73,22 +73,6 @@ METHOD = Method(
 )
 
 
-# The drafter and the surrogate load torch: imported on first use of their names.
-_DRAFTER = ("LayerSkipDrafter", "subset_head")
-_SURROGATE = ("draft_costs", "draft_traces")
-
-
-def __getattr__(name: str):
-    if name in _DRAFTER:
-        from skipsearch.methods.layer_skip import drafter
-
-        return getattr(drafter, name)
-    if name in _SURROGATE:
-        from skipsearch.methods.layer_skip import surrogate
-
-        return getattr(surrogate, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
+# The drafter (drafter.py) and the surrogate (surrogate.py) load torch: import them from their modules.
 __all__ = ["METHOD", "SUBSET_KEYS", "LayerSkipParams", "decode_ids", "encode_ids", "frequent_tokens",
-           "subset_sha256", *_DRAFTER, *_SURROGATE]
+           "subset_sha256"]
