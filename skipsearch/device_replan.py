@@ -125,9 +125,11 @@ def record_on_model(profile: Profile, sm: SkippableModel, cal: Calibration, *, w
 
 # -- re-planning a profile (no model) ---------------------------------------------------------------------------
 def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_source: str,
-                   k_values: Sequence[int] | None = None) -> tuple[Profile, Replanned]:
+                   k_values: Sequence[int] | None = None, traced: str | None = None) -> tuple[Profile, Replanned]:
     """A new profile for ``target``'s device, re-planned by the profile's method from what it kept
-    (``Method.replan``), its ``measured`` block predicted, not timed (until ``bench --write-measured``)."""
+    (``Method.replan``), its ``measured`` block predicted, not timed (until ``bench --write-measured``).
+    ``traced``: the workload the profile's record was just made on (``record_on_model``), which its notes and
+    the plan's say."""
     from skipsearch.costs import check_costs_model
     from skipsearch.surrogate import K_VALUES
 
@@ -144,10 +146,13 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     job = Replanning(profile, target, source, costs_source, tuple(K_VALUES if k_values is None else k_values),
                      check_costs)
     plan = method.replan(job)
-    return _replanned_profile(profile, target, plan, costs_source=costs_source), plan
+    said = traced and f"acceptance traced by plan on the model ({traced}): the profile kept no record"
+    new = _replanned_profile(profile, target, plan, costs_source=costs_source, said=said)
+    return new, replace(plan, note=f"{said}; {plan.note}" if plan.note else said) if said else plan
 
 
-def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *, costs_source: str) -> Profile:
+def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *, costs_source: str,
+                       said: str | None = None) -> Profile:
     from skipsearch.methods.summary import config_summary
 
     m, draft, shown = plan.predicted, plan.draft, plan.best_draft
@@ -166,7 +171,8 @@ def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *
         device=target.device, dataset=old.dataset, n_prompts=old.n_prompts, max_new_tokens=old.max_new_tokens,
         seed=old.seed, source="plan",
         notes=f"{NOT_TIMED}: re-planned for {target.device} ({target.dtype}) from {costs_source}; {verdict}; "
-              + (f"{plan.note}; " if plan.note else "") + "time it with skipsearch bench --write-measured",
+              + "".join(f"{note}; " for note in (plan.note, said) if note)
+              + "time it with skipsearch bench --write-measured",
         extra=kept + ((COSTS_KEY, planned_costs_to_dict(planned_costs_of(target, source=costs_source))),
                       ("predicted", {"speedup": round(m.speedup, 4), "tau": round(m.tau or 0, 4),
                                      "cost_c": round(m.cost_ratio or 0, 4)} if m else None),
