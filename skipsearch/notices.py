@@ -9,6 +9,7 @@ one's to act on here, so it is kept off the terminal unless ``--verbose`` asks f
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,16 @@ def _origin(filename: str) -> str:
     return Path(filename).name
 
 
+def _issuer(filename: str) -> str:
+    """The package that issued the warning being shown: the first frame below the ``warnings`` machinery.
+    A library's deprecation decorator warns with a stacklevel that names its caller's file (for transformers'
+    ``past_key_values`` notice, torch's ``Module.__call__``), so ``filename`` alone would misname the library."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in ("warnings", "_py_warnings", __name__):
+        frame = frame.f_back
+    return _origin(frame.f_code.co_filename if frame is not None else filename)
+
+
 def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
     """Send every warning to ``echo`` as one ``warning:`` line, by the rules above (replaces
     ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message."""
@@ -48,11 +59,15 @@ def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> Non
                 return
             seen.add(key)
             if not ours(filename):
-                echo(f"warning: {message} (from {_origin(filename)}; shown by --verbose)")
+                echo(f"warning: {message} (from {_issuer(filename)}; shown by --verbose)")
                 return
         echo(f"warning: {message}")
 
     warnings.showwarning = show
-    if verbose:  # Python hides DeprecationWarning outside __main__ by default; --verbose asks for all of them
-        warnings.simplefilter("default", DeprecationWarning)
-        warnings.simplefilter("default", PendingDeprecationWarning)
+    # Python hides DeprecationWarning outside __main__ by default: one raised from a skipsearch module is
+    # let through (shown once, above), and --verbose asks for all of them.
+    for category in (DeprecationWarning, PendingDeprecationWarning):
+        if verbose:
+            warnings.simplefilter("default", category)
+        else:
+            warnings.filterwarnings("default", category=category, module=r"skipsearch(\.|$)")

@@ -130,3 +130,14 @@ def test_no_cache_argument_deprecation_on_any_path_that_passes_a_cache(tiny_sm):
         tiny_sm.run_layers(hidden, list(tiny_sm.layers)[:2], frame=frame, context=tiny_sm.prefix_kv(cache, len(prompt)))
     about_cache = [str(w.message) for w in caught if "past_key_values" in str(w.message)]
     assert not about_cache
+
+
+def test_the_wheel_ships_every_data_file_in_the_package():
+    # setuptools packs only .py files unless package-data names the rest: the lock, read by `skipsearch --version`
+    # and setup.sh, must be in the wheel.
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {f"{pkg.replace('.', '/')}/{pattern}" for pkg, patterns in data.items() for pattern in patterns}
+    files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "skipsearch").rglob("*")
+             if p.is_file() and p.suffix not in (".py", ".pyc")}
+    assert "skipsearch/constraints.txt" in files
+    assert all(any(Path(f).match(pattern) for pattern in shipped) for f in files), (files, shipped)
