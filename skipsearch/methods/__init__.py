@@ -22,12 +22,14 @@ from skipsearch.methods.base import (
     measure_scheme_costs,
     names,
     register,
+    replan_schemes,
     scheme_method,
     unregister,
 )
 
 __all__ = ["REGISTRY", "Method", "Params", "ParamsError", "build_drafter", "check_keys", "choice_param", "get",
-           "int_param", "layers_param", "measure_scheme_costs", "names", "register", "scheme_method", "unregister"]
+           "int_param", "layers_param", "measure_scheme_costs", "names", "register", "replan_schemes", "scheme_method",
+           "unregister"]
 
 # The registry: one line per method (its package, then its record).
 from skipsearch.methods import layer_skip; register(layer_skip.METHOD)  # noqa: E402, E702, I001

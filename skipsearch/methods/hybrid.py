@@ -258,6 +258,15 @@ def _predict(objective, candidate: Candidate):
                              seconds=timing.now() - t_start, **fields)
 
 
+def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
+    # only a precision fallback is re-planned from scheme costs (a fractal fallback's passes keep no record)
+    params = dict(candidate.params)
+    if params.get("fallback") != PRECISION.name:
+        return ()
+    own = tuple((k, v) for k, v in candidate.params if k not in _OWN)
+    return PRECISION.replan_schemes(Candidate(PRECISION.name, candidate.draft, own), device)
+
+
 def _example(num_layers: int) -> Candidate:
     draft = DraftConfig(skip_attn=(num_layers // 2,), max_draft_tokens=3, exit=NO_EXIT)
     return Candidate(HybridParams.method, draft, HybridParams(min_n=1, max_n=2, fallback_k=2).to_pairs())
@@ -271,4 +280,5 @@ METHOD = Method(
     example=_example,
     strategy=HybridParams.method,
     predict=_predict,
+    replan_schemes=_replan_schemes,
 )
