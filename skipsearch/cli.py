@@ -26,6 +26,12 @@ from skipsearch.profile import load_profile, save_profile
 from skipsearch.study import StudyError
 
 
+def _line(text: object) -> str:
+    """``text`` as one printable line: runs of whitespace collapsed, and any other control character (a terminal
+    escape carried in from a shared file, a model name, a study) shown escaped rather than sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(text).split()))
+
+
 class _OneLineErrors(typer.core.TyperGroup):
     """Typer's own option errors (``--max-new-tokens 0``, an unknown flag) as one ``error:`` line and
     exit 2, like every other kind of bad input, instead of a usage panel."""
@@ -42,7 +48,7 @@ class _OneLineErrors(typer.core.TyperGroup):
                 typer.echo(message)
                 code = 0
             else:
-                typer.echo(f"error: {' '.join(message.split())}", err=True)
+                typer.echo(f"error: {_line(message)}", err=True)
                 code = 2
         if not standalone_mode:
             return code
@@ -70,7 +76,7 @@ def user_errors():
     try:
         yield
     except USER_ERRORS as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {_line(exc)}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
@@ -91,7 +97,7 @@ class _CurrentStderr(logging.Handler):
 def _warnings_to_stderr() -> None:
     # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each, and skipsearch's own
     # informational lines (where a model is placed, and why) likewise.
-    warnings.showwarning = lambda msg, cat, *a, **k: typer.echo(f"warning: {msg}", err=True)
+    warnings.showwarning = lambda msg, cat, *a, **k: typer.echo(f"warning: {_line(msg)}", err=True)
     log = logging.getLogger("skipsearch")
     if not any(getattr(h, "skipsearch_cli", False) for h in log.handlers):
         handler = _CurrentStderr()

@@ -270,6 +270,7 @@ def check_storage(*, study_dir: str | Path | None = None, storage: str | None = 
             return
         db = Path(url.database)
     elif study_dir is not None:
+        _check_study_path(study_dir)
         db = Path(study_dir) / "study.db"
     else:
         return
@@ -294,6 +295,16 @@ def check_storage(*, study_dir: str | Path | None = None, storage: str | None = 
     if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
         raise StudyError(f"study file '{db}' is read-only (SQLite also needs to write its folder): a search "
                          f"writes every trial; make it writable, or read it with `skipsearch study show`")
+
+
+def _check_study_path(study_dir: str | Path) -> None:
+    """A study folder that is a file, or whose study.db is not a regular file (a folder, a named pipe that SQLite
+    would wait on for ever), in one line."""
+    folder, db = Path(study_dir), Path(study_dir) / "study.db"
+    if folder.exists() and not folder.is_dir():
+        raise StudyError(f"'{study_dir}' is a file, not a study folder")
+    if db.exists() and not db.is_file():
+        raise StudyError(f"study file '{db}' is not a regular file: move it away to start afresh")
 
 
 # -- liveness: heartbeats and lost trials ------------------------------------------------------------
@@ -450,6 +461,7 @@ def load_study(*, study_dir: str | Path | None = None, storage: str | None = Non
         if study_dir is None:
             raise StudyError("give a study directory or --storage")
         db = Path(study_dir) / "study.db"
+        _check_study_path(study_dir)
         if not db.is_file():
             raise StudyError(f"no study at '{study_dir}' (no study.db there)")
         storage = f"sqlite:///{db.resolve()}"
