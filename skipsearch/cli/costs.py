@@ -1,0 +1,75 @@
+"""``skipsearch costs``: measure this device's cost profile, for re-planning profiles for it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skipsearch.cli.edge import line, user_errors, warnings_to_stderr
+from skipsearch.data import load_prompts
+
+
+def costs_command(
+    model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
+    out: Annotated[Path | None, typer.Option(help="Cost file to write (default costs/<device>-<dtype>.yaml).")]
+    = None,
+    dataset: Annotated[str, typer.Option(help="Prompts the context is taken from, as optimize's calibration.")]
+    = "mtbench",
+    max_new_tokens: Annotated[int, typer.Option(min=2, help="As optimize's: the context is the first calibration "
+                                                            "prompt plus half as many generated tokens.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, help="Samples per quantity (medians).")] = 9,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (costs depend on them).")]
+    = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
+    schemes: Annotated[str | None, typer.Option(
+        help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
+             "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
+             "device's own (fp16 on a CPU, int8 on a GPU) and every scheme profiles/<model>/*.yaml need.")
+    ] = None,
+) -> None:
+    """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
+    import shlex
+
+    import torch
+
+    from skipsearch.api.costs import default_schemes, measure_schemes, parse_schemes
+    from skipsearch.costs import calibration_context, measure_cost_profile, save_costs
+    from skipsearch.models import load_model
+    from skipsearch.profile import check_profile_target
+
+    warnings_to_stderr()
+    with user_errors():
+        if out:
+            check_profile_target(out, force=force)
+        load_prompts(dataset, split="calib", n=1, seed=seed)
+        choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
+        if threads:
+            torch.set_num_threads(threads)
+        sm = load_model(model, device=device, dtype=dtype)
+        path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
+        if not out:
+            check_profile_target(path, force=force)
+        typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
+        context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
+        cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]))
+        if choice is None:
+            choice = default_schemes((model, sm.name), str(sm.device))
+            for note in choice.notes:
+                typer.echo(f"warning: {line(note)}", err=True)
+        typer.echo(choice.describe(), err=True)
+        measured = measure_schemes(sm, context, choice, repeats=repeats,
+                                   warn=lambda text: typer.echo(f"warning: {line(text)}", err=True))
+        if measured:
+            from dataclasses import replace
+
+            cp = replace(cp, costs=replace(cp.costs, schemes=measured))
+        save_costs(cp, path)
+    typer.echo(cp.describe())
+    typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")
