@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import importlib.util
 import json
 import os
 import shutil
@@ -405,6 +406,123 @@ def test_a_study_holding_a_trial_another_machine_wrote_is_one_line(tmp_path, tin
     assert _snapshot(study) == before
 
 
+# -- prompts files and datasets ----------------------------------------------------------------------------------
+def _named(name: str, text: str | bytes) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        (tmp / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+        return tmp / name
+    return make
+
+
+def _fifo_named(name: str) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        os.mkfifo(tmp / name)
+        return tmp / name
+    return make
+
+
+# `decode --prompts-file`: every line is read and checked before the model loads
+PROMPT_FILE_INPUTS = [
+    ("named-pipe", _fifo, "not a regular file"),  # waited on for a writer for ever, once
+    ("link-to-dev-zero", _link("/dev/zero"), "not a regular file"),  # read for ever, once
+    ("a-directory", _folder, "Is a directory"),
+    ("dangling-symlink", _link("gone.jsonl"), "No such file or directory"),
+    ("latin-1", _file(b'{"prompt": "caf\xe9"}\n'), "'utf-8' codec can't decode"),
+    ("not-json", _file('{"prompt": "a"}\n{not json\n'), ":2: not valid JSON"),
+    ("deep-nesting", _file("[" * 100_000 + "\n"), ":1: not valid JSON (nested too deeply)"),
+    ("a-list-not-an-object", _file("[1, 2]\n"), ":1: each line must be a JSON object"),
+    ("prompt-null", _file('{"prompt": null}\n'), ':1: "prompt" must be a string, got null'),
+    ("chat-as-a-string", _file('{"prompt": "a", "chat": "false"}\n'), ':1: "chat" must be true or false'),
+    ("no-prompt-key", _file('{"text": "a"}\n'), ':1: no "prompt" key'),
+    ("empty", _file(""), "holds no prompts"),
+    ("blank-lines-only", _file("\n  \n\n"), "holds no prompts"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in PROMPT_FILE_INPUTS],
+                         ids=[c[0] for c in PROMPT_FILE_INPUTS])
+def test_a_hostile_prompts_file_is_one_line_before_the_model_loads(tmp_path, tiny, monkeypatch, make, fragment):
+    from skipsearch import api
+
+    path = make(tmp_path)
+    before = _snapshot(tmp_path)
+    monkeypatch.setattr(api, "open_model", lambda **kwargs: pytest.fail("the model loaded before the check"))
+    result = runner.invoke(app, ["decode", "--model", str(tiny), "--prompts-file", str(path),
+                                 "--max-new-tokens", "2"])
+    assert_refused(result, fragment)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_prompts_file_over_the_limit_is_refused_unread(tmp_path, tiny, monkeypatch):
+    from skipsearch.cli import decode
+
+    monkeypatch.setattr(decode, "MAX_PROMPTS_BYTES", 64)  # the real limit is 256 MiB: too big to write here
+    path = _file('{"prompt": "' + "a" * 100 + '"}\n')(tmp_path)
+    result = runner.invoke(app, ["decode", "--model", str(tiny), "--prompts-file", str(path)])
+    assert_refused(result, "larger than")
+
+
+# `optimize --dataset FILE`: read before the model loads
+DATASET_INPUTS = [
+    ("named-pipe", _fifo_named("input.jsonl"), "dataset file not found"),
+    ("not-json", _named("input.jsonl", '{"prompt": "a"}\n{not json\n'), "line 2: invalid JSON"),
+    ("deep-nesting", _named("input.jsonl", "[" * 100_000 + "\n"), "line 1: invalid JSON (nested too deeply)"),
+    ("a-list-not-an-object", _named("input.jsonl", "[1, 2]\n"), "line 1: expected a JSON object"),
+    ("latin-1", _named("input.jsonl", b'{"prompt": "caf\xe9"}\n'), "not UTF-8 text"),
+    ("no-prompt-field", _named("input.jsonl", '{"x": 1}\n'), "row 0: no prompt or"),
+    ("prompt-not-a-string", _named("input.jsonl", '{"prompt": 5}\n'), "row 0: prompt must be a non-empty string"),
+    ("chat-not-a-flag", _named("input.jsonl", '{"prompt": "a", "chat": "maybe"}\n'), "chat must be true or false"),
+    ("unknown-suffix", _named("input.exe", '{"prompt": "a"}\n'), "unknown dataset"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in DATASET_INPUTS], ids=[c[0] for c in DATASET_INPUTS])
+def test_a_hostile_dataset_file_is_one_line_before_the_model_loads(tmp_path, tiny, monkeypatch, make, fragment):
+    from skipsearch import models
+
+    path = make(tmp_path)
+    before = _snapshot(tmp_path)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    result = runner.invoke(app, ["optimize", "--model", str(tiny), "--dataset", str(path), "--budget", "1",
+                                 "--out", str(tmp_path / "out.yaml")])
+    assert_refused(result, fragment)
+    assert _snapshot(tmp_path) == before
+
+
+# -- study database URLs (--storage) ---------------------------------------------------------------------------------
+def _sqlite_at(make: Callable[[Path], Path]) -> Callable[[Path], str]:
+    return lambda tmp: f"sqlite:///{make(tmp)}"
+
+
+STORAGE_INPUTS = [  # (id, the URL made in the test's folder, a fragment of the one error line)
+    ("not-a-url", lambda tmp: "not a url", "is not a database URL"),
+    ("escapes-in-the-url", lambda tmp: "\x1b[2J\x1b[31m://x", "'\\x1b[2J\\x1b[31m://x' is not a database URL"),
+    ("unknown-dialect", lambda tmp: "nosuchdb://x/y", "sqlalchemy.dialects:nosuchdb"),
+    ("driver-not-installed", lambda tmp: "mysql+mysqldb://u@127.0.0.1:1/x", "driver is not installed"),
+    ("sqlite-garbage", _sqlite_at(_named("g.db", bytes(range(256)) * 40)), "file is not a database"),
+    ("sqlite-named-pipe", _sqlite_at(_fifo_named("p.db")), "is not a regular file"),  # SQLite waited, once
+    ("sqlite-a-folder", _sqlite_at(_folder), "is not a regular file"),
+]
+STORAGE_READERS = [["study", "show", "--storage", "{}"],
+                   ["optimize", "--model", "{model}", "--storage", "{}", "--budget", "1", "--out", "{out}"]]
+
+
+@pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in STORAGE_INPUTS], ids=[c[0] for c in STORAGE_INPUTS])
+@pytest.mark.parametrize("reader", STORAGE_READERS, ids=lambda r: r[0])
+def test_a_hostile_storage_url_is_one_line_and_creates_nothing(tmp_path, tiny, monkeypatch, make, fragment, reader):
+    from skipsearch import models
+
+    url = make(tmp_path)
+    if url.startswith("mysql+mysqldb:") and importlib.util.find_spec("MySQLdb") is not None:
+        pytest.skip("MySQLdb is installed here: the URL would reach for a server instead")
+    before = _snapshot(tmp_path)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    argv = [a.replace("{}", url) if a == "{}" else a.format(model=str(tiny), out=str(tmp_path / "out.yaml"))
+            if "{" in a else a for a in reader]
+    assert_refused(runner.invoke(app, argv), fragment)
+    assert _snapshot(tmp_path) == before  # nothing was created or changed beside the input
+
+
 # -- what the commands write: nothing good is lost ------------------------------------------------------------------
 def _full_disk(monkeypatch) -> None:
     """The disk fills while a file is written: the atomic writer's write fails with ENOSPC."""
@@ -652,7 +770,8 @@ def test_two_workers_on_one_study_both_finish_and_a_third_of_another_strategy_is
 
 # -- the count ------------------------------------------------------------------------------------------------------
 HOSTILE_INPUTS = (len(FILE_INPUTS) + len(MODEL_INPUTS) + 1 + len(COSTS_INPUTS) + len(STUDY_INPUTS)
-                  + len(RESUMED_INPUTS) + len(TRIAL_INPUTS) + 2 + 3 + 1 + len(INTERRUPTED) * len(AT) + 2)
+                  + len(RESUMED_INPUTS) + len(TRIAL_INPUTS) + len(PROMPT_FILE_INPUTS) + 1 + len(DATASET_INPUTS)
+                  + len(STORAGE_INPUTS) + 2 + 3 + 1 + len(INTERRUPTED) * len(AT) + 2)
 
 
 def test_the_count():

@@ -111,6 +111,8 @@ def check_storage(*, study_dir: str | Path | None = None, storage: str | None = 
         db = Path(study_dir) / "study.db"
     else:
         return
+    if db.exists() and not db.is_file():  # a folder, or a named pipe that SQLite would wait on for ever
+        raise StudyError(f"study file '{db}' is not a regular file: move it away to start afresh")
     if not db.exists():
         folder = next((q for q in [db.parent, *db.parent.parents] if q.exists()), None)
         if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
@@ -226,6 +228,8 @@ def _check_optuna_storage(url: str) -> dict:
     shown = _shown(url)
     if parsed.get_backend_name() == "sqlite":
         path = parsed.database
+        if path and path != ":memory:" and Path(path).exists() and not Path(path).is_file():
+            raise StudyError(f"study file '{path}' is not a regular file: it holds no study")
         if not path or path == ":memory:" or not Path(path).is_file():
             raise StudyError(f"no study at '{shown}' (no such database file)")
         try:  # mode=ro: SQLite itself refuses any write, and never creates the file
