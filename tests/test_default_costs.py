@@ -110,3 +110,52 @@ def test_without_the_scheme_plan_still_says_in_one_line_how_to_measure_it(tmp_pa
                                  "--costs", str(bare)])
     assert_one_line_error(result, "no costs for precision scheme fp16: measure them with `skipsearch costs "
                                   "--schemes fp16`")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_the_default_schemes_re_plan_every_shipped_profile_without_timing(tmp_path, device):
+    """No model and no clock: a cost file of fixed numbers (costs/cpu-float32.yaml's, every scheme costed as its
+    fp16 entry) for ``device`` that keeps exactly the schemes `skipsearch costs` measures there by default re-plans
+    every shipped profile. Re-planning names the scheme it misses (CostsError), independently of what the methods'
+    replan_schemes say, so a method that forgets to ask for one fails here, as does a profile that needs a scheme
+    the default list leaves out."""
+    from dataclasses import replace
+
+    from skipsearch.files.costs import SchemeCosts
+    from skipsearch.files.errors import NoRecordError, ProfileError
+
+    # one model's profiles ship today; another model's folder needs its own cost file's fixed numbers here
+    assert sorted(p.name for p in (ROOT / "profiles").iterdir() if p.is_dir()) == ["smollm2-135m"]
+    template = load_costs(ROOT / "costs" / "cpu-float32.yaml")
+    choice = default_schemes(["smollm2-135m"], device, root=ROOT / "profiles")
+    assert not choice.notes  # every shipped profile was read
+    like = next(s for s in template.costs.schemes if s.scheme == "fp16")
+    schemes = tuple(SchemeCosts(name, like.attn_seconds, like.mlp_seconds, like.head_saving_seconds)
+                    for name in choice.schemes)
+    cp = replace(template, device=device, costs=replace(template.costs, schemes=schemes))
+    replanned = 0
+    for path in SHIPPED:
+        prof = load_profile(path, num_layers=30)
+        try:
+            new, _ = device_replan.replan_profile(prof, cp, source=str(path), costs_source="default.yaml")
+        except NoRecordError:  # hand-written: keeps no record (raised after the cost file passed its checks)
+            assert path.name in ("example.yaml", "hier-medium.yaml", "hier-small.yaml")
+            continue
+        assert new.method == prof.method
+        replanned += 1
+    assert replanned == len(SHIPPED) - 3
+    # and the check has teeth: without any one default scheme some shipped profile cannot be re-planned
+    for missing in choice.schemes:
+        short = replace(cp, costs=replace(cp.costs, schemes=tuple(s for s in schemes if s.scheme != missing)))
+        needed = "needed by" in dict(choice.why)[missing]
+        failed = False
+        for path in SHIPPED:
+            try:
+                device_replan.replan_profile(load_profile(path, num_layers=30), short, source=str(path),
+                                             costs_source="short.yaml")
+            except NoRecordError:
+                continue
+            except ProfileError as e:
+                assert "no costs for" in str(e) and missing in str(e), str(e)
+                failed = True
+        assert failed == needed, (missing, dict(choice.why)[missing])
