@@ -2,19 +2,42 @@
 
 On CUDA the device is synchronised before each reading, so queued kernels are counted;
 on CPU ``perf_counter`` alone is exact enough. ``time.time`` is never used: it can jump.
+
+The clock itself can be swapped for a block of code (``use_clock``): a test that checks what the cost model,
+the harness or a search *does* with timings runs them against a clock it controls, so that its verdict does
+not depend on what else the machine is running. Real runs never swap it: they read ``perf_counter``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
 T = TypeVar("T")
+Clock = Callable[[], float]  # seconds from an arbitrary origin, never going back
+
+# A context variable, not a module global: a swapped clock stays with the code that swapped it (and its own
+# thread), and is always put back.
+_CLOCK: ContextVar[Clock] = ContextVar("skipsearch_clock", default=time.perf_counter)
+
+
+@contextlib.contextmanager
+def use_clock(clock: Clock) -> Iterator[Clock]:
+    """Read ``clock`` instead of ``time.perf_counter`` in ``now`` (so in every timing) inside the block.
+
+    The device is still synchronised before each reading. Yields ``clock``."""
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
 
 
 def sync(device: torch.device | str | None = None) -> None:
@@ -27,9 +50,9 @@ def sync(device: torch.device | str | None = None) -> None:
 
 
 def now(device: torch.device | str | None = None) -> float:
-    """A synchronised ``perf_counter`` reading, in seconds."""
+    """A synchronised reading of the clock (``perf_counter`` unless ``use_clock`` swapped it), in seconds."""
     sync(device)
-    return time.perf_counter()
+    return _CLOCK.get()()
 
 
 @dataclass(frozen=True)

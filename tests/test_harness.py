@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from clocks import ManualClock
 
 from skipsearch import harness as hn
+from skipsearch import timing
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.decoding import Draft, Drafter, generate, make_drafter
 from skipsearch.memory import memory_probe
@@ -62,18 +63,19 @@ def test_the_order_rotates_so_every_method_takes_every_slot():
 def test_the_warm_up_is_not_timed_and_on_warmed_runs_between():
     log: list = []
     calls = {"n": 0}
+    clock = ManualClock()
 
     def slow_first(ids, max_new_tokens):
         calls["n"] += 1
-        if calls["n"] == 1:
-            time.sleep(0.3)  # what a first call's set-up costs, exaggerated
+        clock.advance(0.3 if calls["n"] == 1 else 0.01)  # a first call's set-up, exaggerated; then 10 ms a call
         return hn.ContenderOutput((1,))
 
     methods = [hn.Contender("slow-first", "skipsearch", "", slow_first), _fake("other", log)]
-    runs = hn.run_rounds(methods, [[1], [2]], max_new_tokens=4, device=CPU,
-                         on_warmed=lambda: log.append(("warmed", calls["n"])))
+    with timing.use_clock(clock):  # the harness's clock: only the calls move it, whatever else the machine runs
+        runs = hn.run_rounds(methods, [[1], [2]], max_new_tokens=4, device=CPU,
+                             on_warmed=lambda: log.append(("warmed", calls["n"])))
     assert ("warmed", 1) in log and log.index(("warmed", 1)) == 1  # after both warm-ups, before any timed call
-    assert max(r.seconds for r in runs) < 0.2
+    assert sorted(r.seconds for r in runs) == pytest.approx([0.0, 0.0, 0.01, 0.01])  # the 0.3 s is on no figure
 
 
 def test_a_method_that_changes_one_token_is_caught():

@@ -267,7 +267,7 @@ def test_a_70b_model_is_refused_before_loading(llama_70b):
     start = time.perf_counter()
     with pytest.raises(ModelError) as info:
         load_model(str(llama_70b), device="cpu", dtype="float32")
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 60  # refused from the config, before minutes of loading (a wide margin)
     message = str(info.value)
     assert "\n" not in message and "needs about" in message and "GiB is available in RAM" in message
     need = estimate_memory(placement_config(llama_70b), "float32")

@@ -441,7 +441,7 @@ def test_an_alias_bomb_is_refused_at_once(tmp_path, where):
     assert len(text) < 1500
     start = time.perf_counter()
     message = load_error(path)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 30  # not expanded: minutes; a wide margin for a loaded machine
     assert "refused" in message and "expands through its aliases" in message
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clocks import ManualClock, work_clock
 from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
-from skipsearch import device_replan
+from skipsearch import device_replan, timing
 from skipsearch.cli import app
 from skipsearch.config import Candidate, DraftConfig, Trace
 from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
@@ -198,7 +199,8 @@ def test_replanning_a_lookup_profile_chooses_a_longer_k_where_verification_is_fr
 
 
 def test_the_lookup_replay_is_the_ngram_surrogate(tmp_path):
-    """Replaying the record gives what ngram's own surrogate predicts from the tokens (lookup time aside)."""
+    """Replaying the record gives what ngram's own surrogate predicts from the tokens (lookup time aside: the
+    surrogate times its lookups, here on a clock that stands still, so that a loaded machine adds nothing)."""
     from types import SimpleNamespace
 
     from skipsearch.methods import ngram
@@ -208,7 +210,8 @@ def test_the_lookup_replay_is_the_ngram_surrogate(tmp_path):
     for k in (1, 3, 8, 12):
         cand = Candidate("ngram", DraftConfig(max_draft_tokens=k), (("min_n", 1), ("max_n", 3)))
         objective = SimpleNamespace(cal=cal, costs=costs, sm=SimpleNamespace(num_layers=30))
-        want = ngram.METHOD.predict(objective, cand)
+        with timing.use_clock(ManualClock()):
+            want = ngram.METHOD.predict(objective, cand)
         got = replay_lookup(rec, k, costs)
         assert got.tau == pytest.approx(want.tau) and got.acceptance_rate == pytest.approx(want.acceptance_rate)
         assert got.speedup == pytest.approx(want.speedup, rel=0.02)
@@ -237,7 +240,8 @@ def tiny_study(tmp_path_factory):
     strategy = make_strategy("tpe", SearchSpace(num_layers=6, max_draft_tokens=(1, 2, 4)), seed=0)
     folder = tmp_path_factory.mktemp("study")
     study = open_study(study_dir=folder, strategy=strategy)
-    run_search(study, strategy, objective, budget=14)
+    with work_clock(sm):  # TPE follows the surrogate's values, which follow measured costs: the same under any load
+        run_search(study, strategy, objective, budget=14)
     return sm, cal, objective, records(study)
 
 
@@ -510,9 +514,11 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     # the hybrid grid narrowed to precision fallbacks, so that what ships has one
     monkeypatch.setattr(HybridStrategy, "grid",
                         lambda self: {"n_range": ["1-2"], "k": [2, 4], "fallback": ["precision fp16"]})
-    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy=strategy, budget=2, n_prompts=2, max_new_tokens=16,
-                                                      objective="surrogate", study=str(tmp_path / "s"),
-                                                      strategy_options=(("schemes", ("fp16",)),)))
+    with work_clock(tiny_sm):  # the search picks its draft from measured costs: the same ones under any load
+        result = opt.optimize(tiny_sm, opt.SearchSettings(strategy=strategy, budget=2, n_prompts=2,
+                                                          max_new_tokens=16, objective="surrogate",
+                                                          study=str(tmp_path / "s"),
+                                                          strategy_options=(("schemes", ("fp16",)),)))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     extra = dict(prof.measured.extra)
     assert prof.method == strategy and PRECISION_KEY in extra
@@ -540,8 +546,10 @@ def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_s
         return {**g, "k": [2, 4], "fallback": [f for f in g["fallback"] if f.endswith(" v0")][:1]}
 
     monkeypatch.setattr(HybridStrategy, "grid", skip_fallbacks_only)
-    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="hybrid", budget=2, n_prompts=2, max_new_tokens=16,
-                                                      objective="surrogate", study=str(tmp_path / "s")))
+    with work_clock(tiny_sm):  # the search picks its draft from measured costs: the same ones under any load
+        result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="hybrid", budget=2, n_prompts=2,
+                                                          max_new_tokens=16, objective="surrogate",
+                                                          study=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     extra = dict(prof.measured.extra)
     assert dict(prof.method_params)["fallback"] == "layer-skip" and {"lookup", "acceptance"} <= extra.keys()

@@ -78,13 +78,14 @@ def optimize_study(
     # depth when there is one).
     layers = warm[0].model.num_layers if warm else 128
     try:
-        opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
+        strategy, _ = opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
     except ConfigError as e:  # "strategy 'tpe' does not take n-values": name the option as the caller does
         text, taken = str(e), " does not take "
         if taken in text:
             key = text.rsplit(taken, 1)[1].replace("-", "_")
             text = text.rsplit(taken, 1)[0] + taken + dict(o.option_names).get(key, key)
         raise ConfigError(text) from None
+    _check_resumed_study(study, o.model, strategy.name)
     # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
     # character, and a chat template adds a few dozen.
     longest = max(len(p.text) for p in prompts) + 64
@@ -92,6 +93,25 @@ def optimize_study(
     sm = load_model(o.model, device=o.device, dtype=o.dtype, max_tokens=longest + o.max_new_tokens)
     result = opt.optimize(sm, o, on_trial=on_trial, on_stage=on_stage)
     return SearchRun(result, path, study)
+
+
+def _check_resumed_study(study_dir: str | None, model: str, strategy: str) -> None:
+    """A local study made by another strategy, or for a model of another depth, refused before the model loads
+    (the search would refuse either, but only once the model had loaded)."""
+    from skipsearch.models import find_checkpoint, read_config
+    from skipsearch.study import STRATEGY_ATTR, StudyError, check_study_model, load_study
+
+    if not study_dir or not (Path(study_dir) / "study.db").is_file():
+        return  # a new study, or one in a --storage database (the search checks that one)
+    try:
+        label, _records, attrs = load_study(study_dir=study_dir)
+    except StudyError:  # an empty file: the search makes the study in it (check_storage refused a broken one)
+        return
+    made_by = attrs.get(STRATEGY_ATTR)
+    if made_by is not None and made_by != strategy:
+        raise StudyError(f"study {label} was made by strategy '{made_by}', not '{strategy}': resume it with "
+                         f"'{made_by}' or start another study")
+    check_study_model(label, attrs, model=model, num_layers=read_config(find_checkpoint(model)).num_hidden_layers)
 
 
 def rerank_study(

@@ -15,6 +15,7 @@ import typer
 import typer.core
 
 from skipsearch.cli import bench, costs, decode, describe, edge, listing, optimize, plan
+from skipsearch.cli.edge import line
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -33,7 +34,7 @@ class _OneLineErrors(typer.core.TyperGroup):
                 typer.echo(message)
                 code = 0
             else:
-                typer.echo(f"error: {' '.join(message.split())}", err=True)
+                typer.echo(f"error: {line(message)}", err=True)
                 code = 2
         if not standalone_mode:
             return code

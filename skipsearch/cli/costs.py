@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from skipsearch.cli.edge import user_errors, warnings_to_stderr
-from skipsearch.config import ConfigError
+from skipsearch.cli.edge import line, user_errors, warnings_to_stderr
 from skipsearch.data import load_prompts
 
 
@@ -31,7 +30,8 @@ def costs_command(
     force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
     schemes: Annotated[str | None, typer.Option(
         help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
-             "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA).")
+             "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
+             "device's own (fp16 on a CPU, int8 on a GPU) and every scheme profiles/<model>/*.yaml need.")
     ] = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
@@ -39,7 +39,7 @@ def costs_command(
 
     import torch
 
-    from skipsearch import methods
+    from skipsearch.api.costs import default_schemes, measure_schemes, parse_schemes
     from skipsearch.costs import calibration_context, measure_cost_profile, save_costs
     from skipsearch.models import load_model
     from skipsearch.profile import check_profile_target
@@ -49,11 +49,7 @@ def costs_command(
         if out:
             check_profile_target(out, force=force)
         load_prompts(dataset, split="calib", n=1, seed=seed)
-        scheme_names = tuple(x.strip() for x in (schemes or "").split(",") if x.strip())
-        if schemes is not None and not scheme_names:
-            raise ConfigError("--schemes must name draft schemes, e.g. fp16,int8 or int8-dynamic")
-        for name in scheme_names:  # an unknown scheme fails before the model loads
-            methods.scheme_method(name)
+        choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
         if threads:
             torch.set_num_threads(threads)
         sm = load_model(model, device=device, dtype=dtype)
@@ -63,13 +59,16 @@ def costs_command(
         typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
         context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
         cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]))
-        if scheme_names:
+        if choice is None:
+            choice = default_schemes((model, sm.name), str(sm.device))
+            for note in choice.notes:
+                typer.echo(f"warning: {line(note)}", err=True)
+        typer.echo(choice.describe(), err=True)
+        measured = measure_schemes(sm, context, choice, repeats=repeats,
+                                   warn=lambda text: typer.echo(f"warning: {line(text)}", err=True))
+        if measured:
             from dataclasses import replace
 
-            from skipsearch.files.costs import SchemeCosts
-
-            measured = tuple(SchemeCosts(m.scheme, m.attn_seconds, m.mlp_seconds, m.head_saving_seconds)
-                             for m in methods.measure_scheme_costs(sm, context, scheme_names, repeats=repeats))
             cp = replace(cp, costs=replace(cp.costs, schemes=measured))
         save_costs(cp, path)
     typer.echo(cp.describe())

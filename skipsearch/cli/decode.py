@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -105,13 +108,37 @@ def _check_decoded(sm, decoded, max_new_tokens: int):
     return check_against_hf(sm, decoded.prompt_token_ids, decoded.result.token_ids, max_new_tokens=max_new_tokens)
 
 
+MAX_PROMPTS_BYTES = 256 << 20  # a prompts file is text a person wrote or exported: far below this
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them (ValueError beyond): a named pipe is refused rather than
+    waited on for a writer, and a link to /dev/zero rather than read for ever."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit >> 20} MiB")
+    return data
+
+
 def _read_prompts_file(path: Path, chat_default: bool) -> tuple[Prompt, ...]:
     """Prompts from JSONL, one {"prompt": str, "chat": bool} object a line. A value of the wrong type
     is refused, naming the file and line, never coerced: null is not the text "None", "false" is not true."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = _read_regular(path, MAX_PROMPTS_BYTES).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read prompts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except ValueError as exc:
+        raise DataError(f"cannot read prompts file {path}: {exc}") from None
     prompts = []
     for no, line in enumerate(lines, 1):
         if not line.strip():

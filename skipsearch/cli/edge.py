@@ -21,13 +21,19 @@ from skipsearch.study import StudyError
 USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
 
 
+def line(text: object) -> str:
+    """``text`` as one printable line: runs of whitespace collapsed, and any other control character (a terminal
+    escape carried in from a shared file, a model name, a study) shown escaped rather than sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(text).split()))
+
+
 @contextlib.contextmanager
 def user_errors():
     """Turn known bad input into one line on stderr and exit 2; Ctrl-C into exit 130."""
     try:
         yield
     except USER_ERRORS as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {line(exc)}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
@@ -52,7 +58,7 @@ def warnings_to_stderr() -> None:
     # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each (third-party deprecation
     # notices only with --verbose: notices.py), and skipsearch's own informational lines (where a model is
     # placed, and why) likewise.
-    route_warnings(lambda line: typer.echo(line, err=True), verbose=VERBOSE)
+    route_warnings(lambda text: typer.echo(line(text), err=True), verbose=VERBOSE)
     log = logging.getLogger("skipsearch")
     if not any(getattr(h, "skipsearch_cli", False) for h in log.handlers):
         handler = _CurrentStderr()

@@ -7,9 +7,11 @@ A file's every problem is one line naming the file and the key, so each reader p
 
 from __future__ import annotations
 
+import errno
 import numbers
 import os
 import secrets
+import stat
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -164,6 +166,18 @@ class BoundedLoader(yaml.SafeLoader):
         self._sizes[id(node)] = size
         return node
 
+    def construct_mapping(self, node, deep=False):
+        # A key given twice would be read as its last value while a person reviewing the file reads the first.
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key != "<<" and (key_node.tag, key) in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {short(key)} is given twice",
+                                                            key_node.start_mark)
+                seen.add((key_node.tag, key))
+        return super().construct_mapping(node, deep)
+
     def construct_object(self, node, deep=False):
         try:
             value = super().construct_object(node, deep)
@@ -179,8 +193,17 @@ def read_yaml(path: str | os.PathLike, source: str, *, error: type[OneLineError]
               what: str = "profile") -> Any:
     """The parsed document of a ``what`` file (at most MAX_BYTES), with every way of failing as one ``error`` line."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)  # never more, whatever the file (or /dev/zero) holds
+        # O_NONBLOCK: opening a named pipe must not wait for a writer; only a regular file is read at all
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise error(f"{source}: cannot read the {what}: not a regular file")
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_BYTES + 1)  # never more, whatever the file holds
+        finally:
+            os.close(fd)
         if len(data) > MAX_BYTES:
             raise error(f"{source}: refused: larger than {MAX_BYTES >> 20} MiB (a {what} is a few hundred bytes)")
         text = data.decode("utf-8")

@@ -30,6 +30,7 @@ from skipsearch.methods.base import (
     record_keys,
     record_reader,
     register,
+    replan_schemes,
     scheme_method,
     unregister,
 )
@@ -37,7 +38,7 @@ from skipsearch.methods.base import (
 __all__ = ["PLAIN", "REGISTRY", "Keeping", "Kept", "Method", "Params", "ParamsError", "Record", "Replanned",
            "Replanning", "build_drafter", "check_keys", "choice_param", "get", "int_param", "is_plain",
            "layers_param", "measure_scheme_costs", "names", "record_keys", "record_reader", "register",
-           "scheme_method", "unregister"]
+           "replan_schemes", "scheme_method", "unregister"]
 
 # The registry: one line per method (its package, then its record).
 from skipsearch.methods import layer_skip; register(layer_skip.METHOD)  # noqa: E402, E702, I001

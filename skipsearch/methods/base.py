@@ -148,6 +148,10 @@ class Method:
     measure_schemes: Callable[..., Sequence[Any]] | None = None
     record: Record | None = None  # what its profiles keep so that they can be re-planned (None: nothing)
     replan: Callable[[Replanning], Replanned] | None = None  # its re-pricing under a cost file (None: none)
+    # (candidate, device) -> the schemes among those whose costs a cost file for ``device`` must keep for
+    # ``plan --profile`` to re-plan the candidate there (what ``skipsearch costs`` measures by default for the
+    # shipped profiles). None: re-planning it needs no scheme's costs.
+    replan_schemes: Callable[[Candidate, str], tuple[str, ...]] | None = None
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -199,6 +203,13 @@ def measure_scheme_costs(sm: Any, context: Sequence[int], schemes: Sequence[str]
     owners = [scheme_method(s) for s in schemes]
     return tuple(m for owner, scheme in zip(owners, schemes, strict=True)
                  for m in owner.measure_schemes(sm, context, (scheme,), repeats=repeats))
+
+
+def replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
+    """The draft schemes a cost file for ``device`` must keep to re-plan ``candidate`` there (its method's
+    ``replan_schemes``); () for a method that needs none, or an unknown one (loading it says why)."""
+    method = REGISTRY.get(candidate.method) if isinstance(candidate.method, str) else None
+    return tuple(method.replan_schemes(candidate, device)) if method and method.replan_schemes else ()
 
 
 def names() -> tuple[str, ...]:

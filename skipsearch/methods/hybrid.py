@@ -419,6 +419,14 @@ def replan(job: Replanning) -> Replanned:
                      method_params=lowered)
 
 
+def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
+    # only a precision fallback is re-planned from scheme costs (a fractal fallback's passes keep no record)
+    if candidate.plain_params().get("fallback") != PRECISION.name:
+        return ()
+    own = tuple((k, v) for k, v in candidate.params if k not in _OWN)
+    return PRECISION.replan_schemes(Candidate(PRECISION.name, candidate.draft, own), device)
+
+
 def _example(num_layers: int) -> Candidate:
     draft = DraftConfig(skip_attn=(num_layers // 2,), max_draft_tokens=3, exit=NO_EXIT)
     return Candidate(HybridParams.method, draft, HybridParams(min_n=1, max_n=2, fallback_k=2).to_pairs())
@@ -434,4 +442,5 @@ METHOD = Method(
     predict=_predict,
     record=RECORD,
     replan=replan,
+    replan_schemes=_replan_schemes,
 )

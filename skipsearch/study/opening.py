@@ -107,9 +107,12 @@ def check_storage(*, study_dir: str | Path | None = None, storage: str | None = 
             return
         db = Path(url.database)
     elif study_dir is not None:
+        _check_study_path(study_dir)
         db = Path(study_dir) / "study.db"
     else:
         return
+    if db.exists() and not db.is_file():  # a folder, or a named pipe that SQLite would wait on for ever
+        raise StudyError(f"study file '{db}' is not a regular file: move it away to start afresh")
     if not db.exists():
         folder = next((q for q in [db.parent, *db.parent.parents] if q.exists()), None)
         if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
@@ -131,6 +134,16 @@ def check_storage(*, study_dir: str | Path | None = None, storage: str | None = 
     if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
         raise StudyError(f"study file '{db}' is read-only (SQLite also needs to write its folder): a search "
                          f"writes every trial; make it writable, or read it with `skipsearch study show`")
+
+
+def _check_study_path(study_dir: str | Path) -> None:
+    """A study folder that is a file, or whose study.db is not a regular file (a folder, a named pipe that SQLite
+    would wait on for ever), in one line."""
+    folder, db = Path(study_dir), Path(study_dir) / "study.db"
+    if folder.exists() and not folder.is_dir():
+        raise StudyError(f"'{study_dir}' is a file, not a study folder")
+    if db.exists() and not db.is_file():
+        raise StudyError(f"study file '{db}' is not a regular file: move it away to start afresh")
 
 
 def check_study_model(label: str, attrs: dict, *, model: str, num_layers: int, fingerprint: str | None = None,
@@ -169,6 +182,7 @@ def load_study(*, study_dir: str | Path | None = None, storage: str | None = Non
         if study_dir is None:
             raise StudyError("give a study directory or --storage")
         db = Path(study_dir) / "study.db"
+        _check_study_path(study_dir)
         if not db.is_file():
             raise StudyError(f"no study at '{study_dir}' (no study.db there)")
         storage = f"sqlite:///{db.resolve()}"
@@ -214,6 +228,8 @@ def _check_optuna_storage(url: str) -> dict:
     shown = _shown(url)
     if parsed.get_backend_name() == "sqlite":
         path = parsed.database
+        if path and path != ":memory:" and Path(path).exists() and not Path(path).is_file():
+            raise StudyError(f"study file '{path}' is not a regular file: it holds no study")
         if not path or path == ":memory:" or not Path(path).is_file():
             raise StudyError(f"no study at '{shown}' (no such database file)")
         try:  # mode=ro: SQLite itself refuses any write, and never creates the file

@@ -33,6 +33,15 @@ def _measure_schemes(sm, context, schemes, *, repeats: int = 9):
     return measure_scheme_costs(sm, context, schemes, repeats=repeats)
 
 
+def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
+    # the compressed layers' scheme the drafter runs on ``device`` (auto resolved there); none for the ablation
+    try:
+        scheme = resolve_scheme(candidate.param("quantization", "auto"), device)
+    except ConfigError:  # a scheme the device cannot run: there is nothing to measure there
+        return ()
+    return () if scheme == "none" else (scheme,)
+
+
 def _example(num_layers: int) -> Candidate:
     params = FractalParams(n=1, w=2, layers=(num_layers // 2,))
     return METHOD.candidate(DraftConfig(max_draft_tokens=params.max_draft_tokens, exit=NO_EXIT), params)
@@ -49,6 +58,7 @@ METHOD = Method(
     measure_schemes=_measure_schemes,
     record=RECORD,
     replan=replan,
+    replan_schemes=_replan_schemes,
 )
 
 

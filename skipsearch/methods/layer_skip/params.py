@@ -38,18 +38,29 @@ def encode_ids(ids: Sequence[int]) -> str:
     return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
 
 
+# At most this many bytes of varints: 5 per id (ids below 2^35) for a million ids, far above any vocabulary. A
+# profile is at most 1 MiB, but zlib expands a run of equal bytes a thousandfold: a hostile vocab_ids must not
+# cost gigabytes and minutes before it is refused.
+MAX_IDS_BYTES = 5 << 20
+
+
 @functools.lru_cache(maxsize=64)
 def decode_ids(text: str) -> tuple[int, ...]:
     """``encode_ids`` backwards; ValueError for anything that is not such a string."""
     try:
-        raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+        unzip = zlib.decompressobj()
+        raw = unzip.decompress(base64.b64decode(text.encode("ascii"), validate=True), MAX_IDS_BYTES)
     except (binascii.Error, zlib.error, UnicodeEncodeError) as e:
         raise ValueError(str(e)) from None
+    if unzip.unconsumed_tail:
+        raise ValueError(f"more than {MAX_IDS_BYTES >> 20} MiB of ids")
     ids: list[int] = []
     value = shift = 0
     for byte in raw:
         value |= (byte & 0x7F) << shift
         shift += 7
+        if shift > 35:
+            raise ValueError("a varint longer than 5 bytes")
         if not byte & 0x80:
             if ids and value == 0:
                 raise ValueError("ids repeat")

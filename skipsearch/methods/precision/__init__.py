@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.methods.base import Method, ParamsError
-from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme
+from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme, device_scheme
 from skipsearch.methods.precision.replan import RECORD, replan
 
 
@@ -85,6 +85,12 @@ def measure_scheme_costs(sm, context, schemes, *, repeats: int = 9):
     return tuple(out)
 
 
+def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
+    # the draft's own scheme, also where it ships K = 0: re-planned elsewhere it may pay
+    scheme = candidate.param("scheme", None)
+    return (scheme,) if isinstance(scheme, str) else ()
+
+
 def _example(num_layers: int) -> Candidate:
     return Candidate(PrecisionParams.method, DraftConfig(max_draft_tokens=4, exit=NO_EXIT),
                      PrecisionParams(scheme="fp16").to_pairs())
@@ -106,10 +112,11 @@ METHOD = Method(
     measure_schemes=measure_scheme_costs,
     record=RECORD,
     replan=replan,
+    replan_schemes=_replan_schemes,
 )
 
-__all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "measure_scheme_costs",
-           "quantized_assistant", "traces_and_ratio"]
+__all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "device_scheme",
+           "measure_scheme_costs", "quantized_assistant", "traces_and_ratio"]
 
 
 def quantized_assistant(sm):

@@ -14,6 +14,7 @@ from torch import nn
 
 from skipsearch.config import ConfigError
 from skipsearch.methods.precision.kernels import check_scheme, quantize_module, weight_bytes
+from skipsearch.methods.precision.params import device_scheme
 
 
 @dataclass
@@ -76,7 +77,7 @@ def assistant_copy(sm):
     """The whole HF model with every decoder Linear and the head in the device's draft scheme (a second
     model: its own embeddings, its own KV cache, as HF's assisted generation needs)."""
     if sm not in _ASSISTANTS:
-        scheme = "fp16" if sm.device.type == "cpu" else "int8"
+        scheme = device_scheme(sm.device)
         check_scheme(scheme, sm.device)
         _ASSISTANTS[sm] = (quantize_module(sm.hf, scheme).eval(), scheme)
     return _ASSISTANTS[sm]

@@ -49,6 +49,11 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 
+def device_scheme(device: Any) -> str:
+    """The scheme a device drafts in when none is asked for: fp16 on a CPU (fbgemm's kernel), int8 on a GPU."""
+    return "fp16" if str(device).split(":")[0] == "cpu" else "int8"
+
+
 @dataclass(frozen=True)
 class PrecisionParams:
     """What a precision profile fixes (its ``method_params``)."""

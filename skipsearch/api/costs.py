@@ -1,0 +1,110 @@
+"""Which draft schemes ``skipsearch costs`` measures: those asked for, or by default the device's own draft scheme
+(fp16 on a CPU, int8 on a GPU) and every scheme a profile shipped for the model (``profiles/<model>/*.yaml``)
+needs to be re-planned (``plan --profile``), so that the default cost file re-plans every shipped profile.
+
+What a profile needs is its method's to say (``methods.replan_schemes``): a precision draft its scheme, a hybrid
+its precision fallback's, a fractal draft its compressed layers' scheme on that device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from skipsearch import methods
+from skipsearch.config import ConfigError
+from skipsearch.files.yamlio import OneLineError
+
+PROFILES = Path("profiles")  # where shipped profiles live, one folder per model (relative to the working directory)
+
+
+@dataclass(frozen=True)
+class SchemeChoice:
+    """The schemes to measure and, for people, why each one."""
+
+    schemes: tuple[str, ...]
+    why: tuple[tuple[str, str], ...] = ()  # (scheme, reason)
+    asked: bool = False  # named by --schemes: each must be measured; a default one is skipped where it cannot run
+    notes: tuple[str, ...] = ()  # shipped profiles that could not be read, one line each
+
+    def describe(self) -> str:
+        if not self.schemes:
+            return "measuring no draft scheme's costs"
+        reasons = dict(self.why)
+        return "measuring draft schemes " + "; ".join(
+            f"{s} ({reasons[s]})" if s in reasons else s for s in self.schemes)
+
+
+def parse_schemes(text: str | None) -> SchemeChoice | None:
+    """``--schemes`` as given: None (not given: the defaults, chosen once the device is known), ``none`` (no
+    scheme), or comma-separated names, each checked against the registry before any model loads."""
+    if text is None:
+        return None
+    if text.strip() == "none":
+        return SchemeChoice((), asked=True)
+    names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not names:
+        raise ConfigError("--schemes must name draft schemes, e.g. fp16,int8 or int8-dynamic (none: no scheme)")
+    for name in names:  # an unknown scheme fails before the model loads
+        methods.scheme_method(name)
+    return SchemeChoice(names, asked=True)
+
+
+def model_folders(models: Sequence[str], *, root: str | Path = PROFILES) -> tuple[Path, ...]:
+    """The folders under ``root`` that hold profiles shipped for ``models`` (an alias, a hub id, a directory: the
+    last part of each names the folder, so nothing outside ``root`` is read)."""
+    out = []
+    for model in models:
+        name = Path(str(model)).name
+        folder = Path(root) / name
+        if name not in ("", ".", "..") and folder.is_dir() and folder not in out:
+            out.append(folder)
+    return tuple(out)
+
+
+def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PROFILES) -> SchemeChoice:
+    """The device's own draft scheme, then every scheme the profiles shipped for ``models`` need on ``device``."""
+    from skipsearch.methods.precision import device_scheme
+    from skipsearch.profile import load_profile
+
+    own = device_scheme(device)
+    needed: dict[str, list[str]] = {own: []}
+    notes = []
+    for folder in model_folders(models, root=root):
+        for path in sorted(folder.glob("*.yaml")):
+            try:
+                profile = load_profile(path)
+            except (OneLineError, ConfigError) as e:
+                notes.append(f"{e} (its schemes are not measured)")
+                continue
+            for scheme in methods.replan_schemes(profile.candidate, device):
+                needed.setdefault(scheme, []).append(path.name)
+    why = []
+    for scheme, users in needed.items():
+        parts = (["the device's own draft scheme"] if scheme == own else []) + (
+            [f"needed by {', '.join(users)}"] if users else [])
+        why.append((scheme, ", ".join(parts)))
+    return SchemeChoice(tuple(needed), tuple(why), notes=tuple(notes))
+
+
+def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats: int = 9,
+                    warn: Callable[[str], None] = lambda _line: None) -> tuple:
+    """Each chosen scheme's per-sublayer costs on ``sm``'s device (``files.costs.SchemeCosts``). A scheme the
+    device cannot run is an error where it was asked for, and one ``warn`` line where it is a default."""
+    from skipsearch.files.costs import SchemeCosts
+
+    out = []
+    for scheme in choice.schemes:
+        try:
+            (m,) = methods.measure_scheme_costs(sm, context, (scheme,), repeats=repeats)
+        except ConfigError as e:
+            if choice.asked:
+                raise
+            warn(f"not measuring scheme {scheme} here: {e}")
+            continue
+        out.append(SchemeCosts(m.scheme, m.attn_seconds, m.mlp_seconds, m.head_saving_seconds))
+    return tuple(out)
+
+
+__all__ = ["PROFILES", "SchemeChoice", "default_schemes", "measure_schemes", "model_folders", "parse_schemes"]
