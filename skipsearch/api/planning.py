@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skipsearch.api.checks import check_study_for_model, costs_hardware_note
+from skipsearch.api.checks import check_study_for_model, costs_hardware_note, costs_model_note
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.profile import Profile, load_profile
@@ -98,6 +98,9 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
         planned = dataclasses.replace(planned, note=f"{note}; {planned.note}" if planned.note else note)
         new = dataclasses.replace(new, measured=dataclasses.replace(
             new.measured, notes=new.measured.notes.replace("; time it with", f"; {note}; time it with", 1)))
+    modelled = costs_model_note(target, source if costs else f"{profile}'s measured.costs")
+    if modelled:  # the plan is as good as the model it priced with (said once it is made: an error stays one line)
+        say(f"note: {modelled}")
     text = device_replan.format_replan(prof, new, planned, target)
     body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
     return PlanOutcome(None, device_replan.replan_to_dict(new, planned), text, body, new)
