@@ -8,7 +8,7 @@ Nothing is timed: every input is a published figure in the data file, with its s
    for the roofline of its GPU, model and weight format. One efficiency per GPU family is fitted (geometric
    mean), and each row is predicted from its family's other rows (leave one out). Goal: within 15%.
 2. Self-speculative speedups. Each paper row with a fixed draft length (skip counts, K, acceptance rate,
-   measured speedup) is fed through skipsearch's own predictor (device_replan.predict: the surrogate's replay)
+   measured speedup) is fed through skipsearch's own predictor (surrogate.replay_all: the surrogate's replay)
    with the calibrated roofline's c and v(k), on i.i.d. traces whose per-token acceptance reproduces the row's
    acceptance rate at its K. Goal: within 20%; where not, the miss is split into its c and v(k) terms.
 The fitted efficiencies must equal skipsearch.roofline.devices.CALIBRATED (tests/test_roofline.py checks it).
@@ -161,7 +161,7 @@ def iid_traces(alpha: float, *, sequences: int = 64, length: int = 512, seed: in
 def paper_prediction(row: dict, data: dict, launch: float, fit: dict[str, float]) -> dict:
     """A paper row through the predictor under the calibrated roofline, and its c and v(K+1) beside the ones
     the paper's own figures imply."""
-    from skipsearch.device_replan import predict
+    from skipsearch.surrogate import replay_all as predict
 
     s, k = shapes(row["model"]), row["k"]
     eff = fit.get(family(row), fallback(fit))
@@ -285,7 +285,7 @@ def report(data: dict, *, command: str) -> tuple[str, float, dict[str, float]]:
     # 2. speedups
     out += ["", "## 2. Self-speculative speedups through skipsearch's predictor\n",
             "Each row's acceptance rate (accepted / drafted, fixed K) is turned into the i.i.d. per-token α that "
-            "gives it; traces of that α are replayed by `device_replan.predict` (the surrogate's replay: K·c per "
+            "gives it; traces of that α are replayed by `surrogate.replay_all` (the surrogate's replay: K·c per "
             "draft block plus v(K+1) per verify) under the shipped roofline of the row's GPU and model. "
             "c(paper) is the skip set's cost from Draft & Verify's Table 5 breakdown (attention 39.7 ms, MLP 14.3 ms, "
             "rest 2.3 ms of 56.3 ms); v(paper) is the verify cost the measured speedup then implies: "
