@@ -164,7 +164,8 @@ def test_every_shipped_profile_re_plans_under_a_roofline_file(path, roofline_fil
         out = tmp_path / f"{kind}.yaml"
         result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out)])
         if kind == "gpu" and path.name in FP16_DRAFTS:  # a draft with no CUDA kernel: refused in one line
-            assert_one_line_error(result, "no costs for precision scheme fp16")
+            assert_one_line_error(result, "no costs for precision scheme fp16: it has no draft kernel on cuda")
+            assert "measure them" not in result.stderr and "int8, int4 or fp8" in result.stderr
             continue
         assert result.exit_code == 0, result.output
         assert "a model, not a measurement" in result.stderr
