@@ -382,11 +382,35 @@ def _bytes(tensor: torch.Tensor, limit: int | None = None) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes()
 
 
-def _digest(entries: list[tuple[str, tuple[int, ...], str, bytes]]) -> str:
-    layout, content = hashlib.sha256(), hashlib.sha256()
-    for name, shape, dtype, data in sorted(entries, key=lambda e: e[0]):
+def layout_fingerprint(path: str | os.PathLike) -> str | None:
+    """The layout half of ``weights_fingerprint`` (tensor names and shapes: the architecture), read from the
+    safetensors headers alone: no weight is read. None when the checkpoint has no safetensors files."""
+    files = weight_files(path)
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    shapes = []
+    try:
+        for file in files:
+            with safe_open(str(file), framework="pt") as f:
+                shapes += [(name, tuple(f.get_slice(name).get_shape())) for name in f.keys()]
+    except (OSError, RuntimeError, ValueError) as exc:  # a missing shard or a corrupt header
+        raise ModelError(f"cannot read the weights in {path}: {str(exc).strip().splitlines()[0]}") from None
+    return _layout_digest(shapes)
+
+
+def _layout_digest(shapes: list[tuple[str, tuple[int, ...]]]) -> str:
+    layout = hashlib.sha256()
+    for name, shape in sorted(shapes, key=lambda e: e[0]):
         layout.update(json.dumps([name, list(shape)]).encode())
+    return layout.hexdigest()[:8]
+
+
+def _digest(entries: list[tuple[str, tuple[int, ...], str, bytes]]) -> str:
+    content = hashlib.sha256()
+    for name, shape, dtype, data in sorted(entries, key=lambda e: e[0]):
         content.update(json.dumps([name, list(shape), dtype]).encode())
         content.update(hashlib.sha256(data).digest())
-    return f"{layout.hexdigest()[:8]}-{content.hexdigest()[:16]}"
+    return f"{_layout_digest([(e[0], e[1]) for e in entries])}-{content.hexdigest()[:16]}"
 

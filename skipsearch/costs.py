@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from skipsearch.config import DraftConfig
-from skipsearch.files.costs import Costs, PlannedCosts, costs_from_dict, costs_to_dict
+from skipsearch.files.costs import (
+    Costs,
+    PlannedCosts,
+    RooflineInfo,
+    costs_from_dict,
+    costs_to_dict,
+    roofline_from_dict,
+    roofline_to_dict,
+)
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
 from skipsearch.profile import Environment
@@ -40,10 +48,15 @@ if TYPE_CHECKING:
 #   1: first version: schema_version, model {name, num_layers, architecture, fingerprint}, device, dtype,
 #      environment (a profile's environment keys), run {context_tokens, repeats, threads, seconds, command},
 #      costs {step_seconds, attn_seconds, mlp_seconds, fixed_seconds, lm_head_seconds, verify_ratio}.
+#      Added since, optional, so every earlier file reads as it was: source (measured, the default, or
+#      roofline) and roofline {device, key, bandwidth_gb_s, tflops, efficiency, efficiency_source, launch_us,
+#      figures_source, shapes_source} (skipsearch.roofline: figures modelled, not timed). A reader older than
+#      them refuses a roofline file by its unknown key, so no skipsearch takes one for a measured file.
 SCHEMA_VERSION = 1
 VERIFY_SIZES = (1, 2, 3, 4, 6, 9, 13)  # v(k) is timed at these k (13: a K = 12 draft's verify), interpolated between
 _HEADER = "# skipsearch cost profile"
-_TOP_KEYS = ("schema_version", "model", "device", "dtype", "environment", "run", "costs")
+_TOP_KEYS = ("schema_version", "source", "model", "device", "dtype", "environment", "run", "roofline", "costs")
+MEASURED, ROOFLINE = "measured", "roofline"  # a cost file's source: timed here, or modelled
 
 
 # A cost file checked as a whole: the sublayers' sum over the step (the measurement derives fixed from the
@@ -83,7 +96,13 @@ class CostProfile:
     costs: Costs
     environment: Environment | None = None
     run: CostRun | None = None
+    roofline: RooflineInfo | None = None  # set: the figures are a roofline model (skipsearch.roofline), not timed
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def source(self) -> str:
+        """``roofline`` when the figures are modelled, ``measured`` when they were timed."""
+        return ROOFLINE if self.roofline is not None else MEASURED
 
     def cost_model(self) -> CostModel:
         return cost_model_of(self.costs, self.model.num_layers)
@@ -93,10 +112,12 @@ class CostProfile:
         c, L = self.costs, self.model.num_layers
         share = lambda s: f"{s * 1e3:.3f} ms ({s / c.step_seconds:.1%} of a step)"  # noqa: E731
         lines = [f"{self.model.name} ({L} layers) on {self.device}, {self.dtype}"
-                 + (f", {self.run.threads} thread(s)" if self.run and self.run.threads else ""),
-                 f"step: {c.step_seconds * 1e3:.3f} ms", f"attention x {L}: {share(L * c.attn_seconds)}",
-                 f"MLP x {L}: {share(L * c.mlp_seconds)}",
-                 f"fixed (LM head, embedding, overhead): {share(c.fixed_seconds)}"]
+                 + (f", {self.run.threads} thread(s)" if self.run and self.run.threads else "")]
+        if self.roofline is not None:
+            lines.append(f"not measured: {self.roofline.describe()}")
+        lines += [f"step: {c.step_seconds * 1e3:.3f} ms", f"attention x {L}: {share(L * c.attn_seconds)}",
+                  f"MLP x {L}: {share(L * c.mlp_seconds)}",
+                  f"fixed (LM head, embedding, overhead): {share(c.fixed_seconds)}"]
         if c.lm_head_seconds is not None:
             lines.append(f"  of which LM head: {share(c.lm_head_seconds)}, the rest: {share(c.overhead_seconds)}")
         lines.append("v(k): " + ", ".join(f"{v:.2f}" for v in c.verify_ratio))
@@ -137,11 +158,15 @@ def check_costs_whole(c: Costs, num_layers: int, *, path: str = "costs", source:
 
 
 def cost_profile_to_dict(cp: CostProfile) -> dict:
-    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "model": plain(cp.model), "device": cp.device,
-                           "dtype": cp.dtype}
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    if cp.roofline is not None:  # a measured file is written as it always was
+        out["source"] = ROOFLINE
+    out.update({"model": plain(cp.model), "device": cp.device, "dtype": cp.dtype})
     for key in ("environment", "run"):
         if getattr(cp, key) is not None:
             out[key] = plain(getattr(cp, key))
+    if cp.roofline is not None:
+        out["roofline"] = roofline_to_dict(cp.roofline)
     out["costs"] = costs_to_dict(cp.costs)
     return out
 
@@ -176,14 +201,20 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
     for key in ("device", "dtype"):
         if not isinstance(raw[key], str) or not raw[key].strip():
             raise _err(source, f"{key} must be a non-empty string, got {str(raw[key])[:40]!r}")
+    kind = raw.get("source", MEASURED)
+    if kind not in (MEASURED, ROOFLINE):
+        raise _err(source, f"source must be {MEASURED} or {ROOFLINE}, got {str(kind)[:40]!r}")
+    if (kind == ROOFLINE) != (raw.get("roofline") is not None):
+        raise _err(source, "a roofline cost file has source: roofline and a roofline block, both or neither")
+    roofline = roofline_from_dict(raw["roofline"], source=source) if kind == ROOFLINE else None
     costs = costs_from_dict(raw["costs"], source=source)
     check_costs_whole(costs, model.num_layers, source=source)
     return CostProfile(model=model, device=raw["device"], dtype=raw["dtype"], costs=costs, environment=environment,
-                       run=run)
+                       run=run, roofline=roofline)
 
 
 def planned_costs_of(cp: CostProfile, *, source: str) -> PlannedCosts:
-    return PlannedCosts(cp.costs, cp.device, cp.dtype, source, cp.run.threads if cp.run else None)
+    return PlannedCosts(cp.costs, cp.device, cp.dtype, source, cp.run.threads if cp.run else None, cp.roofline)
 
 
 # -- files -------------------------------------------------------------------------------------------------
@@ -217,17 +248,18 @@ def check_costs_model(cp: CostProfile, *, num_layers: int, architecture: str | N
                       fingerprint: str | None = None, source: str = "<costs>", what: str = "this model") -> None:
     """Refuse, in one line, a cost file measured on another model: another depth, or (where both sides
     know it) another architecture. Only the architecture counts: costs do not depend on the weights."""
-    ours = cp.model
+    ours, made = cp.model, "modelled for" if cp.roofline is not None else "measured on"
     if num_layers != ours.num_layers:
-        raise _err(source, f"cost file was measured on {ours.name} ({ours.num_layers} layers); {what} has "
+        raise _err(source, f"cost file was {made} {ours.name} ({ours.num_layers} layers); {what} has "
                            f"{num_layers} layers: measure its costs with skipsearch costs")
     if architecture and ours.architecture and architecture != ours.architecture:
-        raise _err(source, f"cost file was measured on {ours.name}, another architecture than {what}'s "
+        raise _err(source, f"cost file was {made} {ours.name}, another architecture than {what}'s "
                            f"({ours.architecture} vs {architecture}): measure its costs with skipsearch costs")
     compared = architecture and ours.architecture
     if not compared and fingerprint and ours.fingerprint and fingerprint != ours.fingerprint:
-        raise _err(source, f"cost file was measured on {ours.name} (fingerprint {ours.fingerprint}), not on {what} "
-                           f"(fingerprint {fingerprint}): measure its costs with skipsearch costs")
+        raise _err(source, f"cost file was {made} {ours.name} (fingerprint {ours.fingerprint}), not "
+                           f"{made.split()[-1]} {what} (fingerprint {fingerprint}): measure its costs with skipsearch "
+                           f"costs")
 
 
 def check_costs_for(cp: CostProfile, sm: SkippableModel, *, source: str) -> None:
@@ -277,7 +309,7 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
     )
 
 
-__all__ = ["SCHEMA_VERSION", "CostModelRef", "CostProfile", "CostRun", "architecture_of", "calibration_context",
-           "check_costs_for", "check_costs_model", "check_costs_whole", "cost_model_of", "cost_profile_from_dict",
-           "cost_profile_to_dict", "costs_from_model", "load_costs", "measure_cost_profile", "planned_costs_of",
-           "save_costs"]
+__all__ = ["MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostModelRef", "CostProfile", "CostRun", "architecture_of",
+           "calibration_context", "check_costs_for", "check_costs_model", "check_costs_whole", "cost_model_of",
+           "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_model", "load_costs",
+           "measure_cost_profile", "planned_costs_of", "save_costs"]

@@ -65,7 +65,8 @@ def own_costs(profile: Profile, *, source: str) -> CostProfile:
     if planned is None:
         raise ProfileError(f"{source}: keeps no cost profile (measured.costs): give --costs")
     return CostProfile(CostModelRef(profile.model.name, profile.model.num_layers, rec.architecture if rec else None),
-                       planned.device or "unknown", planned.dtype or profile.model.dtype, planned.costs)
+                       planned.device or "unknown", planned.dtype or profile.model.dtype, planned.costs,
+                       roofline=planned.roofline)  # modelled costs stay marked as modelled
 
 
 # -- keeping records: the method's, made on the model --------------------------------------------------------

@@ -54,20 +54,52 @@ def hardware_note(environment, device, *, what: str, replan: str) -> str | None:
     return hardware.mismatch(environment, hardware.probe(str(device)), what=what, replan=replan)
 
 
+MODELLED = "a model, not a measurement (how far to trust it: studies/roofline-vs-published.md)"
+
+
+def planned_roofline(profile: Profile | None) -> Any:
+    """The roofline (``files.costs.RooflineInfo``) a profile was planned with, or None when its costs were measured
+    (or it keeps none)."""
+    from skipsearch.files.costs import COSTS_KEY, planned_costs_from_dict
+
+    extra = dict(profile.measured.extra) if profile is not None and profile.measured is not None else {}
+    if COSTS_KEY not in extra:
+        return None
+    return planned_costs_from_dict(extra[COSTS_KEY], source="<profile>").roofline
+
+
 def profile_hardware_note(profile: Profile | None, device, *, source: str) -> str | None:
     """``hardware_note`` for a profile about to decode on ``device``: it points to re-planning it here. A profile
+    planned with a roofline cost file says so first, in the same line: its figures are modelled. A profile
     written by hand (``measured.source: hand``) has no measured figures that could fail to hold: no note."""
     if profile is None or (profile.measured is not None and profile.measured.source == "hand"):
         return None
-    return hardware_note(profile.environment, device, what=f"profile {source}",
+    note = hardware_note(profile.environment, device, what=f"profile {source}",
                          replan=f"skipsearch costs --out C && skipsearch plan --profile {source} --costs C")
+    roofline = planned_roofline(profile)
+    if roofline is None:
+        return note
+    modelled = (f"profile {source}: planned with {roofline.describe()}, {MODELLED}; time it with `skipsearch bench "
+                f"--profiles {source} --write-measured`")
+    return modelled if note is None else f"{modelled}; {note.split(': ', 1)[1]}"
+
+
+def costs_model_note(target: Any, source: str) -> str | None:
+    """One line when the cost file ``target`` (``costs.CostProfile``) is a roofline model, not a measurement."""
+    if getattr(target, "roofline", None) is None:
+        return None
+    return f"costs {source}: {target.roofline.describe()}, {MODELLED}"
 
 
 def costs_hardware_note(target: Any, sm: Any, source: str) -> str | None:
-    """``hardware_note`` for a cost file (``target``) used with the model loaded here (``sm``)."""
-    return hardware_note(target.environment, sm.device, what=f"costs {source}",
-                         replan=f"skipsearch costs --model {sm.name} --out C` here and use `--costs C")
+    """``hardware_note`` for a cost file (``target``) used with the model loaded here (``sm``); a roofline file is
+    never compared as a measurement: its note says it is a model, whatever the hardware."""
+    replan = f"skipsearch costs --model {sm.name} --out C` here and use `--costs C"
+    modelled = costs_model_note(target, source)
+    if modelled is not None:
+        return f"{modelled}; to measure them instead: `{replan}"
+    return hardware_note(target.environment, sm.device, what=f"costs {source}", replan=replan)
 
 
-__all__ = ["check_model_arg", "check_study_for_model", "costs_hardware_note", "hardware_note", "profile_hardware_note",
-           "profile_paths"]
+__all__ = ["MODELLED", "check_model_arg", "check_study_for_model", "costs_hardware_note", "costs_model_note",
+           "hardware_note", "planned_roofline", "profile_hardware_note", "profile_paths"]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skipsearch.api.checks import check_study_for_model, costs_hardware_note
+from skipsearch.api.checks import check_study_for_model, costs_hardware_note, costs_model_note
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.profile import Profile, load_profile
@@ -92,6 +92,9 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
                                 max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype,
                                 workload=traced, say=say)
         new, planned = device_replan.replan_profile(prof, target, source=profile, costs_source=source, traced=traced)
+    modelled = costs_model_note(target, source if costs else f"{profile}'s measured.costs")
+    if modelled:  # the plan is as good as the model it priced with (said once it is made: an error stays one line)
+        say(f"note: {modelled}")
     text = device_replan.format_replan(prof, new, planned, target)
     body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
     return PlanOutcome(None, device_replan.replan_to_dict(new, planned), text, body, new)

@@ -1,4 +1,5 @@
-"""``skipsearch costs``: measure this device's cost profile, for re-planning profiles for it."""
+"""``skipsearch costs``: measure this device's cost profile, for re-planning profiles for it (``--roofline GPU``:
+model one from the model's shapes and a GPU's published figures, timing nothing)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def costs_command(
              "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
              "device's own (fp16 on a CPU, int8 on a GPU) and every scheme profiles/<model>/*.yaml need.")
     ] = None,
+    roofline: Annotated[str | None, typer.Option(
+        help="Time nothing: model the costs of a GPU from --model's shapes (config only) and the GPU's published "
+             "figures: h100-sxm, h100-pcie, a100-80gb-sxm, a100-80gb-pcie, a100-40gb, l4, rtx-4090, rtx-a6000; "
+             "cpu: this CPU, its bandwidth probed; any other name with --bandwidth and --tflops.")] = None,
+    bandwidth: Annotated[float | None, typer.Option(help="With --roofline: peak memory bandwidth, GB/s.")] = None,
+    tflops: Annotated[float | None, typer.Option(help="With --roofline: dense peak TFLOPS in --dtype.")] = None,
+    efficiency: Annotated[float | None, typer.Option(
+        help="With --roofline: achieved / peak bandwidth (default: the GPU family's calibrated value).")] = None,
+    launch_us: Annotated[float | None, typer.Option(help="With --roofline: microseconds per kernel launch.")] = None,
+    context_tokens: Annotated[int | None, typer.Option(
+        help="With --roofline: KV-cache positions a step reads (default 512).")] = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
@@ -45,6 +57,32 @@ def costs_command(
     from skipsearch.profile import check_profile_target
 
     warnings_to_stderr()
+    figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,
+                   context_tokens=context_tokens)
+    if roofline is not None or any(v is not None for v in figures.values()):  # modelled: nothing is timed
+        from skipsearch import roofline as rl
+
+        with user_errors():
+            if roofline is None:
+                raise ConfigError("--bandwidth, --tflops, --efficiency, --launch-us and --context-tokens give a "
+                                  "roofline's figures: use them with --roofline GPU")
+            if device != "auto":
+                raise ConfigError("--device is where costs are timed; a roofline names its device: --roofline GPU")
+            if out:
+                check_profile_target(out, force=force)
+            if threads:
+                torch.set_num_threads(threads)
+            cp = rl.roofline_cost_profile(
+                device=roofline, model=model, dtype=dtype, repeats=repeats, command=shlex.join(
+                    ["skipsearch", *sys.argv[1:]]), schemes=None if schemes is None else tuple(
+                    x.strip() for x in schemes.split(",") if x.strip()), **figures)
+            path = out or rl.default_path(cp)
+            if not out:
+                check_profile_target(path, force=force)
+            save_costs(cp, path)
+        typer.echo(cp.describe())
+        typer.echo(f"wrote {path} (modelled, not measured)")
+        return
     with user_errors():
         if out:
             check_profile_target(out, force=force)

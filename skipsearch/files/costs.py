@@ -2,6 +2,8 @@
 cost file's ``costs`` section and a draft profile's ``measured.costs`` (``PlannedCosts``: the costs the profile
 was planned with) hold it. The cost file around it (model, device, environment, measuring) is
 ``skipsearch.costs``; ``skipsearch.costs.cost_model_of`` turns these figures into the objective's CostModel.
+``RooflineInfo`` is where modelled figures come from (``skipsearch.roofline``): a cost file's ``roofline`` block,
+carried into the ``measured.costs`` of every profile planned with it, so a model is never taken for a measurement.
 
 Reading validates every key, and every problem is one ``CostsError`` line naming the file. No torch.
 """
@@ -34,6 +36,32 @@ class SchemeCosts:
 
 
 @dataclass(frozen=True)
+class RooflineInfo:
+    """Where a roofline cost file's figures come from (``skipsearch costs --roofline``): a model of a device from
+    its published (or probed, or given) bandwidth and throughput and the model's shapes, never a measurement."""
+
+    device: str  # the device modelled, e.g. "NVIDIA H100 SXM5 80GB", or a description of one
+    key: str | None = None  # its key in skipsearch.roofline's table (h100-sxm, ...), or cpu, or the given name
+    bandwidth_gb_s: float | None = None  # peak memory bandwidth, GB/s (10^9 bytes)
+    tflops: float | None = None  # peak dense throughput in the file's dtype, 10^12 FLOP/s
+    efficiency: float | None = None  # achieved / peak bandwidth the figures were priced with
+    efficiency_source: str | None = None  # fitted (where), given, or none
+    launch_us: float | None = None  # the cost charged per kernel launched, microseconds
+    figures_source: str | None = None  # the datasheet, "probed on this machine", or "given on the command line"
+    shapes_source: str | None = None  # the config.json read, or the published architecture table's row
+
+    def describe(self) -> str:
+        """One line for people: what was modelled, from what."""
+        parts = [f"{self.bandwidth_gb_s:g} GB/s" if self.bandwidth_gb_s else None,
+                 f"efficiency {self.efficiency:g}" if self.efficiency is not None else None,
+                 f"{self.tflops:g} TFLOPS" if self.tflops else None,
+                 f"{self.launch_us:g} us per kernel" if self.launch_us is not None else None]
+        figures = ", ".join(p for p in parts if p)
+        return (f"a roofline model of {self.device}" + (f" ({figures})" if figures else "")
+                + (f" from {self.figures_source}" if self.figures_source else ""))
+
+
+@dataclass(frozen=True)
 class Costs:
     """objective.CostModel's measured fields, in seconds (verify_ratio: one k-token forward / one step)."""
 
@@ -62,6 +90,24 @@ class Costs:
 
 def _err(source: str, problem: str) -> CostsError:
     return CostsError(f"{source}: {problem}")
+
+
+def roofline_to_dict(r: RooflineInfo) -> dict:
+    return plain(r)
+
+
+def roofline_from_dict(raw: Any, *, path: str = "roofline", source: str = "<costs>") -> RooflineInfo:
+    """Validate a roofline block (a cost file's ``roofline``, or a profile's ``measured.costs.roofline``)."""
+    try:
+        values = section(RooflineInfo, raw, path, source, error=CostsError, required=("device",))[0]
+    except ProfileError as e:
+        raise CostsError(str(e)) from None
+    for key in ("bandwidth_gb_s", "tflops", "efficiency", "launch_us"):
+        value = values.get(key)
+        if value is not None and (not math.isfinite(value) or value < 0 or (key != "launch_us" and value == 0)):
+            raise _err(source, f"{path}.{key} must be a finite number {'>= 0' if key == 'launch_us' else '> 0'}, "
+                               f"got {value}")
+    return RooflineInfo(**values)
 
 
 def costs_to_dict(c: Costs) -> dict:
@@ -143,6 +189,7 @@ class PlannedCosts:
     dtype: str | None = None
     source: str | None = None  # "measured by optimize", or the cost file's path
     threads: int | None = None
+    roofline: RooflineInfo | None = None  # the costs are a roofline model (a roofline cost file's), not measured
 
 
 _PROVENANCE = ("device", "dtype", "source", "threads")
@@ -150,6 +197,8 @@ _PROVENANCE = ("device", "dtype", "source", "threads")
 
 def planned_costs_to_dict(pc: PlannedCosts) -> dict:
     head = {k: getattr(pc, k) for k in _PROVENANCE if getattr(pc, k) is not None}
+    if pc.roofline is not None:
+        head["roofline"] = roofline_to_dict(pc.roofline)
     return {**head, **costs_to_dict(pc.costs)}
 
 
@@ -160,8 +209,12 @@ def planned_costs_from_dict(raw: Any, *, source: str = "<profile>") -> PlannedCo
     for key, value in head.items():
         if value is not None and not isinstance(value, int if key == "threads" else str):
             raise _err(source, f"{path}.{key} must be {'an integer' if key == 'threads' else 'a string'}")
+    roofline = raw.pop("roofline", None)
+    if roofline is not None:
+        head["roofline"] = roofline_from_dict(roofline, path=f"{path}.roofline", source=source)
     return PlannedCosts(costs_from_dict(raw, path=path, source=source), **head)
 
 
-__all__ = ["COSTS_KEY", "VERIFY_DIP", "VERIFY_ONE", "Costs", "PlannedCosts", "SchemeCosts", "check_verify_curve",
-           "costs_from_dict", "costs_to_dict", "planned_costs_from_dict", "planned_costs_to_dict"]
+__all__ = ["COSTS_KEY", "VERIFY_DIP", "VERIFY_ONE", "Costs", "PlannedCosts", "RooflineInfo", "SchemeCosts",
+           "check_verify_curve", "costs_from_dict", "costs_to_dict", "planned_costs_from_dict", "planned_costs_to_dict",
+           "roofline_from_dict", "roofline_to_dict"]

@@ -362,7 +362,7 @@ def _fallback_parts(job: Replanning) -> tuple[Candidate, tuple, float, str | Non
         cand = precision_fallback(profile.candidate, profile.model.num_layers)
         rec, pp = kept_precision(job, cand)
         c, note = precision_ratio(target.costs, profile.model.num_layers, cand.draft, pp, source=job.costs_source,
-                                  vocab_size=rec.vocab_size)
+                                  vocab_size=rec.vocab_size, device=target.device)
         return cand, rec.decoded(), c, note, PRECISION.name, PRECISION_KEY
     cand = layer_skip_fallback(profile.candidate, profile.model.num_layers)
     extra = job.extra

@@ -23,7 +23,7 @@ from skipsearch.files.records import (
     precision_to_dict,
 )
 from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning
-from skipsearch.methods.precision.params import PrecisionParams
+from skipsearch.methods.precision.params import SCHEMES, PrecisionParams
 
 
 def record_precision(traces, draft: DraftConfig, params: PrecisionParams, *, vocab_size: int | None = None,
@@ -60,21 +60,33 @@ def keep(k: Keeping) -> Kept:
 RECORD = Record(formats=((PRECISION_KEY, precision_from_dict),), build=keep)
 
 
+def missing_scheme(scheme: str, device: str | None, *, source: str) -> CostsError:
+    """The one line for a cost file with no costs for ``scheme``: measure them, where the cost file's ``device``
+    has the scheme's kernels; else that the draft cannot run there (fp16 drafts run on a CPU only)."""
+    spec, kind = SCHEMES.get(scheme), (device or "").split(":")[0]
+    if spec is None or kind in spec.devices or not any(kind in s.devices for s in SCHEMES.values()):
+        return CostsError(f"{source}: no costs for precision scheme {scheme}: measure them with "
+                          f"`skipsearch costs --schemes {scheme}`")
+    *some, last = [s.name for s in SCHEMES.values() if kind in s.devices]
+    others = f"{', '.join(some)} or {last}" if some else last
+    return CostsError(f"{source}: no costs for precision scheme {scheme}: it has no draft kernel on {kind} (it runs "
+                      f"on {' or '.join(spec.devices)} only), so this draft cannot run there; search one with {others}")
+
+
 def precision_ratio(costs: Costs, num_layers: int, draft: DraftConfig, params: Any, *, source: str,
-                    vocab_size: int | None = None) -> tuple[float, str | None]:
+                    vocab_size: int | None = None, device: str | None = None) -> tuple[float, str | None]:
     """c of a precision draft under a cost file's ``costs`` (its scheme's per-sublayer costs beside the full
     model's), and a note for people when it is an approximation:
     c = (step - L·(attn + mlp) - head saving + |quantized attn|·scheme attn + |full attn|·attn
          + |quantized mlp|·scheme mlp + |full mlp|·mlp) / step   (precision.surrogate.draft_ratio).
     A trimmed head (``vocab_subset`` V' of V tokens) is priced at V'/V of the head it trims (the scheme's, or the
     full one: ``lm_head_seconds``), all else equal; with no lm_head_seconds or no V it is priced as the untrimmed
-    head, which understates its saving."""
+    head, which understates its saving. ``device``: the cost file's, for the one line when the scheme is missing."""
     from skipsearch.methods.precision.surrogate import SchemeCost, draft_ratio
 
     scheme = costs.scheme(params.scheme)
     if scheme is None:
-        raise CostsError(f"{source}: no costs for precision scheme {params.scheme}: measure them with "
-                         f"`skipsearch costs --schemes {params.scheme}`")
+        raise missing_scheme(params.scheme, device, source=source)
     saving, note = scheme.head_saving_seconds if params.quant_head else 0.0, None
     if params.vocab_subset is not None:
         head = costs.lm_head_seconds
@@ -120,7 +132,7 @@ def replan(job: Replanning) -> Replanned:
     own = profile.candidate if "scheme" in dict(profile.method_params) else None
     rec, params = kept_precision(job, own)
     c, note = precision_ratio(target.costs, profile.model.num_layers, profile.draft, params,
-                              source=job.costs_source, vocab_size=rec.vocab_size)
+                              source=job.costs_source, vocab_size=rec.vocab_size, device=target.device)
     costs, traces = priced(target.cost_model(), c), rec.decoded()
     skip, searched = (profile.draft.skip_attn, profile.draft.skip_mlp), profile.draft
     ks = sorted({*job.k_values, searched.max_draft_tokens} - {0})
@@ -134,4 +146,5 @@ def replan(job: Replanning) -> Replanned:
                      basis=f"its precision draft's traces ({profile.candidate.param('scheme', '?')}), K of {shown}")
 
 
-__all__ = ["RECORD", "keep", "keep_draft", "kept_precision", "precision_ratio", "record_precision", "replan"]
+__all__ = ["RECORD", "keep", "keep_draft", "kept_precision", "missing_scheme", "precision_ratio", "record_precision",
+           "replan"]
