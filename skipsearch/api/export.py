@@ -50,7 +50,7 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
     """Export the profile at ``profile`` for ``engine`` into the directory ``out`` (see the module docstring)."""
     eng = get_engine(engine)
     out = Path(out)
-    prof = load_profile(profile)
+    prof = original = load_profile(profile)
     _check_out(out, force=force)
     # 1. K for the target: the profile's own, or re-planned for the target's cost file
     if costs:
@@ -61,10 +61,9 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
     gap = eng.gap(prof)
     if gap is not None:
         near, near_speed = _priced(gap.nearest, costs=costs, source=profile)
-        shown = near_speed.source if near_speed.value is None else (
-            f"{near_speed.value:.2f}x over skipsearch's autoregressive loop, {near_speed.source}")
-        line = (f"{profile}: {engine} cannot express {gap.what}; nearest it runs: {eng.describe(near)} "
-                f"(predicted {shown})")
+        shown = f"no predicted speedup: {near_speed.source}" if near_speed.value is None else (
+            f"predicted {near_speed.value:.2f}x over skipsearch's autoregressive loop, {near_speed.source}")
+        line = f"{profile}: {engine} cannot express {gap.what}; nearest it runs: {eng.describe(near)} ({shown})"
         if not nearest:
             raise ExportError(f"{line}; --nearest writes it")
         prof, speed = near, near_speed
@@ -75,7 +74,7 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
 
     def build(stage: Path) -> tuple[Written, dict]:
         written = _relocated(eng.write(stage, prof, loader), stage, out)
-        manifest = _manifest(eng.name, profile, prof, speed, written, line, costs=costs)
+        manifest = _manifest(eng.name, profile, original, prof, speed, written, line, costs=costs)
         body = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True, width=120)
         (stage / MANIFEST).write_text(f"# skipsearch export (schema v{MANIFEST_SCHEMA})\n{body}")
         return written, manifest
@@ -154,7 +153,7 @@ def _priced(near: Profile, *, costs: str | None, source: str) -> tuple[Profile, 
             what = "from the profile's lookup record" + ("" if planned.draft.max_draft_tokens else
                                                           ", at its best K; no K pays")
             return ships, Speedup(planned.measured.predicted_speedup, "predicted", "predicted", what)
-    return near, Speedup(None, "predicted", None, "not predicted by the profile's record")
+    return near, Speedup(None, "predicted", None, "the profile's record does not cover it")
 
 
 class _Loader:
@@ -174,8 +173,10 @@ class _Loader:
         return self.loaded
 
 
-def _manifest(engine: str, path: str, prof: Profile, speed: Speedup, written: Written, line: str | None, *,
-              costs: str | None) -> dict[str, Any]:
+def _manifest(engine: str, path: str, original: Profile, prof: Profile, speed: Speedup, written: Written,
+              line: str | None, *, costs: str | None) -> dict[str, Any]:
+    """What the export came from and what it holds. ``prof`` is what was written: ``original`` itself, re-planned
+    for ``costs``, or the nearest setting the engine runs."""
     raw = Path(path).read_bytes()
     env = prof.environment
     hardware = {k: getattr(env, k) for k in ("cpu_model", "cpu_capability", "threads", "gpu_name", "gpu_capability",
@@ -184,8 +185,9 @@ def _manifest(engine: str, path: str, prof: Profile, speed: Speedup, written: Wr
     return {
         "schema_version": MANIFEST_SCHEMA,
         "engine": engine,
-        "profile": {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "method": prof.method,
-                    "draft": data["draft"], "method_params": data.get("method_params", {})},
+        "profile": {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "method": original.method,
+                    "max_draft_tokens": original.draft.max_draft_tokens},
+        "written": {"method": prof.method, "draft": data["draft"], "method_params": data.get("method_params", {})},
         "model": {k: v for k, v in data["model"].items()},
         "hardware": {k: v for k, v in hardware.items() if v is not None} or "not recorded in the profile",
         "costs": costs,
