@@ -113,9 +113,10 @@ def test_shipped_profiles_inside_hf_generate_on_the_real_model(real_sm, encode_o
 # bounds, and the check SpeculativeConfig makes between them (no CPU wheel of vLLM on PyPI to parse with).
 VLLM_NGRAM = {"method": str, "num_speculative_tokens": int, "prompt_lookup_min": int, "prompt_lookup_max": int}
 VLLM_METHODS = ("ngram", "ngram_gpu", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "mtp")
-# SGLang 0.5.23, sglang/srt/arg_groups/fields/spec.py: the server arguments an NGRAM export sets.
-SGLANG_NGRAM = {"speculative_algorithm": str, "speculative_num_draft_tokens": int,
-                "speculative_ngram_min_bfs_breadth": int, "speculative_ngram_max_bfs_breadth": int}
+# SGLang 0.5.23, sglang/srt/arg_groups/fields/spec.py: the server arguments an NGRAM export sets, spelt as its
+# --config YAML takes them (the flags' names without "--": server_args_config_parser.py).
+SGLANG_NGRAM = {"speculative-algorithm": str, "speculative-num-draft-tokens": int,
+                "speculative-ngram-min-bfs-breadth": int, "speculative-ngram-max-bfs-breadth": int}
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 # llama.cpp as vendored in llama-cpp-python 0.3.36, common/arg.cpp: flags and their value kinds.
 LLAMA_FLAGS = {"--spec-type": str, "--spec-ngram-simple-size-n": int, "--spec-ngram-simple-size-m": int,
@@ -133,8 +134,8 @@ def check_vllm(cfg: dict) -> None:
 
 def check_sglang(cfg: dict) -> None:
     assert set(cfg) <= set(SGLANG_NGRAM) and all(isinstance(cfg[k], SGLANG_NGRAM[k]) for k in cfg)
-    assert cfg["speculative_algorithm"] in SGLANG_ALGORITHMS and cfg["speculative_num_draft_tokens"] >= 2
-    assert 1 <= cfg["speculative_ngram_min_bfs_breadth"] <= cfg["speculative_ngram_max_bfs_breadth"]
+    assert cfg["speculative-algorithm"] in SGLANG_ALGORITHMS and cfg["speculative-num-draft-tokens"] >= 2
+    assert 1 <= cfg["speculative-ngram-min-bfs-breadth"] <= cfg["speculative-ngram-max-bfs-breadth"]
 
 
 def check_llama(args: list[str]) -> None:
@@ -299,3 +300,14 @@ def test_the_hf_generate_profile_row_is_benched_beside_the_profile(model, sm):
     assert row.identical == 2 and row.speedup is not None and row.tau == report.row("ngram:look").tau
     with pytest.raises(ConfigError, match="give --profiles"):
         bn.bench(bsm, prompts, peers=["hf-generate+profile"], max_new_tokens=4, sweep=False)
+
+
+def test_the_sglang_export_parses_with_sglangs_own_server_args(sm, tmp_path, tiny_checkpoint):
+    """Runs where SGLang's ServerArgs imports (its wheel and light dependencies; not in CI)."""
+    server_args = pytest.importorskip("sglang.srt.server_args")
+    path = _saved(tmp_path, _profile(sm, "ngram"), "lookup")
+    assert _export("--profile", path, "--engine", "sglang", "--out", str(tmp_path / "s"), "--nearest").exit_code == 0
+    args = server_args.prepare_server_args(["--model-path", str(tiny_checkpoint), "--device", "cpu", "--config",
+                                            str(tmp_path / "s" / "sglang.yaml")])
+    assert (args.speculative_algorithm, args.speculative_num_draft_tokens) == ("NGRAM", 4)
+    assert args.speculative_ngram_min_bfs_breadth == args.speculative_ngram_max_bfs_breadth == 1

@@ -1,7 +1,9 @@
 """``--engine sglang``: a ``--config`` YAML of SGLang's speculative server arguments.
 
-Keys as SGLang 0.5.23 defines them (``sglang/srt/arg_groups/fields/spec.py``; the YAML takes the argument names
-with ``_``, ``server_args_config_parser.py``). SGLang has no prompt lookup: its ``NGRAM`` algorithm drafts from a
+Keys as SGLang 0.5.23 defines them (``sglang/srt/arg_groups/fields/spec.py``). The YAML's keys are the flags'
+names without ``--`` (``speculative-algorithm``): ``server_args_config_parser.py`` turns each key into ``--key`` as
+written, so the ``_`` spelling of the dataclass fields is rejected as an unknown argument (checked by parsing an
+export with SGLang's own ``prepare_server_args``). SGLang has no prompt lookup: its ``NGRAM`` algorithm drafts from a
 trie of the tokens of every request it has served (``speculative_ngram_*``), with no setting for the suffix
 lengths. So a lookup profile is never exact there; the nearest setting is ``NGRAM`` with a single chain
 (BFS breadth 1) of K draft tokens after the last verified one (``speculative_num_draft_tokens`` K + 1). A
@@ -55,7 +57,7 @@ def describe(profile: Profile) -> str:
 
 def write(directory: Path, profile: Profile, model=None) -> Written:
     cfg = config(profile)
-    body = yaml.safe_dump(cfg, sort_keys=False) if cfg else "{}\n"
+    body = yaml.safe_dump({k.replace("_", "-"): v for k, v in cfg.items()}, sort_keys=False) if cfg else "{}\n"
     files = (write_text(directory, CONFIG, body),)
     notes = ("SGLang's NGRAM trie is filled by every request it serves, not only this one's text; the predicted "
              "speedup is prompt lookup's in skipsearch's engine",) if cfg else ()
