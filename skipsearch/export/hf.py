@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from skipsearch.export import Engine, Written, write_text
+from skipsearch.export.base import Engine, Written, write_text
 from skipsearch.files.yamlio import Dumper
 from skipsearch.profile import Profile, profile_to_dict
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from skipsearch.export import Engine, Gap, Written, plain, write_text
 from skipsearch.export import shapes as sh
+from skipsearch.export.base import Engine, Gap, Written, plain, write_text
 from skipsearch.export.gguf_draft import TYPES
 from skipsearch.profile import Profile
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from skipsearch.export import Engine, Gap, Written, plain, write_text
 from skipsearch.export import shapes as sh
+from skipsearch.export.base import Engine, Gap, Written, plain, write_text
 from skipsearch.profile import Profile
 
 CONFIG = "sglang.yaml"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from skipsearch.export import Engine, Gap, Written, plain, write_text
 from skipsearch.export import shapes as sh
+from skipsearch.export.base import Engine, Gap, Written, plain, write_text
 from skipsearch.profile import Profile
 
 CONFIG = "speculative_config.json"
