@@ -311,3 +311,19 @@ def test_the_sglang_export_parses_with_sglangs_own_server_args(sm, tmp_path, tin
                                             str(tmp_path / "s" / "sglang.yaml")])
     assert (args.speculative_algorithm, args.speculative_num_draft_tokens) == ("NGRAM", 4)
     assert args.speculative_ngram_min_bfs_breadth == args.speculative_ngram_max_bfs_breadth == 1
+
+
+def test_costs_re_plan_k_before_export_and_the_nearest_lookup_is_priced_from_the_record(tmp_path):
+    code = "profiles/smollm2-135m/cpu-float32-code.yaml"
+    done = _export("--profile", code, "--engine", "vllm", "--costs", "costs/cpu-float32.yaml", "--nearest", "--out",
+                   str(tmp_path / "v"))
+    assert done.exit_code == 0, done.output
+    check_vllm(json.loads((tmp_path / "v" / "speculative_config.json").read_text()))
+    man = yaml.safe_load((tmp_path / "v" / MANIFEST).read_text())
+    assert man["costs"] == "costs/cpu-float32.yaml" and man["speedup"]["kind"] == "predicted"
+    assert man["speedup"]["value"] > 0 and "lookup record" in man["speedup"]["source"]
+    assert man["profile"]["method"] == "hybrid" and man["written"]["method"] == "ngram"
+    done = _export("--profile", code, "--engine", "hf", "--costs", "costs/cpu-float32.yaml", "--out",
+                   str(tmp_path / "h"))
+    assert done.exit_code == 0 and "re-planned for costs/cpu-float32.yaml" in done.output, done.output
+    assert load_profile(tmp_path / "h" / "profile.yaml").measured.baseline == "predicted"

@@ -133,7 +133,7 @@ def _speedup(prof: Profile, *, costs: str | None) -> Speedup:
     value = m.predicted_speedup if m is not None and m.predicted_speedup is not None else (
         m.speedup if m is not None else None)
     where = f"re-planned for {costs}" if costs else "the profile's prediction"
-    return Speedup(value, "predicted", "predicted", f"from {where}" if value is not None else "not recorded")
+    return Speedup(value, "predicted", "predicted", where if value is not None else "not recorded")
 
 
 def _priced(near: Profile, *, costs: str | None, source: str) -> tuple[Profile, Speedup]:
