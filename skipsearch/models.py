@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -138,6 +139,10 @@ class SkippableModel:
         self._weights_fingerprint = weights_fingerprint  # from the checkpoint's files, when it has any
         self.layers: nn.ModuleList = model.model.layers
         self.num_layers = len(self.layers)
+        # transformers renamed the forwards' ``past_key_values`` to ``cache`` (5.24 takes both; the old name
+        # goes in 5.40): decided once here, the name this install's model and decoder layers take.
+        self._cache_name = _cache_parameter(type(model).forward)
+        self._layer_cache_name = _cache_parameter(type(self.layers[0]).forward) if self.num_layers else self._cache_name
         self._skip_attn = _SkippedSublayer(returns_pair=True)
         self._skip_mlp = _SkippedSublayer(returns_pair=False)
         self._skip_layer = _SkippedLayer()
@@ -231,6 +236,12 @@ class SkippableModel:
                 setattr(layer, attr, original)
 
     # -- forward passes -------------------------------------------------------------------
+    def cache_kwargs(self, cache, *, layer: bool = False) -> dict[str, object]:
+        """``{name: cache}`` for a call of the HF model (or, with ``layer``, of one decoder layer), under
+        the KV-cache argument name the installed transformers takes. Code outside this module that
+        calls ``sm.hf`` or a layer with a cache passes it this way, never by a literal name."""
+        return {self._layer_cache_name if layer else self._cache_name: cache}
+
     def new_cache(self):
         from transformers import DynamicCache
 
@@ -247,7 +258,7 @@ class SkippableModel:
         out = self.hf(
             input_ids=ids,
             position_ids=positions,
-            past_key_values=cache,
+            **self.cache_kwargs(cache),
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
         )
@@ -298,7 +309,7 @@ class SkippableModel:
             raise ValueError(f"skip must be None, 'attn' or 'mlp', got {skip!r}")
         swap = {"attn": DraftConfig(skip_attn=(layer,)), "mlp": DraftConfig(skip_mlp=(layer,))}.get(skip)
         with self.drafting(swap) if swap is not None else contextlib.nullcontext():
-            out = self.layers[layer](h, attention_mask=mask, position_ids=pos, past_key_values=cache,
+            out = self.layers[layer](h, attention_mask=mask, position_ids=pos, **self.cache_kwargs(cache, layer=True),
                                      use_cache=cache is not None, position_embeddings=rope)
         if cache is not None and layer < len(cache.layers):
             entry = cache.layers[layer]
@@ -312,7 +323,7 @@ class SkippableModel:
         ids = token_ids.view(1, -1).to(self.device)
         positions = torch.arange(start, start + ids.shape[1], device=self.device).unsqueeze(0)
         out = self.hf.model(
-            input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=cache is not None,
+            input_ids=ids, position_ids=positions, **self.cache_kwargs(cache), use_cache=cache is not None,
             output_hidden_states=True,
         )
         return tuple(h[0] for h in out.hidden_states)
@@ -385,8 +396,9 @@ class SkippableModel:
         T = hidden.shape[0]
         position_embeddings, mask = frame.take(T)
         h = hidden.unsqueeze(0)  # [1, T, H]
+        kv = self.cache_kwargs(context, layer=True)
         for layer in layers:
-            h = layer(h, attention_mask=mask, position_embeddings=position_embeddings, past_key_values=context,
+            h = layer(h, attention_mask=mask, position_embeddings=position_embeddings, **kv,
                       use_cache=context is not None)
             h = h[0] if isinstance(h, tuple) else h  # older transformers return (hidden, ...)
         return h[0]
@@ -459,6 +471,16 @@ class PrefixKV:
         if kv is None:
             return key_states, value_states
         return torch.cat([kv[0], key_states], dim=-2), torch.cat([kv[1], value_states], dim=-2)
+
+
+def _cache_parameter(forward: Callable) -> str:
+    """The name under which ``forward`` takes the KV cache: ``cache`` where the installed transformers has it
+    (``past_key_values`` is then a deprecated alias, removed in 5.40), else ``past_key_values``."""
+    try:
+        params = inspect.signature(forward).parameters  # follows the deprecation decorators' __wrapped__
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 # -- loading ---------------------------------------------------------------------------------
