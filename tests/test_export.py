@@ -181,6 +181,32 @@ def test_a_lookup_profile_exports_to_each_engine_and_parses_with_its_schema(sm, 
     assert yaml.safe_load((tmp_path / "s" / MANIFEST).read_text())["exact"] is False
 
 
+def test_a_method_says_what_it_drafts_as_a_serving_engine_setting_and_the_registry_rebuilds_it():
+    """Exporters ask the registry (``methods.setting_of``, ``methods.candidate_for``), never a method's name."""
+    from skipsearch.export import llamacpp, shapes
+
+    lookup, exact = set(), 0
+    for path in sorted(Path("profiles").rglob("*.yaml")):
+        prof = load_profile(str(path))
+        setting = methods.setting_of(prof.candidate)
+        if setting.lookup is None and setting.draft_model is None:  # layer-skip, fractal, ...: no engine runs it
+            assert setting == methods.Setting() and methods.get(prof.method).speculation is None, path
+            continue
+        lookup.add(setting.lookup is not None)
+        dm = setting.draft_model
+        if dm is None or (not dm.skips and not dm.trimmed_head):  # exactly a setting: the registry gives it back
+            assert methods.candidate_for(setting) == prof.candidate, path
+            exact += 1
+    assert lookup == {True, False} and exact >= 2
+    code = load_profile("profiles/smollm2-135m/cpu-float32-code.yaml")  # a lookup, a precision copy on a miss
+    near = llamacpp.ENGINE.gap(code).nearest
+    s = methods.setting_of(near.candidate)
+    assert near.method == code.method and s.lookup.min_n == s.lookup.max_n == shapes.setting(code).lookup.max_n
+    assert s.draft_model == shapes.runnable_copy(code)
+    with pytest.raises(ConfigError, match="no registered method drafts with"):
+        methods.candidate_for(methods.Setting())
+
+
 def test_what_an_engine_cannot_express_is_one_line_and_exit_2_unless_nearest(sm, tmp_path):
     path = _saved(tmp_path, _profile(sm, "layer-skip"), "ls")
     for engine in ("vllm", "sglang", "llama.cpp"):

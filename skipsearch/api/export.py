@@ -23,6 +23,7 @@ from skipsearch.config import ConfigError
 from skipsearch.export import MANIFEST, MANIFEST_SCHEMA, ExportError, Written, get_engine
 from skipsearch.export import shapes as sh
 from skipsearch.files.errors import ProfileError
+from skipsearch.files.records import LOOKUP_KEY
 from skipsearch.profile import BASELINES, Profile, load_profile, profile_to_dict
 
 
@@ -142,7 +143,7 @@ def _priced(near: Profile, *, costs: str | None, source: str) -> tuple[Profile, 
     if near.draft.max_draft_tokens == 0:
         return near, Speedup(1.0, "predicted", "predicted", "plain decoding")
     extra = dict(near.measured.extra) if near.measured else {}
-    if near.method == sh.NGRAM and "lookup" in extra:
+    if sh.lookup_alone(near) and LOOKUP_KEY in extra:
         try:
             planned = _replan(near, costs=costs, source=source)
         except (ProfileError, ConfigError):

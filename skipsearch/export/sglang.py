@@ -26,14 +26,15 @@ CONFIG = "sglang.yaml"
 def gap(profile: Profile) -> Gap | None:
     if profile.draft.max_draft_tokens == 0:
         return None
-    lk, fb = sh.lookup(profile), sh.fallback(profile)
+    s = sh.setting(profile)
+    lk = s.lookup
     if lk is not None:
         near = sh.lookup_only(profile)
         what = f"prompt lookup with suffix lengths {lk.min_n}..{lk.max_n}"
-        what += f" and a {fb} fallback" if fb else ""
+        what += f" and a {s.fallback} fallback" if s.fallback else ""
         return Gap(f"{what} (SGLang's NGRAM drafts from a trie over all requests; it has no lookup lengths)", near,
                    describe(near))
-    if profile.method == sh.PRECISION:
+    if s.draft_model is not None:
         return Gap("a reduced-precision copy of the model as its draft (SGLang runs a draft model in the target's "
                    "dtype; this export writes no quantized checkpoint yet)", plain(profile), describe(plain(profile)))
     return Gap(f"{profile.method} drafts (no SGLang algorithm drafts with the model's own layers)", plain(profile),
@@ -41,7 +42,7 @@ def gap(profile: Profile) -> Gap | None:
 
 
 def config(profile: Profile) -> dict:
-    lk = sh.lookup(profile)
+    lk = sh.setting(profile).lookup
     if profile.draft.max_draft_tokens == 0 or lk is None:
         return {}
     return {"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": lk.k + 1,

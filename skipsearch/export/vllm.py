@@ -25,14 +25,15 @@ CONFIG = "speculative_config.json"
 def gap(profile: Profile) -> Gap | None:
     if profile.draft.max_draft_tokens == 0:
         return None
-    lk, fb = sh.lookup(profile), sh.fallback(profile)
-    if lk is not None and fb is None:
+    s = sh.setting(profile)
+    if s.lookup is not None and s.fallback is None:
         return None
-    if lk is not None:
+    if s.lookup is not None:
         near = sh.lookup_only(profile)
-        return Gap(f"a lookup with a {fb} fallback (a vLLM server runs one draft method)", near, describe(near))
-    if profile.method == sh.PRECISION:
-        scheme = sh.copy_of(profile).scheme
+        return Gap(f"a lookup with a {s.fallback} fallback (a vLLM server runs one draft method)", near,
+                   describe(near))
+    if s.draft_model is not None:
+        scheme = s.draft_model.scheme
         why = ("a 16-bit copy of the model as its draft (vLLM runs a draft model in the target's dtype)"
                if scheme == "fp16" else f"a {scheme} copy of the model as its draft (this export writes no quantized "
                                        "vLLM checkpoint yet)")
@@ -43,7 +44,7 @@ def gap(profile: Profile) -> Gap | None:
 
 def config(profile: Profile) -> dict:
     """The ``--speculative-config`` mapping; empty for plain decoding."""
-    lk = sh.lookup(profile)
+    lk = sh.setting(profile).lookup
     if profile.draft.max_draft_tokens == 0 or lk is None:
         return {}
     return {"method": "ngram", "num_speculative_tokens": lk.k, "prompt_lookup_min": lk.min_n,
