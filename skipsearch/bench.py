@@ -64,12 +64,16 @@ def early_exit_layers(num_layers: int) -> tuple[int, ...]:
 # heuristic schedule (starting at 5 tokens, +2 after a full accept, -1 otherwise), k > 0 a constant k tokens.
 ASSISTED = "hf-assisted-quantized"
 HEURISTIC = 0
+# hf-generate+profile: each benched profile exported for transformers (``skipsearch export --engine hf``) and run
+# by model.generate through that custom_generate directory: a row per profile, beside the profile's own row.
+HF_PROFILE = "hf-generate+profile"
 
 PEERS: dict[str, Peer] = {
     BASELINE: Peer(BASELINE, None, lambda n: ()),
     "hf-prompt-lookup": Peer("hf-prompt-lookup", "prompt_lookup_num_tokens", lambda n: (2, 4, 10)),
     "hf-early-exit": Peer("hf-early-exit", "assistant_early_exit", early_exit_layers),
     ASSISTED: Peer(ASSISTED, "num_assistant_tokens", lambda n: (HEURISTIC, 4, 6, 8)),
+    HF_PROFILE: Peer(HF_PROFILE, None, lambda n: ()),
 }
 
 
@@ -170,6 +174,27 @@ def profile_method(sm: SkippableModel, path: str, profile) -> Contender:
     candidate = profile.candidate
     methods.build_drafter(candidate, sm)  # parameters that do not fit the model fail here, before any timing
     return engine_method(sm, name, lambda _ids: methods.build_drafter(candidate, sm), setting=str(path))
+
+
+def hf_profile_method(sm: SkippableModel, path: str, profile, directory: Path) -> Contender:
+    """``profile`` exported for transformers into ``directory`` and decoded by ``model.generate(custom_generate=
+    directory)``, as a user runs it: transformers loads the directory's generate.py on every call, and that runs the
+    engine. τ and acceptance come from the engine's stats, which the exported function hands back."""
+    from skipsearch.export import hf
+
+    hf.write(directory, profile)
+    name = f"{HF_PROFILE}:{Path(path).stem}"
+
+    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
+        stats = []
+        ids = hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, custom_generate=str(directory),
+                          trust_remote_code=True, skipsearch_stats=stats.append)
+        s = stats[0]
+        return ContenderOutput(ids, verify_steps=s.verify_steps, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
+                               draft_steps=s.draft_steps, draft_seconds=s.draft_seconds,
+                               verify_seconds=s.verify_seconds, drafter_stats=s.drafter_stats)
+
+    return Contender(name, "hf", f"model.generate(custom_generate=export of {path})", decode)
 
 
 # -- summaries -------------------------------------------------------------------------------------
@@ -430,16 +455,26 @@ def bench(
             best, note = values[0], ""
         m = peer_method(sm, peer, best)
         methods.append(Contender(m.name, m.family, m.setting + note, m.decode))
+    if HF_PROFILE in peers and not profiles:
+        raise ConfigError(f"{HF_PROFILE} runs the benched profiles inside HF generate: give --profiles")
+    exports = contextlib.ExitStack()
     for path, profile in profiles:
-        m = profile_method(sm, path, profile)
-        taken = {x.name for x in methods}
-        name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in taken)
-        methods.append(Contender(name, m.family, m.setting, m.decode))
+        made = [profile_method(sm, path, profile)]
+        if HF_PROFILE in peers:
+            import tempfile
+
+            where = Path(exports.enter_context(tempfile.TemporaryDirectory(prefix="skipsearch-hf-export-")))
+            made.append(hf_profile_method(sm, path, profile, where))
+        for m in made:
+            taken = {x.name for x in methods}
+            name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in taken)
+            methods.append(Contender(name, m.family, m.setting, m.decode))
     # 2. the main run: every method, interleaved over the same prompt ids
     if on_stage:
         on_stage("bench", len(ids) * repeats * len(methods))
-    runs = run_rounds(methods, ids, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
-                      on_progress=on_progress)
+    with exports:  # the custom_generate directories live as long as the timed rounds
+        runs = run_rounds(methods, ids, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
+                          on_progress=on_progress)
     # 3. rows over all prompts, then per category with the same flags
     labels = [f"{p.source}:{p.id}" for p in prompts]
     verdicts = model_verdicts(sm, runs, ids)  # after the timed rounds: checking costs no one's time

@@ -4,10 +4,11 @@ own package and one registry line.
 
 The source is read with ``ast``, as the import-graph test reads it. A module *branches on a method's name* where it
 compares something with a registered method's name, or looks something up by one: a string literal equal to a
-registered name (``"ngram"``), or a method record's ``.name`` (``NGRAM.name``, ``ngram.METHOD.name``, where
-``NGRAM`` was imported as some package's ``METHOD``), inside a comparison (``==``, ``!=``, ``in``, ``not in``,
-also as an element of a tuple, list or set compared against), a subscript (``table["hybrid"]``), a ``.get(...)``
-call or a ``match`` case. Naming a method to build a candidate or to write a profile is not branching.
+registered name (``"ngram"``), a name bound to such a literal (``NGRAM = "ngram"``), or a method record's ``.name``
+(``NGRAM.name``, ``ngram.METHOD.name``, where ``NGRAM`` was imported as some package's ``METHOD``), inside a
+comparison (``==``, ``!=``, ``in``, ``not in``, also as an element of a tuple, list or set compared against), a
+subscript (``table["hybrid"]``), a ``.get(...)`` call or a ``match`` case. Naming a method to build a candidate or
+to write a profile is not branching.
 """
 
 from __future__ import annotations
@@ -32,9 +33,25 @@ def _method_records(tree: ast.AST) -> set[str]:
     return out
 
 
+def _aliases(tree: ast.AST, names: set[str]) -> set[str]:
+    """Names bound to a method's name literal (``NGRAM = "ngram"``, ``A, B = "ngram", "hybrid"``)."""
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            both = isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+            for name, value in zip(target.elts, node.value.elts, strict=False) if both else ((target, node.value),):
+                if isinstance(name, ast.Name) and isinstance(value, ast.Constant) and value.value in names:
+                    out.add(name.id)
+    return out
+
+
 def _names_a_method(node: ast.AST, records: set[str], names: set[str]) -> bool:
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str) and node.value in names
+    if isinstance(node, ast.Name):  # an alias of a method's name (``records`` holds them too)
+        return node.id in records
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return any(_names_a_method(e, records, names) for e in node.elts)
     if isinstance(node, ast.Attribute) and node.attr == "name":  # X.name, pkg.METHOD.name
@@ -48,7 +65,7 @@ def branches_on_method_names(source: str, names: Iterable[str], filename: str = 
     """Each place in ``source`` that compares with, or looks up by, one of ``names`` (see the module's docstring),
     as ``<file>:<line>: <code>``."""
     tree, names = ast.parse(source, filename=filename), set(names)
-    records = _method_records(tree)
+    records = _method_records(tree) | _aliases(tree, names)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
@@ -84,9 +101,11 @@ match m:
 g = Candidate("ngram", draft)       # building a candidate is not branching
 h = method == "hybrid"              # not a name in ``names``
 i = f"{NGRAM.name} fp16"            # a message
+LOOKUP, SKIP = "ngram", "layer-skip"
+j = method not in (LOOKUP, SKIP)    # aliases of method names
 '''
     found = branches_on_method_names(source, names)
-    assert [line.split(":")[1] for line in found] == ["4", "5", "6", "7", "8", "9", "11"], found
+    assert sorted((line.split(":")[1] for line in found), key=int) == ["4", "5", "6", "7", "8", "9", "11", "17"], found
 
 
 def test_no_module_outside_methods_branches_on_a_method_name():

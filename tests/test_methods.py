@@ -240,9 +240,21 @@ def test_no_method_name_is_a_literal_outside_its_own_module():
     def is_own(name: str, path: Path) -> bool:
         return path == own[name].with_suffix(".py") or own[name] in path.parents
 
+    def engine_words(tree: ast.AST, path: Path) -> set[int]:
+        """An exporter's values of a serving engine's own config keys (vLLM's ``{"method": "ngram"}``): that
+        engine's words, which a skipsearch method's name may happen to spell."""
+        if root / "export" not in path.parents:
+            return set()
+        return {id(value) for node in ast.walk(tree) if isinstance(node, ast.Dict)
+                for key, value in zip(node.keys, node.values, strict=True) if isinstance(key, ast.Constant)}
+
     found = []
     for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        theirs = engine_words(tree, path)
+        for node in ast.walk(tree):
+            if id(node) in theirs:
+                continue
             if isinstance(node, ast.Constant) and node.value in own and not is_own(node.value, path):
                 found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.value!r}")
     assert not found, "method names belong to their own module (use METHOD.name): " + ", ".join(found)

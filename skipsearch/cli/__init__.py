@@ -1,6 +1,6 @@
 """The ``skipsearch`` command: a thin typer layer over library functions that return data, one module per command
-group (``decode``, ``optimize``, ``bench``, ``costs``, ``plan``, ``listing``: methods and models, ``describe``: the
-profile and study groups), what they share at the edge in ``edge``, and the app here.
+group (``decode``, ``optimize``, ``bench``, ``costs``, ``plan``, ``export``, ``listing``: methods and models,
+``describe``: the profile and study groups), what they share at the edge in ``edge``, and the app here.
 
 Every known kind of bad input (profile, model, data, config, storage) ends as one line on
 stderr and exit code 2, with no traceback.
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from skipsearch.cli import bench, costs, decode, describe, edge, listing, optimize, plan
+from skipsearch.cli import bench, costs, decode, describe, edge, export, listing, optimize, plan
 from skipsearch.cli.edge import line
 
 
@@ -76,6 +76,7 @@ app.command()(optimize.optimize)
 app.command()(bench.bench)
 app.command("costs")(costs.costs_command)
 app.command()(plan.plan)
+app.command("export")(export.export_command)
 app.command("methods")(listing.methods_command)
 app.command("models")(listing.models_command)
 app.add_typer(describe.profile_app, name="profile")

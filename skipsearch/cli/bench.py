@@ -21,7 +21,8 @@ def bench(
     model: Annotated[str | None, typer.Option(help="Model alias, directory or hub id (default: the profiles').")]
     = None,
     peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
-                                            "hf-assisted-quantized.")]
+                                            "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
+                                            "generate).")]
     = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
     dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
     = "mtbench,humaneval",

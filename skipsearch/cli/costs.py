@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from skipsearch.cli.edge import line, user_errors, warnings_to_stderr
+from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 
 

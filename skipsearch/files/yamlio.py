@@ -12,6 +12,7 @@ import numbers
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -267,5 +268,37 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+
+def replace_dir(path: str | os.PathLike, build: Callable[[Path], Any]) -> Any:
+    """Make the directory ``path`` whole or not at all: ``build(staging)`` fills a fresh directory beside it, which
+    then takes its place (what was there is renamed aside first and removed last). If ``build`` raises, the staging
+    directory is removed and what was at ``path`` stays as it was. Returns what ``build`` returns."""
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tag = f"{os.getpid()}.{secrets.token_hex(4)}"
+    stage = path.with_name(f".{path.name}.{tag}.tmp")
+    stage.mkdir()
+    try:
+        result = build(stage)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.{tag}.old")
+    had = path.exists()
+    try:
+        if had:
+            os.replace(path, old)
+        os.replace(stage, path)
+    except BaseException:
+        if had and old.exists() and not path.exists():
+            os.replace(old, path)  # put the good one back
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if had:
+        shutil.rmtree(old, ignore_errors=True)
+    return result
+
 __all__ = ["MAX_BYTES", "MAX_EXPANDED_SIZE", "BoundedLoader", "Dumper", "OneLineError", "TooLarge", "bounded_repr",
-           "build", "coerce", "mapping", "plain", "read_yaml", "section", "short", "write_atomic"]
+           "build", "coerce", "mapping", "plain", "read_yaml", "replace_dir", "section", "short", "write_atomic"]

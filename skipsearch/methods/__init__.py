@@ -11,15 +11,20 @@ from __future__ import annotations
 from skipsearch.config import Candidate
 from skipsearch.methods.base import (
     REGISTRY,
+    DraftModel,
     Keeping,
     Kept,
+    Lookup,
     Method,
     Params,
     ParamsError,
     Record,
     Replanned,
     Replanning,
+    Setting,
+    Speculation,
     build_drafter,
+    candidate_for,
     check_keys,
     choice_param,
     get,
@@ -32,13 +37,15 @@ from skipsearch.methods.base import (
     register,
     replan_schemes,
     scheme_method,
+    setting_of,
     unregister,
 )
 
-__all__ = ["PLAIN", "REGISTRY", "Keeping", "Kept", "Method", "Params", "ParamsError", "Record", "Replanned",
-           "Replanning", "build_drafter", "check_keys", "choice_param", "get", "int_param", "is_plain",
-           "layers_param", "measure_scheme_costs", "names", "record_keys", "record_reader", "register",
-           "replan_schemes", "scheme_method", "unregister"]
+__all__ = ["PLAIN", "REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError",
+           "Record", "Replanned", "Replanning", "Setting", "Speculation", "build_drafter", "candidate_for",
+           "check_keys", "choice_param", "get", "int_param", "is_plain", "layers_param", "measure_scheme_costs",
+           "names", "record_keys", "record_reader", "register", "replan_schemes", "scheme_method", "setting_of",
+           "unregister"]
 
 # The registry: one line per method (its package, then its record).
 from skipsearch.methods import layer_skip; register(layer_skip.METHOD)  # noqa: E402, E702, I001

@@ -16,7 +16,11 @@ A *method* is what a profile's ``method:`` key names. Each package (or light mod
 - ``record``: what its profiles keep in ``measured`` so that they can be re-planned for another device (a
   ``Record``: the formats it reads back, and how it is made on the model from a ``Keeping``);
 - ``replan``: ``Replanning -> Replanned``, its draft re-priced under another device's cost file from that record,
-  with no model (None: plan it again on the device).
+  with no model (None: plan it again on the device);
+- ``speculation``: what its candidates are as an engine-neutral speculative setting (a ``Setting``: a prompt
+  lookup, a draft model, both, or nothing a serving engine runs), and the candidate it makes of a setting it
+  expresses exactly (``skipsearch export`` reads them through ``setting_of`` and ``candidate_for``; None: its
+  candidates are nothing a serving engine runs).
 
 Adding a method is one package (or module) plus its line in ``skipsearch/methods/__init__.py``.
 ``profile``, ``api``, ``cli``, ``optimize`` and ``device_replan`` read only the registry. A method's record, params
@@ -27,10 +31,10 @@ stays light.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from skipsearch.config import Candidate, ConfigError, DraftConfig, thaw
+from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, thaw
 
 if TYPE_CHECKING:
     from skipsearch.decoding import Drafter
@@ -112,6 +116,66 @@ class Replanned:
     extra: tuple[tuple[str, Any], ...] = ()  # measured entries the re-plan redoes (after the rest, replacing them)
 
 
+# -- a candidate as the speculative settings serving engines have (``skipsearch export``) ---------------------------
+@dataclass(frozen=True)
+class Lookup:
+    """Prompt lookup: the tokens that followed the latest earlier match of the longest suffix of ``min_n`` ..
+    ``max_n`` tokens, up to ``k`` of them."""
+
+    min_n: int
+    max_n: int
+    k: int
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A draft by the model's own weights in a reduced-precision ``scheme``, up to ``k`` tokens a cycle, and what
+    of it no serving engine runs (skipped sublayers, a trimmed head, an adaptive exit threshold)."""
+
+    scheme: str
+    k: int
+    exit: ExitRule  # the draft's exit rule: a threshold stops it early
+    quant_head: bool = True  # the LM head is in the scheme too
+    full_attn: tuple[int, ...] = ()  # layers whose attention stays at full precision
+    full_mlp: tuple[int, ...] = ()
+    skips: bool = False  # some sublayers skipped (no engine can)
+    trimmed_head: bool = False  # the draft head covers part of the vocabulary (no engine can)
+
+    @property
+    def threshold(self) -> float:
+        return self.exit.threshold
+
+    @property
+    def adaptive(self) -> bool:
+        return self.exit.adaptive
+
+    def runnable(self, scheme: str | None = None) -> DraftModel:
+        """This draft as an engine runs it: no sublayer skipped, the full vocabulary, its threshold fixed (or no
+        exit), in ``scheme`` if given."""
+        exit_rule = replace(self.exit, adaptive=False) if self.threshold else NO_EXIT
+        return replace(self, scheme=scheme or self.scheme, exit=exit_rule, skips=False, trimmed_head=False)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A candidate's draft as an engine-neutral speculative setting: a prompt lookup, a draft model, both (the
+    lookup first, the draft model on a miss), or neither: nothing a serving engine runs."""
+
+    lookup: Lookup | None = None
+    draft_model: DraftModel | None = None
+    # what drafts on a lookup's miss, as the profile names it (for messages); None: nothing. With no draft_model
+    # beside it, it is a draft no serving engine runs.
+    fallback: str | None = None
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """How a method's candidates read as engine-neutral settings, and back."""
+
+    setting: Callable[[Candidate], Setting]  # the setting a candidate of the method is
+    candidate: Callable[[Setting], Candidate | None] = lambda _s: None  # its candidate that is exactly the setting
+
+
 class ParamsError(ConfigError):
     """A method's ``method_params`` that cannot be used. One line: ``<method>: method_params.<key> ...``."""
 
@@ -152,6 +216,7 @@ class Method:
     # ``plan --profile`` to re-plan the candidate there (what ``skipsearch costs`` measures by default for the
     # shipped profiles). None: re-planning it needs no scheme's costs.
     replan_schemes: Callable[[Candidate, str], tuple[str, ...]] | None = None
+    speculation: Speculation | None = None  # its candidates as serving engines' settings (None: none they run)
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -232,6 +297,22 @@ def record_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
+def setting_of(candidate: Candidate) -> Setting:
+    """``candidate``'s draft as an engine-neutral speculative setting (``Setting()``: nothing a serving engine
+    runs)."""
+    speculation = get(candidate.method).speculation
+    return speculation.setting(candidate) if speculation is not None else Setting()
+
+
+def candidate_for(setting: Setting) -> Candidate:
+    """The candidate that is exactly ``setting``, made by the method that expresses it; one line when none does."""
+    for method in REGISTRY.values():
+        made = method.speculation.candidate(setting) if method.speculation is not None else None
+        if made is not None:
+            return made
+    raise ConfigError(f"no registered method drafts with {setting}")
+
+
 def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:
     """A fresh drafter for ``candidate`` on ``sm`` (None: plain decoding)."""
     if candidate.is_autoregressive:
@@ -288,6 +369,7 @@ def layers_param(method: str, value: Any, key: str, num_layers: int) -> tuple[in
     return tuple(sorted(set(value)))
 
 
-__all__ = ["REGISTRY", "Keeping", "Kept", "Method", "Params", "ParamsError", "Record", "Replanned", "Replanning",
-           "build_drafter", "check_keys", "choice_param", "get", "int_param", "layers_param", "names",
-           "record_keys", "record_reader", "register", "unregister"]
+__all__ = ["REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError", "Record",
+           "Replanned", "Replanning", "Setting", "Speculation", "build_drafter", "candidate_for", "check_keys",
+           "choice_param", "get", "int_param", "layers_param", "names", "record_keys", "record_reader", "register",
+           "setting_of", "unregister"]

@@ -48,7 +48,21 @@ from skipsearch.files.records import (
     record_acceptance,
 )
 from skipsearch.methods import ngram
-from skipsearch.methods.base import Keeping, Kept, Method, ParamsError, Record, Replanned, Replanning, get, int_param
+from skipsearch.methods.base import (
+    Keeping,
+    Kept,
+    Method,
+    ParamsError,
+    Record,
+    Replanned,
+    Replanning,
+    Setting,
+    Speculation,
+    candidate_for,
+    get,
+    int_param,
+    setting_of,
+)
 from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.ngram import METHOD as NGRAM
@@ -427,6 +441,32 @@ def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
     return PRECISION.replan_schemes(Candidate(PRECISION.name, candidate.draft, own), device)
 
 
+# -- as serving engines' settings -------------------------------------------------------------------------------
+def _setting(candidate: Candidate) -> Setting:
+    """The lookup, and on its miss the fallback's draft model where the fallback is one (a precision draft);
+    ``fallback`` names any fallback."""
+    params = candidate.plain_params()
+    fallback = params.get("fallback", HybridParams.fallback)
+    lookup = ngram.lookup_of(candidate)
+    if fallback == NONE:
+        return Setting(lookup=lookup)
+    k = params.get("fallback_k") or candidate.draft.max_draft_tokens
+    theirs = Candidate(fallback, replace(candidate.draft, max_draft_tokens=k),
+                       tuple((key, v) for key, v in params.items() if key not in _OWN))
+    return Setting(lookup=lookup, draft_model=setting_of(theirs).draft_model, fallback=fallback)
+
+
+def _candidate(setting: Setting) -> Candidate | None:
+    """The hybrid candidate of a lookup with a draft model on its miss (the draft model's candidate as fallback)."""
+    lk, dm = setting.lookup, setting.draft_model
+    if lk is None or dm is None:
+        return None
+    fb = candidate_for(Setting(draft_model=dm))
+    params = HybridParams(min_n=lk.min_n, max_n=lk.max_n, fallback=fb.method, fallback_k=dm.k,
+                          fallback_params=fb.params)
+    return Candidate(HybridParams.method, replace(fb.draft, max_draft_tokens=lk.k), params.to_pairs())
+
+
 def _example(num_layers: int) -> Candidate:
     draft = DraftConfig(skip_attn=(num_layers // 2,), max_draft_tokens=3, exit=NO_EXIT)
     return Candidate(HybridParams.method, draft, HybridParams(min_n=1, max_n=2, fallback_k=2).to_pairs())
@@ -443,4 +483,5 @@ METHOD = Method(
     record=RECORD,
     replan=replan,
     replan_schemes=_replan_schemes,
+    speculation=Speculation(setting=_setting, candidate=_candidate),
 )

@@ -35,11 +35,14 @@ from skipsearch.files.records import LOOKUP_KEY, NO_HIT, LookupRecord, lookup_fr
 from skipsearch.methods.base import (
     Keeping,
     Kept,
+    Lookup,
     Method,
     ParamsError,
     Record,
     Replanned,
     Replanning,
+    Setting,
+    Speculation,
     check_keys,
     int_param,
 )
@@ -312,6 +315,26 @@ def replan(job: Replanning) -> Replanned:
                    basis=f"its lookup record, K of {ks}")
 
 
+# -- as serving engines' settings -------------------------------------------------------------------------------
+def lookup_of(candidate: Candidate) -> Lookup:
+    """The prompt lookup of a candidate that looks up n-grams (``min_n``, ``max_n`` in its params; K its draft's)."""
+    params = candidate.plain_params()
+    return Lookup(int(params.get("min_n", NgramParams.min_n)), int(params.get("max_n", NgramParams.max_n)),
+                  candidate.draft.max_draft_tokens)
+
+
+def _lookup_candidate(setting: Setting) -> Candidate | None:
+    """The ngram candidate of a lookup alone."""
+    lk = setting.lookup
+    if lk is None or setting.draft_model is not None or setting.fallback is not None:
+        return None
+    return Candidate(NgramParams.method, DraftConfig(max_draft_tokens=lk.k, exit=NO_EXIT),
+                     NgramParams(lk.min_n, lk.max_n).to_pairs())
+
+
+SPECULATION = Speculation(setting=lambda candidate: Setting(lookup=lookup_of(candidate)), candidate=_lookup_candidate)
+
+
 def _drafter(candidate: Candidate, sm) -> NgramDrafter:
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
     return NgramDrafter(params, candidate.draft.max_draft_tokens)
@@ -332,4 +355,5 @@ METHOD = Method(
     predict=_predict,
     record=Record(formats=((LOOKUP_KEY, lookup_from_dict),), build=keep_lookup),
     replan=replan,
+    speculation=SPECULATION,
 )

@@ -14,7 +14,7 @@ re-plan (``replan.py``): the draft's traces, its c re-priced from another device
 from __future__ import annotations
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.methods.base import Method, ParamsError
+from skipsearch.methods.base import DraftModel, Method, ParamsError, Setting, Speculation
 from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme, device_scheme
 from skipsearch.methods.precision.replan import RECORD, replan
 
@@ -91,6 +91,25 @@ def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
     return (scheme,) if isinstance(scheme, str) else ()
 
 
+def _setting(candidate: Candidate) -> Setting:
+    """A draft model: the model's own weights in the scheme (what of it no engine runs is flagged)."""
+    params, draft = candidate.plain_params(), candidate.draft
+    return Setting(draft_model=DraftModel(
+        scheme=str(params.get("scheme", PrecisionParams.scheme)), k=draft.max_draft_tokens, exit=draft.exit,
+        quant_head=bool(params.get("quant_head", True)), full_attn=tuple(params.get("full_attn") or ()),
+        full_mlp=tuple(params.get("full_mlp") or ()), skips=bool(draft.skip_attn or draft.skip_mlp),
+        trimmed_head=params.get("vocab_subset") is not None))
+
+
+def _candidate(setting: Setting) -> Candidate | None:
+    """The precision candidate of a draft model alone, every sublayer drafting and the full vocabulary."""
+    dm = setting.draft_model
+    if dm is None or setting.lookup is not None or dm.skips or dm.trimmed_head:
+        return None
+    params = PrecisionParams(scheme=dm.scheme, full_attn=dm.full_attn, full_mlp=dm.full_mlp, quant_head=dm.quant_head)
+    return Candidate(PrecisionParams.method, DraftConfig(max_draft_tokens=dm.k, exit=dm.exit), params.to_pairs())
+
+
 def _example(num_layers: int) -> Candidate:
     return Candidate(PrecisionParams.method, DraftConfig(max_draft_tokens=4, exit=NO_EXIT),
                      PrecisionParams(scheme="fp16").to_pairs())
@@ -113,6 +132,7 @@ METHOD = Method(
     record=RECORD,
     replan=replan,
     replan_schemes=_replan_schemes,
+    speculation=Speculation(setting=_setting, candidate=_candidate),
 )
 
 __all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "device_scheme",
