@@ -36,7 +36,8 @@ from skipsearch.harness import (
     run_rounds,
 )
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
-from skipsearch.methods.clasp_dynamic import ClaspDynamicDrafter, ModelLayers, approximation_check, dp_skip_sets
+from skipsearch.methods.clasp_dynamic.dp import ModelLayers, approximation_check, dp_skip_sets
+from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 

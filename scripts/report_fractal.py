@@ -32,7 +32,9 @@ from skipsearch.bench import BASELINE, peer_method
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import Contender, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
-from skipsearch.methods.fractal import FractalDrafter, FractalParams, compressed_model, model_bytes
+from skipsearch.methods.fractal import FractalParams
+from skipsearch.methods.fractal.compressed import compressed_model, model_bytes
+from skipsearch.methods.fractal.drafter import FractalDrafter
 from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 

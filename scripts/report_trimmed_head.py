@@ -10,7 +10,7 @@ search space's probe points) and each V' (the full head first):
 - c measured: one draft step (its skips, and the head) over one full step, all timed in the same rounds by
   the one harness (``harness.time_interleaved``: warm-up, rotated order, medians); the cut is
   1 - c(V') / c(full head);
-- c of the cost model: what the search charges that draft (``layer_skip.draft_costs``);
+- c of the cost model: what the search charges that draft (``layer_skip.surrogate.draft_costs``);
 - α on the calibration prompts (where the subset's frequencies come from) and on held-out prompts: the
   share of positions where the draft's argmax is the full model's token (the surrogate's traces);
 - the surrogate's predicted speedup, and for the ``--timed`` best drafts the timed speedup and acceptance
@@ -35,7 +35,8 @@ from skipsearch.config import Candidate, ConfigError, DraftConfig, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import time_interleaved
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.methods.layer_skip import LayerSkipParams, draft_costs, draft_traces, frequent_tokens
+from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
+from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
 from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
 from skipsearch.optimize import config_summary
@@ -95,7 +96,7 @@ def measure_c(sm, context: list[int], drafts: list[DraftConfig], heads: list, *,
             sm.crop(cache, n)
         return once
 
-    from skipsearch.methods.layer_skip import subset_head
+    from skipsearch.methods.layer_skip.drafter import subset_head
 
     calls = {"full": step(None, None)}
     for i, d in enumerate(drafts):

@@ -5,7 +5,7 @@ machine is small: one full step, one attention and one MLP sublayer, the fixed r
 norms, LM head, per-forward overhead) and the verify curve v(k). ``skipsearch costs`` measures exactly
 that with ``objective.measure_costs`` (the objective's own measurement, at optimize's calibration
 context) and writes it here as a small versioned YAML file. Acceptance, which belongs to the model, the
-skip set and the workload, is kept in the draft profile (``skipsearch.device_replan``), so that
+skip set and the workload, is kept in the draft profile (each method's record: skipsearch.device_replan), so that
 ``plan --profile x.yaml --costs costs/<device>.yaml`` re-plans a profile for another device, and
 ``optimize --study S --costs ... --budget 0`` re-ranks a study, with no new search.
 

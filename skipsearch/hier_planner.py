@@ -23,14 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from skipsearch import timing
+from skipsearch import methods, timing
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.equivalence import lossless_check
 from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
 from skipsearch.hier_closed_form import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
-from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy, hierarchy_to_profile_fields
-from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
+from skipsearch.methods.hierarchical import Hierarchy, hierarchy_to_profile_fields
+from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
 from skipsearch.models import SkippableModel
 from skipsearch.profile import (
     BASELINE_OURS_AR,
@@ -41,7 +41,7 @@ from skipsearch.profile import (
     Profile,
     SearchInfo,
 )
-from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs, trace
+from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs, trace, trace_skip_sets
 
 Stage = Callable[[str], None]
 
@@ -367,7 +367,7 @@ def study_front(records: Sequence, costs: CostModel | None = None) -> tuple[Fron
     points: dict[tuple, FrontPoint] = {}
     for r in records:
         m = r.measurement
-        if r.candidate is None or r.candidate.method != LAYER_SKIP.name or m is None or m.alpha is None:
+        if not methods.is_plain(r.candidate) or m is None or m.alpha is None:
             continue
         d = r.config
         if not (d.skip_attn or d.skip_mlp):
@@ -415,8 +415,6 @@ def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, 
                     on_stage: Stage | None = None) -> StudyPlan:
     """Front, pairs, then stages 2-5 of the module docstring for the best pair: its α, β and level costs
     measured here, every (m, n) planned, and (``run_validation``) its best three- and two-level shapes timed."""
-    from skipsearch.device_replan import trace_skip_sets
-
     say = on_stage or (lambda _msg: None)
     for r in records:
         if r.config is not None:

@@ -15,8 +15,9 @@ Stages:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -24,8 +25,6 @@ import optuna
 from skipsearch.config import AUTOREGRESSIVE, Candidate, ConfigError, DraftConfig
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.measure import Measurement
-from skipsearch.methods.hybrid import METHOD as HYBRID
-from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.models import SkippableModel
 from skipsearch.objective import ModelObjective
@@ -37,6 +36,7 @@ from skipsearch.profile import (
     ModelRef,
     Profile,
     SearchInfo,
+    load_profile,
 )
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import Strategy, make_strategy
@@ -68,10 +68,18 @@ CLAIM_ATTR = "claim"  # trial user attr: the random token of the worker that cla
 _STATES = optuna.trial.TrialState
 
 
-@dataclass(frozen=True)
-class OptimizeSettings:
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """What a search is asked (``skipsearch optimize``'s options, parsed once; each has the CLI option's meaning):
+    built by the caller, read by ``api.optimize_study`` / ``api.rerank_study`` and by ``optimize``."""
+
+    # the model searched, and how it loads
+    model: str = "smollm2-135m"
+    device: str = "auto"
+    dtype: str = "auto"
+    # the search
     strategy: str = "tpe"
-    budget: int = 100
+    budget: int = 100  # trials in the study, over all workers and resumed runs; 0 with ``costs``: re-rank
     dataset: str = "mtbench"
     n_prompts: int = 8
     max_new_tokens: int = 64
@@ -79,15 +87,42 @@ class OptimizeSettings:
     # auto: two-stage where the strategy's method has a surrogate, else timed.
     objective: str = "auto"
     shortlist: int = 5
-    seed: int = 0
     repeats: int = 1  # timed runs per prompt (median); raise where timing noise demands it
+    seed: int = 0
+    # the space, sized by the model's depth (``space_for``); ``space`` replaces these knobs where given
+    max_k: int = 8
+    max_skip_ratio: float = 0.5
+    protect_ends: bool = True
     space: SearchSpace | None = None
-    study_dir: str | None = None
+    warm_start: tuple[str, ...] = ()  # profiles whose draft configs are tried first, e.g. CLaSp's
+    # What only some strategies take, e.g. (("n_values", (3, 5)),) for fractal, refused by the others; and how
+    # the caller names each in messages, e.g. (("n_values", "--n"),)
+    strategy_options: tuple[tuple[str, Any], ...] = ()
+    option_names: tuple[tuple[str, str], ...] = ()
+    # the study: a directory (SQLite inside; default studies/<model>-<strategy>), or an RDB URL and a name
+    study: str | None = None
     storage: str | None = None
     study_name: str | None = None
-    warm_start: tuple[DraftConfig, ...] = ()  # configs tried first, e.g. another profile's (CLaSp's) draft
-    # What only some strategies take, e.g. (("n_values", (3, 5)),) for fractal; refused by the others.
-    strategy_options: tuple[tuple[str, Any], ...] = ()
+    # the profile written: default <study>/best.yaml, or <study>/rerank-<costs>.yaml
+    out: Path | None = None
+    force: bool = False
+    # re-ranking the study for another device (``--budget 0 --costs``), and timing its best here
+    costs: str | None = None
+    time_shortlist: bool = False
+
+    @property
+    def study_dir(self) -> str | None:
+        """The study directory: as given, else the default one (None with a storage URL)."""
+        if self.storage is None and self.study is None:
+            return f"studies/{Path(self.model).name}-{self.strategy}"
+        return self.study
+
+    def space_for(self, num_layers: int) -> SearchSpace:
+        """The search space of a model ``num_layers`` deep: ``space``, else the one the knobs describe."""
+        if self.space is not None:
+            return self.space
+        return SearchSpace(num_layers=num_layers, protect_ends=self.protect_ends, max_skip_ratio=self.max_skip_ratio,
+                           max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= self.max_k))
 
 
 @dataclass(frozen=True)
@@ -100,9 +135,11 @@ class OptimizeResult:
     companions: tuple[tuple[str, Profile], ...] = ()  # (file-name suffix, profile) to write beside it
 
 
-def build_strategy(space: SearchSpace, s: OptimizeSettings) -> tuple[Strategy, str]:
-    """The strategy and the objective it runs with; every option it cannot use is refused in one line."""
-    strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=s.warm_start, **dict(s.strategy_options))
+def build_strategy(space: SearchSpace, s: SearchSettings, *,
+                   warm_start: Sequence[DraftConfig] = ()) -> tuple[Strategy, str]:
+    """The strategy (seeded with the ``warm_start`` configs, the draft configs of ``s.warm_start``) and the
+    objective it runs with; every option it cannot use is refused in one line."""
+    strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=warm_start, **dict(s.strategy_options))
     if s.objective not in OBJECTIVES:
         raise ConfigError(f"unknown objective '{s.objective}': use {', '.join(OBJECTIVES)}")
     objective = s.objective
@@ -111,7 +148,7 @@ def build_strategy(space: SearchSpace, s: OptimizeSettings) -> tuple[Strategy, s
     if objective not in strategy.objectives():
         raise ConfigError(f"strategy '{strategy.name}' cannot search with objective '{objective}' (its method has "
                           f"no surrogate): use {' or '.join(strategy.objectives())}")
-    if s.warm_start and not strategy.warm_starts:
+    if warm_start and not strategy.warm_starts:
         raise ConfigError(f"strategy '{strategy.name}' cannot start from a profile's skip set: drop --warm-start")
     if isinstance(s.shortlist, bool) or not isinstance(s.shortlist, int) or s.shortlist < 1:
         raise ConfigError(f"shortlist must be an integer >= 1, got {s.shortlist!r}")
@@ -120,7 +157,7 @@ def build_strategy(space: SearchSpace, s: OptimizeSettings) -> tuple[Strategy, s
 
 def optimize(
     sm: SkippableModel,
-    settings: OptimizeSettings,
+    settings: SearchSettings,
     *,
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
@@ -132,14 +169,15 @@ def optimize(
     """
     s = settings
     say = on_stage or (lambda _: None)
-    space = s.space or SearchSpace(num_layers=sm.num_layers)
-    strategy, objective_kind = build_strategy(space, s)
+    # a warm start made for another depth names other layers: refused in one line
+    warm = tuple(load_profile(p, num_layers=sm.num_layers).draft for p in s.warm_start)
+    strategy, objective_kind = build_strategy(s.space_for(sm.num_layers), s, warm_start=warm)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
     stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None))
-    budget = s.budget
-    if strategy.max_trials is not None and budget > strategy.max_trials:
-        say(f"{strategy.name}'s grid has {strategy.max_trials} points: budget {budget} lowered to that")
-        budget = strategy.max_trials
+    budget, most = s.budget, strategy.plan().max_trials
+    if most is not None and budget > most:
+        say(f"{strategy.name}'s grid has {most} points: budget {budget} lowered to that")
+        budget = most
 
     prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
     say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
@@ -191,11 +229,12 @@ def optimize(
 def _companions(strategy: Strategy, shipped: Profile, tried: list[Candidate]) -> tuple[tuple[str, Profile], ...]:
     """The profiles of the strategy's companion candidates (e.g. CLaSp's dynamic one), not timed by optimize."""
     out = []
-    for suffix, c, notes in strategy.companions(shipped.candidate, tried):
+    for companion in strategy.companions(shipped.candidate, tried):
+        c = companion.candidate
         measured = Measured(device=shipped.measured.device if shipped.measured else None, source="optimize",
-                            notes=notes)
-        out.append((suffix, replace(shipped, method=c.method, draft=c.draft, measured=measured,
-                                    method_params=c.params)))
+                            notes=companion.notes)
+        out.append((companion.suffix, replace(shipped, method=c.method, draft=c.draft, measured=measured,
+                                              method_params=c.params)))
     return tuple(out)
 
 
@@ -303,7 +342,7 @@ def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: M
         # the figures that belong to the method; a timing taken under load says so, and v(k) measured beside
         # flagged timings is left out (under contention it reads 14 where the machine's own is 1.6)
         why = f"; best draft measured {m.speedup:.3f}x" + (" under load" if m.notes else "")
-        figures = method_figures(best_r.candidate, m)
+        figures = method_figures(m)
         why += f" with {figures}" if figures else ""
         why += f", v(2) {costs.verify(2):.2f}" if costs is not None and not m.notes and trusted else ""
     if timed and not trusted:
@@ -313,14 +352,12 @@ def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: M
                                      "max_draft_tokens 0" + why
 
 
-def method_figures(candidate: Candidate, m: Measurement) -> str:
-    """The acceptance figures that mean something for ``candidate``'s method: a lookup draft (ngram, or hybrid
-    without a fallback) has no per-token α or draft cost c, so its acceptance rate and τ; a model draft its α and
-    c. A figure that was not measured is left out, never printed as 0."""
-    fallback = dict(candidate.params).get("fallback", "none")
-    lookup = candidate.method == NGRAM.name or (candidate.method == HYBRID.name and fallback == "none")
+def method_figures(m: Measurement) -> str:
+    """The acceptance figures that mean something for the measured draft: a model draft's α and c; a draft with
+    no per-token α (a lookup, which no model runs; a draft no surrogate traces) its acceptance rate and τ. A
+    figure that was not measured is left out, never printed as 0."""
     parts = []
-    if not lookup and m.alpha is not None:
+    if m.alpha is not None:
         parts.append(f"alpha {m.alpha:.2f}")
         if m.cost_ratio is not None:
             parts.append(f"c {m.cost_ratio:.2f}")
@@ -338,7 +375,7 @@ def _plain_decoding(candidate: Candidate) -> Candidate:
     return replace(candidate, draft=replace(candidate.draft, max_draft_tokens=0))
 
 
-def _measured(m: Measurement | None, s: OptimizeSettings, sm, objective: ModelObjective, verdict: str,
+def _measured(m: Measurement | None, s: SearchSettings, sm, objective: ModelObjective, verdict: str,
               timed: list[TrialRecord], *, shipped: Candidate) -> Measured:
     costs = objective.measured_costs
     common = dict(
@@ -363,5 +400,5 @@ def _measured(m: Measurement | None, s: OptimizeSettings, sm, objective: ModelOb
     )
 
 
-__all__ = ["OBJECTIVES", "OptimizeResult", "OptimizeSettings", "build_strategy", "candidate_summary",
+__all__ = ["OBJECTIVES", "OptimizeResult", "SearchSettings", "build_strategy", "candidate_summary",
            "claim_timed", "config_summary", "fail_claim", "optimize", "record_timed"]

@@ -20,8 +20,8 @@ import yaml
 
 from . import methods
 from .config import Candidate, ConfigError, DraftConfig
+from .files.costs import COSTS_KEY, planned_costs_from_dict
 from .files.errors import ProfileError
-from .files.records import check_measured_extra
 from .files.yamlio import MAX_BYTES, build, coerce, mapping, read_yaml, section, write_atomic
 from .files.yamlio import Dumper as _Dumper
 from .files.yamlio import plain as _plain
@@ -332,7 +332,7 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         if measured.baseline is not None and measured.baseline not in BASELINES:
             raise _err(source, f"measured.baseline must be one of {', '.join(BASELINES)}, "
                                f"got {_short(measured.baseline)}")
-        check_measured_extra(measured.extra, source=source)
+        _check_records(measured.extra, source=source)
     if raw.get("environment") is not None:
         environment = Environment(**_section(Environment, raw["environment"], "environment", source)[0])
     if raw.get("search") is not None:
@@ -340,6 +340,15 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
                                        nonnegative=("budget", "trials"))[0])
     return Profile(model=model, method=method.name, draft=draft, measured=measured, environment=environment,
                    search=search, method_params=tuple(params.items()))
+
+
+def _check_records(extra: tuple[tuple[str, Any], ...], *, source: str) -> None:
+    """Validate the ``measured`` keys with a format: the costs a profile was planned with, and every record a
+    method keeps (``methods.record_reader``: acceptance, lookup, precision, fractal, ...)."""
+    for key, value in extra:
+        read = planned_costs_from_dict if key == COSTS_KEY else methods.record_reader(key)
+        if read is not None:
+            read(value, source=source)
 
 
 def profile_to_dict(p: Profile) -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from skipsearch.config import ConfigError, DraftConfig, Trace
+from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, ExitRule, Trace
 from skipsearch.decoding import LayerSkipDrafter, generate
 from skipsearch.harness import time_interleaved
 from skipsearch.measure import Measurement
@@ -340,8 +340,8 @@ def replay(tr: Trace, config: DraftConfig, costs: CostModel) -> Replay:
 
 
 def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -> Measurement:
-    """The surrogate's Measurement from traces: replay each one and pool tokens and cost. Traces
-    belong to the model and skip set, costs to the device, so this re-runs anywhere (skipsearch.device_replan)."""
+    """The surrogate's Measurement from traces: replay each one and pool tokens and cost. Traces belong to the
+    model and skip set, costs to the device, so this re-runs anywhere (re-planning: skipsearch.device_replan)."""
     runs = [replay(tr, config, costs) for tr in traces]
     emitted = sum(r.emitted for r in runs)
     cost = sum(r.cost for r in runs)
@@ -356,5 +356,49 @@ def replay_all(traces: Sequence[Trace], config: DraftConfig, costs: CostModel) -
     )
 
 
-__all__ = ["Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "calibrate", "draft_block", "full_cache",
-           "interpolate", "measure_costs", "measure_stand_ins", "replay", "replay_all", "trace"]
+# -- a skip set's traces: made once on the model, replayed under any costs -------------------------------------
+K_VALUES = (1, 2, 3, 4, 6, 8)  # SearchSpace's default choices of K
+# the exit rules re-planning tries: none, and a fixed or adaptive threshold γ0 = 0.1 .. 0.9 (replays are cheap)
+EXIT_RULES = (NO_EXIT, *(ExitRule(threshold=t / 10, adaptive=a) for a in (True, False) for t in range(1, 10)))
+
+
+def trace_skip_sets(sm: SkippableModel, cal: Calibration, configs: Sequence[DraftConfig], *,
+                    on_progress: Callable[[int, int], None] | None = None) -> dict[tuple, tuple[Trace, ...]]:
+    """Traces of each distinct skip set among ``configs``, keyed by (skip_attn, skip_mlp). The full-model KV of
+    each calibration sequence is built once and shared by every skip set (``trace`` crops its own)."""
+    keys = list(dict.fromkeys((c.skip_attn, c.skip_mlp) for c in configs))
+    rows = [(p, c) for p, c in zip(cal.prompts, cal.continuations, strict=True) if c]
+    caches = [full_cache(sm, p, c) for p, c in rows]
+    out = {}
+    for i, key in enumerate(keys):
+        config = DraftConfig(*key)
+        out[key] = tuple(trace(sm, p, c, config, cache=kv) for (p, c), kv in zip(rows, caches, strict=True))
+        if on_progress:
+            on_progress(i + 1, len(keys))
+    return out
+
+
+def aligned(traces: Sequence[Trace], cal: Calibration) -> tuple[Trace, ...]:
+    """``traces`` (one per calibration sequence with a continuation, as ``trace_skip_sets`` makes them) lined up
+    with every calibration sequence, an empty trace where a continuation is empty (as a lookup record keeps them)."""
+    it = iter(traces)
+    return tuple(next(it) if cont else Trace((), ()) for cont in cal.continuations)
+
+
+def replan_skip_set(traces: Sequence[Trace], skip: tuple, costs: CostModel, *, k_values: Sequence[int] = K_VALUES,
+                    exit_rules: Sequence[ExitRule] = EXIT_RULES,
+                    also: Sequence[DraftConfig] = ()) -> tuple[DraftConfig, Measurement]:
+    """The K and exit rule that the replay predicts fastest for this skip set under ``costs``, of the grid and
+    ``also`` (e.g. the config as searched). Ties go to the smaller K, then to the earlier exit rule."""
+    configs = [DraftConfig(skip[0], skip[1], k, e) for k in sorted(k_values) for e in exit_rules]
+    # ``also`` adds drafts only: a profile that ships plain decoding (K = 0) is not an option to weigh against them
+    configs += [c for c in also if (c.skip_attn, c.skip_mlp) == tuple(skip) and c not in configs
+                and not c.is_autoregressive]
+    scored = [(replay_all(traces, c, costs), c) for c in configs]
+    best = max(scored, key=lambda mc: mc[0].speedup)  # max keeps the first of equals
+    return best[1], best[0]
+
+
+__all__ = ["EXIT_RULES", "K_VALUES", "Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "aligned",
+           "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_stand_ins",
+           "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets"]

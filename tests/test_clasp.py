@@ -15,21 +15,18 @@ from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
 from skipsearch.decoding import Drafter, generate, hf_generate
 from skipsearch.files.records import acceptance_from_dict
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
-from skipsearch.methods.clasp_dynamic import (
-    SUBLAYERS,
-    ClaspDynamicDrafter,
+from skipsearch.methods.clasp_dynamic import SUBLAYERS, DynamicParams, config_for, granularity
+from skipsearch.methods.clasp_dynamic.dp import (
     ClaspSkipSets,
-    DynamicParams,
     ModelLayers,
     approximation_check,
     brute_force,
-    config_for,
     dp_skip_sets,
     final_similarity,
-    granularity,
     sequence_targets,
     static_skip_sets,
 )
+from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
@@ -297,9 +294,9 @@ def test_static_strategy_drafts_with_the_dps_sets():
 
     run_search(study, strategy, Objective(), budget=20)
     recs = records(study)
-    seeds = len(strategy.seed_points())
-    assert [r.config for r in recs[:seeds]] == strategy.seed_points()
-    for r in recs[seeds:]:
+    seeds = [s.config for s in strategy.plan().seeds]
+    assert [r.config for r in recs[:len(seeds)]] == seeds
+    for r in recs[len(seeds):]:
         sub, m = granularity(r.config)
         expected = plan.sets(sub)[m]
         assert r.config == config_for(sub, expected, r.config) and space.contains(r.config)
@@ -309,7 +306,7 @@ def test_warm_start_from_a_clasp_set_goes_first_in_tpe():
     space = SearchSpace(num_layers=10)
     clasp_config = config_for("attn", (4, 6, 8), DraftConfig(max_draft_tokens=2, exit=ExitRule(threshold=0.5)))
     strategy = make_strategy("tpe", space, seed=0, warm_start=(clasp_config,))
-    assert strategy.seed_points()[0] == clasp_config
+    assert strategy.plan().seeds[0].config == clasp_config
 
 
 # -- the real model ----------------------------------------------------------------------------------

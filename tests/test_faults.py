@@ -16,9 +16,8 @@ import yaml
 from conftest import assert_one_line_error
 from typer.testing import CliRunner
 
-from skipsearch import cli
-from skipsearch.cli import app
-from skipsearch.config import Candidate, DraftConfig
+from skipsearch.cli import app, edge
+from skipsearch.config import Candidate, ConfigError, DraftConfig
 from skipsearch.costs import CostModelRef, CostProfile, load_costs, save_costs
 from skipsearch.files.costs import Costs
 from skipsearch.measure import Measurement
@@ -68,14 +67,14 @@ def _study(path: Path, num_layers: int, trials: int) -> Path:
 def test_a_full_disk_at_the_end_of_a_search_keeps_the_profile_beside_the_study(tiny_checkpoint, tmp_path,
                                                                               monkeypatch):
     out, study = tmp_path / "out" / "p.yaml", tmp_path / "study"
-    real = cli.save_profile
+    real = edge.save_profile
 
     def full(profile, path):
         if Path(path) == out:
             raise ENOSPC
         return real(profile, path)
 
-    monkeypatch.setattr(cli, "save_profile", full)
+    monkeypatch.setattr(edge, "save_profile", full)
     result = runner.invoke(app, ["optimize", "--model", str(tiny_checkpoint), "--strategy", "tpe", "--budget", "2",
                                  "--objective", "surrogate", "--n-prompts", "1", "--max-new-tokens", "8",
                                  "--dataset", "humaneval", "--study", str(study), "--out", str(out)])
@@ -93,8 +92,8 @@ def test_a_full_disk_on_plan_out_is_one_line_and_says_where_the_profile_went(tmp
     src = write_lookup_profile(tmp_path / "p.yaml")
     costs = save_costs(free_costs(), tmp_path / "free.yaml")
     out = tmp_path / "gpu.yaml"
-    real = cli.save_profile
-    monkeypatch.setattr(cli, "save_profile", lambda p, path: (_ for _ in ()).throw(ENOSPC) if Path(path) == out
+    real = edge.save_profile
+    monkeypatch.setattr(edge, "save_profile", lambda p, path: (_ for _ in ()).throw(ENOSPC) if Path(path) == out
                         else real(p, path))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
@@ -107,8 +106,8 @@ def test_a_full_disk_on_plan_out_is_one_line_and_says_where_the_profile_went(tmp
 def test_a_failed_report_write_leaves_no_empty_file(tmp_path, monkeypatch):
     target = tmp_path / "report.md"
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(ENOSPC))
-    with pytest.raises(cli.ConfigError, match="cannot write .*report.md: No space left on device"):
-        cli._write_text(target, "x" * 1000)
+    with pytest.raises(ConfigError, match="cannot write .*report.md: No space left on device"):
+        edge.write_text(target, "x" * 1000)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -156,7 +155,7 @@ def test_ctrl_c_landing_in_a_finalizer_still_stops_the_run():
     """Python swallows an exception raised in __del__ ("Exception ignored in ..."); the run must stop anyway."""
     done = _interrupted_run("""
         import time
-        import skipsearch.cli as cli
+        import skipsearch.cli.describe as describe
         class Finalizer:
             def __del__(self):
                 raise KeyboardInterrupt
@@ -166,7 +165,7 @@ def test_ctrl_c_landing_in_a_finalizer_still_stops_the_run():
             for _ in range(200):
                 time.sleep(0.01)
             raise AssertionError("the run went on after Ctrl-C")
-        cli.load_profile = slow
+        describe.load_profile = slow
     """, "profile", "validate", "x.yaml")
     assert done.returncode == 130, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "went on" not in done.stderr

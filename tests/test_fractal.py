@@ -19,15 +19,10 @@ from skipsearch.decoding import GREEDY, generate, hf_generate
 from skipsearch.files.errors import ProfileError
 from skipsearch.methods import fractal
 from skipsearch.methods.fractal import METHOD as FRACTAL
-from skipsearch.methods.fractal import (
-    FractalDrafter,
-    FractalParams,
-    compressed_model,
-    draft_pass,
-    even_positions,
-    merge,
-)
+from skipsearch.methods.fractal import FractalParams, even_positions
 from skipsearch.methods.fractal import drafter as fractal_drafter
+from skipsearch.methods.fractal.compressed import compressed_model, model_bytes
+from skipsearch.methods.fractal.drafter import FractalDrafter, draft_pass, merge
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 
 PROMPT = [3, 17, 5, 9, 22, 7, 1, 40, 2]
@@ -224,7 +219,7 @@ def test_the_compressed_copy_is_8_bit_and_leaves_the_model_untouched(scheme):
     assert not any(isinstance(m, torch.nn.Linear) for m in (*cm.layers.modules(), cm.lm_head))
     assert sum(1 for m in sm.layers.modules() if isinstance(m, torch.nn.Linear)) == 7 * sm.num_layers
     assert cm.embedding.qweight.dtype == torch.int8
-    full = fractal.model_bytes(sm)
+    full = model_bytes(sm)
     assert 0.2 * full < cm.nbytes < 0.5 * full  # int8 layers + head + embedding: about a quarter of fp32, plus scales
     assert compressed_model(sm, "none").nbytes == 0
 
@@ -388,9 +383,9 @@ def _params(profile):
 
 def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_path):
     monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
-    settings = opt.OptimizeSettings(strategy="fractal", budget=10, n_prompts=2, max_new_tokens=8,
-                                    study_dir=str(tmp_path / "study"), strategy_options=(
-                                        ("n_values", (1, 2)), ("w_values", (1, 3)), ("quantization", "int8-dynamic")))
+    settings = opt.SearchSettings(strategy="fractal", budget=10, n_prompts=2, max_new_tokens=8,
+                                  study=str(tmp_path / "study"), strategy_options=(
+                                      ("n_values", (1, 2)), ("w_values", (1, 3)), ("quantization", "int8-dynamic")))
     result = opt.optimize(sm, settings)
     points = {(c.param("n"), c.param("w")) for c in (r.candidate for r in result.timed)}
     assert points == {(1, 1), (1, 3), (2, 1), (2, 3)}  # the whole grid, timed once each; the budget capped to it
@@ -454,7 +449,7 @@ def test_real_model_greedy_equals_hf_generate(real_sm, encode_offline, n, w, kv_
 def test_real_model_compressed_copy_and_positions(real_sm):
     cm = compressed_model(real_sm, "auto")
     assert cm.scheme == "int8-dynamic"
-    full = fractal.model_bytes(real_sm)
+    full = model_bytes(real_sm)
     assert 0.2 * full < cm.nbytes < 0.45 * full
     assert FractalParams(n=3, w=3).positions(real_sm.num_layers) == (9, 19, 29)
     # the 8-bit head reads the model's own last hidden states almost as the full head does. One row at a time:

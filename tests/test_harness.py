@@ -211,7 +211,8 @@ def test_hierplan_validation_pools_alpha_and_beta_over_one_pass(tiny_sm):
     from skipsearch.decoding import generate
     from skipsearch.hier_closed_form import PlanInputs
     from skipsearch.hier_planner import validate
-    from skipsearch.methods.hierarchical import HierarchicalDrafter, Hierarchy
+    from skipsearch.methods.hierarchical import Hierarchy
+    from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
     from skipsearch.surrogate import calibrate
 
     h = Hierarchy(DraftConfig(skip_attn=(2,), skip_mlp=(3,)), DraftConfig(skip_attn=(1, 2), skip_mlp=(1, 3)), 2, 1)

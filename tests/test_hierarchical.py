@@ -19,12 +19,8 @@ from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import LayerSkipDrafter, generate, hf_generate, process_logits
 from skipsearch.files.errors import ProfileError
 from skipsearch.hier_planner import build_profile, plan_model, render_markdown
-from skipsearch.methods.hierarchical import (
-    HierarchicalDrafter,
-    Hierarchy,
-    hierarchy_from_profile,
-    hierarchy_to_profile_fields,
-)
+from skipsearch.methods.hierarchical import Hierarchy, hierarchy_from_profile, hierarchy_to_profile_fields
+from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
 from skipsearch.surrogate import calibrate
 

@@ -274,10 +274,10 @@ def test_prepare_ranks_the_trimmed_head_by_calibration_frequency(tiny_sm):
 
 def test_optimize_hybrid_ships_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
     monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
-    settings = opt.OptimizeSettings(strategy=HYBRID.name, budget=24, n_prompts=2, max_new_tokens=12, shortlist=2,
-                                    space=SearchSpace(num_layers=4, max_draft_tokens=(2, 4)),
-                                    study_dir=str(tmp_path / "study"),
-                                    strategy_options=(("n_values", (1, 2)), ("vocab_sizes", (0, 32))))
+    settings = opt.SearchSettings(strategy=HYBRID.name, budget=24, n_prompts=2, max_new_tokens=12, shortlist=2,
+                                  space=SearchSpace(num_layers=4, max_draft_tokens=(2, 4)),
+                                  study=str(tmp_path / "study"),
+                                  strategy_options=(("n_values", (1, 2)), ("vocab_sizes", (0, 32))))
     result = opt.optimize(tiny_sm, settings)
     prof = result.profile
     assert prof.method == HYBRID.name and prof.search.strategy == HYBRID.name and len(result.timed) == 2

@@ -25,6 +25,7 @@ from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
+from skipsearch.study import seed_study
 from skipsearch.surrogate import calibrate
 
 CPU_SCHEMES = ("fp16", "int8", "int4")
@@ -193,9 +194,9 @@ def test_tpe_searches_skip_quantized_and_full_jointly():
     import optuna
 
     strategy = make_strategy("tpe", SearchSpace(num_layers=6), schemes=("fp16", "int8"))
-    assert strategy.method == "precision" and not strategy.seed_points()[0].skip_attn  # all-quantized first
+    assert strategy.method == "precision" and not strategy.plan().seeds[0].config.skip_attn  # all-quantized first
     study = optuna.create_study(sampler=strategy.sampler())
-    strategy.next_params(study)
+    seed_study(study, strategy.plan().seeds)
     roles = set()
     for _ in range(12):
         trial = study.ask()
@@ -215,7 +216,7 @@ def test_skip_set_strategies_search_one_scheme_as_precision_drafts(name):
 
     strategy = make_strategy(name, SearchSpace(num_layers=6), schemes=("int8",))
     study = optuna.create_study(sampler=strategy.sampler())
-    strategy.next_params(study)
+    seed_study(study, strategy.plan().seeds)
     trial = study.ask()
     cand = strategy.suggest(trial)
     assert cand.method == "precision" and cand.param("scheme") == "int8"

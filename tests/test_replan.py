@@ -18,17 +18,27 @@ from skipsearch.config import Candidate, DraftConfig, Trace
 from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
 from skipsearch.files.costs import Costs, planned_costs_to_dict
 from skipsearch.files.errors import ProfileError
-from skipsearch.files.records import PRECISION_KEY, acceptance_to_dict, decode_trace, encode_trace, lookup_to_dict
+from skipsearch.files.records import (
+    PRECISION_KEY,
+    acceptance_to_dict,
+    decode_trace,
+    encode_trace,
+    lookup_to_dict,
+    record_acceptance,
+)
 from skipsearch.hier_closed_form import best_draft_length, pareto_front
 from skipsearch.hier_planner import choose_pairs, plan_from_study, study_front
 from skipsearch.measure import Measurement
 from skipsearch.methods.hierarchical import Hierarchy
+from skipsearch.methods.hybrid import replay_recorded
+from skipsearch.methods.ngram import record_lookup, replay_lookup
+from skipsearch.methods.precision.replan import precision_ratio, record_precision
 from skipsearch.objective import ModelObjective
 from skipsearch.profile import load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
 from skipsearch.study import TrialRecord, load_records, open_study, records, run_search
-from skipsearch.surrogate import calibrate
+from skipsearch.surrogate import K_VALUES, calibrate, replay_all, trace_skip_sets
 
 runner = CliRunner()
 CPU = "costs/cpu-float32.yaml"
@@ -49,7 +59,7 @@ def synthetic_traces(alpha: float, *, sequences: int = 4, length: int = 64, seed
 def write_synthetic_profile(path, *, k: int = 2) -> str:
     """A 30-layer layer-skip profile as optimize writes it, with three kept skip sets and the CPU costs."""
     traced = {s: synthetic_traces(a, seed=i) for i, (s, a) in enumerate(zip(SKIPS, ALPHAS, strict=True))}
-    record = device_replan.record_acceptance(traced, workload="synthetic")
+    record = record_acceptance(traced, workload="synthetic")
     cpu = load_costs(CPU)
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "layer-skip",
            "draft": {"skip_attn": list(SKIPS[0][0]), "skip_mlp": [], "max_draft_tokens": k},
@@ -159,7 +169,7 @@ def write_lookup_profile(path, *, method: str = "ngram", k: int = 4, record: boo
     params = {"min_n": 1, "max_n": 3} if method == "ngram" else {"min_n": 1, "max_n": 3, "fallback": "none"}
     measured = {"source": "optimize", "device": "cpu", "speedup": 1.2}
     if record:
-        measured["lookup"] = lookup_to_dict(device_replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
+        measured["lookup"] = lookup_to_dict(record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
            "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
            "method_params": params}
@@ -194,12 +204,12 @@ def test_the_lookup_replay_is_the_ngram_surrogate(tmp_path):
     from skipsearch.methods import ngram
 
     cal, costs = lookup_calibration(), steep_costs().cost_model()
-    rec = device_replan.record_lookup(cal, min_n=1, max_n=3)
+    rec = record_lookup(cal, min_n=1, max_n=3)
     for k in (1, 3, 8, 12):
         cand = Candidate("ngram", DraftConfig(max_draft_tokens=k), (("min_n", 1), ("max_n", 3)))
         objective = SimpleNamespace(cal=cal, costs=costs, sm=SimpleNamespace(num_layers=30))
         want = ngram.METHOD.predict(objective, cand)
-        got = device_replan.replay_lookup(rec, k, costs)
+        got = replay_lookup(rec, k, costs)
         assert got.tau == pytest.approx(want.tau) and got.acceptance_rate == pytest.approx(want.acceptance_rate)
         assert got.speedup == pytest.approx(want.speedup, rel=0.02)
 
@@ -262,7 +272,7 @@ def test_keep_portable_records_traces_that_replay_to_the_objectives_prediction(t
     back = load_profile(save_profile(kept, tmp_path / "k.yaml"))
     rec, planned = device_replan.portable_parts(back, source="k")
     assert len(rec.skip_sets) == 1 and planned.source == "measured by optimize"
-    again = device_replan.predict(rec.skip_sets[0].decoded(), config, cost_model_of(planned.costs, 6))
+    again = replay_all(rec.skip_sets[0].decoded(), config, cost_model_of(planned.costs, 6))
     assert again.speedup == pytest.approx(objective.predict(Candidate("layer-skip", config)).speedup, rel=0.02)
 
 
@@ -291,7 +301,7 @@ def test_pareto_front_on_a_synthetic_study():
 def test_pairs_keep_the_decoders_rules(tiny_study):
     sm, cal, objective, recs = tiny_study
     front = study_front(recs, objective.costs)
-    traces = device_replan.trace_skip_sets(sm, cal, [p.config for p in front])
+    traces = trace_skip_sets(sm, cal, [p.config for p in front])
     pairs = choose_pairs(front, traces, objective.costs, max_m=3, max_n=2)
     assert pairs
     for p in pairs:
@@ -366,8 +376,8 @@ def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm,
     from skipsearch import optimize as opt
 
     monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
-                                                        objective="surrogate", study_dir=str(tmp_path / "s")))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
+                                                      objective="surrogate", study=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     assert prof.method == "ngram" and "lookup" in dict(prof.measured.extra)
     new, plan = device_replan.replan_profile(prof, free_costs(tiny_sm.num_layers), source="p", costs_source="free")
@@ -402,12 +412,12 @@ def write_precision_profile(path, *, method: str = "precision", record: bool = T
     if method == "hybrid":
         cal = lookup_calibration()
         params = {"min_n": 1, "max_n": 3, "fallback": "precision", **params}
-        measured["lookup"] = lookup_to_dict(device_replan.record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
+        measured["lookup"] = lookup_to_dict(record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
         traces = synthetic_traces(0.9, sequences=len(cal.prompts), length=len(cal.continuations[0]))
     else:
         traces = synthetic_traces(0.9)
     if record:
-        rec = device_replan.record_precision(traces, DraftConfig(), pp, workload="s")
+        rec = record_precision(traces, DraftConfig(), pp, workload="s")
         measured[PRECISION_KEY] = precision_to_dict(rec)
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
            "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
@@ -433,15 +443,15 @@ def test_replanning_a_precision_draft_chooses_a_longer_k_where_verification_is_f
 
 def test_the_hybrid_replay_without_a_fallback_is_the_lookup_replay():
     """Lookup first, fallback on a miss (hybrid.LookupThenFallback) with no fallback is prompt lookup alone."""
-    rec = device_replan.record_lookup(lookup_calibration(), min_n=1, max_n=3)
+    rec = record_lookup(lookup_calibration(), min_n=1, max_n=3)
     costs = steep_costs().cost_model()
     for k in (1, 4, 12):
-        a, b = device_replan.replay_recorded(rec, k, costs), device_replan.replay_lookup(rec, k, costs)
+        a, b = replay_recorded(rec, k, costs), replay_lookup(rec, k, costs)
         assert (a.speedup, a.tau) == (b.speedup, b.tau)
-    with_fb = device_replan.replay_recorded(rec, 4, costs, fallback=DraftConfig(max_draft_tokens=4), c=0.1,
+    with_fb = replay_recorded(rec, 4, costs, fallback=DraftConfig(max_draft_tokens=4), c=0.1,
                                             traces=synthetic_traces(1.0, sequences=4, length=96))
     # every miss now drafts, and every draft matches
-    assert with_fb.tau > device_replan.replay_lookup(rec, 4, costs).tau
+    assert with_fb.tau > replay_lookup(rec, 4, costs).tau
 
 
 def test_a_trimmed_precision_head_is_priced_at_its_share_of_the_lm_head():
@@ -450,14 +460,14 @@ def test_a_trimmed_precision_head_is_priced_at_its_share_of_the_lm_head():
 
     params = PrecisionParams(scheme="fp16", quant_head=False)
     costs = scheme_costs(FREE_V).costs
-    full, none = device_replan.precision_ratio(costs, 30, DraftConfig(), params, source="c")
+    full, none = precision_ratio(costs, 30, DraftConfig(), params, source="c")
     assert none is None
     head = LayerSkipParams.trimmed([0])  # V' = 1 of V = 4 tokens
     trimmed = PrecisionParams(scheme="fp16", quant_head=False, vocab_subset=head.vocab_subset,
                               vocab_ids=head.vocab_ids, vocab_sha256=head.vocab_sha256)
-    c, note = device_replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c", vocab_size=4)
+    c, note = precision_ratio(costs, 30, DraftConfig(), trimmed, source="c", vocab_size=4)
     assert c == pytest.approx(full - 0.001 * 0.75 / 0.05) and "approximation" in note
-    _, note = device_replan.precision_ratio(costs, 30, DraftConfig(), trimmed, source="c")
+    _, note = precision_ratio(costs, 30, DraftConfig(), trimmed, source="c")
     assert "untrimmed" in note
 
 
@@ -500,9 +510,9 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     # the hybrid grid narrowed to precision fallbacks, so that what ships has one
     monkeypatch.setattr(HybridStrategy, "grid",
                         lambda self: {"n_range": ["1-2"], "k": [2, 4], "fallback": ["precision fp16"]})
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy=strategy, budget=2, n_prompts=2, max_new_tokens=16,
-                                                        objective="surrogate", study_dir=str(tmp_path / "s"),
-                                                        strategy_options=(("schemes", ("fp16",)),)))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy=strategy, budget=2, n_prompts=2, max_new_tokens=16,
+                                                      objective="surrogate", study=str(tmp_path / "s"),
+                                                      strategy_options=(("schemes", ("fp16",)),)))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     extra = dict(prof.measured.extra)
     assert prof.method == strategy and PRECISION_KEY in extra
@@ -530,8 +540,8 @@ def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_s
         return {**g, "k": [2, 4], "fallback": [f for f in g["fallback"] if f.endswith(" v0")][:1]}
 
     monkeypatch.setattr(HybridStrategy, "grid", skip_fallbacks_only)
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(strategy="hybrid", budget=2, n_prompts=2, max_new_tokens=16,
-                                                        objective="surrogate", study_dir=str(tmp_path / "s")))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="hybrid", budget=2, n_prompts=2, max_new_tokens=16,
+                                                      objective="surrogate", study=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
     extra = dict(prof.measured.extra)
     assert dict(prof.method_params)["fallback"] == "layer-skip" and {"lookup", "acceptance"} <= extra.keys()
@@ -609,7 +619,7 @@ def test_dynamic_clasp_re_plans_k_and_the_exit_rule_from_its_starting_skip_set(t
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "clasp-dynamic",
            "draft": {"skip_attn": list(skip[0]), "skip_mlp": [], "max_draft_tokens": 2},
            "measured": {"source": "optimize", "acceptance": acceptance_to_dict(
-               device_replan.record_acceptance(traced, workload="synthetic"))},
+               record_acceptance(traced, workload="synthetic"))},
            "method_params": {"num_skips": len(skip[0]), "loi": 8, "sublayer": "attn"}}
     path = tmp_path / "dyn.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -654,3 +664,43 @@ def test_a_profile_that_ships_plain_decoding_re_plans_among_drafts_only(tmp_path
     # its own K = 0 is no option: the best draft shown is a draft, whatever ships
     assert plan.best_draft is not None and not plan.best_draft.is_autoregressive
     assert all(not config.is_autoregressive for config, _ in plan.options)
+
+
+# -- a method of its own: its package and one registry line (issue 29) -------------------------------------------
+@pytest.fixture
+def toy():
+    """The toy method (tests/toy_method.py), registered for one test."""
+    import toy_method
+
+    from skipsearch import methods
+
+    methods.register(toy_method.METHOD)  # the one registry line a new method adds
+    try:
+        yield toy_method
+    finally:
+        methods.unregister(toy_method.NAME)
+
+
+def test_a_new_method_re_plans_through_its_own_record_and_re_plan(toy, tmp_path):
+    from skipsearch.profile import Measured, ModelRef, Profile
+
+    profile = Profile(ModelRef("smollm2-135m", 30), toy.NAME, DraftConfig(max_draft_tokens=2),
+                      measured=Measured(source="optimize", speedup=0.9, extra=((toy.KEY, {"alpha": 0.9}),)),
+                      method_params=(("draft_cost", 0.05),))
+    src = save_profile(profile, tmp_path / "toy.yaml")  # its record is checked by its own reader, before writing
+    assert load_profile(src) == profile
+    free, out = save_costs(free_costs(), tmp_path / "free.yaml"), tmp_path / "gpu.yaml"
+    result = runner.invoke(app, ["plan", "--profile", str(src), "--costs", str(free), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "re-planned for gpu-synthetic (bfloat16) from its toy record (α 0.9)" in result.stdout
+    new = load_profile(out)
+    # v ≡ 1 and c = 0.05: every longer K pays more, so the longest the re-plan tries ships
+    assert new.method == toy.NAME and new.draft.max_draft_tokens == max(K_VALUES)
+    assert new.measured.notes.startswith("predicted, not timed") and dict(new.measured.extra)[toy.KEY] == {
+        "alpha": 0.9}
+    # a broken record is one line on load, from the toy's own reader
+    raw = yaml.safe_load(open(src))
+    raw["measured"][toy.KEY] = {"alpha": "high"}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert_one_line_error(runner.invoke(app, ["profile", "validate", str(tmp_path / "bad.yaml")]),
+                          f"measured.{toy.KEY}.alpha must be a number in [0, 1)")

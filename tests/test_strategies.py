@@ -26,7 +26,7 @@ from skipsearch.study import open_study, records, run_search
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ALL = sorted(REGISTRY)
 NAMES = sorted(n for n, cls in REGISTRY.items() if cls.method == LAYER_SKIP.name)  # they search skip sets
-GRIDS = sorted(n for n, cls in REGISTRY.items() if cls.max_trials.fget is not Strategy.max_trials.fget)
+GRIDS = sorted(n for n in REGISTRY if make_strategy(n, SearchSpace(num_layers=30)).plan().max_trials is not None)
 
 
 def good_layers(num_layers: int) -> range:
@@ -104,7 +104,7 @@ def test_same_seed_gives_the_same_candidates(name):
 def test_a_grid_is_visited_once_each_and_a_budget_takes_a_subset(name):
     space = SearchSpace(num_layers=30)
     strategy = make_strategy(name, space, seed=0)
-    size = strategy.max_trials
+    size = strategy.plan().max_trials
     _, whole = search_candidates(name, space, seed=0, budget=size)
     assert len(set(whole)) == size  # every point once: nothing is evaluated twice
     _, part = search_candidates(name, space, seed=1, budget=3)
@@ -115,15 +115,15 @@ def test_a_grid_is_visited_once_each_and_a_budget_takes_a_subset(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_a_strategy_that_cannot_warm_start_refuses_one_in_one_line(name):
-    from skipsearch.optimize import OptimizeSettings, build_strategy
+    from skipsearch.optimize import SearchSettings, build_strategy
 
     warm = (DraftConfig(skip_attn=(3,), max_draft_tokens=2),)
-    settings = OptimizeSettings(strategy=name, warm_start=warm)
+    settings = SearchSettings(strategy=name)
     if REGISTRY[name].warm_starts:
-        build_strategy(SearchSpace(num_layers=30), settings)
+        build_strategy(SearchSpace(num_layers=30), settings, warm_start=warm)
     else:
         with pytest.raises(ConfigError, match=f"strategy '{name}' cannot start from a profile's skip set"):
-            build_strategy(SearchSpace(num_layers=30), settings)
+            build_strategy(SearchSpace(num_layers=30), settings, warm_start=warm)
 
 
 # -- the shared strategy suite ---------------------------------------------------------------------
@@ -167,7 +167,7 @@ def test_same_seed_gives_the_same_sequence(name):
 def test_another_seed_gives_another_sequence(name):
     strategy, first = cached_search(name, 30, 0, 15)
     _, other = cached_search(name, 30, 1, 15)
-    seeds = len(strategy.seed_points())
+    seeds = len(strategy.plan().seeds)
     assert other[:seeds] == first[:seeds]  # the seed points do not depend on the seed...
     assert other[seeds:] != first[seeds:]  # ...what the strategy proposes after them does
 
@@ -178,7 +178,7 @@ def test_search_improves_on_its_seed_points(name):
     gains = []
     for seed in (0, 1, 2):
         strategy, configs = cached_search(name, 30, seed, 30)
-        seeds = len(strategy.seed_points())
+        seeds = len(strategy.plan().seeds)
         best_seed = max(fake_speedup(c, 30) for c in configs[:seeds])
         best = max(fake_speedup(c, 30) for c in configs)
         assert best <= optimum(space) + 1e-9
@@ -195,7 +195,7 @@ def test_seed_points_come_first_warm_start_before_probes(name):
             DraftConfig(skip_attn=(12,), skip_mlp=(20,), max_draft_tokens=1, exit=ExitRule(threshold=0.7)))
     probes = space.probe_configs()
     strategy, configs = search(name, space, seed=0, budget=len(warm) + len(probes) + 1, warm_start=warm)
-    assert strategy.seed_points() == [*warm, *probes]
+    assert [s.config for s in strategy.plan().seeds] == [*warm, *probes]
     assert configs[: len(warm) + len(probes)] == [*warm, *probes]
 
 

@@ -133,7 +133,7 @@ def test_rerun_with_a_larger_budget_resumes(fast_dir, name):
 
 def test_seed_points_are_enqueued_once_per_study(fast_dir):
     study, strategy = opened(fast_dir, "tpe")
-    seeds = len(strategy.seed_points())
+    seeds = len(strategy.plan().seeds)
     run_search(study, strategy, Objective(), budget=3)
     study, strategy = opened(fast_dir, "tpe")
     run_search(study, strategy, Objective(), budget=seeds + 4)
@@ -247,6 +247,22 @@ def test_best_prefers_timed_trials(fast_dir):
     assert best(study, prefer="surrogate") == top_surrogate
 
 
+class InOrder(optuna.samplers.BaseSampler):
+    """Proposes index = the trial's number, round the sequence."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return trial.number % self.size
+
+
 class Fixed(Strategy):
     """Proposes a fixed sequence of configs: enough to exercise the runner."""
 
@@ -256,11 +272,11 @@ class Fixed(Strategy):
         super().__init__(space, seed=seed, warm_start=warm_start)
         self.sequence = list(sequence)
 
+    def sampler(self):
+        return InOrder(len(self.sequence))
+
     def suggest(self, trial):
         return self.propose(self.sequence[trial.suggest_int("index", 0, len(self.sequence) - 1)])
-
-    def next_params(self, study):
-        return {"index": len(study.trials) % len(self.sequence)}
 
 
 A = DraftConfig(skip_attn=(2, 3), max_draft_tokens=2, exit=ExitRule(threshold=0.5))
@@ -302,8 +318,8 @@ def test_candidates_of_other_methods_round_trip_through_the_study(fast_dir):
             k = trial.suggest_int("index", 2, 3)
             return self.propose(DraftConfig(max_draft_tokens=k), NgramParams(min_n=1, max_n=k))
 
-        def next_params(self, study):
-            return None
+        def sampler(self):
+            return optuna.samplers.RandomSampler(seed=self.seed)
 
     strategy = Lookup(SPACE, sequence=[A])
     study = open_study(study_dir=fast_dir / "n", strategy=strategy)
@@ -374,7 +390,7 @@ def test_a_trial_finished_by_another_worker_is_never_written_again(fast_dir):
 
 def test_a_busy_storage_is_retried_and_survived(fast_dir, monkeypatch):
     """A storage that refuses a write ("database is locked") is tried again; the search never crashes."""
-    from skipsearch import study as st
+    from skipsearch.study import storage as st
 
     study, strategy = opened(fast_dir)
     tell, refusals = study.tell, []

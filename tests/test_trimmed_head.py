@@ -22,10 +22,10 @@ from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig, ExitRule, SamplingParams
 from skipsearch.decoding import Draft, LayerSkipDrafter, generate, hf_generate
 from skipsearch.methods import ParamsError
-from skipsearch.methods import layer_skip as ls
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, decode_ids, encode_ids, frequent_tokens, subset_sha256
 from skipsearch.methods.layer_skip import drafter as ls_drafter
+from skipsearch.methods.layer_skip import surrogate as ls_surrogate
 from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
 from skipsearch.surrogate import calibrate
@@ -156,7 +156,7 @@ def test_greedy_equals_hf_greedy_on_the_real_model(real_sm, encode_offline):
         assert result.token_ids == hf_generate(real_sm, prompt, max_new_tokens=32)
         accepted += result.stats.accepted_tokens
     assert accepted > 0
-    head = ls.subset_head(real_sm, LayerSkipParams.trimmed(ids))
+    head = ls_drafter.subset_head(real_sm, LayerSkipParams.trimmed(ids))
     assert head_is_right(real_sm, head, ids)
 
 
@@ -210,7 +210,7 @@ def test_sampling_follows_the_model_and_a_shuffled_q_fails(sm16):
     assert set(d.tokens) <= set(SUBSET16) and float(d.probs[:, outside].abs().sum()) == 0.0
     torch.testing.assert_close(d.probs.sum(-1), torch.ones(2))
     # the same sampler with q shuffled against the rows is caught
-    head = ls.subset_head(sm16, params)
+    head = ls_drafter.subset_head(sm16, params)
     wrong = sm16.subset_head(torch.tensor(SUBSET16))
     wrong.ids = wrong.ids[torch.tensor([3, 0, 1, 2, 7, 4, 5, 6])]
     bad, _ = sample_pairs(sm16, prompt, lambda: ShuffledQ(DRAFT16, head, wrong), sampling, n=MUTANT_SAMPLES)
@@ -233,7 +233,7 @@ def test_the_profile_alone_rebuilds_the_same_head(tiny_sm, tmp_path):
     params = LAYER_SKIP.parse(loaded.method_params, draft=loaded.draft, num_layers=4)
     assert params.token_ids == tuple(range(0, 64, 3))
     drafter = methods.build_drafter(loaded.candidate, tiny_sm)
-    assert drafter.head is ls.subset_head(tiny_sm, params)  # built once per model and subset
+    assert drafter.head is ls_drafter.subset_head(tiny_sm, params)  # built once per model and subset
     torch.testing.assert_close(drafter.head.weight, tiny_sm.lm_head.weight[list(range(0, 64, 3))])
     assert methods.build_drafter(Candidate(LAYER_SKIP.name, DraftConfig(max_draft_tokens=0), loaded.method_params),
                                  tiny_sm) is None
@@ -287,7 +287,8 @@ def test_the_surrogate_reads_traces_through_the_trimmed_head(tiny_sm):
     outside = sorted({t for c in cal.continuations for t in c})[:3]
     fewer = objective.evaluate(trimmed(config, [t for t in range(64) if t not in outside]), kind="surrogate")
     assert fewer.alpha < full.alpha  # tokens the model emits but the head cannot draft cost agreement
-    traces = ls.draft_traces(objective, config, LayerSkipParams.trimmed([t for t in range(64) if t not in outside]))
+    head = LayerSkipParams.trimmed([t for t in range(64) if t not in outside])
+    traces = ls_surrogate.draft_traces(objective, config, head)
     assert not any(p in outside for tr in traces for p in tr.predictions)
 
 

@@ -167,7 +167,7 @@ def test_ctrl_c_in_the_first_trial_ships_without_measuring_the_cost_model(tiny_s
     monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
     monkeypatch.setattr(opt, "run_search", interrupted)
     monkeypatch.setattr(objective, "measure_costs", never)
-    result = opt.optimize(tiny_sm, opt.OptimizeSettings(budget=5, n_prompts=1, max_new_tokens=8,
-                                                        study_dir=str(tmp_path / "s")))
+    result = opt.optimize(tiny_sm, opt.SearchSettings(budget=5, n_prompts=1, max_new_tokens=8,
+                                                      study=str(tmp_path / "s")))
     assert result.interrupted and result.profile.draft.max_draft_tokens == 0
     assert "no draft candidate beat plain decoding" in result.verdict

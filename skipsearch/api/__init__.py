@@ -19,7 +19,7 @@ from skipsearch.api.benchmark import BenchOptions, BenchRun, bench_profiles
 from skipsearch.api.checks import check_model_arg, hardware_note, profile_hardware_note, profile_paths
 from skipsearch.api.loading import open_model
 from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
-from skipsearch.api.search import Reranked, SearchOptions, SearchRun, optimize_study, rerank_study
+from skipsearch.api.search import Reranked, SearchRun, SearchSettings, optimize_study, rerank_study
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
 from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
@@ -146,7 +146,7 @@ class _TextStream:
             self.shown = end
 
 
-__all__ = ["BenchOptions", "BenchRun", "Decoded", "PlanOutcome", "Reranked", "SearchOptions", "SearchRun",
+__all__ = ["BenchOptions", "BenchRun", "Decoded", "PlanOutcome", "Reranked", "SearchRun", "SearchSettings",
            "bench_profiles", "check_model_arg", "context_length", "decode_prompts", "drafter_factory",
            "encode_checked", "hardware_note", "open_model", "optimize_study", "plan_given", "plan_profiles",
            "plan_study", "profile_hardware_note", "profile_paths", "prompt_label", "replan_profile_file",

@@ -86,18 +86,12 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
     source = costs or profile
     try:
         new, planned = device_replan.replan_profile(prof, target, source=profile, costs_source=source)
-        traced = None
     except device_replan.NoRecordError:  # raised after the cost file's checks, so nothing loads for a bad one
         traced = f"{dataset} (calib split), {n_prompts} prompts x {max_new_tokens} tokens"
         prof = _record_on_model(prof, profile, model=model, dataset=dataset, n_prompts=n_prompts,
                                 max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype,
                                 workload=traced, say=say)
-        new, planned = device_replan.replan_profile(prof, target, source=profile, costs_source=source)
-    if traced:
-        note = f"acceptance traced by plan on the model ({traced}): the profile kept no record"
-        planned = dataclasses.replace(planned, note=f"{note}; {planned.note}" if planned.note else note)
-        new = dataclasses.replace(new, measured=dataclasses.replace(
-            new.measured, notes=new.measured.notes.replace("; time it with", f"; {note}; time it with", 1)))
+        new, planned = device_replan.replan_profile(prof, target, source=profile, costs_source=source, traced=traced)
     text = device_replan.format_replan(prof, new, planned, target)
     body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
     return PlanOutcome(None, device_replan.replan_to_dict(new, planned), text, body, new)
@@ -137,7 +131,7 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     target = load_costs(costs) if costs else None
     label, records, attrs = load_study(study_dir=study)
     check_study_for_model(label, attrs, model or "smollm2-135m")
-    skip_sets = {(c.skip_attn, c.skip_mlp) for c in device_replan.layer_skip_configs(records)}
+    skip_sets = {(c.skip_attn, c.skip_mlp) for c in device_replan.plain_configs(records)}
     if len(skip_sets) < 2:
         raise ConfigError(f"study {label} has {len(skip_sets) or 'no'} evaluated layer-skip skip set"
                           f"{'s' if len(skip_sets) != 1 else ''}: planning two levels needs at least two distinct ones")

@@ -14,61 +14,22 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from skipsearch.api.checks import check_model_arg, check_study_for_model, costs_hardware_note
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
+from skipsearch.optimize import SearchSettings
 from skipsearch.profile import Profile, check_profile_target, load_profile
 
 if TYPE_CHECKING:
     from skipsearch.costs import CostProfile
     from skipsearch.device_replan import Reranking
     from skipsearch.optimize import OptimizeResult
-    from skipsearch.space import SearchSpace
     from skipsearch.study import TrialRecord
 
 Stage = Callable[[str, "int | None"], None]  # (title, total steps or None) as a stage opens
 Progress = Callable[[int, "int | None"], None]  # (done, total) within the open stage
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """What ``skipsearch optimize`` was asked, its options parsed (each has the CLI option's meaning)."""
-
-    model: str = "smollm2-135m"
-    strategy: str = "tpe"
-    budget: int = 100  # trials in the study, over all workers and resumed runs; 0 with ``costs``: re-rank
-    dataset: str = "mtbench"
-    n_prompts: int = 8
-    max_new_tokens: int = 64
-    objective: str = "auto"
-    shortlist: int = 5
-    repeats: int = 1
-    max_k: int = 8
-    max_skip_ratio: float = 0.5
-    protect_ends: bool = True
-    study: str | None = None  # a study directory; default studies/<model>-<strategy> (without ``storage``)
-    storage: str | None = None
-    study_name: str | None = None
-    out: Path | None = None  # default <study>/best.yaml, or <study>/rerank-<costs>.yaml
-    force: bool = False
-    warm_start: tuple[str, ...] = ()  # profile paths
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "auto"
-    # What only some strategies take, e.g. (("n_values", (3, 5)),), and how the caller names each in messages
-    strategy_options: tuple[tuple[str, Any], ...] = ()
-    option_names: tuple[tuple[str, str], ...] = ()  # e.g. (("n_values", "--n"),)
-    costs: str | None = None  # a cost file: re-rank the study for its device (rerank_study)
-    time_shortlist: bool = False  # rerank_study: time the ``shortlist`` best re-ranked configs here
-
-    @property
-    def study_dir(self) -> str | None:
-        """The study directory: as given, else the default one (None with a storage URL)."""
-        if self.storage is None and self.study is None:
-            return f"studies/{Path(self.model).name}-{self.strategy}"
-        return self.study
 
 
 @dataclass(frozen=True)
@@ -89,13 +50,8 @@ class Reranked:
     study: str | None  # the study directory
 
 
-def search_space(space_type: type[SearchSpace], num_layers: int, o: SearchOptions) -> SearchSpace:
-    return space_type(num_layers=num_layers, max_draft_tokens=tuple(k for k in (1, 2, 3, 4, 6, 8, 12) if k <= o.max_k),
-                      protect_ends=o.protect_ends, max_skip_ratio=o.max_skip_ratio)
-
-
 def optimize_study(
-    o: SearchOptions,
+    o: SearchSettings,
     *,
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
@@ -108,7 +64,6 @@ def optimize_study(
     """
     from skipsearch import optimize as opt
     from skipsearch.models import load_model
-    from skipsearch.space import SearchSpace
     from skipsearch.study import check_storage
 
     # 1. everything that can be wrong with the input fails here, before the model loads
@@ -119,17 +74,11 @@ def optimize_study(
     check_storage(study_dir=None if o.storage else study, storage=o.storage)  # driver, file, permissions
     prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
     warm = [load_profile(p) for p in o.warm_start]
-    settings = opt.OptimizeSettings(
-        strategy=o.strategy, budget=o.budget, dataset=o.dataset, n_prompts=o.n_prompts,
-        max_new_tokens=o.max_new_tokens, objective=o.objective, shortlist=o.shortlist, seed=o.seed,
-        repeats=o.repeats, study_dir=study, storage=o.storage, study_name=o.study_name,
-        warm_start=tuple(p.draft for p in warm), strategy_options=o.strategy_options,
-    )
     # Before the model loads its depth is unknown: check the options on a deep stand-in (the warm start's
     # depth when there is one).
     layers = warm[0].model.num_layers if warm else 128
     try:
-        opt.build_strategy(search_space(SearchSpace, layers, o), settings)
+        opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
     except ConfigError as e:  # "strategy 'tpe' does not take n-values": name the option as the caller does
         text, taken = str(e), " does not take "
         if taken in text:
@@ -139,18 +88,14 @@ def optimize_study(
     # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
     # character, and a chat template adds a few dozen.
     longest = max(len(p.text) for p in prompts) + 64
-    # 2. the model, and what depends on its depth
+    # 2. the model; 3. the search, sized by its depth: calibrate, search, time the shortlist, choose what ships
     sm = load_model(o.model, device=o.device, dtype=o.dtype, max_tokens=longest + o.max_new_tokens)
-    for p in o.warm_start:
-        load_profile(p, num_layers=sm.num_layers)  # a warm start made for another depth names other layers
-    settings = dataclasses.replace(settings, space=search_space(SearchSpace, sm.num_layers, o))
-    # 3. the search: calibrate, search, time the shortlist, choose what ships
-    result = opt.optimize(sm, settings, on_trial=on_trial, on_stage=on_stage)
+    result = opt.optimize(sm, o, on_trial=on_trial, on_stage=on_stage)
     return SearchRun(result, path, study)
 
 
 def rerank_study(
-    o: SearchOptions,
+    o: SearchSettings,
     *,
     on_stage: Stage | None = None,
     on_progress: Progress | None = None,
@@ -172,7 +117,7 @@ def rerank_study(
     study = o.study_dir
     label, records, attrs = load_study(study_dir=study, storage=o.storage, study_name=o.study_name)
     check_study_for_model(label, attrs, o.model, force=o.force)
-    if not device_replan.layer_skip_configs(records):
+    if not device_replan.plain_configs(records):
         raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
     check_profile_target(path, force=o.force)
@@ -200,4 +145,4 @@ def rerank_study(
     return Reranked(label, rr, prof, verdict, target, path, study)
 
 
-__all__ = ["Reranked", "SearchOptions", "SearchRun", "optimize_study", "rerank_study", "search_space"]
+__all__ = ["Reranked", "SearchRun", "SearchSettings", "optimize_study", "rerank_study"]

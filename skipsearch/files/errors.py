@@ -1,5 +1,6 @@
-"""The one-line errors of skipsearch's files: a draft profile's (``ProfileError``) and a cost file's
-(``CostsError``, a ``ProfileError``, so that whatever catches one catches both)."""
+"""The one-line errors of skipsearch's files: a draft profile's (``ProfileError``, and ``NoRecordError`` for one that
+keeps no record of its draft) and a cost file's (``CostsError``, a ``ProfileError``, so that whatever catches one
+catches both)."""
 
 from __future__ import annotations
 
@@ -14,4 +15,9 @@ class CostsError(ProfileError):
     """A cost file that cannot be read, written or used. str() is one line: ``<file>: <problem>``."""
 
 
-__all__ = ["CostsError", "ProfileError"]
+class NoRecordError(ProfileError):
+    """The profile keeps no record of what its draft accepts, but one can be made on the model
+    (``device_replan.record_on_model``): a hand-written profile, or one written before profiles kept records."""
+
+
+__all__ = ["CostsError", "NoRecordError", "ProfileError"]

@@ -1,8 +1,8 @@
 """The re-planning records a draft profile keeps in ``measured``, and the check of every ``measured`` key that
 has a format: ``acceptance`` (the traces of the shortlisted layer-skip skip sets), ``lookup`` (prompt lookup's
 match record), ``precision`` (the traces of a precision draft, or of a hybrid's precision fallback) and ``costs``
-(``skipsearch.files.costs.PlannedCosts``). profile.py validates them on every load
-through ``check_measured_extra``; skipsearch.device_replan makes them and re-plans from them.
+(``skipsearch.files.costs.PlannedCosts``). Each method names the formats its profiles keep (``Method.record``),
+makes them and re-plans from them; profile.py validates every one on load through the method registry.
 
 A kept trace is compact: one byte per position (the top bit: the draft's argmax matched; the low seven:
 round(127 · top probability)), base64, one string per calibration sequence. No torch.
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from skipsearch.config import ConfigError, DraftConfig, Trace
-from skipsearch.files.costs import COSTS_KEY, planned_costs_from_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.yamlio import mapping
 
 ENCODING = "b64-u8"  # one byte per position: 128 if the draft's argmax matched, + round(127 · its top probability)
 ACCEPTANCE_KEY = "acceptance"  # measured.<key> of a profile (schema v2), beside files.costs.COSTS_KEY
+MAX_KEPT = 8  # skip sets a profile keeps the traces of
 
 
 def _mapping(value: Any, path: str, source: str) -> dict:
@@ -107,6 +107,13 @@ class AcceptanceRecord:
     skip_sets: tuple[SkipSetTraces, ...]
     workload: str | None = None  # the calibration set, for people: "mtbench (calib split), 8 prompts x 64 tokens"
     architecture: str | None = None  # costs.architecture_of the traced model: a cost file must match it
+
+
+def record_acceptance(traced: dict[tuple, Sequence[Trace]], *, workload: str | None = None,
+                      architecture: str | None = None) -> AcceptanceRecord:
+    """The acceptance record of traced skip sets: (skip_attn, skip_mlp) -> one trace per calibration sequence."""
+    return AcceptanceRecord(tuple(SkipSetTraces(a, m, tuple(encode_trace(t) for t in trs))
+                                  for (a, m), trs in traced.items()), workload, architecture)
 
 
 def acceptance_to_dict(rec: AcceptanceRecord) -> dict:
@@ -352,24 +359,8 @@ def fractal_from_dict(raw: Any, *, source: str = "<profile>") -> FractalRecord:
                          raw.get("workload"), raw.get("architecture"))
 
 
-def check_measured_extra(extra: Sequence[tuple[str, Any]], *, source: str) -> None:
-    """profile.py's hook, on every load: validate the ``measured`` keys with a format (acceptance, costs, lookup,
-    precision, fractal)."""
-    for key, value in extra:
-        if key == ACCEPTANCE_KEY:
-            acceptance_from_dict(value, source=source)
-        elif key == COSTS_KEY:
-            planned_costs_from_dict(value, source=source)
-        elif key == LOOKUP_KEY:
-            lookup_from_dict(value, source=source)
-        elif key == PRECISION_KEY:
-            precision_from_dict(value, source=source)
-        elif key == FRACTAL_KEY:
-            fractal_from_dict(value, source=source)
-
-
 __all__ = ["ACCEPTANCE_KEY", "AcceptanceRecord", "ENCODING", "FRACTAL_KEY", "FractalRecord", "LOOKUP_ENCODING",
-           "LOOKUP_KEY", "LookupRecord", "NO_HIT", "PRECISION_KEY", "PrecisionRecord", "SkipSetTraces",
-           "acceptance_from_dict", "acceptance_to_dict", "check_measured_extra", "decode_trace", "encode_trace",
-           "fractal_from_dict", "fractal_to_dict", "lookup_from_dict", "lookup_to_dict", "precision_from_dict",
-           "precision_to_dict"]
+           "LOOKUP_KEY", "LookupRecord", "MAX_KEPT", "NO_HIT", "PRECISION_KEY", "PrecisionRecord", "SkipSetTraces",
+           "acceptance_from_dict", "acceptance_to_dict", "decode_trace", "encode_trace", "fractal_from_dict",
+           "fractal_to_dict", "lookup_from_dict", "lookup_to_dict", "precision_from_dict", "precision_to_dict",
+           "record_acceptance"]

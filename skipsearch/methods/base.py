@@ -1,5 +1,6 @@
-"""What every method shares: the ``Method`` record, the ``Params`` protocol, ``ParamsError``, the validators
-and the registry's functions. The registry lines themselves are in ``skipsearch/methods/__init__.py``.
+"""What every method shares: the ``Method`` record, the ``Params`` protocol, ``ParamsError``, the validators, the
+types a method's record and re-plan exchange with the shared re-planner, and the registry's functions. The
+registry lines themselves are in ``skipsearch/methods/__init__.py``.
 
 A *method* is what a profile's ``method:`` key names. Each package (or light module) in
 ``skipsearch.methods`` exports one ``METHOD``, a ``Method`` record:
@@ -11,11 +12,16 @@ A *method* is what a profile's ``method:`` key names. Each package (or light mod
 - ``example``: ``num_layers -> Candidate``, a small valid candidate (docs, and the shared test suite that
   every registered method passes: tests/test_methods.py);
 - ``predict``: its surrogate, ``(objective, candidate) -> Measurement`` from the calibration data and the
-  measured cost model, with no timing (None: its candidates can only be timed).
+  measured cost model, with no timing (None: its candidates can only be timed);
+- ``record``: what its profiles keep in ``measured`` so that they can be re-planned for another device (a
+  ``Record``: the formats it reads back, and how it is made on the model from a ``Keeping``);
+- ``replan``: ``Replanning -> Replanned``, its draft re-priced under another device's cost file from that record,
+  with no model (None: plan it again on the device).
 
 Adding a method is one package (or module) plus its line in ``skipsearch/methods/__init__.py``.
-``profile``, ``api``, ``cli`` and ``optimize`` read only the registry. A method's record and params import
-no torch (its drafter and surrogate load it when called), so reading and validating profiles stays light.
+``profile``, ``api``, ``cli``, ``optimize`` and ``device_replan`` read only the registry. A method's record, params
+and re-plan import no torch (its drafter and surrogate load it when called), so reading and validating profiles
+stays light.
 """
 
 from __future__ import annotations
@@ -29,6 +35,81 @@ from skipsearch.config import Candidate, ConfigError, DraftConfig, thaw
 if TYPE_CHECKING:
     from skipsearch.decoding import Drafter
     from skipsearch.models import SkippableModel
+
+
+# -- a method's record and re-plan: the types they exchange with the shared re-planner (skipsearch.device_replan) --
+@dataclass(frozen=True)
+class Keeping:
+    """What a method's record is made from, on the model: after a search, or for a profile that keeps none."""
+
+    objective: Any  # objective.ModelObjective: the model (``.sm``), the calibration (``.cal``), the cost model
+    candidate: Candidate  # the profile's own
+    workload: str  # the calibration, for people: "mtbench (calib split), 8 prompts x 64 tokens"
+    architecture: str  # costs.architecture_of the model: a cost file must match it
+    source: str = "<profile>"  # the profile, as messages name it
+    # the searched candidates, best first (the timed ones and the shortlist); None: the profile alone (``plan
+    # --profile`` traces the draft of a profile that keeps no record)
+    searched: tuple[Candidate, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A method's record as its profile keeps it: ``measured`` entries, and the weight formats' costs that
+    re-pricing its draft reads (``files.costs.SchemeCosts``, kept in ``measured.costs.schemes``)."""
+
+    entries: tuple[tuple[str, Any], ...] = ()  # (measured key, its mapping)
+    schemes: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a method's profiles keep so that they can be re-planned with no model."""
+
+    # (measured key, reader): ``reader(raw, source=...)`` validates and returns the record, every problem one
+    # ProfileError line; profile.py runs it on every load
+    formats: tuple[tuple[str, Callable[..., Any]], ...]
+    build: Callable[[Keeping], Kept]  # made on the model (one forward per calibration sequence, no timing)
+
+
+@dataclass(frozen=True)
+class Replanning:
+    """What the shared re-planner hands a method's re-plan: the profile, the cost file it is re-planned for, and
+    the shared check of that cost file against the profile's model."""
+
+    profile: Any  # profile.Profile
+    target: Any  # costs.CostProfile: ``.cost_model()``, ``.costs``, ``.device``
+    source: str  # the profile, as messages name it
+    costs_source: str  # the cost file, as messages name it
+    k_values: tuple[int, ...]  # the K a skip set's draft is re-planned over
+    # (architecture or None) -> None: a one-line CostsError for a cost file measured on another model (its depth,
+    # else the architecture where both sides know it, else the fingerprint)
+    check_costs: Callable[[str | None], None]
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The profile's ``measured`` entries, where its records are."""
+        return dict(self.profile.measured.extra) if self.profile.measured else {}
+
+    @property
+    def weights_architecture(self) -> str | None:
+        """The architecture half of the profile's weights fingerprint, for a record that names none."""
+        weights = self.profile.model.weights_fingerprint
+        return weights.split("-")[0] if weights else None
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """A method's re-plan: what ships under the other costs, and the options it weighed, best first."""
+
+    draft: DraftConfig  # what ships: the best draft, or plain decoding (K = 0) when no draft is predicted to pay
+    predicted: Any | None  # Measurement of the best draft (even when plain decoding ships)
+    best_draft: DraftConfig | None
+    options: tuple[tuple[DraftConfig, Any], ...]  # the best per kept skip set (or per K), best first
+    note: str | None = None  # for people: an approximation the prediction makes (e.g. a trimmed head's cost)
+    basis: str = ""  # for people: what it was re-planned from ("its lookup record, K of 1, 2, 4")
+    column: str = "best K and exit rule for the kept skip set"  # what each option's row shows
+    method_params: tuple[tuple[str, Any], ...] | None = None  # the new profile's, where re-planning changes them
+    extra: tuple[tuple[str, Any], ...] = ()  # measured entries the re-plan redoes (after the rest, replacing them)
 
 
 class ParamsError(ConfigError):
@@ -65,6 +146,8 @@ class Method:
     # (``skipsearch costs --schemes``), and (model, context, schemes, repeats) -> surrogate.SchemeCost per scheme
     cost_schemes: tuple[str, ...] = ()
     measure_schemes: Callable[..., Sequence[Any]] | None = None
+    record: Record | None = None  # what its profiles keep so that they can be re-planned (None: nothing)
+    replan: Callable[[Replanning], Replanned] | None = None  # its re-pricing under a cost file (None: none)
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -120,6 +203,22 @@ def measure_scheme_costs(sm: Any, context: Sequence[int], schemes: Sequence[str]
 
 def names() -> tuple[str, ...]:
     return tuple(sorted(REGISTRY))
+
+
+def record_reader(key: str) -> Callable[..., Any] | None:
+    """The reader of the record a profile keeps as ``measured.<key>`` (a method's ``Record.formats``); None for a
+    key no method keeps."""
+    for method in REGISTRY.values():
+        for name, read in method.record.formats if method.record else ():
+            if name == key:
+                return read
+    return None
+
+
+def record_keys() -> tuple[str, ...]:
+    """Every ``measured`` key a registered method keeps a record under."""
+    keys = (name for m in REGISTRY.values() if m.record for name, _ in m.record.formats)
+    return tuple(dict.fromkeys(keys))
 
 
 def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:
@@ -178,5 +277,6 @@ def layers_param(method: str, value: Any, key: str, num_layers: int) -> tuple[in
     return tuple(sorted(set(value)))
 
 
-__all__ = ["REGISTRY", "Method", "Params", "ParamsError", "build_drafter", "check_keys", "choice_param", "get",
-           "int_param", "layers_param", "names", "register", "unregister"]
+__all__ = ["REGISTRY", "Keeping", "Kept", "Method", "Params", "ParamsError", "Record", "Replanned", "Replanning",
+           "build_drafter", "check_keys", "choice_param", "get", "int_param", "layers_param", "names",
+           "record_keys", "record_reader", "register", "unregister"]

@@ -22,6 +22,9 @@ The drafter's report says what each source contributed: ``lookups``, ``lookup_hi
 ``fallback_accepted``, ``fallback_seconds``. The surrogate replays the lookup exactly and, on a miss, the
 layer-skip or precision fallback over the same traces their own surrogates read (a fractal fallback can only
 be timed). The ``hybrid`` strategy searches it.
+
+Its record: the lookup record (as ``ngram``'s) and, for a layer-skip or precision fallback, that draft's traces
+lined up with the lookup's sequences; re-planning replays both, cycle by cycle, under another device's costs.
 """
 
 from __future__ import annotations
@@ -32,7 +35,20 @@ from typing import Any, ClassVar
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.draft import Drafter
-from skipsearch.methods.base import Method, ParamsError, get, int_param
+from skipsearch.files.errors import ProfileError
+from skipsearch.files.records import (
+    ACCEPTANCE_KEY,
+    LOOKUP_KEY,
+    PRECISION_KEY,
+    LookupRecord,
+    acceptance_from_dict,
+    acceptance_to_dict,
+    lookup_from_dict,
+    precision_from_dict,
+    record_acceptance,
+)
+from skipsearch.methods import ngram
+from skipsearch.methods.base import Keeping, Kept, Method, ParamsError, Record, Replanned, Replanning, get, int_param
 from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.ngram import METHOD as NGRAM
@@ -46,6 +62,7 @@ from skipsearch.methods.ngram import (
     replay_cycles,
 )
 from skipsearch.methods.precision import METHOD as PRECISION
+from skipsearch.methods.precision.replan import keep_draft, kept_precision, precision_ratio
 
 NONE = "none"  # no fallback: the lookup alone
 FALLBACKS = (LAYER_SKIP.name, FRACTAL.name, PRECISION.name, NONE)
@@ -180,7 +197,7 @@ class LookupThenFallback:
     """One calibration sequence's ``propose`` for ``ngram.replay_cycles``, by HybridDrafter's rule: the lookup
     first; on a miss, the layer-skip or precision fallback (``source``, its draft config ``fallback``) walked over
     its teacher-forced trace with its exit rule and adaptive γ (the decoder's own update). The surrogate
-    (``_predict``) and re-planning (``skipsearch.device_replan``, from a profile's records) share it.
+    (``_predict``) and re-planning (``replay_recorded``, from a profile's records) share it.
 
     ``lookup(seq, t, limit)`` is (drafted, accepted) on a hit, None on a miss; ``trace`` and ``fallback`` None:
     no fallback (a miss drafts nothing); ``length``: the continuation's. ``fallback_drafted`` adds up the
@@ -213,7 +230,7 @@ def _predict(objective, candidate: Candidate):
     """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the layer-skip fallback over its
     traces (through its trimmed head, if any) with its exit rule and adaptive γ, charged c per draft token."""
     from skipsearch import timing
-    from skipsearch.methods.layer_skip import draft_costs, draft_traces
+    from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)
@@ -258,6 +275,150 @@ def _predict(objective, candidate: Candidate):
                              seconds=timing.now() - t_start, **fields)
 
 
+# -- the record, and re-planning K from it under another device's costs ---------------------------------------
+def _fallback(candidate: Candidate, method: str, num_layers: int) -> Candidate | None:
+    """The hybrid's fallback as a candidate of its own method, when that method is ``method``; else None (also for
+    params that do not parse: the profile's own checks say why)."""
+    params = candidate.plain_params()
+    if params.get("fallback") != method:
+        return None
+    try:
+        return HybridParams.parse(params, draft=candidate.draft, num_layers=num_layers).fallback_candidate(
+            candidate.draft)
+    except ConfigError:
+        return None
+
+
+def precision_fallback(candidate: Candidate, num_layers: int) -> Candidate | None:
+    """A hybrid's precision fallback as a precision candidate; None otherwise."""
+    fb = _fallback(candidate, PRECISION.name, num_layers)
+    return fb if fb is not None and "scheme" in fb.plain_params() else None
+
+
+def layer_skip_fallback(candidate: Candidate, num_layers: int) -> Candidate | None:
+    """A hybrid's layer-skip fallback (with the full head) as a layer-skip candidate; None otherwise (no hybrid,
+    another fallback, or a trimmed head, whose cost a cost file does not price)."""
+    fb = _fallback(candidate, LAYER_SKIP.name, num_layers)
+    return fb if fb is not None and not fb.plain_params().get("vocab_subset") else None
+
+
+def keep(k: Keeping) -> Kept:
+    """The lookup record (tokens only), and the fallback's traces, one per lookup sequence ("" where a
+    continuation is empty): a layer-skip fallback's as an acceptance record, a precision one's as its record (and
+    its scheme's costs). A fallback no record prices (fractal, a trimmed layer-skip head) keeps nothing."""
+    from skipsearch.surrogate import aligned, trace_skip_sets
+
+    layers = k.objective.sm.num_layers
+    precision, skipping = precision_fallback(k.candidate, layers), layer_skip_fallback(k.candidate, layers)
+    lookup = (k.candidate.plain_params().get("fallback", NONE) == NONE or precision is not None
+              or skipping is not None)
+    entries, schemes = list(ngram.keep_lookup(k).entries if lookup else ()), ()
+    if skipping is not None:
+        key = (skipping.draft.skip_attn, skipping.draft.skip_mlp)
+        sm, cal = k.objective.sm, k.objective.cal
+        traced = {key: aligned(trace_skip_sets(sm, cal, [DraftConfig(*key)])[key], cal)}
+        rec = record_acceptance(traced, workload=k.workload, architecture=k.architecture)
+        entries.append((ACCEPTANCE_KEY, acceptance_to_dict(rec)))
+    if precision is not None:
+        kept = keep_draft(k, precision)
+        entries += kept.entries
+        schemes = kept.schemes
+    return Kept(tuple(entries), schemes)
+
+
+RECORD = Record(formats=((LOOKUP_KEY, lookup_from_dict), (ACCEPTANCE_KEY, acceptance_from_dict),
+                         (PRECISION_KEY, precision_from_dict)), build=keep)
+
+
+def replay_recorded(rec: LookupRecord, k: int, costs, *, fallback: DraftConfig | None = None,
+                    traces=(), c: float = 0.0, source: str = PRECISION.name):
+    """Prompt lookup with K = ``k`` replayed cycle by cycle from the record by the engine's rules
+    (ngram.replay_cycles), and, on a miss, the ``fallback`` draft (e.g. a precision draft) walked over ``traces``
+    (one per recorded sequence) by LookupThenFallback, charged ``c`` per draft token: exact in acceptance; each
+    cycle pays v(drafted + 1)."""
+    if not 1 <= k <= rec.max_k:
+        raise ConfigError(f"K {k} is outside what the lookup record covers (1..{rec.max_k})")
+    seqs = rec.positions()
+    rows = zip(seqs, traces, strict=True) if fallback is not None else ((seq, None) for seq in seqs)
+    cycles, drafted = [], 0
+    for seq, tr in rows:
+        n = len(seq) + 1
+        propose = LookupThenFallback(ngram.recorded_lookup(seq, k, n), source if fallback is not None else None,
+                                     fallback, tr if tr is not None and tr.matches else None, n)
+        cycles += replay_cycles((), range(n), max_new_tokens=rec.max_new_tokens, propose=propose)
+        drafted += propose.fallback_drafted
+    if fallback is None:
+        return cycle_measurement(cycles, verify=costs.verify)
+    matches = [m for tr in traces for m in tr.matches]
+    fields = {"alpha": sum(matches) / len(matches)} if matches else {}
+    return cycle_measurement(cycles, verify=costs.verify, draft_steps=drafted * c, cost_ratio=c, **fields)
+
+
+def _fallback_parts(job: Replanning) -> tuple[Candidate, tuple, float, str | None, str, str]:
+    """The fallback draft, its kept traces, its c under the cost file and a note, its method, and the measured key
+    its traces are kept under; one line when the profile keeps none of them."""
+    profile, target = job.profile, job.target
+    if dict(profile.method_params).get("fallback") == PRECISION.name:
+        cand = precision_fallback(profile.candidate, profile.model.num_layers)
+        rec, pp = kept_precision(job, cand)
+        c, note = precision_ratio(target.costs, profile.model.num_layers, cand.draft, pp, source=job.costs_source,
+                                  vocab_size=rec.vocab_size)
+        return cand, rec.decoded(), c, note, PRECISION.name, PRECISION_KEY
+    cand = layer_skip_fallback(profile.candidate, profile.model.num_layers)
+    extra = job.extra
+    acc = acceptance_from_dict(extra[ACCEPTANCE_KEY], source=job.source) if ACCEPTANCE_KEY in extra else None
+    kept = [t for t in (acc.skip_sets if acc else ()) if cand is not None
+            and (t.skip_attn, t.skip_mlp) == (cand.draft.skip_attn, cand.draft.skip_mlp)]
+    if cand is None or not kept:
+        raise ProfileError(f"{job.source}: keeps no traces of its layer-skip fallback (measured.{ACCEPTANCE_KEY}"
+                           f"{'' if cand else '; a trimmed head is not priced by a cost file'}); run optimize again")
+    job.check_costs(acc.architecture or job.weights_architecture)
+    c = target.cost_model().draft_ratio(cand.draft)
+    return cand, kept[0].decoded(), c, None, LAYER_SKIP.name, ACCEPTANCE_KEY
+
+
+def replan(job: Replanning) -> Replanned:
+    """Without a fallback, prompt lookup's re-plan (``ngram.replan``). With a precision or layer-skip fallback, K
+    re-chosen for the cost file by replaying the lookup record and, on a miss, the fallback over its kept traces
+    (LookupThenFallback, as the surrogate), the fallback charged the c the cost file gives it (a precision draft's
+    from its scheme costs, a layer-skip draft's from the per-sublayer costs). A ``fallback_k`` above the new K is
+    lowered to it."""
+    profile = job.profile
+    params = dict(profile.method_params)
+    fallback = params.get("fallback", NONE)
+    if fallback == NONE:
+        return ngram.replan(job)
+    if fallback not in (PRECISION.name, LAYER_SKIP.name):
+        raise ConfigError(f"{job.source}: re-planning a hybrid profile with a {fallback} fallback is not "
+                          f"supported (its draft passes have no record); plan it again on the device")
+    lookup = ngram.kept_lookup(job)
+    cand, traces, c, note, fb_source, key = _fallback_parts(job)
+    if len(traces) != len(lookup.sequences) or any(
+            tr.matches and len(tr.matches) != len(seq) + 1 for tr, seq in zip(traces, lookup.positions(), strict=True)):
+        raise ProfileError(f"{job.source}: measured.{key} and measured.{LOOKUP_KEY} were not recorded over the "
+                           f"same calibration sequences; run optimize again")
+    costs, fallback_k = job.target.cost_model(), params.get("fallback_k")
+    searched = profile.draft.max_draft_tokens
+    ks = sorted({k for k in (*ngram.LOOKUP_K_VALUES, searched) if 1 <= k <= lookup.max_k})
+
+    def predicted(k: int):
+        fallback = replace(cand.draft, max_draft_tokens=min(fallback_k or k, k))
+        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=c, source=fb_source)
+
+    scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
+    options = tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)
+    draft, m = options[0] if options else (None, None)
+    k = draft.max_draft_tokens if draft is not None and m.speedup > 1.0 else 0
+    lowered = None
+    if k and fallback_k is not None and fallback_k > k:
+        lowered = tuple((n, k if n == "fallback_k" else v) for n, v in profile.method_params)
+    shown = ", ".join(str(c.max_draft_tokens) for c, _ in options)
+    basis = (f"its lookup record and its precision fallback's traces, K of {shown}" if key == PRECISION_KEY else
+             f"its lookup record, K of {shown}")
+    return Replanned(replace(profile.draft, max_draft_tokens=k), m, draft, options, note, basis=basis,
+                     method_params=lowered)
+
+
 def _example(num_layers: int) -> Candidate:
     draft = DraftConfig(skip_attn=(num_layers // 2,), max_draft_tokens=3, exit=NO_EXIT)
     return Candidate(HybridParams.method, draft, HybridParams(min_n=1, max_n=2, fallback_k=2).to_pairs())
@@ -271,4 +432,6 @@ METHOD = Method(
     example=_example,
     strategy=HybridParams.method,
     predict=_predict,
+    record=RECORD,
+    replan=replan,
 )

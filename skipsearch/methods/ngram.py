@@ -15,17 +15,34 @@ and renormalised. So the output distribution is the full model's.
 ``method_params``: ``min_n``, ``max_n``; K is the draft config's ``max_draft_tokens``. The surrogate
 (``_predict``) is exact in acceptance: the draft depends on tokens only, so replaying the full model's
 greedy continuation cycle by cycle (``replay_cycles``) drafts and accepts what decoding does.
+
+Its record (``files.records.LookupRecord``): what the lookup proposes at each output position of the calibration
+and how much of it matches, one fact per position whatever K is. Re-planning replays every K from it under
+another device's v(k) (``replan``), exactly in acceptance and with no model.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.config import AUTOREGRESSIVE, NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.draft import Draft, Drafter
-from skipsearch.methods.base import Method, ParamsError, check_keys, int_param
+from skipsearch.files.errors import ProfileError
+from skipsearch.files.records import LOOKUP_KEY, NO_HIT, LookupRecord, lookup_from_dict, lookup_to_dict
+from skipsearch.methods.base import (
+    Keeping,
+    Kept,
+    Method,
+    ParamsError,
+    Record,
+    Replanned,
+    Replanning,
+    check_keys,
+    int_param,
+)
 
 MAX_N = 16  # longer keys almost never repeat verbatim; the bound keeps the index small
 
@@ -203,6 +220,98 @@ def cycle_measurement(cycles: Sequence[tuple[str, int, int, int]], *, verify: Ca
                        acceptance_rate=accepted / drafted if drafted else None, seconds=seconds, **fields)
 
 
+# -- the record, and re-planning K from it under another device's costs ---------------------------------------
+LOOKUP_MAX_K = 16  # the largest K a lookup record can re-plan
+LOOKUP_K_VALUES = (1, 2, 3, 4, 6, 8, 10, 12, 16)  # the K re-planning tries (NgramStrategy's grid and more)
+
+
+def record_lookup(cal, *, min_n: int, max_n: int, max_k: int = LOOKUP_MAX_K,
+                  workload: str | None = None) -> LookupRecord:
+    """The lookup record of prompt lookup with suffixes ``min_n .. max_n`` over the calibration's (a
+    ``surrogate.Calibration``) greedy continuations (no model runs: the lookup reads tokens)."""
+    out = []
+    for prompt, cont in zip(cal.prompts, cal.continuations, strict=True):
+        index, seq, data = NgramIndex(min_n, max_n), [*prompt, *cont[:1]], bytearray()
+        for t in range(1, len(cont)):
+            tokens = index.lookup(seq, max_k)
+            data.append(min(leading_matches(tokens, cont, t), max_k) if tokens else NO_HIT)
+            seq.append(cont[t])
+        out.append(base64.b64encode(bytes(data)).decode("ascii"))
+    return LookupRecord(min_n, max_n, max_k, cal.max_new_tokens, tuple(out), workload)
+
+
+def recorded_lookup(seq: Sequence[int], k: int, n: int):
+    """The lookup of one recorded sequence (positions t = 1 .. n - 1) at K = ``k``, as decoding reads it:
+    ``(seq, t, limit) -> (drafted, accepted)`` on a hit, None on a miss."""
+    def lookup(_seq, t, limit):
+        b = seq[t - 1]
+        if b == NO_HIT:
+            return None
+        drafted = min(k, limit)
+        return drafted, min(b, drafted, n - t)
+    return lookup
+
+
+def replay_lookup(rec: LookupRecord, k: int, costs) -> Any:
+    """What prompt lookup with K = ``k`` achieves under ``costs`` (a surrogate.CostModel), replayed cycle by cycle
+    from the record by the engine's rules (``replay_cycles``): exact in acceptance; each cycle pays v(drafted + 1)."""
+    if not 1 <= k <= rec.max_k:
+        raise ConfigError(f"K {k} is outside what the lookup record covers (1..{rec.max_k})")
+    cycles = []
+    for seq in rec.positions():
+        n = len(seq) + 1
+        lookup = recorded_lookup(seq, k, n)
+
+        def propose(seq_, t, limit, lookup=lookup):
+            drafted, accepted = lookup(seq_, t, limit) or (0, 0)
+            return METHOD.name, drafted, accepted
+        cycles += replay_cycles((), range(n), max_new_tokens=rec.max_new_tokens, propose=propose)
+    return cycle_measurement(cycles, verify=costs.verify)
+
+
+def replan_lookup(rec: LookupRecord, costs, *, k_values: Sequence[int] = LOOKUP_K_VALUES,
+                  also: Sequence[int] = ()) -> Replanned:
+    """The K the replay predicts fastest under ``costs`` (ties: the smaller K); plain decoding when none pays."""
+    ks = sorted({k for k in (*k_values, *also) if 1 <= k <= rec.max_k})
+    scored = sorted(((replay_lookup(rec, k, costs), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
+    options = tuple((DraftConfig(max_draft_tokens=k, exit=NO_EXIT), m) for m, k in scored)
+    draft, m = options[0] if options else (None, None)
+    ships = draft if m is not None and m.speedup > 1.0 else AUTOREGRESSIVE
+    return Replanned(ships, m, draft, options)
+
+
+def kept_lookup(job: Replanning) -> LookupRecord:
+    """The profile's lookup record, checked against its n range; one line when it keeps none or another's."""
+    extra, params = job.extra, dict(job.profile.method_params)
+    if LOOKUP_KEY not in extra:
+        raise ProfileError(f"{job.source}: keeps no lookup record (measured.{LOOKUP_KEY}): it was written before "
+                           f"lookup profiles kept one; run optimize again")
+    rec = lookup_from_dict(extra[LOOKUP_KEY], source=job.source)
+    if (rec.min_n, rec.max_n) != (params.get("min_n", rec.min_n), params.get("max_n", rec.max_n)):
+        raise ProfileError(f"{job.source}: measured.{LOOKUP_KEY} was recorded for n {rec.min_n}..{rec.max_n}, "
+                           f"not the profile's {params.get('min_n')}..{params.get('max_n')}; run optimize again")
+    return rec
+
+
+def keep_lookup(k: Keeping) -> Kept:
+    """The lookup record of the profile's n range over the calibration: tokens only, no model runs."""
+    params = k.candidate.plain_params()
+    rec = record_lookup(k.objective.cal, min_n=params.get("min_n", 1), max_n=params.get("max_n", 3),
+                        workload=k.workload)
+    return Kept(((LOOKUP_KEY, lookup_to_dict(rec)),))
+
+
+def replan(job: Replanning) -> Replanned:
+    """K re-chosen for the cost file's v(k) by replaying the lookup record (the profile's own K is weighed too)."""
+    rec = kept_lookup(job)
+    job.check_costs(None)  # a lookup pays v(k) alone: the depth and the fingerprint are checked, not the layout
+    searched = job.profile.draft.max_draft_tokens
+    plan = replan_lookup(rec, job.target.cost_model(), also=(searched,) if searched else ())
+    ks = ", ".join(str(c.max_draft_tokens) for c, _ in plan.options)
+    return replace(plan, draft=replace(job.profile.draft, max_draft_tokens=plan.draft.max_draft_tokens),
+                   basis=f"its lookup record, K of {ks}")
+
+
 def _drafter(candidate: Candidate, sm) -> NgramDrafter:
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
     return NgramDrafter(params, candidate.draft.max_draft_tokens)
@@ -221,4 +330,6 @@ METHOD = Method(
     example=_example,
     strategy="ngram",
     predict=_predict,
+    record=Record(formats=((LOOKUP_KEY, lookup_from_dict),), build=keep_lookup),
+    replan=replan,
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Strategy
+from skipsearch.strategies._base import Companion, Plan, Seed, Strategy
 from skipsearch.strategies.bayes import BayesStrategy
 from skipsearch.strategies.clasp import ClaspStrategy
 from skipsearch.strategies.fractal import FractalStrategy
@@ -48,6 +48,6 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
     return cls(space, seed=seed, warm_start=warm_start, **options)
 
 
-__all__ = ["REGISTRY", "BayesStrategy", "ClaspStrategy", "FractalStrategy", "HybridStrategy", "NgramStrategy",
-           "PrecisionStrategy",
-           "Strategy", "TPEStrategy", "check_strategy", "make_strategy"]
+__all__ = ["REGISTRY", "BayesStrategy", "ClaspStrategy", "Companion", "FractalStrategy", "HybridStrategy",
+           "NgramStrategy", "Plan", "PrecisionStrategy", "Seed", "Strategy", "TPEStrategy", "check_strategy",
+           "make_strategy"]

@@ -1,20 +1,25 @@
 """The one interface every search strategy implements, and the helpers skip-set strategies share.
 
 As in Optuna's samplers, a strategy only proposes: the runner in ``skipsearch.study`` asks the
-study for a trial, lets the strategy turn it into a DraftConfig, evaluates it, and keeps the record.
+study for a trial, lets the strategy turn it into a candidate, evaluates it, and keeps the record.
 Everything a strategy remembers lives in the Optuna study, so a search resumes, and runs with
 several workers, without any state of its own.
 
-``Strategy`` holds what the runner and ``optimize`` call; how a strategy encodes a skip set as
-parameters (``sublayer_slots``, ``bits``, ``suggest_k_and_exit``) and how it enqueues its seed points
-(``enqueue_seeds``) are module functions here, used by the strategies that need them.
+``Strategy`` is five methods, as small as Optuna's ``BaseSampler``: ``sampler`` (the Optuna sampler that
+proposes its parameters: TPE, a grid, Draft&Verify's GP), ``plan`` (data: the seed points the runner
+enqueues once per study, and a grid's size), ``prepare`` (what it learns from the model first),
+``suggest`` (a trial's parameters -> its candidate) and ``companions`` (data: the candidates of other
+methods to ship beside the searched one). How a strategy encodes a skip set as parameters
+(``sublayer_slots``, ``bits``, ``suggest_k_and_exit``) and its default seed points (``seed_points``) are
+module functions here, used by the strategies that need them.
 """
 
 from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
@@ -27,7 +32,30 @@ if TYPE_CHECKING:
     from skipsearch.models import SkippableModel
     from skipsearch.surrogate import Calibration
 
-SEEDED_ATTR = "seeded"  # study user attr: the seed points are already enqueued
+@dataclass(frozen=True)
+class Seed:
+    """A point a strategy has evaluated first: its draft config, and the trial that evaluates it."""
+
+    config: DraftConfig
+    params: Mapping[str, Any]  # the trial's parameters, fixed; empty: the config rides in ``user_attrs``
+    user_attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a strategy asks of the runner before it searches."""
+
+    seeds: tuple[Seed, ...] = ()  # enqueued once per study, however often it resumes and whoever runs it
+    max_trials: int | None = None  # the most distinct candidates it can propose (a grid's size); None: no limit
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A candidate of another method to ship beside the searched one (e.g. CLaSp's dynamic profile)."""
+
+    suffix: str  # the file-name suffix of its profile: <out><suffix>.yaml
+    candidate: Candidate
+    notes: str  # for its profile's measured.notes
 
 
 class Strategy(ABC):
@@ -60,44 +88,33 @@ class Strategy(ABC):
         self.worker = secrets.randbits(32)
         self.shared = True
 
+    # -- the interface -----------------------------------------------------------------------------
     def sampler(self) -> optuna.samplers.BaseSampler:
-        """The sampler for parameters the strategy leaves to Optuna (none are fixed by next_params)."""
+        """The Optuna sampler that proposes the parameters ``suggest`` asks for (seeds' are fixed)."""
         return optuna.samplers.RandomSampler(seed=self.seed)
+
+    def plan(self) -> Plan:
+        """The seed points and the grid's size (default: none, no limit)."""
+        return Plan()
+
+    def prepare(self, sm: SkippableModel, calibration: Calibration, *, say: Callable[[str], None]) -> None:
+        """Learn what the strategy needs from the model before the search (CLaSp: its DP's skip sets)."""
+        return None  # most strategies need nothing but the space
 
     @abstractmethod
     def suggest(self, trial: optuna.Trial) -> Candidate:
         """Define this trial's parameters (``trial.suggest_*``) and return the candidate they mean,
         whose draft config the space must contain (strategies repair what they propose)."""
 
+    def companions(self, shipped: Candidate, tried: Sequence[Candidate]) -> tuple[Companion, ...]:
+        """Candidates of other methods to ship beside the shipped one. ``tried`` are the searched candidates,
+        best first. optimize writes their profiles."""
+        return ()
+
+    # -- for the strategies --------------------------------------------------------------------------
     def propose(self, draft: DraftConfig, params: Any = None) -> Candidate:
         """A candidate of this strategy's method: ``params`` is that method's Params (or None)."""
         return Candidate(self.method, draft, params.to_pairs() if params is not None else ())
-
-    @property
-    def max_trials(self) -> int | None:
-        """The most distinct candidates it can propose (a grid's size), or None: no limit."""
-        return None
-
-    def prepare(self, sm: SkippableModel, calibration: Calibration, *, say: Callable[[str], None]) -> None:
-        """Learn what the strategy needs from the model before the search (CLaSp: its DP's skip sets)."""
-        return None  # most strategies need nothing but the space
-
-    def companions(self, shipped: Candidate, tried: Sequence[Candidate]) -> tuple[tuple[str, Candidate, str], ...]:
-        """Candidates of other methods to ship beside the shipped one, as (file-name suffix, candidate, notes for
-        its profile). ``tried`` are the searched candidates, best first. optimize writes their profiles."""
-        return ()
-
-    def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
-        """Parameters to enqueue for the next trial, or None to let the sampler decide."""
-        return None
-
-    def seed_points(self) -> list[DraftConfig]:
-        """The warm start first (the caller's own knowledge), then the probes derived from depth."""
-        out: list[DraftConfig] = []
-        for config in (*self.warm_start, *self.space.probe_configs()):
-            if config not in out:
-                out.append(config)
-        return out
 
 
 
@@ -130,15 +147,11 @@ def suggest_k_and_exit(trial: optuna.Trial, space: SearchSpace) -> tuple[int, fl
 
 
 # -- seed points -------------------------------------------------------------------------------------
-def enqueue_seeds(study: optuna.Study, configs: Sequence[DraftConfig],
-                  encode: Callable[[DraftConfig], dict[str, Any]]) -> bool:
-    """Enqueue ``configs`` (a strategy's ``seed_points``) once per study, however often the search is resumed.
-    Returns whether this call enqueued them."""
-    if study.user_attrs.get(SEEDED_ATTR):
-        return False
-    # Set first: a second worker starting at the same moment then sees it and does not seed again.
-    study.set_user_attr(SEEDED_ATTR, True)
-    for config in configs:
-        # skip_if_exists: a second worker that raced past the attr check adds no twin seeds
-        study.enqueue_trial(encode(config), skip_if_exists=True)
-    return True
+def seed_points(space: SearchSpace, warm_start: Sequence[DraftConfig]) -> list[DraftConfig]:
+    """A skip-set search's seed points: the warm start first (the caller's own knowledge), then the probes
+    derived from depth."""
+    out: list[DraftConfig] = []
+    for config in (*warm_start, *space.probe_configs()):
+        if config not in out:
+            out.append(config)
+    return out

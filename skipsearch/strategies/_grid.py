@@ -2,7 +2,7 @@
 
 Each grid point is one candidate; the sampler visits the points in a seeded random order, so a
 budget smaller than the grid times a random subset, and a resumed or shared study goes on with the
-points not yet taken. ``max_trials`` is the grid's size: a larger budget has nothing more to try.
+points not yet taken. Its plan's ``max_trials`` is the grid's size: a larger budget has nothing more to try.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 import optuna
 
 from skipsearch.config import Candidate
-from skipsearch.strategies._base import Strategy
+from skipsearch.strategies._base import Plan, Strategy
 
 
 class _GridSampler(optuna.samplers.GridSampler):
-    """GridSampler for ask/tell: the runner stops at the grid's size (``max_trials``) itself, and
+    """GridSampler for ask/tell: the runner stops at the grid's size (``Plan.max_trials``) itself, and
     ``Study.stop``, which GridSampler calls on the last point, works only inside ``study.optimize``."""
 
     def after_trial(self, study, trial, state, values) -> None:
@@ -36,9 +36,8 @@ class GridStrategy(Strategy):
     def candidate(self, point: dict[str, Any]) -> Candidate:
         """The candidate one grid point means."""
 
-    @property
-    def max_trials(self) -> int:
-        return math.prod(len(values) for values in self.grid().values())
+    def plan(self) -> Plan:
+        return Plan(max_trials=math.prod(len(values) for values in self.grid().values()))
 
     def sampler(self) -> optuna.samplers.BaseSampler:
         return _GridSampler(self.grid(), seed=self.seed)

@@ -9,7 +9,8 @@ Instead the acquisition (expected improvement, from the GP's mean and std) is ma
 uniform points plus bit flips of the best configs seen so far, a trust region as in TuRBO.
 
 Nothing is kept between proposals: the optimiser is rebuilt from every completed trial in the
-study, so a search resumes, and several workers share one model of the objective.
+study, so a search resumes, and several workers share one model of the objective. It proposes as an
+Optuna sampler does (``GPSampler.sample_relative``): every dimension of a trial at once.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from threadpoolctl import threadpool_limits  # installed with scikit-learn, whic
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Strategy, bits, enqueue_seeds
+from skipsearch.strategies._base import Plan, Seed, Strategy, bits, seed_points
 from skipsearch.strategies.precision import check_runnable, one_scheme
 
 _SKIP, _KEEP = 0.75, 0.25  # how a seed point's bits are encoded: clear of the 0.5 boundary
@@ -83,25 +84,33 @@ class BayesStrategy(Strategy):
 
     # -- the Strategy interface ---------------------------------------------------------------------
 
-    def suggest(self, trial: optuna.Trial) -> Candidate:
-        params = {name: trial.suggest_float(name, lo, hi) for name, (lo, hi) in self.bounds.items()}
-        return self.propose(self.decode(params), self.precision)
+    def sampler(self) -> optuna.samplers.BaseSampler:
+        return GPSampler(self)
+
+    def plan(self) -> Plan:
+        return Plan(seeds=tuple(Seed(config, self.encode(config))
+                                for config in seed_points(self.space, self.warm_start)))
 
     def prepare(self, sm, calibration, *, say) -> None:
         if self.precision is not None:
             check_runnable((self.precision.scheme,), sm.device)
 
-    def next_params(self, study: optuna.Study) -> dict[str, float] | None:
-        enqueue_seeds(study, self.seed_points(), self.encode)
+    def suggest(self, trial: optuna.Trial) -> Candidate:
+        params = {name: trial.suggest_float(name, lo, hi) for name, (lo, hi) in self.bounds.items()}
+        return self.propose(self.decode(params), self.precision)
+
+    # -- the proposal ------------------------------------------------------------------------------
+
+    def proposal(self, study: optuna.Study, number: int) -> dict[str, float]:
+        """Every dimension of trial ``number`` (not enqueued: seeds go first), from a GP fitted to every
+        completed trial of the study."""
         trials = study.get_trials(deepcopy=False)
-        if any(t.state == _STATES.WAITING for t in trials):
-            return None  # seeds (or another worker's enqueued point) go first
         names = list(self.bounds)
         ours = [t for t in trials if set(names) <= t.params.keys()]
         done = [t for t in ours if t.state == _STATES.COMPLETE]
-        # Seeded by the history length (and, in a shared study, the worker): a given history and worker
-        # always give the same proposal.
-        rng = np.random.default_rng([self.seed, len(trials), self.worker])
+        # Seeded by the trial's number, the history before it (and, in a shared study, the worker): a given
+        # history and worker always give the same proposal.
+        rng = np.random.default_rng([self.seed, number, self.worker])
         if not done:
             return self._as_params(self._uniform(rng, 1)[0])
         # 1. the GP, fitted to every completed trial (a point seen twice counts once, at its mean)
@@ -153,6 +162,28 @@ class BayesStrategy(Strategy):
             points[:, n_bits:] = np.where(move, fresh, points[:, n_bits:])
             out.append(points)
         return np.vstack(out)
+
+
+class GPSampler(optuna.samplers.BaseSampler):
+    """The strategy's proposal as Optuna's sampler interface: the bounds are the relative search space, and a
+    trial's every dimension comes from ``BayesStrategy.proposal``; a parameter outside them (none the strategy
+    asks for) is drawn at random."""
+
+    def __init__(self, strategy: BayesStrategy) -> None:
+        self.strategy = strategy
+        self.random = optuna.samplers.RandomSampler(seed=strategy.seed)
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, optuna.distributions.BaseDistribution]:
+        return {name: optuna.distributions.FloatDistribution(lo, hi) for name, (lo, hi) in self.strategy.bounds.items()}
+
+    def sample_relative(self, study, trial, search_space) -> dict[str, float]:
+        return self.strategy.proposal(study, trial.number) if search_space else {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self.random.sample_independent(study, trial, param_name, param_distribution)
+
+    def reseed_rng(self) -> None:
+        self.random.reseed_rng()
 
 
 def _expected_improvement(mean: np.ndarray, std: np.ndarray, target: float) -> np.ndarray:

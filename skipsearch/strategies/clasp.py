@@ -7,7 +7,7 @@ mode. Optuna's TPE sweeps those few parameters against the objective; each trial
 DP's set for its (granularity, M).
 
 The skip sets come in as a ``ClaspSkipSets``: ``optimize`` computes one from the model and the
-calibration prompts (``skipsearch.methods.clasp_dynamic.static_skip_sets``). Without one (the shared strategy suite,
+calibration prompts (``skipsearch.methods.clasp_dynamic.dp.static_skip_sets``). Without one (the shared strategy suite,
 which has no model), the strategy uses a model-free prior, ``depth_prior_sets``: layers taken from
 the middle of the skippable range outward. It is a documented stand-in, not CLaSp.
 
@@ -26,10 +26,11 @@ import optuna
 
 from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
-from skipsearch.methods.clasp_dynamic import ClaspSkipSets, DynamicParams, config_for, granularity, static_skip_sets
+from skipsearch.methods.clasp_dynamic import DynamicParams, config_for, granularity
+from skipsearch.methods.clasp_dynamic.dp import ClaspSkipSets, static_skip_sets
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import SEEDED_ATTR, Strategy, suggest_k_and_exit
+from skipsearch.strategies._base import Companion, Plan, Seed, Strategy, seed_points, suggest_k_and_exit
 from skipsearch.strategies.precision import check_runnable, one_scheme
 
 SEED_CONFIG_ATTR = "seed_config"  # trial user attr: this trial evaluates a fixed seed point
@@ -108,19 +109,16 @@ class ClaspStrategy(Strategy):
         params = DynamicParams(num_skips=m, loi=self.loi, sublayer=sub, protect_ends=self.space.protect_ends)
         notes = (f"dynamic CLaSp: the DP re-plans {m} skipped {'layers' if sub == 'layer' else sub + ' sublayers'} "
                  f"every {self.loi} verify steps, starting from the static set; not timed by optimize")
-        return (("-dynamic", CLASP_DYNAMIC.candidate(chosen, params), notes),)
+        return (Companion("-dynamic", CLASP_DYNAMIC.candidate(chosen, params), notes),)
 
     def sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
 
-    def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
+    def plan(self) -> Plan:
         # The seeds' skip sets are no point of this strategy's (sublayer, m) parameters: each rides in a user
         # attr of an empty enqueued trial, which ``suggest`` decodes.
-        if not study.user_attrs.get(SEEDED_ATTR):
-            study.set_user_attr(SEEDED_ATTR, True)
-            for config in self.seed_points():
-                study.enqueue_trial({}, user_attrs={SEED_CONFIG_ATTR: _encode(config)})
-        return None
+        return Plan(seeds=tuple(Seed(config, {}, {SEED_CONFIG_ATTR: _encode(config)})
+                                for config in seed_points(self.space, self.warm_start)))
 
     def suggest(self, trial: optuna.Trial) -> Candidate:
         fixed = trial.user_attrs.get(SEED_CONFIG_ATTR)

@@ -30,6 +30,7 @@ from skipsearch.methods.ngram import check_n_range
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import PrecisionParams
 from skipsearch.space import SearchSpace
+from skipsearch.strategies._base import seed_points
 from skipsearch.strategies._grid import GridStrategy
 
 # V' of the trimmed draft head (0: the full head). smollm2-135m's head is about a fifth of its weights, so
@@ -55,7 +56,7 @@ class HybridStrategy(GridStrategy):
                 raise ConfigError(f"vocab sizes must be integers >= 0 (0: the full head), got {v!r}")
         # the fallback drafts, by grid label: warm start first, then the probes (seed_points' order)
         self.fallbacks: dict[str, DraftConfig] = {}
-        for config in self.seed_points():
+        for config in seed_points(self.space, self.warm_start):
             if config.skip_attn or config.skip_mlp:
                 self.fallbacks.setdefault(_label(config), config)
         self.schemes = tuple(dict.fromkeys(schemes))

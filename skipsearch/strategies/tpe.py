@@ -20,7 +20,7 @@ from skipsearch.config import NO_EXIT, Candidate, DraftConfig
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import PrecisionParams
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Strategy, bits, enqueue_seeds, suggest_k_and_exit
+from skipsearch.strategies._base import Plan, Seed, Strategy, bits, seed_points, suggest_k_and_exit
 from skipsearch.strategies.precision import check_runnable
 
 
@@ -59,16 +59,13 @@ class TPEStrategy(Strategy):
     def prepare(self, sm, calibration, *, say) -> None:
         check_runnable(self.schemes, sm.device)
 
-    def seed_points(self) -> list[DraftConfig]:
-        points = super().seed_points()
+    def plan(self) -> Plan:
+        """The seed points (warm start, then the probes), each as its skip bits, K and exit rule."""
+        points = seed_points(self.space, self.warm_start)
         if self.schemes:  # first, the whole model quantized: a reduced-precision copy agrees nearly always
             whole = self.space.repair(DraftConfig(max_draft_tokens=6, exit=NO_EXIT))
             points = [whole, *(p for p in points if p != whole)]
-        return points
-
-    def next_params(self, study: optuna.Study) -> dict[str, Any] | None:
-        enqueue_seeds(study, self.seed_points(), self.encode)
-        return None
+        return Plan(seeds=tuple(Seed(config, self.encode(config)) for config in points))
 
     def encode(self, config: DraftConfig) -> dict[str, Any]:
         skipped = {("attn", i) for i in config.skip_attn} | {("mlp", i) for i in config.skip_mlp}

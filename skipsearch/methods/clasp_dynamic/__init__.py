@@ -3,8 +3,9 @@
 The draft config gives the starting skip set, K and the exit rule; ``method_params`` give M (how many
 layers, or sublayers of one kind, the DP skips), the LOI and the granularity. The package holds the
 method's algorithm, CLaSp's DP (``dp.py``: its static and dynamic use, and its brute-force check), its
-params (``params.py``) and its drafter (``drafter.py``). The ``clasp`` strategy writes this profile beside
-the static one it searches, so ``clasp`` is its search entry.
+params (``params.py``), its drafter (``drafter.py``), and its record and re-plan (``replan.py``: the traces of its
+starting skip set). The ``clasp`` strategy writes this profile beside the static one it searches, so ``clasp`` is
+its search entry.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.methods.base import Method
 from skipsearch.methods.clasp_dynamic.params import SUBLAYERS, DynamicParams, config_for, granularity, skippable
+from skipsearch.methods.clasp_dynamic.replan import RECORD, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -35,25 +37,10 @@ METHOD = Method(
     drafter=_drafter,
     example=_example,
     strategy="clasp",
+    record=RECORD,
+    replan=replan,
 )
 
 
-# The DP and the drafter load torch: imported on first use of their names.
-_DP = ("BruteForce", "ClaspSkipSets", "DPResult", "ModelLayers", "approximation_check", "brute_force",
-       "dp_skip_sets", "final_similarity", "sequence_targets", "static_skip_sets")
-
-
-def __getattr__(name: str):
-    if name in _DP:
-        from skipsearch.methods.clasp_dynamic import dp
-
-        return getattr(dp, name)
-    if name == "ClaspDynamicDrafter":
-        from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
-
-        return ClaspDynamicDrafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["METHOD", "SUBLAYERS", "ClaspDynamicDrafter", "DynamicParams", "config_for", "granularity", "skippable",
-           *_DP]
+# The DP (dp.py) and the drafter (drafter.py) load torch: import them from their modules.
+__all__ = ["METHOD", "SUBLAYERS", "DynamicParams", "config_for", "granularity", "skippable"]

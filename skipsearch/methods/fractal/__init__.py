@@ -2,7 +2,8 @@
 
 ``method_params`` are n (fractal layers), w (draft slots), the layers they sit in front of, the
 quantization scheme and the slot token. The package holds the compressed copy
-(``compressed.py``), the draft pass and drafter (``drafter.py``) and the params (``params.py``); the
+(``compressed.py``), the draft pass and drafter (``drafter.py``), the params (``params.py``), and its record
+and re-plan (``surrogate.py`` makes the record, ``replan.py`` prices it under another device's costs); the
 ``fractal`` strategy (an (n, w) grid on Optuna's GridSampler, every point timed) searches it.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.methods.base import Method, ParamsError
 from skipsearch.methods.fractal.params import MAX_W, SCHEMES, FractalParams, even_positions, resolve_scheme
+from skipsearch.methods.fractal.replan import RECORD, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -45,24 +47,11 @@ METHOD = Method(
     strategy="fractal",
     cost_schemes=tuple(s for s in SCHEMES if s != "none"),
     measure_schemes=_measure_schemes,
+    record=RECORD,
+    replan=replan,
 )
 
 
-# The compressed copy and the drafter load torch: imported on first use of their names.
-_COMPRESSED = ("CompressedModel", "compressed_model", "model_bytes")
-_DRAFTER = ("FractalDrafter", "draft_pass", "fractal_layer", "merge")
-
-
-def __getattr__(name: str):
-    if name in _COMPRESSED:
-        from skipsearch.methods.fractal import compressed
-
-        return getattr(compressed, name)
-    if name in _DRAFTER:
-        from skipsearch.methods.fractal import drafter
-
-        return getattr(drafter, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["MAX_W", "METHOD", "SCHEMES", "FractalParams", "even_positions", "resolve_scheme", *_COMPRESSED, *_DRAFTER]
+# The compressed copy (compressed.py) and the draft pass and drafter (drafter.py) load torch: import them from
+# their modules.
+__all__ = ["MAX_W", "METHOD", "SCHEMES", "FractalParams", "even_positions", "resolve_scheme"]

@@ -2,8 +2,9 @@
 
 The draft config is M_q's skip sets, with K = m·(n+1) and no exit rule; ``method_params`` give m, n and
 M_s's skip sets. The package holds the
-``Hierarchy`` and the params (``params.py``) and the three-level drafter (``drafter.py``). It has no strategy of
-its own: ``skipsearch plan`` chooses (m, n) by the planner's closed forms and writes the profile.
+``Hierarchy`` and the params (``params.py``), the three-level drafter (``drafter.py``) and its re-plan
+(``replan.py``: m and n re-chosen from the α and β it keeps). It has no strategy of its own: ``skipsearch plan``
+chooses (m, n) by the planner's closed forms and writes the profile.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from skipsearch.methods.hierarchical.params import (
     hierarchy_from_profile,
     hierarchy_to_profile_fields,
 )
+from skipsearch.methods.hierarchical.replan import replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -40,16 +42,9 @@ METHOD = Method(
     drafter=_drafter,
     example=_example,
     strategy=None,
+    replan=replan,
 )
 
 
-def __getattr__(name: str):
-    if name == "HierarchicalDrafter":  # loads torch: imported on first use
-        from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
-
-        return HierarchicalDrafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["METHOD", "HierarchicalDrafter", "HierarchicalParams", "Hierarchy", "hierarchy_from_profile",
-           "hierarchy_to_profile_fields"]
+# The three-level drafter (drafter.py) loads torch: import it from its module.
+__all__ = ["METHOD", "HierarchicalParams", "Hierarchy", "hierarchy_from_profile", "hierarchy_to_profile_fields"]

@@ -17,7 +17,8 @@ The search builds the subset from token frequencies in its calibration data (``f
 The package holds the params (``params.py``), the drafter and trimmed head (``drafter.py``; the drafter
 class itself is the engine's ``decoding.LayerSkipDrafter``, which ``generate(config=...)`` builds) and the
 surrogate (``surrogate.py``): trace-and-replay over skipsearch.surrogate; with a trimmed head the traces
-run through that head and the replay charges the draft step less the head's measured saving.
+run through that head and the replay charges the draft step less the head's measured saving. Its record and
+re-plan (``replan.py``): the traces of the shortlisted skip sets, replayed under another device's costs.
 Strategies ``tpe``, ``bayes`` and ``clasp`` search the skip sets (``tpe`` is the entry); ``hybrid``
 searches V' over a shortlist of skip sets.
 """
@@ -34,6 +35,7 @@ from skipsearch.methods.layer_skip.params import (
     frequent_tokens,
     subset_sha256,
 )
+from skipsearch.methods.layer_skip.replan import RECORD, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -66,25 +68,11 @@ METHOD = Method(
     example=_example,
     strategy="tpe",
     predict=_predict,
+    record=RECORD,
+    replan=replan,
 )
 
 
-# The drafter and the surrogate load torch: imported on first use of their names.
-_DRAFTER = ("LayerSkipDrafter", "subset_head")
-_SURROGATE = ("draft_costs", "draft_traces")
-
-
-def __getattr__(name: str):
-    if name in _DRAFTER:
-        from skipsearch.methods.layer_skip import drafter
-
-        return getattr(drafter, name)
-    if name in _SURROGATE:
-        from skipsearch.methods.layer_skip import surrogate
-
-        return getattr(surrogate, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
+# The drafter (drafter.py) and the surrogate (surrogate.py) load torch: import them from their modules.
 __all__ = ["METHOD", "SUBSET_KEYS", "LayerSkipParams", "decode_ids", "encode_ids", "frequent_tokens",
-           "subset_sha256", *_DRAFTER, *_SURROGATE]
+           "subset_sha256"]

@@ -7,7 +7,8 @@ model's own embeddings, norms and KV cache with quantized stand-ins swapped in
 own; verification is the plain full forward, so greedy output is the full model's and sampling
 stays exact. Schemes and their kernels: ``params.SCHEMES``; a device without the kernel is refused
 in one line before the model loads (``check_device``). The ``precision`` strategy searches it;
-the surrogate is teacher-forced agreement replayed with the measured per-sublayer scheme costs.
+the surrogate is teacher-forced agreement replayed with the measured per-sublayer scheme costs. Its record and
+re-plan (``replan.py``): the draft's traces, its c re-priced from another device's scheme costs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.methods.base import Method, ParamsError
 from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme
+from skipsearch.methods.precision.replan import RECORD, replan
 
 
 def check_scheme(scheme: str, device) -> None:
@@ -102,6 +104,8 @@ METHOD = Method(
         candidate.param("scheme", "fp16")].weight_bits,
     cost_schemes=tuple(SCHEMES),
     measure_schemes=measure_scheme_costs,
+    record=RECORD,
+    replan=replan,
 )
 
 __all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "measure_scheme_costs",

@@ -1,0 +1,60 @@
+"""The ``skipsearch`` command: a thin typer layer over library functions that return data, one module per command
+group (``decode``, ``optimize``, ``bench``, ``costs``, ``plan``, ``listing``: methods and models, ``describe``: the
+profile and study groups), what they share at the edge in ``edge``, and the app here.
+
+Every known kind of bad input (profile, model, data, config, storage) ends as one line on
+stderr and exit code 2, with no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+import typer.core
+
+from skipsearch.cli import bench, costs, decode, describe, listing, optimize, plan
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """Typer's own option errors (``--max-new-tokens 0``, an unknown flag) as one ``error:`` line and
+    exit 2, like every other kind of bad input, instead of a usage panel."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:  # Ctrl-C outside a command's own handler
+            typer.echo("interrupted", err=True)
+            code = 130
+        except typer.TyperException as exc:  # typer's usage errors: a bad value, an unknown option
+            message = exc.format_message()
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `skipsearch profile` alone: its help, as asked
+                typer.echo(message)
+                code = 0
+            else:
+                typer.echo(f"error: {' '.join(message.split())}", err=True)
+                code = 2
+        if not standalone_mode:
+            return code
+        sys.exit(code or 0)
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    help="Search, ship and run self-speculative decoding draft profiles.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+# One line per command, in the order ``skipsearch --help`` lists them.
+app.command()(decode.decode)
+app.command()(optimize.optimize)
+app.command()(bench.bench)
+app.command("costs")(costs.costs_command)
+app.command()(plan.plan)
+app.command("methods")(listing.methods_command)
+app.command("models")(listing.models_command)
+app.add_typer(describe.profile_app, name="profile")
+app.add_typer(describe.study_app, name="study")
+
+__all__ = ["app"]

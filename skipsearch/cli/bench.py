@@ -1,0 +1,115 @@
+"""``skipsearch bench``: every profile and the HF peers side by side, and the reports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skipsearch.cli.edge import LazyProgress, user_errors, warnings_to_stderr, write_text
+
+
+def bench(
+    more_profiles: Annotated[
+        list[str] | None, typer.Argument(help="More profiles (so that `--profiles dir/*.yaml` works unquoted).")
+    ] = None,
+    profiles: Annotated[
+        list[str] | None, typer.Option(help="Profiles to bench: repeat, comma-separate or give a glob.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias, directory or hub id (default: the profiles').")]
+    = None,
+    peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
+                                            "hf-assisted-quantized.")]
+    = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
+    dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
+    = "mtbench,humaneval",
+    split: Annotated[str, typer.Option(help="heldout (prompts the search did not see), calib or all.")] = "heldout",
+    n_prompts: Annotated[int, typer.Option(min=1, help="Prompts to bench.")] = 16,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt and method (median).")] = 1,
+    sweep_prompts: Annotated[
+        int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
+    ] = 2,
+    seed: Annotated[int, typer.Option(help="Which prompts are drawn.")] = 0,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
+                                             "cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
+    as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
+    by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
+    write_measured: Annotated[
+        bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
+    ] = False,
+    force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch.")] = False,
+) -> None:
+    """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
+
+    HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
+    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from skipsearch import api
+
+    warnings_to_stderr()
+    options = api.BenchOptions(
+        profiles=(*(profiles or []), *(more_profiles or [])), model=model, peers=peers, dataset=dataset, split=split,
+        n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
+        device=device, dtype=dtype, threads=threads, report=report, as_json=as_json, write_measured=write_measured,
+        force=force,
+    )
+    with user_errors():
+        # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
+        with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                           TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+            run = api.bench_profiles(
+                options, on_stage=lambda title, total: bar.stage(title, total, last=""),
+                on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
+                on_note=lambda note: typer.echo(f"warning: {note}", err=True),
+            )
+    # 3. print and write at the edge
+    _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured)
+
+
+def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool) -> None:
+    """The bench's tables and summary; its reports and measured blocks written; a line per flagged or tied row."""
+    import shlex
+
+    from rich.console import Console
+
+    from skipsearch import bench_report as br
+
+    result = run.report
+    out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
+    for table in br.rich_tables(result, by_category=by_category):
+        out.print(table)
+    for line in br.summary_lines(result):
+        typer.echo(line)
+    with user_errors():
+        if report:
+            write_text(report, br.render_markdown(result, command=shlex.join(run.command)))
+            typer.echo(f"wrote {report}")
+        if as_json:
+            write_text(as_json, br.report_json(result))
+            typer.echo(f"wrote {as_json}")
+    if write_measured:
+        from skipsearch.profile import save_profile
+
+        for path, updated in br.measured_updates(result, run.profiles):
+            if updated is None:
+                typer.echo(f"warning: {path}: output differs from hf-greedy; its measured block is left as it was",
+                           err=True)
+                continue
+            save_profile(updated, path)
+            typer.echo(f"updated the measured block of {path}")
+    for row in result.rows:
+        if row.flagged:
+            typer.echo(f"warning: {row.method} output differs from hf-greedy ({row.first_mismatch})", err=True)
+        elif row.ties:
+            typer.echo(f"note: {row.method} output equals hf-greedy up to numerical ties on {row.ties} of "
+                       f"{row.prompts} prompts ({row.tie_tokens} tied tokens; identical on {row.identical})", err=True)

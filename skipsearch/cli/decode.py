@@ -1,0 +1,146 @@
+"""``skipsearch decode``: decode prompts with a draft profile (lossless), or plainly with --model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skipsearch.cli.edge import user_errors, warnings_to_stderr
+from skipsearch.config import ConfigError, SamplingParams
+from skipsearch.data import DataError, Prompt
+
+
+def decode(
+    prompt: Annotated[str | None, typer.Option(help="Text to continue (or a user message with --chat).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias, local HF directory or hub id.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Draft profile (YAML); it names its model.")] = None,
+    prompts_file: Annotated[
+        Path | None, typer.Option(help='JSONL, one {"prompt": ..., "chat": bool} per line.')
+    ] = None,
+    chat: Annotated[bool, typer.Option(help="Wrap the prompt with the model's chat template.")] = False,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option()] = 1.0,
+    top_k: Annotated[int, typer.Option(min=0)] = 0,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
+                                             "cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (float32 on CPU; on GPU the profile's, else the checkpoint's), "
+                                            "float32, bfloat16, float16.")] = "auto",
+    force: Annotated[bool, typer.Option(help="Use a profile despite a model fingerprint mismatch.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt on stdout.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Greedy only: also decode with HF greedy and print each "
+                                                        "output's verdict (identical, equal up to numerical ties, "
+                                                        "different) on stderr; with --json, as \"check\".")] = False,
+) -> None:
+    """Decode with a draft profile (lossless), or plainly with --model."""
+    from skipsearch import api
+
+    warnings_to_stderr()
+    with user_errors():
+        if (prompt is None) == (prompts_file is None):
+            raise DataError("give exactly one of --prompt or --prompts-file")
+        if prompt == "":
+            raise DataError("--prompt is empty: give the text to continue")
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        if check and not sampling.greedy:
+            raise ConfigError("--check compares greedy output with HF greedy: leave --temperature at 0")
+        # 1. all the input is checked before the model loads: a typo costs milliseconds
+        prompts = (
+            _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("", prompt, chat, "", "--prompt"),)
+        )
+        api.check_model_arg(model)
+        sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force)
+        drafters = api.drafter_factory(prof, sm)
+
+        def show(_: int, text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+        # 2. every prompt is encoded and checked against the context here, before the first decodes
+        results = api.decode_prompts(
+            sm, prompts, drafters=drafters, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
+            on_text=None if as_json else show,
+        )
+        # the input is all checked: now, before any output, a profile measured elsewhere says so
+        note = api.profile_hardware_note(prof, sm.device, source=profile)
+        if note:  # a warning, never a refusal: the output is lossless anywhere, only the speed may differ
+            typer.echo(f"warning: {note}", err=True)
+        # 3. each result is written (and flushed) as soon as its prompt is done: Ctrl-C or a failure
+        # later keeps every finished one
+        for d in results:
+            verdict = _check_decoded(sm, d, max_new_tokens) if check else None
+            if as_json:
+                row = {
+                    "prompt": d.prompt.text,
+                    "prompt_token_ids": list(d.prompt_token_ids),
+                    "token_ids": list(d.result.token_ids),
+                    "text": d.text,
+                    "stats": dataclasses.asdict(d.result.stats),
+                    **({"check": verdict.to_dict()} if verdict is not None else {}),
+                }
+                typer.echo(json.dumps(row))  # click's echo flushes
+            else:
+                s = d.result.stats
+                acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+                own = "".join(f", {k} {v:.3g}" for k, v in s.drafter_stats)  # the method's own figures
+                typer.echo(
+                    f"\n[{s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
+                    f"tau {s.tau:.2f}, acceptance {acc}{own}]",
+                    err=True,
+                )
+            if verdict is not None:
+                typer.echo(f"[check: {verdict.describe()}]", err=True)
+
+
+def _check_decoded(sm, decoded, max_new_tokens: int):
+    """``decode --check``: the output against HF greedy's, judged by skipsearch.equivalence."""
+    from skipsearch.equivalence import check_against_hf
+
+    return check_against_hf(sm, decoded.prompt_token_ids, decoded.result.token_ids, max_new_tokens=max_new_tokens)
+
+
+def _read_prompts_file(path: Path, chat_default: bool) -> tuple[Prompt, ...]:
+    """Prompts from JSONL, one {"prompt": str, "chat": bool} object a line. A value of the wrong type
+    is refused, naming the file and line, never coerced: null is not the text "None", "false" is not true."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read prompts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    prompts = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{no}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise DataError(f"{where}: not valid JSON (nested too deeply)") from None
+        if not isinstance(row, dict):
+            raise DataError(f'{where}: each line must be a JSON object like {{"prompt": "...", "chat": false}}, '
+                            f"got {_json_short(row)}")
+        text, chat = row.get("prompt"), row.get("chat")
+        if not isinstance(text, str):
+            if "prompt" not in row:
+                raise DataError(f'{where}: no "prompt" key')
+            raise DataError(f'{where}: "prompt" must be a string, got {_json_short(text)}')
+        if not text:
+            raise DataError(f'{where}: "prompt" is empty')
+        if chat is not None and not isinstance(chat, bool):  # null, like a missing key, means the default
+            raise DataError(f'{where}: "chat" must be true or false, got {_json_short(chat)}')
+        prompts.append(Prompt(str(no), text, chat_default if chat is None else chat, "", str(path)))
+    if not prompts:
+        raise DataError(f"{path} holds no prompts")
+    return tuple(prompts)
+
+
+def _json_short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,132 @@
+"""What every ``skipsearch`` command shares at the edge: bad input as one line and exit 2 (Ctrl-C: 130), library
+warnings and log lines on stderr, a progress bar that opens late, and writes that lose nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+import typer
+
+from skipsearch.config import ConfigError
+from skipsearch.data import DataError
+from skipsearch.files.errors import ProfileError
+from skipsearch.models import ModelError
+from skipsearch.profile import save_profile
+from skipsearch.study import StudyError
+
+USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn known bad input into one line on stderr and exit 2; Ctrl-C into exit 130."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
+
+
+class _CurrentStderr(logging.Handler):
+    """A log line to whatever sys.stderr is when it is logged (a StreamHandler keeps the stream it was made with,
+    which a second in-process run, e.g. typer's CliRunner, may have closed since)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never fail a run
+            self.handleError(record)
+
+
+def warnings_to_stderr() -> None:
+    # Library warnings (e.g. a forced fingerprint mismatch) as one plain line each, and skipsearch's own
+    # informational lines (where a model is placed, and why) likewise.
+    warnings.showwarning = lambda msg, cat, *a, **k: typer.echo(f"warning: {msg}", err=True)
+    log = logging.getLogger("skipsearch")
+    if not any(getattr(h, "skipsearch_cli", False) for h in log.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.skipsearch_cli = True
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+class LazyProgress:
+    """A rich progress bar that opens at the library's first report (``stage``), so that nothing is drawn while
+    the input is checked and the model loads, and closes with the ``with`` block."""
+
+    def __init__(self, *columns, **kwargs) -> None:
+        self._columns, self._kwargs = columns, kwargs
+        self.progress = None  # rich.progress.Progress, once a stage has opened
+        self.task = None  # the last stage's task
+
+    def stage(self, title: str, total: int | None, **fields):
+        if self.progress is None:
+            from rich.progress import Progress
+
+            self.progress = Progress(*self._columns, **self._kwargs)
+            self.progress.start()
+        self.task = self.progress.add_task(title, total=total, **fields)
+        return self.task
+
+    def update(self, task, **changes) -> None:
+        self.progress.update(task, **changes)
+
+    def __enter__(self) -> LazyProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a report atomically (a temporary file beside it, renamed over it): a failed write leaves no empty
+    or half-written file. An unwritable path is one line (ConfigError)."""
+    import os
+    import tempfile
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def save_profile_kept(profile, path: Path, *, keep_in: str | Path | None = None) -> Path:
+    """save_profile, where a write error (a full disk, a read-only folder) never loses a profile that took a
+    search to make: it is written to ``keep_in`` (the study directory) or the temporary folder instead, and the
+    one-line error says where (exit 2)."""
+    import tempfile
+
+    try:
+        return save_profile(profile, path)
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+    kept = None
+    for place in [*([Path(keep_in)] if keep_in else []), Path(tempfile.gettempdir())]:
+        try:
+            kept = save_profile(profile, place / f"{path.stem}.unsaved{path.suffix or '.yaml'}")
+            break
+        except OSError:
+            continue
+    where = (f"the profile was written to {kept} instead" if kept else
+             "it could not be written anywhere: free some space and run the same command again (the study keeps "
+             "every trial)")
+    raise ConfigError(f"cannot write {path}: {reason}; {where}")

@@ -1,0 +1,196 @@
+"""``skipsearch optimize``: search a study and write the best profile; with ``--budget 0 --costs``, re-rank a study
+for another device's costs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr
+from skipsearch.config import ConfigError, int_list
+
+
+def optimize(
+    model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
+    strategy: Annotated[str, typer.Option(
+        help="Search strategy: tpe, bayes, clasp, fractal, ngram or hybrid (`skipsearch methods` says which searches "
+             "what).")
+    ] = "tpe",
+    budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")]
+    = 100,
+    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
+    n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens decoded per calibration prompt.")] = 64,
+    objective: Annotated[str, typer.Option(
+        help="auto (two-stage where the method has a surrogate, else timed), two-stage (surrogate, then time a "
+             "shortlist), surrogate, timed.")] = "auto",
+    shortlist: Annotated[int, typer.Option(help="Candidates timed after a surrogate search.")] = 5,
+    repeats: Annotated[int, typer.Option(help="Timed runs per prompt (median).")] = 1,
+    max_k: Annotated[int, typer.Option(help="Largest max_draft_tokens searched.")] = 8,
+    max_skip_ratio: Annotated[float, typer.Option(help="Most of the 2L sublayers a draft may skip.")] = 0.5,
+    protect_ends: Annotated[bool, typer.Option(help="Never skip the first or last layer.")] = True,
+    study: Annotated[
+        str | None, typer.Option(help="Study directory (SQLite inside); default studies/<model>-<strategy>.")
+    ] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
+    study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch profile.")] = False,
+    warm_start: Annotated[
+        list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
+    ] = None,
+    clasp_loi: Annotated[
+        int | None, typer.Option(min=1, help="clasp: the LOI of the <out>-dynamic.yaml profile it also writes (8).")
+    ] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
+    n: Annotated[str | None, typer.Option("--n", help="fractal: fractal layer counts, e.g. 3,5,7; ngram and hybrid: "
+                                                      "suffix lengths looked up, e.g. 1,2,3,4.")] = None,
+    w: Annotated[str | None, typer.Option("--w", help="fractal: draft windows to try, e.g. 3,5,7.")] = None,
+    quantization: Annotated[
+        str | None, typer.Option(help="fractal: auto, int8-dynamic, int8-weight-only, bnb-int8, none.")
+    ] = None,
+    vocab_sizes: Annotated[str | None, typer.Option(
+        help="hybrid, precision: trimmed draft heads to try, V' most frequent tokens, 0 = the full head; "
+             "e.g. 0,8192,16384.")
+    ] = None,
+    schemes: Annotated[str | None, typer.Option(
+        help="precision: weight formats of the draft's copy, e.g. fp16,int8,int4 (CPU) or int8,int4,fp8 (CUDA).")
+    ] = None,
+    costs: Annotated[str | None, typer.Option(
+        help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
+             "no new trials.")] = None,
+    time_shortlist: Annotated[bool, typer.Option(
+        help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
+) -> None:
+    """Search draft candidates with a timed objective and write the best as a profile."""
+    import optuna
+
+    from skipsearch import api
+
+    warnings_to_stderr()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with user_errors():
+        # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
+        rerank = costs is not None or budget == 0
+        if rerank and (costs is None or budget != 0):
+            raise ConfigError("--budget must be >= 1, got 0 (--budget 0 re-ranks a study and needs --costs)"
+                              if costs is None else
+                              "--costs re-ranks the study's evaluated configs without new trials: give --budget 0")
+        counts = (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
+                  ("--repeats", repeats))
+        _at_least_one(counts if rerank else (("--budget", budget), *counts, ("--max-k", max_k)))
+        given = {} if rerank else {
+            "n_values": ("--n", n and int_list(n, "--n")), "w_values": ("--w", w and int_list(w, "--w")),
+            "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
+            "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes")),
+            "schemes": ("--schemes", schemes and tuple(x.strip() for x in schemes.split(",") if x.strip()))}
+        settings = api.SearchSettings(
+            model=model, strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts,
+            max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
+            max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
+            study_name=study_name, out=out, force=force, warm_start=tuple(warm_start or ()), seed=seed, device=device,
+            dtype=dtype, costs=costs, time_shortlist=time_shortlist,
+            strategy_options=tuple((key, value) for key, (_, value) in given.items() if value is not None),
+            option_names=tuple((key, flag) for key, (flag, _) in given.items()),
+        )
+        if rerank:
+            return _print_reranked(_rerank(settings), costs=costs, shortlist=shortlist)
+        _print_searched(_search(settings))
+
+
+def _search(settings):
+    """``optimize``'s search: ``api.optimize_study`` with its progress bar, opened once the model is loaded."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from skipsearch import api
+
+    budget = settings.budget
+    with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                       transient=False, console=None) as bar:
+
+        def trials():  # the one task, opened at the search's first report
+            return bar.task if bar.task is not None else bar.stage("trials", budget, best="-")
+
+        def on_trial(record, best_so_far) -> None:
+            label = "-"
+            if best_so_far is not None and best_so_far.measurement is not None:
+                m = best_so_far.measurement
+                label = f"{m.speedup:.3f}x ({m.kind})"
+            bar.update(trials(), completed=min(record.number + 1, budget), best=label)
+
+        def on_stage(msg: str) -> None:
+            trials()
+            bar.progress.console.log(msg)
+
+        return api.optimize_study(settings, on_trial=on_trial, on_stage=on_stage)
+
+
+def _print_searched(run) -> None:
+    """Write the search's profile (and its companions) and print what was timed (inside user_errors)."""
+    from skipsearch.optimize import candidate_summary
+
+    result, path = run.result, run.path
+    for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
+        more = len(result.summary.conflicts) - 1
+        typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
+                   f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
+    save_profile_kept(result.profile, path, keep_in=run.study)
+    for r in result.timed:
+        m = r.measurement
+        typer.echo(
+            f"timed  {m.speedup:.3f}x (predicted {m.predicted_speedup or 0:.3f}x)  tau {m.tau or 0:.2f}  "
+            f"acceptance {m.acceptance_rate or 0:.2f}  {candidate_summary(r.candidate)}"
+            + (f"  [{m.notes}]" if m.notes else "")
+        )
+    typer.echo(f"{result.verdict}\nwrote {path}")
+    for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
+        beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
+        save_profile_kept(companion, beside, keep_in=run.study)
+        typer.echo(f"wrote {beside}")
+    if result.interrupted:
+        typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
+        raise typer.Exit(130)
+
+
+def _at_least_one(values) -> None:
+    """Integer options that must be >= 1, as (flag, value) pairs: the first that is not is a one-line error."""
+    for flag, value in values:
+        if value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
+
+
+def _rerank(settings):
+    """``optimize --budget 0 --costs C``: ``api.rerank_study`` with its progress bars and its hardware note."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from skipsearch import api
+
+    with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TimeElapsedColumn()) as bar:
+        return api.rerank_study(settings, on_stage=bar.stage,
+                                on_progress=lambda done, total: bar.update(bar.task, completed=done, total=total),
+                                on_note=lambda note: typer.echo(f"warning: {note}", err=True))
+
+
+def _print_reranked(rr, *, costs: str, shortlist: int) -> None:
+    """Write the re-ranked study's profile and print its table (inside user_errors)."""
+    from skipsearch.optimize import config_summary
+
+    save_profile_kept(rr.profile, rr.path, keep_in=rr.study)
+    rows = rr.reranking.rows
+    skipped = rr.reranking.skipped
+    typer.echo(f"study {rr.label}: {len(rows)} configs re-ranked under {costs} ({rr.target.device}, "
+               f"{rr.target.dtype})" + (f"; {skipped} trials of other methods left out" if skipped else ""))
+    for i, r in enumerate(rows[: max(shortlist, 10)], 1):
+        where = f"trial {r.trial}" if r.trial is not None else "re-planned"
+        study_timed = f"  study timed {r.study_timed:.3f}x" if r.study_timed is not None else ""
+        here = f"  timed here {r.timed.speedup:.3f}x" if r.timed is not None else ""
+        typer.echo(f"{i:>3}. predicted {r.predicted.speedup:.3f}x{here}{study_timed}  ({where})  "
+                   f"{config_summary(r.config)}")
+    typer.echo(f"{rr.verdict}\nwrote {rr.path}")

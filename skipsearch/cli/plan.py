@@ -1,0 +1,128 @@
+"""``skipsearch plan``: the hierarchical planner on given or measured inputs, a profile re-planned for another
+device's costs, or the planner's levels chosen from a study."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skipsearch.cli.edge import save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.config import ConfigError
+
+
+def plan(
+    alpha: Annotated[float | None, typer.Option(help="Analysis: M_q tokens' acceptance by M_p, in [0, 1].")] = None,
+    beta: Annotated[float | None, typer.Option(help="Analysis: M_s tokens' acceptance by M_q, in [0, 1].")] = None,
+    c: Annotated[float | None, typer.Option("--c", help="Analysis: one M_q step / one M_p step.")] = None,
+    cs: Annotated[float | None, typer.Option("--cs", help="Analysis: one M_s step / one M_q step.")] = None,
+    verify: Annotated[
+        str | None, typer.Option(help="Analysis: v(1),v(2),...: a k-token forward / one step (default: free).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model (default: the --medium profile's; smollm2-135m with "
+                                                   "--study).")] = None,
+    medium: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_q.")] = None,
+    small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="Re-plan this profile for --costs: a layer-skip one's K, exit rule and skip set from its kept traces, "
+             "a prompt-lookup one's K from its match record. A profile that kept no record has its draft traced on "
+             "the model first (--model, --dataset, --n-prompts, --max-new-tokens; no timing).")] = None,
+    costs: Annotated[str | None, typer.Option(
+        help="A cost file (skipsearch costs): the device --profile or --study is planned for.")] = None,
+    study: Annotated[str | None, typer.Option(
+        help="Choose M_q and M_s from this study's α/c Pareto front, plan (m, n), validate.")] = None,
+    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
+    n_prompts: Annotated[int, typer.Option(min=1, help="Calibration prompts (calib split).")] = 4,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens decoded per prompt.")] = 64,
+    max_m: Annotated[int, typer.Option(help="Largest m (medium tokens per cycle) planned.")] = 8,
+    max_n: Annotated[int, typer.Option(help="Largest n (small tokens per medium token) planned.")] = 4,
+    validate: Annotated[bool | None, typer.Option(
+        "--validate/--no-validate",
+        help="Decode the best three- and two-level pairs and time them (default: with --study only).")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt when validating (median).")] = 1,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
+                                             "cuda, cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
+                                            "float16.")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Draw predicted speedup over (m, n) to this PNG.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write a hierarchical profile of the chosen (m, n).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch profile.")] = False,
+    report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
+) -> None:
+    """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
+    from skipsearch import api
+    from skipsearch import hier_closed_form as planner
+    from skipsearch.profile import check_profile_target
+
+    warnings_to_stderr()
+    say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
+    command = " ".join(["skipsearch", *sys.argv[1:]])
+    with user_errors():
+        # 1. where the results go is checked first, so that a bad path fails before the measuring does; then
+        # which of the four modes the flags ask for
+        for path in (plot, report):
+            if path:
+                check_profile_target(path, force=True)  # any writable file will do: not a profile
+        mode = _plan_mode(alpha=alpha, beta=beta, c=c, cs=cs, verify=verify, model=model, medium=medium, small=small,
+                          profile=profile, study=study, costs=costs, validate=validate, out=out, plot=plot)
+        if out and mode != "analysis":
+            check_profile_target(out, force=force)
+        # 2. the mode's one library function
+        common = dict(model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, max_m=max_m,
+                      max_n=max_n, repeats=repeats, seed=seed, device=device, dtype=dtype, want_profile=out is not None,
+                      command=command, on_stage=say)
+        if mode == "analysis":
+            outcome = api.plan_given(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""), max_m=max_m,
+                                     max_n=max_n)
+        elif mode == "profile":  # search once, deploy anywhere (skipsearch.device_replan)
+            outcome = api.replan_profile_file(profile, costs=costs, command=command, model=model, dataset=dataset,
+                                              n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed,
+                                              device=device, dtype=dtype, on_stage=say)
+        elif mode == "study":
+            outcome = api.plan_study(study, costs=costs, validate=validate is not False,
+                                     on_note=lambda note: typer.echo(f"warning: {note}", err=True), **common)
+        else:
+            outcome = api.plan_profiles(medium, small, validate=bool(validate), **common)
+        # 3. write at the edge
+        if out and outcome.profile is not None:
+            save_profile_kept(outcome.profile, out)
+        if plot:
+            planner.plot_plan(outcome.plan, str(plot))
+        if report:
+            write_text(report, outcome.body)
+    typer.echo(json.dumps(outcome.data) if as_json else outcome.text)
+    for path, what in ((plot, "plot"), (report, "report"), (out, "profile")):
+        if path:
+            typer.echo(f"wrote {what} {path}", err=True)
+
+
+def _plan_mode(*, alpha, beta, c, cs, verify, model, medium, small, profile, study, costs, validate, out,
+               plot) -> str:
+    """Which mode of ``plan`` the flags ask for: "analysis" (given inputs), "profile" (re-plan a profile), "study"
+    (levels from a study) or "measured" (--medium and --small); a one-line ConfigError for a mix of them."""
+    given = {"--alpha": alpha, "--beta": beta, "--c": c, "--cs": cs}
+    if any(v is not None for v in given.values()) or verify is not None:
+        if medium or small or model or validate or out or profile or study or costs:
+            raise ConfigError("give either --alpha --beta --c --cs (analysis), --medium and --small (measured), "
+                              "--profile or --study")
+        missing = [k for k, v in given.items() if v is None]
+        if missing:
+            raise ConfigError(f"analysis needs {', '.join(missing)} as well")
+        return "analysis"
+    if profile is not None or study is not None:
+        if (profile is not None and study is not None) or medium or small:
+            raise ConfigError("give one of --profile, --study, or --medium and --small")
+        if plot and profile is not None:
+            raise ConfigError("--plot draws the (m, n) plan of --study or --medium/--small, not a profile's")
+        return "profile" if profile is not None else "study"
+    if medium is None or small is None:
+        raise ConfigError("give --alpha --beta --c --cs (analysis), both --medium and --small (measured), "
+                          "--profile or --study")
+    if costs:
+        raise ConfigError("--costs plans --profile or --study for another device; --medium/--small are measured here")
+    return "measured"
