@@ -88,6 +88,13 @@ def parse_kernel(text: str | Kernel | None) -> Kernel:
     return Kernel(name, int(chunk) if chunk else DEFAULT_CHUNK)
 
 
+def choose_kernel(option: str | None, recorded: str | None = None) -> Kernel:
+    """The kernel a command runs: ``--kernel`` when given, else the one a profile records (``recorded``), else eager."""
+    if option is not None and option != "":
+        return parse_kernel(option)
+    return parse_kernel(recorded) if recorded else EAGER
+
+
 def cxx_compiler() -> str | None:
     """The C++ compiler inductor's CPU backend would call, if this machine has one (``CXX``, else g++/clang++)."""
     for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
@@ -134,5 +141,5 @@ def inductor_cache_dir(threads: int) -> Path:
     return cache_dir() / "inductor" / f"torch-{torch.__version__.replace('+', '-')}-{threads}t"
 
 
-__all__ = ["CHUNKS", "DEFAULT_CHUNK", "EAGER", "KERNELS", "Kernel", "check_kernel", "cxx_compiler",
+__all__ = ["CHUNKS", "DEFAULT_CHUNK", "EAGER", "KERNELS", "Kernel", "check_kernel", "choose_kernel", "cxx_compiler",
            "inductor_cache_dir", "parse_kernel", "static_cache_supported"]

@@ -6,6 +6,8 @@ One compiled tiny model is shared by the module (inductor compiles for tens of s
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -101,3 +103,41 @@ def test_eager_forwards_on_the_compiled_cache_match_the_compiled_ones(compiled):
         slow = compiled.forward(torch.tensor([23, 42, 7]), start=4, cache=cache)
     assert torch.equal(fast.argmax(-1), slow.argmax(-1))
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+
+
+def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):
+    from skipsearch import methods as registry
+    from skipsearch.costs import load_costs, measure_cost_profile, save_costs
+
+    context = tuple(range(3, 23))
+    cp = measure_cost_profile(compiled, context, repeats=3, verify_sizes=(1, 2, 4, 5))
+    schemes = tuple(m.kept() for m in registry.measure_scheme_costs(compiled, context, ("fp16",), repeats=3))
+    cp = dataclasses.replace(cp, costs=dataclasses.replace(cp.costs, schemes=schemes))
+    back = load_costs(save_costs(cp, tmp_path / "c.yaml"))
+    assert back.kernel.verify == "inductor-c4" and back.kernel.drafts == "compiled"
+    assert back.kernel.compile_seconds is not None and back.kernel.compile_seconds > 0
+    c = back.costs
+    assert c.eager_step_seconds is not None and c.eager_step_seconds > 0  # the parts' step, beside the unit
+    assert c.scheme("fp16").whole_seconds is not None  # the compiled whole-model draft, timed as decode runs it
+    # the parts split the eager step (whatever the load did to the timings, the file checks this on load)
+    assert abs(compiled.num_layers * (c.attn_seconds + c.mlp_seconds) + c.fixed_seconds - c.eager_step_seconds) \
+        <= c.eager_step_seconds
+    # a full-model draft (nothing skipped, run eagerly) costs the eager step over the compiled unit
+    assert back.cost_model().draft_ratio(DraftConfig()) == pytest.approx(
+        (c.fixed_seconds + compiled.num_layers * (c.attn_seconds + c.mlp_seconds)) / c.step_seconds)
+    assert "kernel: verify inductor-c4, drafts compiled" in back.describe()
+
+
+def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_path):
+    from skipsearch.costs import load_costs
+
+    path = tmp_path / "old.yaml"
+    path.write_text("schema_version: 1\nmodel: {name: m, num_layers: 2}\ndevice: cpu\ndtype: float32\n"
+                    "costs: {step_seconds: 0.01, attn_seconds: 0.001, mlp_seconds: 0.002, fixed_seconds: 0.004, "
+                    "verify_ratio: [1.0, 1.2]}\n")
+    cp = load_costs(path)
+    assert cp.kernel.verify == "eager" and cp.costs.parts_seconds == cp.costs.step_seconds
+    bad = path.read_text().replace("schema_version: 1", "schema_version: 2\nkernel: {verify: turbo}")
+    path.write_text(bad)
+    with pytest.raises(Exception, match="kernel.verify: unknown kernel 'turbo'"):
+        load_costs(path)
