@@ -606,6 +606,15 @@ _SETTINGS = {"freezing": True, "max_autotune": True, "autotune_num_choices_displ
              "max_autotune_report_choices_stats": False}
 
 
+@contextlib.contextmanager
+def inductor_settings() -> Iterator[None]:
+    """The compiled kernel's inductor settings, for anything else compiled beside it (e.g. bench's HF peer)."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(_SETTINGS):
+        yield
+
+
 class _CompiledBlocks:
     """The inductor kernel: the whole HF model compiled for one block of ``kernel.chunk`` tokens on one
     StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block.
@@ -617,13 +626,11 @@ class _CompiledBlocks:
         import os
 
         import torch._dynamo
-        import torch._inductor.config as inductor_config
         from torch._dynamo.utils import counters
         from transformers import StaticCache
 
         self.kernel, self.capacity, self._sm = kernel, capacity, sm
         self._counters = counters
-        self._inductor_config = inductor_config
         threads = torch.get_num_threads()
         self._cache_dir = inductor_cache_dir(threads)
         self._cache_dir.mkdir(parents=True, exist_ok=True)
@@ -663,7 +670,7 @@ class _CompiledBlocks:
         """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
         pos = torch.tensor([[start]], device=ids.device)  # [1, 1]
         SkippableModel.crop(self.cache, start)
-        with self._inductor_config.patch(_SETTINGS):
+        with inductor_settings():
             logits = self._module(input_ids=ids.view(1, 1), position_ids=pos, **self._sm.cache_kwargs(self.cache),
                                   use_cache=True).logits  # [1, 1, V]
         return logits[0].float()
@@ -683,7 +690,7 @@ class _CompiledBlocks:
                 block = torch.cat([block, block.new_zeros(C - n)])
             pos = torch.arange(start + b, start + b + C, device=ids.device).unsqueeze(0)  # [1, C]
             SkippableModel.crop(self.cache, start + b)
-            with self._inductor_config.patch(_SETTINGS):
+            with inductor_settings():
                 logits = self._module(input_ids=block.unsqueeze(0), position_ids=pos,
                                       **self._sm.cache_kwargs(self.cache), use_cache=True).logits  # [1, C, V]
             out.append(logits[0, :n])

@@ -141,3 +141,32 @@ def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_pat
     path.write_text(bad)
     with pytest.raises(Exception, match="kernel.verify: unknown kernel 'turbo'"):
         load_costs(path)
+
+
+def test_bench_runs_our_rows_on_the_kernel_beside_hf_compiled_greedy(compiled):
+    from skipsearch import bench as bn
+    from skipsearch.data import Prompt
+
+    class Chars:  # one id per character: enough of a tokenizer for encode_prompt
+        eos_token_id, chat_template = None, None
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [1] + [2 + ord(c) % 60 for c in text]}
+
+    compiled.tokenizer = Chars()
+    prof = _precision_profile()
+    prompts = [Prompt("a", "abcabc", False, "x", "t"), Prompt("b", "hello there", False, "y", "t")]
+    report = bn.bench(compiled, prompts, profiles=[("p/prec.yaml", prof)], peers=["hf-compiled"], max_new_tokens=12,
+                      sweep=False, kernel=Kernel("inductor"))
+    names = [r.method for r in report.rows]
+    assert names == ["hf-greedy", "skipsearch-ar", "hf-compiled", "precision:prec"]
+    assert all(r.identical == r.prompts == 2 for r in report.rows)
+    assert report.settings.kernel == "inductor-c4"
+
+
+def _precision_profile():
+    from skipsearch.profile import profile_from_dict
+
+    return profile_from_dict({"schema_version": 4, "model": {"name": "tiny", "num_layers": 4}, "method": "precision",
+                              "draft": {"max_draft_tokens": 3, "exit": {"threshold": 0.0, "adaptive": False}},
+                              "method_params": {"scheme": "fp16"}, "kernel": "inductor-c4"})
