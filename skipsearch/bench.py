@@ -39,6 +39,7 @@ from skipsearch.harness import (
     ours_autoregressive,
     run_rounds,
 )
+from skipsearch.kernels import Kernel
 from skipsearch.memory import memory_probe
 from skipsearch.models import SkippableModel
 
@@ -68,8 +69,14 @@ HEURISTIC = 0
 # by model.generate through that custom_generate directory: a row per profile, beside the profile's own row.
 HF_PROFILE = "hf-generate+profile"
 
+# hf-compiled: HF generate with a static KV cache and torch.compile of the model's forward, the recipe transformers
+# documents for its fastest greedy decoding, with the inductor settings skipsearch's compiled kernel uses (frozen
+# weights, CPU GEMM templates), so that what compilation alone gains is measured apart from what speculation adds.
+HF_COMPILED = "hf-compiled"
+
 PEERS: dict[str, Peer] = {
     BASELINE: Peer(BASELINE, None, lambda n: ()),
+    HF_COMPILED: Peer(HF_COMPILED, None, lambda n: ()),
     "hf-prompt-lookup": Peer("hf-prompt-lookup", "prompt_lookup_num_tokens", lambda n: (2, 4, 10)),
     "hf-early-exit": Peer("hf-early-exit", "assistant_early_exit", early_exit_layers),
     ASSISTED: Peer(ASSISTED, "num_assistant_tokens", lambda n: (HEURISTIC, 4, 6, 8)),
@@ -148,6 +155,38 @@ def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Cont
     if spec.option is None or value is None:
         return hf_method(sm, spec.name)
     return hf_method(sm, spec.name, setting=f"{spec.option}={value}", **{spec.option: value})
+
+
+def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
+    """HF greedy ``generate`` on a StaticCache of ``capacity`` positions, the model's forward compiled by
+    torch.compile (dynamic prompt lengths, one-token steps static) inside the compiled kernel's inductor settings.
+    Compiled here, on two warm-up prompts of different lengths, so that no timed call compiles."""
+    import torch
+    from transformers import StaticCache
+
+    from skipsearch.models import inductor_settings
+
+    cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
+    compiled = torch.compile(sm.hf.forward)
+
+    def generate_compiled(prompt_ids: Sequence[int], max_new_tokens: int, **kwargs):
+        sm.hf.forward = compiled  # generate calls the module, which calls this instance's forward
+        try:
+            with torch.inference_mode():
+                cache.reset()
+            with inductor_settings():
+                return hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, cache=cache, **kwargs)
+        finally:
+            del sm.hf.forward
+
+    for length in (3, 7):  # the first prefill compiles static, the second dynamic; the step compiles once
+        generate_compiled([1] * length, 2)
+    method = hf_method(sm, HF_COMPILED, setting="generate(cache=StaticCache), torch.compile(model.forward)")
+
+    def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
+        return ContenderOutput(generate_compiled(prompt_ids, max_new_tokens))
+
+    return Contender(method.name, method.family, method.setting, decode)
 
 
 def _assisted_method(sm: SkippableModel, value: int) -> Contender:
@@ -371,6 +410,7 @@ class BenchSettings:
     threads: int  # torch intra-op threads during the run
     sweep_prompts: int  # prompts each peer's sweep ran on (the calib split in the CLI)
     memory_kind: str  # what peak_memory_mib measures
+    kernel: str = "eager"  # what ran skipsearch's own rows (skipsearch.kernels)
 
 
 @dataclass(frozen=True)
@@ -416,11 +456,13 @@ def bench(
     split: str = "",
     on_stage: Callable[[str, int], None] | None = None,
     on_progress: Progress | None = None,
+    kernel: Kernel | None = None,
 ) -> BenchReport:
     """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
     autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
     ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
-    ``on_stage(title, total calls)`` opens each stage."""
+    ``on_stage(title, total calls)`` opens each stage. ``kernel`` runs skipsearch's own rows (the profiles and our
+    autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now)."""
     from skipsearch.data import encode_prompt
     from skipsearch.profile import Environment
 
@@ -433,10 +475,18 @@ def bench(
     # 0. encode once: every method decodes exactly these ids
     ids = [encode_prompt(sm.tokenizer, p) for p in prompts]
     sweep_ids = [encode_prompt(sm.tokenizer, p) for p in sweep_prompts]
+    capacity = max(map(len, [*ids, *sweep_ids])) + max_new_tokens
+    if kernel is not None:
+        sm.use_kernel(kernel, capacity=capacity)
     # 1. each peer with a knob: sweep it on the sweep prompts and keep its best value
     sweeps, methods = [], [peer_method(sm, BASELINE), ours_autoregressive(sm)]
     for peer in dict.fromkeys(peers):
         spec = PEERS[peer]
+        if peer == HF_COMPILED:
+            if on_stage:
+                on_stage(f"compile {peer}", 0)
+            methods.append(hf_compiled_method(sm, capacity=capacity + 1))
+            continue
         if spec.option is None:
             continue
         values = tuple((peer_values or {}).get(peer) or spec.values(sm.num_layers))
@@ -497,6 +547,7 @@ def bench(
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
+        kernel=sm.kernel.label,
         sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind,
     )
     env = Environment.current(str(sm.device))

@@ -205,7 +205,8 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
     lines += [
         f"{st.n_prompts} prompts from `{st.dataset or '?'}` ({st.split or '?'} split), at most {st.max_new_tokens} new "
         f"tokens each, greedy, {st.repeats} timed run(s) per prompt and method, {st.dtype} on {st.device}, "
-        f"{st.threads} torch thread(s). Baseline and reference output: HF `generate(do_sample=False)` in the same "
+        f"{st.threads} torch thread(s); skipsearch's own rows ran on the {st.kernel} kernel. Baseline and reference "
+        f"output: HF `generate(do_sample=False)` (eager) in the same "
         f"run. Every method decoded the same prompt token ids, warmed up first, interleaved prompt by prompt with "
         f"the order rotated. The whole bench took {report.wall_seconds:.0f} s.",
         "",
@@ -310,5 +311,6 @@ def measured_updates(report: BenchReport,
     (``measured_for``), or None for one whose output differs from HF greedy: its block is left as it was."""
     rows = {r.setting: r for r in report.rows if r.family == "skipsearch"}
     return tuple((path, None if rows[path].flagged else
-                  dataclasses.replace(prof, measured=measured_for(report, rows[path], prof.measured)))
+                  dataclasses.replace(prof, measured=measured_for(report, rows[path], prof.measured),
+                                      kernel=report.settings.kernel))
                  for path, prof in profiles)

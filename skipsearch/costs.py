@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from skipsearch.config import DraftConfig
+from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.files.costs import (
     Costs,
     PlannedCosts,
@@ -38,6 +38,7 @@ from skipsearch.files.costs import (
 )
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
+from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
 from skipsearch.profile import Environment
 
 if TYPE_CHECKING:
@@ -52,10 +53,16 @@ if TYPE_CHECKING:
 #      roofline) and roofline {device, key, bandwidth_gb_s, tflops, efficiency, efficiency_source, launch_us,
 #      figures_source, shapes_source} (skipsearch.roofline: figures modelled, not timed). A reader older than
 #      them refuses a roofline file by its unknown key, so no skipsearch takes one for a measured file.
-SCHEMA_VERSION = 1
+#   2: optional ``kernel`` {verify, drafts, compile_seconds}: which kernel (skipsearch.kernels) the step and v(k)
+#      were timed through and whether drafts ran compiled; costs.eager_step_seconds (the eager step the
+#      per-sublayer parts split, when the step is a compiled kernel's) and costs.schemes.<s>.whole_seconds (the
+#      compiled whole-model draft). A version-1 file is a version-2 file timed with the eager kernel.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 VERIFY_SIZES = (1, 2, 3, 4, 6, 9, 13)  # v(k) is timed at these k (13: a K = 12 draft's verify), interpolated between
 _HEADER = "# skipsearch cost profile"
-_TOP_KEYS = ("schema_version", "source", "model", "device", "dtype", "environment", "run", "roofline", "costs")
+_TOP_KEYS = ("schema_version", "source", "model", "device", "dtype", "environment", "run", "roofline", "kernel",
+             "costs")
 MEASURED, ROOFLINE = "measured", "roofline"  # a cost file's source: timed here, or modelled
 
 
@@ -89,6 +96,15 @@ class CostRun:
 
 
 @dataclass(frozen=True)
+class CostKernel:
+    """Which kernel (skipsearch.kernels) the costs were timed through."""
+
+    verify: str = "eager"  # the full model's forwards: the step and v(k), e.g. inductor-c4
+    drafts: str = "eager"  # "compiled" where drafts that compile (precision's) ran compiled, else eager
+    compile_seconds: float | None = None  # building the compiled kernel, in that process
+
+
+@dataclass(frozen=True)
 class CostProfile:
     model: CostModelRef
     device: str
@@ -97,6 +113,7 @@ class CostProfile:
     environment: Environment | None = None
     run: CostRun | None = None
     roofline: RooflineInfo | None = None  # set: the figures are a roofline model (skipsearch.roofline), not timed
+    kernel: CostKernel = CostKernel()
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -115,6 +132,10 @@ class CostProfile:
                  + (f", {self.run.threads} thread(s)" if self.run and self.run.threads else "")]
         if self.roofline is not None:
             lines.append(f"not measured: {self.roofline.describe()}")
+        else:
+            lines.append(f"kernel: verify {self.kernel.verify}, drafts {self.kernel.drafts}"
+                         + (f" (compiled in {self.kernel.compile_seconds:.0f} s)" if self.kernel.compile_seconds
+                            else ""))
         lines += [f"step: {c.step_seconds * 1e3:.3f} ms", f"attention x {L}: {share(L * c.attn_seconds)}",
                   f"MLP x {L}: {share(L * c.mlp_seconds)}",
                   f"fixed (LM head, embedding, overhead): {share(c.fixed_seconds)}"]
@@ -139,22 +160,22 @@ def cost_model_of(costs: Costs, num_layers: int) -> CostModel:
     from skipsearch.surrogate import CostModel
 
     return CostModel(costs.step_seconds, costs.attn_seconds, costs.mlp_seconds, costs.fixed_seconds,
-                     costs.verify_ratio, num_layers)
+                     costs.verify_ratio, num_layers, eager_step_seconds=costs.eager_step_seconds)
 
 
 def costs_from_model(cm: CostModel, *, lm_head_seconds: float | None = None) -> Costs:
     """The serialisable half of a CostModel (its extras, costed for the planner only, are left out)."""
     return Costs(cm.step_seconds, cm.attn_seconds, cm.mlp_seconds, cm.fixed_seconds, tuple(cm.verify_ratio),
-                 lm_head_seconds)
+                 lm_head_seconds, eager_step_seconds=cm.eager_step_seconds)
 
 
 def check_costs_whole(c: Costs, num_layers: int, *, path: str = "costs", source: str = "<costs>") -> None:
     """The per-sublayer costs must fit inside the step they split: L·(attn + mlp) + fixed is about step_seconds."""
     parts = num_layers * (c.attn_seconds + c.mlp_seconds) + c.fixed_seconds
-    ratio = parts / c.step_seconds
+    ratio = parts / c.parts_seconds
     if not math.isfinite(parts) or not SUBLAYERS_FIT[0] <= ratio <= SUBLAYERS_FIT[1]:
         raise _err(source, f"{path}: {num_layers} x (attn_seconds + mlp_seconds) + fixed_seconds = {parts:.4g} s "
-                           f"does not fit the step of {c.step_seconds:.4g} s it splits ({ratio:.3g} of it)")
+                           f"does not fit the step of {c.parts_seconds:.4g} s it splits ({ratio:.3g} of it)")
 
 
 def cost_profile_to_dict(cp: CostProfile) -> dict:
@@ -167,6 +188,8 @@ def cost_profile_to_dict(cp: CostProfile) -> dict:
             out[key] = plain(getattr(cp, key))
     if cp.roofline is not None:
         out["roofline"] = roofline_to_dict(cp.roofline)
+    if cp.kernel != CostKernel():
+        out["kernel"] = {k: v for k, v in plain(cp.kernel).items() if v is not None}
     out["costs"] = costs_to_dict(cp.costs)
     return out
 
@@ -176,9 +199,10 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise _err(source, f"expected a YAML mapping at the top level, got {got}")
     version = raw.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version not in READABLE_VERSIONS:
         raise _err(source, "missing required key schema_version" if version is None else
-                   f"unknown schema_version {str(version)[:20]} (this skipsearch reads cost files of version 1)")
+                   f"unknown schema_version {str(version)[:20]} (this skipsearch reads cost files of version "
+                   f"{' and '.join(map(str, READABLE_VERSIONS))})")
     for key in raw:
         if key not in _TOP_KEYS:
             raise _err(source, f"unknown top-level key {str(key)[:40]!r} (known: {', '.join(_TOP_KEYS)})")
@@ -194,6 +218,9 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
         run = (CostRun(**section(CostRun, raw["run"], "run", source, error=CostsError,
                                  nonnegative=("context_tokens", "repeats", "threads", "seconds"))[0])
                if raw.get("run") is not None else None)
+        kernel = (CostKernel(**section(CostKernel, raw["kernel"], "kernel", source, error=CostsError,
+                                       nonnegative=("compile_seconds",))[0])
+                  if raw.get("kernel") is not None else CostKernel())
     except ProfileError as e:
         raise CostsError(str(e)) from None
     if model.num_layers < 1:
@@ -209,8 +236,18 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
     roofline = roofline_from_dict(raw["roofline"], source=source) if kind == ROOFLINE else None
     costs = costs_from_dict(raw["costs"], source=source)
     check_costs_whole(costs, model.num_layers, source=source)
+    _check_kernel_names(kernel, source)
     return CostProfile(model=model, device=raw["device"], dtype=raw["dtype"], costs=costs, environment=environment,
-                       run=run, roofline=roofline)
+                       run=run, roofline=roofline, kernel=kernel)
+
+
+def _check_kernel_names(k: CostKernel, source: str) -> None:
+    try:
+        parse_kernel(k.verify)
+    except ConfigError as e:
+        raise _err(source, f"kernel.verify: {e}") from None
+    if k.drafts not in ("eager", "compiled"):
+        raise _err(source, f"kernel.drafts must be eager or compiled, got {str(k.drafts)[:40]!r}")
 
 
 def planned_costs_of(cp: CostProfile, *, source: str) -> PlannedCosts:
@@ -281,9 +318,23 @@ def calibration_context(sm: SkippableModel, *, dataset: str = "mtbench", max_new
 
 
 def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats: int = 9,
-                         verify_sizes: Sequence[int] = VERIFY_SIZES, command: str | None = None) -> CostProfile:
+                         verify_sizes: Sequence[int] = VERIFY_SIZES, command: str | None = None,
+                         kernel: str | None = None) -> CostProfile:
     """This device's cost profile: ``objective.measure_costs`` (the objective's own measurement, not a
-    copy) at ``context``, and the LM head alone through the harness's interleaved timer, for people."""
+    copy) at ``context``, and the LM head alone through the harness's interleaved timer, for people.
+
+    ``kernel`` (skipsearch.kernels; None: what ``sm`` runs now) is built first. ``auto`` is the compiled kernel
+    where this machine can run it and its plain step, timed in the same rounds as the eager step, is the
+    faster, else eager: the fastest that agrees (a compiled kernel that changes a greedy choice is refused)."""
+    if kernel is not None:
+        auto = kernel == "auto"
+        chosen = _auto_kernel(sm) if auto else parse_kernel(kernel)
+        sm.use_kernel(chosen, capacity=len(context) + max(verify_sizes) + 1)
+        if auto and chosen.compiled:
+            cp = measure_cost_profile(sm, context, repeats=repeats, verify_sizes=verify_sizes, command=command)
+            if cp.costs.step_seconds < cp.costs.parts_seconds:
+                return cp
+            sm.use_kernel(EAGER, capacity=0)  # compiled, yet no faster here: the eager kernel it is
     import torch
 
     from skipsearch import timing
@@ -291,6 +342,8 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
     from skipsearch.surrogate import measure_costs
 
     t0 = timing.now(sm.device)
+    if sm.kernel.compiled:
+        check_kernel_agrees(sm, context)
     cm = measure_costs(sm, context, verify_sizes=verify_sizes, repeats=repeats)
     hidden = torch.zeros(1, 1, sm.hf.config.hidden_size, dtype=sm.dtype, device=sm.device)  # [1, 1, H]
 
@@ -306,10 +359,54 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
         environment=Environment.current(str(sm.device), placement=getattr(sm, "placement", None)),
         run=CostRun(context_tokens=len(context), repeats=repeats, threads=torch.get_num_threads(),
                     seconds=round(timing.now(sm.device) - t0, 1), command=command),
+        kernel=kernel_of(sm),
     )
 
 
-__all__ = ["MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostModelRef", "CostProfile", "CostRun", "architecture_of",
-           "calibration_context", "check_costs_for", "check_costs_model", "check_costs_whole", "cost_model_of",
-           "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_model", "load_costs",
-           "measure_cost_profile", "planned_costs_of", "save_costs"]
+def _auto_kernel(sm: SkippableModel) -> Kernel:
+    """``--kernel auto``'s candidate: the compiled kernel where this device can run it, else eager."""
+    try:
+        check_kernel(Kernel("inductor"), str(sm.device))
+    except ConfigError:
+        return EAGER
+    return Kernel("inductor")
+
+
+def kernel_of(sm: SkippableModel) -> CostKernel:
+    """The CostKernel of what ``sm`` runs now (``SkippableModel.use_kernel``)."""
+    report = sm.kernel_report
+    return CostKernel(sm.kernel.label, "compiled" if sm.kernel.compiled else "eager",
+                      report.compile_seconds if report is not None else None)
+
+
+def check_kernel_agrees(sm: SkippableModel, context: Sequence[int], *, tokens: int = 32) -> int:
+    """The compiled kernel's greedy choices against the eager kernel's, teacher-forcing the last ``tokens`` of
+    ``context`` in verify-sized blocks through each: the number of positions compared. A kernel rounds
+    differently (other GEMMs), so its logits differ in the last bits; where that changes an argmax here it is
+    refused in one ConfigError line, since a verify on it would no longer reproduce plain greedy decoding."""
+    import torch
+
+    tail = min(tokens, len(context) - 1)
+    head, rest = list(context[:-tail]), list(context[-tail:])
+    block = max(sm.kernel.chunk, 1)
+    choices = {}
+    for name in ("kernel", "eager"):
+        cache = sm.decode_cache(len(context)) if name == "kernel" else sm.new_cache()
+        sm.forward(torch.tensor(head), start=0, cache=cache)
+        out, n = [], len(head)
+        for b in range(0, tail, block):
+            ids = rest[b:b + block]
+            out.append(sm.forward(torch.tensor(ids), start=n, cache=cache).argmax(-1))
+            n += len(ids)
+        choices[name] = torch.cat(out)
+    differ = int((choices["kernel"] != choices["eager"]).sum())
+    if differ:
+        raise ConfigError(f"kernel {sm.kernel.label} changes the greedy choice at {differ} of {tail} positions here "
+                          "against the eager kernel: its rounding would break identical output; use --kernel eager")
+    return tail
+
+
+__all__ = ["MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef", "CostProfile", "CostRun",
+           "architecture_of", "calibration_context", "check_costs_for", "check_costs_model", "check_costs_whole",
+           "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_model",
+           "kernel_of", "load_costs", "measure_cost_profile", "planned_costs_of", "save_costs"]

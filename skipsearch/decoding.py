@@ -219,7 +219,8 @@ def generate(
         return draw(process_logits(logits, sampling), generator)
 
     t_start = timing.now(device)
-    cache = sm.new_cache()
+    # the kernel's cache: a DynamicCache, or the compiled kernel's StaticCache rewound to empty
+    cache = sm.decode_cache(len(prompt_ids) + max_new_tokens)
     # 0. prefill with the full model; its last logits give the first token.
     logits = sm.forward(torch.tensor(list(prompt_ids)), start=0, cache=cache, last_only=True)  # [1, V]
     pending = choose(logits[-1])

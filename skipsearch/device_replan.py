@@ -182,9 +182,11 @@ def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *
     measured = replace(measured, extra=tuple((k, v) for k, v in measured.extra if v is not None))
     if plan.extra:  # what the method's re-plan redid (e.g. the hierarchy's c, c_s and v(k)) goes last
         measured = _with_entries(measured, plan.extra, [k for k, _ in plan.extra])
-    # the profile is for the target now: its dtype is the one decode picks on a GPU
+    # the profile is for the target now: its dtype is the one decode picks on a GPU, and its kernel the one the
+    # target's figures were timed through
     return replace(profile, model=replace(profile.model, dtype=target.dtype), draft=draft, measured=measured,
-                   method_params=profile.method_params if plan.method_params is None else plan.method_params)
+                   method_params=profile.method_params if plan.method_params is None else plan.method_params,
+                   kernel=target.kernel.verify)
 
 
 def replan_to_dict(new: Profile, plan: Replanned) -> dict:

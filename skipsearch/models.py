@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -44,7 +45,8 @@ from skipsearch.checkpoints import (
     state_fingerprint,
     weights_fingerprint,
 )
-from skipsearch.config import DraftConfig
+from skipsearch.config import ConfigError, DraftConfig
+from skipsearch.kernels import EAGER, Kernel, check_kernel, inductor_cache_dir, parse_kernel
 from skipsearch.placement import (
     DEFAULT_MAX_TOKENS,
     DTYPES,
@@ -147,6 +149,10 @@ class SkippableModel:
         self._skip_mlp = _SkippedSublayer(returns_pair=False)
         self._skip_layer = _SkippedLayer()
         self._drafting = False
+        self._partial = 0  # open substituted() / draft_head() / eager() contexts: not the full model's kernel then
+        self._compile_draft = False  # inside compiled_draft(): one-token partial forwards may run compiled
+        self._eager_only = 0  # open eager() contexts
+        self._compiled: _CompiledBlocks | None = None  # the inductor kernel, once use_kernel() built it
 
     # -- facts about the model ------------------------------------------------------------
     @property
@@ -225,6 +231,7 @@ class SkippableModel:
         ``drafting`` inside it (a sublayer that ``drafting`` skips need not have a stand-in)."""
         swapped: list[tuple[nn.Module, str, nn.Module]] = []  # (layer, attribute, original)
         try:
+            self._partial += 1
             for attr, table in (("self_attn", attn or {}), ("mlp", mlp or {})):
                 for i, module in table.items():
                     layer = self.layers[i]
@@ -234,6 +241,7 @@ class SkippableModel:
         finally:
             for layer, attr, original in reversed(swapped):
                 setattr(layer, attr, original)
+            self._partial -= 1
 
     # -- forward passes -------------------------------------------------------------------
     def cache_kwargs(self, cache, *, layer: bool = False) -> dict[str, object]:
@@ -247,13 +255,93 @@ class SkippableModel:
 
         return DynamicCache(config=self.hf.config)
 
+    # -- kernels: what runs the full model's forwards (skipsearch.kernels) --------------------------
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel the full model's forwards on ``decode_cache()`` run through (eager unless ``use_kernel``)."""
+        return self._compiled.kernel if self._compiled is not None else EAGER
+
+    @property
+    def kernel_report(self) -> KernelReport | None:
+        """How the compiled kernel was built (None for eager): its compile time and graph count."""
+        return self._compiled.report() if self._compiled is not None else None
+
+    def use_kernel(self, kernel: Kernel | str, *, capacity: int) -> None:
+        """Run the full model's forwards on ``decode_cache()`` through ``kernel`` from now on, for sequences of up
+        to ``capacity`` positions (longest prompt + max_new_tokens). A compiled kernel is built and compiled
+        here, once per process (a minute or more: it is reported by ``kernel_report``); the caller checks
+        ``kernels.check_kernel`` before loading the model, so this only fails on a broken install."""
+        kernel = parse_kernel(kernel)
+        if not kernel.compiled:
+            self._compiled = None
+            return
+        check_kernel(kernel, self.device.type)
+        current = self._compiled
+        if current is not None and current.kernel == kernel and current.capacity >= capacity + kernel.chunk:
+            return
+        self._compiled = _CompiledBlocks(self, kernel, capacity=capacity + kernel.chunk)
+
+    def decode_cache(self, positions: int | None = None):
+        """The KV cache one sequence decodes in: with a compiled kernel its StaticCache, rewound to empty
+        (``positions``, prompt + max_new_tokens, must fit its capacity: one ConfigError line otherwise);
+        else a fresh DynamicCache, as ``new_cache``."""
+        if self._compiled is None:
+            return self.new_cache()
+        return self._compiled.fresh_cache(positions)
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Run every forward in this context eagerly, even on the compiled kernel's cache (the cost model's
+        per-sublayer arithmetic compares the full model with partial ones in one kernel)."""
+        self._partial += 1
+        self._eager_only += 1
+        try:
+            yield
+        finally:
+            self._partial -= 1
+            self._eager_only -= 1
+
+    @contextlib.contextmanager
+    def compiled_draft(self) -> Iterator[None]:
+        """Let one-token forwards in this context run compiled, on the compiled kernel's cache, with the model as
+        it stands (the sublayers and head a draft swapped in): inductor compiles one graph per distinct draft
+        model, on its first step, and reuses it after. For drafts whose model is fixed for a whole decode (a
+        precision draft's copy), not for searches that try many skip sets (each would compile). Without a
+        compiled kernel it changes nothing."""
+        before = self._compile_draft
+        self._compile_draft = True
+        try:
+            yield
+        finally:
+            self._compile_draft = before
+
+    def _runs_compiled(self, cache, start: int, tokens: int) -> str | None:
+        """Which compiled graph runs this forward, if any: "full" (the kernel's blocks: the full model, after the
+        prompt) or "draft" (a one-token step of a draft model inside ``compiled_draft``)."""
+        if self._compiled is None or cache is not self._compiled.cache or start == 0:
+            return None
+        full_model = not self._drafting and not self._partial
+        if full_model:
+            return "full"
+        if self._compile_draft and tokens == 1 and not self._eager_only:
+            return "draft"
+        return None
+
     @torch.inference_mode()
     def forward(self, token_ids: torch.Tensor, *, start: int, cache, last_only: bool = False) -> torch.Tensor:
         """Run ``token_ids`` ([T] or [1, T]) at positions start..start+T-1 and extend ``cache``.
 
         Returns logits [T, V] (or [1, V] with ``last_only``, which skips the LM head elsewhere).
+        On the compiled kernel's cache the full model runs its compiled blocks (the prompt, at ``start`` 0,
+        and every partial model run eagerly).
         """
         ids = token_ids.view(1, -1).to(self.device)  # [1, T]
+        graph = self._runs_compiled(cache, start, ids.shape[1])
+        if graph == "full":
+            logits = self._compiled.forward(ids[0], start)  # [T, V]
+            return logits[-1:] if last_only else logits
+        if graph == "draft":
+            return self._compiled.forward_one(ids[0], start)  # [1, V]
         positions = torch.arange(start, start + ids.shape[1], device=self.device).unsqueeze(0)  # [1, T]
         out = self.hf(
             input_ids=ids,
@@ -368,10 +456,12 @@ class SkippableModel:
             return
         full = self.hf.get_output_embeddings()
         try:
+            self._partial += 1
             self.hf.set_output_embeddings(head)
             yield
         finally:
             self.hf.set_output_embeddings(full)
+            self._partial -= 1
 
     def frame(self, *, start: int, length: int) -> LayerFrame:
         """Rotary embeddings and the causal mask for windows of up to ``length`` tokens at positions
@@ -409,8 +499,15 @@ class SkippableModel:
 
     @staticmethod
     def crop(cache, length: int) -> None:
-        """Cut every layer's KV back to ``length`` positions (rejected or draft-only entries go)."""
+        """Cut every layer's KV back to ``length`` positions (rejected or draft-only entries go). A static
+        layer keeps its tensors and rewinds its length, through its own ``crop``; the stale entries past it
+        are masked by position and overwritten by the next forward."""
         for layer in cache.layers:
+            if _is_static(layer):
+                held = int(layer.get_seq_length())
+                if held > length:
+                    layer.crop(length - held)
+                continue
             keys = getattr(layer, "keys", None)
             if keys is not None and keys.dim() == 4 and keys.shape[-2] > length:
                 layer.keys = keys[..., :length, :]
@@ -421,6 +518,9 @@ class SkippableModel:
         """Per-layer KV length, for tests and assertions."""
         out = []
         for layer in cache.layers:
+            if _is_static(layer):
+                out.append(int(layer.get_seq_length()))
+                continue
             keys = getattr(layer, "keys", None)
             out.append(0 if keys is None or keys.dim() != 4 else int(keys.shape[-2]))
         return tuple(out)
@@ -481,6 +581,121 @@ def _cache_parameter(forward: Callable) -> str:
     except (TypeError, ValueError):
         return "past_key_values"
     return "cache" if "cache" in params else "past_key_values"
+
+
+def _is_static(layer) -> bool:
+    """A StaticCache layer (transformers 5): fixed tensors, and a length it keeps as a tensor."""
+    return isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """How a compiled kernel was built, for people and for the files that record timings taken with it."""
+
+    kernel: str  # its label, e.g. inductor-c4
+    threads: int  # torch threads its generated code was compiled for
+    capacity: int  # positions its StaticCache holds
+    compile_seconds: float  # building and compiling the block graph (and its warm-up calls)
+    graphs: int  # graphs compiled so far; it stays at 1 while decoding (no recompilation)
+    cache_dir: str  # inductor's on-disk cache for this torch and thread count
+
+
+# inductor's settings for the kernel: frozen weights, CPU GEMM templates autotuned against the BLAS call, and
+# no autotuning tables printed on the user's terminal
+_SETTINGS = {"freezing": True, "max_autotune": True, "autotune_num_choices_displayed": 0,
+             "max_autotune_report_choices_stats": False}
+
+
+@contextlib.contextmanager
+def inductor_settings() -> Iterator[None]:
+    """The compiled kernel's inductor settings, for anything else compiled beside it (e.g. bench's HF peer)."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(_SETTINGS):
+        yield
+
+
+class _CompiledBlocks:
+    """The inductor kernel: the whole HF model compiled for one block of ``kernel.chunk`` tokens on one
+    StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block.
+
+    Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
+    that compiles; the adapter routes full-model forwards on ``cache`` here."""
+
+    def __init__(self, sm: SkippableModel, kernel: Kernel, *, capacity: int) -> None:
+        import os
+
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+        from transformers import StaticCache
+
+        self.kernel, self.capacity, self._sm = kernel, capacity, sm
+        self._counters = counters
+        threads = torch.get_num_threads()
+        self._cache_dir = inductor_cache_dir(threads)
+        self._cache_dir.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self._cache_dir)  # read by inductor when it compiles
+        self.cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
+        config = sm.hf.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
+        # one graph per module and block shape; a model and its copies (a draft) must not evict each other
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self._module = torch.compile(sm.hf, dynamic=False)
+        graphs_before = counters["stats"]["unique_graphs"]
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            pad = torch.zeros(kernel.chunk, dtype=torch.long, device=sm.device)
+            for _ in range(2):  # the first call compiles; the second checks the graph is reused
+                SkippableModel.crop(self.cache, 0)
+                self.forward(pad, 1)
+        SkippableModel.crop(self.cache, 0)
+        self._seconds = time.perf_counter() - t0
+        self._graphs_before, self._threads = graphs_before, threads
+
+    def report(self) -> KernelReport:
+        return KernelReport(self.kernel.label, self._threads, self.capacity, round(self._seconds, 1),
+                            int(self._counters["stats"]["unique_graphs"] - self._graphs_before), str(self._cache_dir))
+
+    def fresh_cache(self, positions: int | None):
+        if positions is not None and positions + self.kernel.chunk > self.capacity:
+            raise ConfigError(f"{positions} positions (prompt + max_new_tokens) do not fit kernel "
+                              f"{self.kernel.label}'s cache of {self.capacity - self.kernel.chunk}: build it for "
+                              "longer sequences, or use --kernel eager")
+        SkippableModel.crop(self.cache, 0)
+        return self.cache
+
+    def forward_one(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
+        pos = torch.tensor([[start]], device=ids.device)  # [1, 1]
+        SkippableModel.crop(self.cache, start)
+        with inductor_settings():
+            logits = self._module(input_ids=ids.view(1, 1), position_ids=pos, **self._sm.cache_kwargs(self.cache),
+                                  use_cache=True).logits  # [1, 1, V]
+        return logits[0].float()
+
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """The full model over ``ids`` [T] at positions start.., in blocks: logits [T, V]; the cache ends at
+        start + T (a padded block's extra positions are rewound)."""
+        C, T = self.kernel.chunk, ids.shape[0]
+        if start + T + C > self.capacity:
+            raise ConfigError(f"position {start + T} is past kernel {self.kernel.label}'s cache of "
+                              f"{self.capacity - C} positions")
+        out = []
+        for b in range(0, T, C):
+            block = ids[b:b + C]  # [<=C]
+            n = block.shape[0]
+            if n < C:  # padding: its KV lands past the sequence, masked by position and rewound below
+                block = torch.cat([block, block.new_zeros(C - n)])
+            pos = torch.arange(start + b, start + b + C, device=ids.device).unsqueeze(0)  # [1, C]
+            SkippableModel.crop(self.cache, start + b)
+            with inductor_settings():
+                logits = self._module(input_ids=block.unsqueeze(0), position_ids=pos,
+                                      **self._sm.cache_kwargs(self.cache), use_cache=True).logits  # [1, C, V]
+            out.append(logits[0, :n])
+        SkippableModel.crop(self.cache, start + T)
+        return torch.cat(out).float()  # [T, V]
 
 
 # -- loading ---------------------------------------------------------------------------------

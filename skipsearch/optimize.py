@@ -109,6 +109,10 @@ class SearchSettings:
     # re-ranking the study for another device (``--budget 0 --costs``), and timing its best here
     costs: str | None = None
     time_shortlist: bool = False
+    # what runs the full model's forwards while timing (skipsearch.kernels), recorded in the profile; and torch's
+    # intra-op threads (None: torch's default), recorded with the figures
+    kernel: str = "eager"
+    threads: int | None = None
 
     @property
     def study_dir(self) -> str | None:
@@ -182,6 +186,8 @@ def optimize(
     prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
     say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
     cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=s.max_new_tokens)
+    # the kernel every timing and the cost model run through, sized for the longest calibration sequence
+    sm.use_kernel(s.kernel, capacity=max(map(len, cal.prompts)) + s.max_new_tokens)
     objective = ModelObjective(sm, cal, repeats=s.repeats)
     search_kind = "timed" if objective_kind == "timed" else "surrogate"
     interrupted = False
@@ -205,6 +211,7 @@ def optimize(
         method=shipped.method,
         draft=shipped.draft,
         method_params=tuple(shipped.plain_params().items()),
+        kernel=sm.kernel.label,
         measured=_measured(m, s, sm, objective, verdict, timed, shipped=shipped),
         environment=Environment.current(str(sm.device), placement=getattr(sm, "placement", None)),
         search=SearchInfo(

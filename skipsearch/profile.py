@@ -45,7 +45,10 @@ from .files.yamlio import short as _short
 #      prose told a speedup over our own loop from one over HF greedy. _v2_to_v3 maps the texts skipsearch wrote
 #      (and close hand-written ones) to their value; any other text moves to measured.baseline_text, unvalidated,
 #      so that every file that loaded before still loads.
-SCHEMA_VERSION = 3
+#   4: optional top-level ``kernel``: the kernel (skipsearch.kernels: eager, inductor-c4, ...) the profile was timed or
+#      planned with, which ``decode`` and ``bench`` run it through unless told otherwise; a version-3 file names none
+#      and decodes on the eager kernel, as before (_v3_to_v4 changes nothing).
+SCHEMA_VERSION = 4
 
 # What a measured speedup is relative to (Measured.baseline): the value, and what it means for people.
 BASELINE_OURS_AR = "skipsearch-ar"
@@ -67,7 +70,7 @@ OLD_BASELINE_KEY = "baseline_text"  # measured.<key>: a schema-1/2 baseline text
 
 
 def _v1_to_v2(raw: dict) -> dict:
-    return dict(raw)  # version 2 only adds optional keys
+    return dict(raw)  # version 2 (and 4, from 3) only adds optional keys
 
 
 def _old_baseline(text: str) -> str | None:
@@ -96,9 +99,11 @@ def _v2_to_v3(raw: dict) -> dict:
     return out
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3}  # version v -> one returning v+1
+# version v -> one returning v+1
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v1_to_v2}
 
-_TOP_KEYS = ("schema_version", "model", "method", "draft", "measured", "environment", "search", "method_params")
+_TOP_KEYS = ("schema_version", "model", "method", "draft", "kernel", "measured", "environment", "search",
+             "method_params")
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,7 @@ class Profile:
     environment: Environment | None = None
     search: SearchInfo | None = None
     method_params: tuple[tuple[str, Any], ...] = ()  # the method's own; skipsearch.methods validates them
+    kernel: str | None = None  # the kernel it was timed or planned with (skipsearch.kernels); None: eager
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -215,6 +221,7 @@ class Profile:
             "model": f"{m.name} ({n} layers, {m.dtype}" + (f", fingerprint {m.fingerprint})" if m.fingerprint else ")"),
             "method": self.method,
             "max draft": f"K={d.max_draft_tokens}" if d.max_draft_tokens else "0 (plain autoregressive decoding)",
+            "kernel": self.kernel or "eager (none recorded)",
             "exit rule": exit_rule,
             "skip attn": f"{', '.join(map(str, d.skip_attn)) or 'none'} ({len(d.skip_attn)} of {n})",
             "skip mlp": f"{', '.join(map(str, d.skip_mlp)) or 'none'} ({len(d.skip_mlp)} of {n})",
@@ -338,8 +345,18 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
     if raw.get("search") is not None:
         search = SearchInfo(**_section(SearchInfo, raw["search"], "search", source, required=("strategy",),
                                        nonnegative=("budget", "trials"))[0])
+    kernel = raw.get("kernel")
+    if kernel is not None:
+        from skipsearch.kernels import parse_kernel
+
+        if not isinstance(kernel, str):
+            raise _err(source, f"kernel must be a kernel's name (eager, inductor-c4, ...), got {_short(kernel)}")
+        try:
+            kernel = parse_kernel(kernel).label
+        except ConfigError as e:
+            raise _err(source, f"kernel: {e}") from None
     return Profile(model=model, method=method.name, draft=draft, measured=measured, environment=environment,
-                   search=search, method_params=tuple(params.items()))
+                   search=search, method_params=tuple(params.items()), kernel=kernel)
 
 
 def _check_records(extra: tuple[tuple[str, Any], ...], *, source: str) -> None:
@@ -354,7 +371,7 @@ def _check_records(extra: tuple[tuple[str, Any], ...], *, source: str) -> None:
 def profile_to_dict(p: Profile) -> dict:
     """The YAML-ready dict, keys in contract order; fields that are None are left out."""
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-    for key in ("model", "method", "draft", "measured", "environment", "search"):
+    for key in ("model", "method", "draft", "kernel", "measured", "environment", "search"):
         if getattr(p, key) is not None:
             out[key] = _plain(getattr(p, key))
     if p.method_params:

@@ -31,6 +31,7 @@ import torch
 
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, ExitRule, Trace
 from skipsearch.decoding import LayerSkipDrafter, generate
+from skipsearch.files.costs import SchemeCosts
 from skipsearch.harness import time_interleaved
 from skipsearch.measure import Measurement
 from skipsearch.models import SkippableModel
@@ -48,6 +49,21 @@ class SchemeCost:
     full_attn_seconds: float  # one layer's attention at full precision, same rounds
     full_mlp_seconds: float
     head_saving_seconds: float  # a step with the scheme's head, less a step with the full head
+    # The parts above are eager timings (their sum is ``step_seconds``). A draft's c is its seconds over the
+    # decoder's unit, one plain step through the kernel that verifies (``SkippableModel.kernel``): None, the
+    # eager step itself. With a compiled kernel the whole-model draft in the scheme (every sublayer and the head)
+    # also runs compiled: ``whole_seconds`` is that step, which re-prices the eager arithmetic (None: eager draft).
+    unit_seconds: float | None = None
+    whole_seconds: float | None = None
+
+    @property
+    def unit(self) -> float:
+        return self.unit_seconds if self.unit_seconds is not None else self.step_seconds
+
+    def kept(self) -> SchemeCosts:
+        """What a cost file (or a profile's measured.costs) keeps of it: the rest is the file's own step."""
+        return SchemeCosts(self.scheme, self.attn_seconds, self.mlp_seconds, self.head_saving_seconds,
+                           self.whole_seconds)
 
 
 def _one_step(sm: SkippableModel, token: torch.Tensor, n: int, cache, skip: DraftConfig | None) -> None:
@@ -58,10 +74,14 @@ def _one_step(sm: SkippableModel, token: torch.Tensor, n: int, cache, skip: Draf
     sm.crop(cache, n)
 
 
-def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = 9) -> SchemeCost:
+def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = 9,
+                      compiled_whole: bool = False) -> SchemeCost:
     """Time one-token steps of the full model, with every attention / MLP / the head replaced by ``copy``'s
     stand-ins (``copy.scheme``, ``copy.stand_ins(attn_layers, mlp_layers)``, ``copy.head``), and with every
-    attention / MLP skipped, interleaved by the one harness; medians."""
+    attention / MLP skipped, interleaved by the one harness; medians. These run eagerly on a DynamicCache, so
+    their differences split a step into its parts. On a compiled kernel the same rounds also time the decoder's
+    unit (a plain step through the kernel) and, with ``compiled_whole`` (a draft that ``compiled_draft`` runs,
+    as precision's), the whole-model draft in the scheme as the decoder runs it: compiled, on the kernel's cache."""
     every = tuple(range(sm.num_layers))
     cache = sm.new_cache()
     sm.forward(torch.tensor(list(context)), start=0, cache=cache)
@@ -75,6 +95,15 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
 
     calls = {"full": step(), "q_attn": step(attn=every), "q_mlp": step(mlp=every), "q_head": step(head=True),
              "no_attn": step(skip=DraftConfig(skip_attn=every)), "no_mlp": step(skip=DraftConfig(skip_mlp=every))}
+    compiled = sm.kernel.compiled
+    if compiled:
+        kcache = _kernel_cache(sm, context, 2)
+        calls["unit"] = lambda: _one_step(sm, token, n, kcache, None)
+        if compiled_whole:
+            def whole() -> None:
+                with sm.substituted(**copy.stand_ins(every, every)), sm.draft_head(copy.head), sm.compiled_draft():
+                    _one_step(sm, token, n, kcache, None)
+            calls["whole"] = whole
     med = {k: t.median for k, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
     L = sm.num_layers
     return SchemeCost(
@@ -84,7 +113,15 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
         full_attn_seconds=max(med["full"] - med["no_attn"], 0.0) / L,
         full_mlp_seconds=max(med["full"] - med["no_mlp"], 0.0) / L,
         head_saving_seconds=med["full"] - med["q_head"],
+        unit_seconds=med.get("unit"), whole_seconds=med.get("whole"),
     )
+
+
+def _kernel_cache(sm: SkippableModel, context: Sequence[int], extra: int):
+    """The kernel's decode cache holding ``context`` (prefilled eagerly, as the decoder does), room for ``extra``."""
+    kcache = sm.decode_cache(len(context) + extra)
+    sm.forward(torch.tensor(list(context)), start=0, cache=kcache)
+    return kcache
 
 
 @dataclass(frozen=True)
@@ -107,6 +144,10 @@ class CostModel:
     verify_ratio: tuple[float, ...]  # v(k) for k = 1..len: one forward over k tokens / one step
     num_layers: int
     extras: tuple[DraftCost, ...] = ()  # the ``extra`` configs, costed in the same rounds
+    # The full one-token step run eagerly, which attn/mlp/fixed split (drafts that run part of the model run
+    # eagerly): None when it is the step itself. With a compiled kernel step_seconds (the unit every ratio is
+    # relative to) is a plain step through that kernel, and this is the eager one.
+    eager_step_seconds: float | None = None
 
     def extra(self, name: str) -> DraftCost:
         """The measured costs of the extra config ``name``."""
@@ -181,6 +222,10 @@ def measure_costs(
     n = len(context)
     L = sm.num_layers
     every = tuple(range(L))
+    # the parts (full, no_attn, no_mlp and the extra drafts) run eagerly on a DynamicCache; the verify curve and the
+    # unit through the decoder's kernel, on its cache (the same one unless a compiled kernel runs)
+    compiled = sm.kernel.compiled
+    vcache = _kernel_cache(sm, context, max(verify_sizes)) if compiled else cache
 
     def step(config: DraftConfig | None):
         token = torch.tensor([context[-1]])
@@ -195,11 +240,12 @@ def measure_costs(
 
         def once():  # as a verifier runs it: all k rows of logits, argmax read back
             if config is None:
-                sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
+                sm.forward(ids, start=n, cache=vcache).argmax(-1).tolist()
+                sm.crop(vcache, n)
             else:
                 with sm.drafting(config):
                     sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
-            sm.crop(cache, n)
+                sm.crop(cache, n)
 
         return once
 
@@ -223,7 +269,8 @@ def measure_costs(
         own = med[f"extra {name} 1"]
         extras.append(DraftCost(name, own, _curve(extra_sizes[name], lambda k, name=name: med[f"extra {name} {k}"],
                                                   own)))
-    return CostModel(unit, attn, mlp, fixed, _curve(verify_sizes, lambda k: med[f"v{k}"], unit), L, tuple(extras))
+    return CostModel(unit, attn, mlp, fixed, _curve(verify_sizes, lambda k: med[f"v{k}"], unit), L, tuple(extras),
+                     eager_step_seconds=full if compiled else None)
 
 
 def _curve(sizes: Sequence[int], seconds: Callable[[int], float], unit: float) -> tuple[float, ...]:

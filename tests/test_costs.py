@@ -38,7 +38,7 @@ def synthetic(*, num_layers: int = 30, name: str = "smollm2-135m", verify=(1.0, 
 def test_round_trip_and_the_cost_model(tmp_path):
     cp = synthetic()
     path = save_costs(cp, tmp_path / "c.yaml")
-    assert path.read_text().startswith("# skipsearch cost profile (schema v1)")
+    assert path.read_text().startswith("# skipsearch cost profile (schema v2)")
     back = load_costs(path)
     assert back == cp
     cm = back.cost_model()

@@ -23,6 +23,7 @@ from skipsearch.api.search import Reranked, SearchRun, SearchSettings, optimize_
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
 from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
+from skipsearch.kernels import Kernel
 from skipsearch.models import SkippableModel
 from skipsearch.profile import Profile
 
@@ -58,6 +59,7 @@ def decode_prompts(
     max_new_tokens: int = 128,
     seed: int = 0,
     on_text: Callable[[int, str], None] | None = None,
+    kernel: Kernel | None = None,
 ) -> Iterator[Decoded]:
     """Decode each prompt and yield its result as soon as it is done, so that a caller can write
     it before the next starts: an interrupt or a failure later loses nothing that finished.
@@ -66,11 +68,14 @@ def decode_prompts(
     ``max_new_tokens`` more) here, before the first is decoded: bad input fails at the call, in
     milliseconds. ``on_text(index, new_text)`` streams text as it is produced. ``drafters`` (from
     ``drafter_factory``) gives each prompt a fresh drafter; without it, ``config`` is the
-    layer-skip draft config.
+    layer-skip draft config. ``kernel`` (a compiled one is built here, once, for the longest prompt) runs the
+    full model's forwards; None keeps what ``sm`` runs.
     """
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
+    if kernel is not None:
+        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens)
     return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,
                         max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
 

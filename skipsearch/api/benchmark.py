@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from skipsearch.api.checks import check_model_arg, profile_hardware_note, profile_paths
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
+from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.models import ModelError
+from skipsearch.placement import choose_placement
 from skipsearch.profile import Profile, check_model, check_profile_target, load_profile
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ class BenchOptions:
     device: str = "auto"
     dtype: str = "auto"
     threads: int | None = None
+    kernel: str | None = None  # skipsearch's own rows run through it; None: the profiles' common kernel, else eager
     report: Path | None = None  # the Markdown report's path: checked writable here, written by the caller
     as_json: Path | None = None  # the JSON report's path, likewise
     write_measured: bool = False  # the profiles' measured blocks will be filled: checked writable here
@@ -87,6 +90,9 @@ def bench_profiles(
     sweep_set = load_prompts(o.dataset, split="calib", n=o.sweep_prompts, seed=o.seed) if sweeping else ()
     name = o.model or (names.pop() if names else "smollm2-135m")
     dtype = o.dtype or (profs[0][1].model.dtype if profs else "float32")
+    recorded = {prof.kernel or "eager" for _, prof in profs}
+    kernel = choose_kernel(o.kernel, recorded.pop() if len(recorded) == 1 else None)
+    check_kernel(kernel, choose_placement(o.device, dtype).device)
     # 2. the model, and the profiles checked against it
     if o.threads:
         torch.set_num_threads(o.threads)
@@ -101,7 +107,7 @@ def bench_profiles(
     report = bn.bench(
         sm, prompts, profiles=profs, peers=peers, max_new_tokens=o.max_new_tokens, repeats=o.repeats,
         sweep_prompts=sweep_set, sweep=o.sweep_prompts > 0, dataset=o.dataset, split=o.split,
-        on_stage=on_stage, on_progress=on_progress,
+        on_stage=on_stage, on_progress=on_progress, kernel=kernel,
     )
     command = ["skipsearch", "bench", "--model", name]
     if paths:
@@ -110,6 +116,7 @@ def bench_profiles(
                 str(o.n_prompts), "--max-new-tokens", str(o.max_new_tokens), "--repeats", str(o.repeats),
                 "--sweep-prompts", str(o.sweep_prompts), "--seed", str(o.seed), "--device", o.device, "--dtype", dtype]
     command += ["--threads", str(o.threads)] if o.threads else []
+    command += ["--kernel", kernel.label]
     command += ["--report", str(o.report)] if o.report else []
     command += ["--json", str(o.as_json)] if o.as_json else []
     return BenchRun(report, tuple(profs), tuple(command))

@@ -92,8 +92,6 @@ def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats
                     warn: Callable[[str], None] = lambda _line: None) -> tuple:
     """Each chosen scheme's per-sublayer costs on ``sm``'s device (``files.costs.SchemeCosts``). A scheme the
     device cannot run is an error where it was asked for, and one ``warn`` line where it is a default."""
-    from skipsearch.files.costs import SchemeCosts
-
     out = []
     for scheme in choice.schemes:
         try:
@@ -103,7 +101,7 @@ def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats
                 raise
             warn(f"not measuring scheme {scheme} here: {e}")
             continue
-        out.append(SchemeCosts(m.scheme, m.attn_seconds, m.mlp_seconds, m.head_saving_seconds))
+        out.append(m.kept())  # files.costs.SchemeCosts, with the compiled whole draft where one was timed
     return tuple(out)
 
 

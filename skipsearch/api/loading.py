@@ -4,6 +4,7 @@ loads: ``open_model``, which ``decode`` and ``plan --profile`` (when it traces a
 from __future__ import annotations
 
 from skipsearch import methods
+from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.models import (
     DEFAULT_MODEL,
     ModelError,
@@ -20,7 +21,7 @@ from skipsearch.profile import Profile, check_model, load_profile
 
 def open_model(
     *, model: str | None = None, profile: str | None = None, device: str = "auto", dtype: str | None = "auto",
-    force: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
+    force: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS, kernel: str | None = None,
 ) -> tuple[SkippableModel, Profile | None]:
     """Load the model a profile names (or ``model``) and check the profile fits it.
 
@@ -30,6 +31,8 @@ def open_model(
     accepted when its weights are the profile's (a schema-1 profile, which does not record them,
     still needs the same name). ``dtype`` auto (or None) is fp32 on the CPU and the profile's dtype
     on a GPU. ``max_tokens`` (longest prompt + max_new_tokens) sizes the KV cache in the memory check.
+    ``kernel`` (``--kernel``; None: the profile's, else eager) is checked against the device before the model
+    loads; the caller builds it (``SkippableModel.use_kernel``) once it knows the longest sequence.
     """
     prof = load_profile(profile) if profile else None
     if prof is not None and model not in (None, prof.model.name) and prof.model.weights_fingerprint is None:
@@ -48,9 +51,10 @@ def open_model(
         else:  # no safetensors files: the weights can only be hashed once they are loaded
             check_model(prof, num_layers=config.num_hidden_layers, source=profile)
     method = methods.get(prof.method) if prof is not None else None
+    placement = choose_placement(device, dtype or "auto", profile=prof.model.dtype if prof is not None else None)
     if method is not None and method.check_device is not None:  # e.g. fp8 on a CPU: refused before loading
-        placement = choose_placement(device, dtype or "auto", profile=prof.model.dtype)
         method.check_device(prof.candidate, placement.device)
+    check_kernel(choose_kernel(kernel, prof.kernel if prof is not None else None), placement.device)
     draft_bits = method.draft_weight_bits(prof.candidate) if method and method.draft_weight_bits else None
     sm = load_model(checkpoint, device=device, dtype=dtype or "auto", max_tokens=max_tokens,
                     profile_dtype=prof.model.dtype if prof is not None else None, draft_bits=draft_bits)

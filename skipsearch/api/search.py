@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 from skipsearch.api.checks import check_model_arg, check_study_for_model, costs_hardware_note
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
+from skipsearch.kernels import check_kernel, parse_kernel
 from skipsearch.optimize import SearchSettings
+from skipsearch.placement import choose_placement
 from skipsearch.profile import Profile, check_profile_target, load_profile
 
 if TYPE_CHECKING:
@@ -89,7 +91,12 @@ def optimize_study(
     # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
     # character, and a chat template adds a few dozen.
     longest = max(len(p.text) for p in prompts) + 64
+    check_kernel(parse_kernel(o.kernel), choose_placement(o.device, o.dtype).device)
     # 2. the model; 3. the search, sized by its depth: calibrate, search, time the shortlist, choose what ships
+    if o.threads:
+        import torch
+
+        torch.set_num_threads(o.threads)
     sm = load_model(o.model, device=o.device, dtype=o.dtype, max_tokens=longest + o.max_new_tokens)
     result = opt.optimize(sm, o, on_trial=on_trial, on_stage=on_stage)
     return SearchRun(result, path, study)

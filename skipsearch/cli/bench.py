@@ -39,6 +39,9 @@ def bench(
     dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
                                             "float16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads.")] = None,
+    kernel: Annotated[str | None, typer.Option(
+        help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels.py). "
+             "Default: the profiles' kernel when they share one, else eager.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
     by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
@@ -61,8 +64,8 @@ def bench(
     options = api.BenchOptions(
         profiles=(*(profiles or []), *(more_profiles or [])), model=model, peers=peers, dataset=dataset, split=split,
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
-        device=device, dtype=dtype, threads=threads, report=report, as_json=as_json, write_measured=write_measured,
-        force=force,
+        device=device, dtype=dtype, threads=threads, kernel=kernel, report=report, as_json=as_json,
+        write_measured=write_measured, force=force,
     )
     with user_errors():
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr

@@ -30,6 +30,9 @@ def costs_command(
     = None,
     seed: Annotated[int, typer.Option()] = 0,
     force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
+    kernel: Annotated[str, typer.Option(
+        help="What the step and v(k) run through: eager, inductor[-c<block>], or auto (the compiled kernel where it "
+             "runs here and is faster than eager in the same rounds; skipsearch/kernels.py).")] = "eager",
     schemes: Annotated[str | None, typer.Option(
         help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
              "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
@@ -89,6 +92,11 @@ def costs_command(
             check_profile_target(out, force=force)
         load_prompts(dataset, split="calib", n=1, seed=seed)
         choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
+        if kernel != "auto":
+            from skipsearch.kernels import check_kernel, parse_kernel
+            from skipsearch.placement import choose_placement
+
+            check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
         if threads:
             torch.set_num_threads(threads)
         sm = load_model(model, device=device, dtype=dtype)
@@ -97,7 +105,8 @@ def costs_command(
             check_profile_target(path, force=force)
         typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
         context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
-        cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]))
+        cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]),
+                                  kernel=kernel)
         if choice is None:
             choice = default_schemes((model, sm.name), str(sm.device))
             for note in choice.notes:

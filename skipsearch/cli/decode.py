@@ -16,6 +16,7 @@ import typer
 from skipsearch.cli.edge import user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import DataError, Prompt
+from skipsearch.kernels import choose_kernel
 
 
 def decode(
@@ -36,6 +37,11 @@ def decode(
     dtype: Annotated[str, typer.Option(help="auto (float32 on CPU; on GPU the profile's, else the checkpoint's), "
                                             "float32, bfloat16, float16.")] = "auto",
     force: Annotated[bool, typer.Option(help="Use a profile despite a model fingerprint mismatch.")] = False,
+    kernel: Annotated[str | None, typer.Option(
+        help="What runs the full model's forwards: eager, or inductor[-c<block>] (compiled once per process, "
+             "about a minute on a CPU; skipsearch/kernels.py). Default: the profile's kernel, else eager.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's); a profile "
+                                                            "planned for another count says so.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt on stdout.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Greedy only: also decode with HF greedy and print each "
                                                         "output's verdict (identical, equal up to numerical ties, "
@@ -58,8 +64,16 @@ def decode(
             _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("", prompt, chat, "", "--prompt"),)
         )
         api.check_model_arg(model)
-        sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force)
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force,
+                                  kernel=kernel)
         drafters = api.drafter_factory(prof, sm)
+        chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)
+        if chosen.compiled:
+            typer.echo(f"building kernel {chosen.label} (compiled once per process)", err=True)
 
         def show(_: int, text: str) -> None:
             sys.stdout.write(text)
@@ -68,8 +82,11 @@ def decode(
         # 2. every prompt is encoded and checked against the context here, before the first decodes
         results = api.decode_prompts(
             sm, prompts, drafters=drafters, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
-            on_text=None if as_json else show,
+            on_text=None if as_json else show, kernel=chosen,
         )
+        if sm.kernel_report is not None:
+            typer.echo(f"kernel {sm.kernel_report.kernel}: compiled in {sm.kernel_report.compile_seconds:.0f} s "
+                       f"for {sm.kernel_report.threads} thread(s)", err=True)
         # the input is all checked: now, before any output, a profile measured elsewhere says so
         note = api.profile_hardware_note(prof, sm.device, source=profile)
         if note:  # a warning, never a refusal: the output is lossless anywhere, only the speed may differ

@@ -66,6 +66,10 @@ def optimize(
              "no new trials.")] = None,
     time_shortlist: Annotated[bool, typer.Option(
         help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
+    kernel: Annotated[str, typer.Option(
+        help="What runs the full model's forwards while timing, recorded in the profile: eager, or "
+             "inductor[-c<block>] (compiled once per process; skipsearch/kernels.py).")] = "eager",
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
     import optuna
@@ -94,7 +98,7 @@ def optimize(
             max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
             max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
             study_name=study_name, out=out, force=force, warm_start=tuple(warm_start or ()), seed=seed, device=device,
-            dtype=dtype, costs=costs, time_shortlist=time_shortlist,
+            dtype=dtype, costs=costs, time_shortlist=time_shortlist, kernel=kernel, threads=threads,
             strategy_options=tuple((key, value) for key, (_, value) in given.items() if value is not None),
             option_names=tuple((key, flag) for key, (flag, _) in given.items()),
         )

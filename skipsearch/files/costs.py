@@ -33,6 +33,9 @@ class SchemeCosts:
     attn_seconds: float  # one layer's attention with its weights in the scheme
     mlp_seconds: float  # one layer's MLP in the scheme
     head_saving_seconds: float  # a step with the scheme's LM head, less one with the full head (< 0: slower)
+    # the whole model in the scheme (every sublayer and the head) as the decoder runs that draft when a compiled
+    # kernel verifies: compiled, one token (None: the draft runs eagerly, as its parts were timed)
+    whole_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,14 @@ class Costs:
     verify_ratio: tuple[float, ...]  # v(1), v(2), ...
     lm_head_seconds: float | None = None  # the LM head alone, for people: a part of fixed_seconds
     schemes: tuple[SchemeCosts, ...] = ()  # precision-draft schemes costed on this device
+    # the full one-token step run eagerly, which attn/mlp/fixed split, when step_seconds is a compiled kernel's
+    # step (skipsearch.kernels); None: step_seconds is that eager step
+    eager_step_seconds: float | None = None
+
+    @property
+    def parts_seconds(self) -> float:
+        """The eager step the per-sublayer costs split."""
+        return self.eager_step_seconds if self.eager_step_seconds is not None else self.step_seconds
 
     def scheme(self, name: str) -> SchemeCosts | None:
         return next((s for s in self.schemes if s.scheme == name), None)
@@ -79,7 +90,9 @@ class Costs:
     def whole_model_ratio(self, s: SchemeCosts, num_layers: int) -> float:
         """A one-token step with every sublayer and the head in scheme ``s``, over the full step."""
         L = num_layers
-        whole = self.step_seconds - L * (self.attn_seconds + self.mlp_seconds - s.attn_seconds - s.mlp_seconds)
+        if s.whole_seconds is not None:  # the decoder runs it compiled: timed as such
+            return s.whole_seconds / self.step_seconds
+        whole = self.parts_seconds - L * (self.attn_seconds + self.mlp_seconds - s.attn_seconds - s.mlp_seconds)
         return (whole - s.head_saving_seconds) / self.step_seconds
 
     @property
@@ -116,7 +129,7 @@ def costs_to_dict(c: Costs) -> dict:
     out["verify_ratio"] = [round(v, 4) for v in c.verify_ratio]
     if c.schemes:
         out["schemes"] = {s.scheme: {f.name: float(f"{getattr(s, f.name):.5g}") for f in fields(s)
-                                     if f.name != "scheme"} for s in c.schemes}
+                                     if f.name != "scheme" and getattr(s, f.name) is not None} for s in c.schemes}
     return plain(out)
 
 
@@ -155,6 +168,10 @@ def _schemes_from_dict(raw: Any, path: str, source: str) -> tuple[SchemeCosts, .
                              required=("attn_seconds", "mlp_seconds", "head_saving_seconds"))[0]
         except ProfileError as e:
             raise CostsError(str(e)) from None
+        if values.get("whole_seconds") is not None and not (math.isfinite(values["whole_seconds"])
+                                                             and values["whole_seconds"] > 0):
+            raise _err(source, f"{path}.{name}.whole_seconds must be a finite number of seconds > 0, "
+                               f"got {values['whole_seconds']}")
         for key in ("attn_seconds", "mlp_seconds", "head_saving_seconds"):
             value = values[key]
             if not math.isfinite(value) or (key != "head_saving_seconds" and value < 0):

@@ -12,12 +12,14 @@ class PrecisionDrafter(LayerSkipDrafter):
     """Drafts with some sublayers skipped (the draft config), some quantized, some full (the params).
 
     Draft-only KV goes into the engine's cache and is cropped by it, as for layer-skip: the quantized
-    attention reads the full model's KV for the context and never re-runs the prompt."""
+    attention reads the full model's KV for the context and never re-runs the prompt. On a compiled kernel
+    (``SkippableModel.use_kernel``) the draft steps run a compiled graph of the draft model too."""
 
     def __init__(self, config: DraftConfig, params: PrecisionParams, qcopy: QuantizedCopy, sm) -> None:
         super().__init__(config, head=draft_head(sm, qcopy, params))
         self.stand_ins = qcopy.stand_ins(*params.roles(config, sm.num_layers))
 
     def draft(self, sm, cache, **kwargs):
-        with sm.substituted(**self.stand_ins):
+        # the draft model is fixed for the whole decode: on a compiled kernel it runs its own compiled graph
+        with sm.substituted(**self.stand_ins), sm.compiled_draft():
             return super().draft(sm, cache, **kwargs)

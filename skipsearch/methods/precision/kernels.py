@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import logging
 import warnings
+import weakref
 
 import torch
 from torch import nn
@@ -60,13 +62,35 @@ class Fp16Linear(nn.Module):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_DEPRECATED)
             self.packed = torch.fbgemm_pack_gemm_matrix_fp16(weight)  # opaque, out x in fp16
+            self.key = next(_KEYS)  # how a compiled graph names it (inductor would copy the opaque tensor itself)
+            _PACKED[self.key] = self
             with torch.inference_mode():
                 self.forward(torch.zeros(1, self.in_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype is torch.float32:  # the draft of an fp32 model: no casts on the hot path
-            return torch.fbgemm_linear_fp16_weight_fp32_activation(x, self.packed, self.bias)
-        return torch.fbgemm_linear_fp16_weight_fp32_activation(x.float(), self.packed, self.bias).to(x.dtype)
+        x32 = x if x.dtype is torch.float32 else x.float()  # the draft of an fp32 model: no casts on the hot path
+        if torch.compiler.is_compiling():  # traced (a compiled draft): through the op that tells inductor its shape
+            out = torch.ops.skipsearch.fp16_linear(x32, self.key, self.bias, self.out_features)
+        else:
+            out = torch.fbgemm_linear_fp16_weight_fp32_activation(x32, self.packed, self.bias)
+        return out if x.dtype is torch.float32 else out.to(x.dtype)
+
+
+# fbgemm's fp16-weight GEMM as a custom op, so that torch.compile can trace a draft made of Fp16Linear stand-ins.
+# The packed weight is an opaque fbgemm object that inductor would copy into a plain tensor (and fbgemm then
+# refuses), so the graph names it by key and the op looks it up; the op tells inductor only its output's shape.
+_PACKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> Fp16Linear
+_KEYS = itertools.count()
+
+
+@torch.library.custom_op("skipsearch::fp16_linear", mutates_args=())
+def _fp16_linear(x: torch.Tensor, key: int, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    return torch.fbgemm_linear_fp16_weight_fp32_activation(x, _PACKED[key].packed, bias)
+
+
+@_fp16_linear.register_fake
+def _(x: torch.Tensor, key: int, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
 
 
 class FusedGatedMLP(nn.Module):

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from skipsearch.config import Candidate, DraftConfig
-from skipsearch.files.costs import Costs, SchemeCosts
+from skipsearch.files.costs import Costs
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.records import (
     PRECISION_KEY,
@@ -48,7 +48,7 @@ def keep_draft(k: Keeping, cand: Candidate) -> Kept:
                            workload=k.workload, architecture=k.architecture)
     sc = scheme_cost(k.objective, pp.scheme)
     return Kept(((PRECISION_KEY, precision_to_dict(rec)),),
-                (SchemeCosts(sc.scheme, sc.attn_seconds, sc.mlp_seconds, sc.head_saving_seconds),))
+                (sc.kept(),))
 
 
 def keep(k: Keeping) -> Kept:
@@ -98,8 +98,9 @@ def precision_ratio(costs: Costs, num_layers: int, draft: DraftConfig, params: A
         else:
             why = "the cost file has no lm_head_seconds" if head is None else "the record keeps no vocabulary size"
             note = f"approximation: the trimmed head is priced as the untrimmed head ({why}), understating its saving"
-    cost = SchemeCost(scheme.scheme, costs.step_seconds, scheme.attn_seconds, scheme.mlp_seconds, costs.attn_seconds,
-                      costs.mlp_seconds, scheme.head_saving_seconds)
+    cost = SchemeCost(scheme.scheme, costs.parts_seconds, scheme.attn_seconds, scheme.mlp_seconds, costs.attn_seconds,
+                      costs.mlp_seconds, scheme.head_saving_seconds, unit_seconds=costs.step_seconds,
+                      whole_seconds=scheme.whole_seconds)
     return draft_ratio(cost, draft, params, num_layers, saving=saving), note
 
 

@@ -72,13 +72,16 @@ def measure_scheme(sm, context, scheme: str, *, repeats: int = 9) -> SchemeCost:
     step (``surrogate.measure_stand_ins``)."""
     from skipsearch.methods.precision.copy import quantized_copy
 
-    return measure_stand_ins(sm, context, quantized_copy(sm, scheme), repeats=repeats)
+    return measure_stand_ins(sm, context, quantized_copy(sm, scheme), repeats=repeats, compiled_whole=True)
 
 
 def draft_ratio(cost: SchemeCost, config: DraftConfig, params: PrecisionParams, num_layers: int, *,
                 saving: float | None = None) -> float:
-    """c of a candidate: its draft step over the full step, from the per-sublayer costs; ``saving``: what its
-    draft head saves a step (default: the scheme's whole head when it is quantized)."""
+    """c of a candidate: its draft step over the decoder's unit (one plain step through the kernel that verifies),
+    from the per-sublayer costs; ``saving``: what its draft head saves a step (default: the scheme's whole head when
+    it is quantized). The parts are eager timings; where the decoder runs the draft compiled (``whole_seconds``:
+    the whole-model draft in the scheme, compiled), their sum is re-priced by that draft's compiled / eager ratio,
+    an approximation for drafts that keep some sublayers skipped or full."""
     attn, mlp = params.roles(config, num_layers)
     fixed = cost.step_seconds - num_layers * (cost.full_attn_seconds + cost.full_mlp_seconds)
     if saving is None:
@@ -86,7 +89,11 @@ def draft_ratio(cost: SchemeCost, config: DraftConfig, params: PrecisionParams, 
     seconds = (fixed - saving
                + len(attn) * cost.attn_seconds + len(params.full_attn) * cost.full_attn_seconds
                + len(mlp) * cost.mlp_seconds + len(params.full_mlp) * cost.full_mlp_seconds)
-    return max(seconds, 0.0) / cost.step_seconds
+    if cost.whole_seconds is not None:
+        eager_whole = fixed - cost.head_saving_seconds + num_layers * (cost.attn_seconds + cost.mlp_seconds)
+        if eager_whole > 0:
+            seconds *= cost.whole_seconds / eager_whole
+    return max(seconds, 0.0) / cost.unit
 
 
 def priced(base, c: float):

@@ -1,0 +1,173 @@
+"""Kernels (skipsearch/kernels.py, SkippableModel.use_kernel): a compiled verify and compiled drafts decode
+exactly what HF greedy decodes, compile once and never again while decoding, and a kernel the machine cannot
+run is refused in one line before any model loads.
+
+One compiled tiny model is shared by the module (inductor compiles for tens of seconds even at this size)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from skipsearch import methods
+from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
+from skipsearch.decoding import generate, hf_generate
+from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
+from tests.conftest import make_tiny_model
+
+PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])  # three lengths: one graph serves all
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    sm = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
+    sm.use_kernel("inductor", capacity=64)
+    return sm
+
+
+def _precision(K: int, scheme: str = "fp16"):
+    m = methods.get("precision")
+    cfg = DraftConfig(max_draft_tokens=K, exit=NO_EXIT)
+    return m.candidate(cfg, m.parse({"scheme": scheme}, draft=cfg, num_layers=4))
+
+
+def test_kernel_names_parse_and_bad_ones_are_one_line():
+    assert parse_kernel("eager") == EAGER and parse_kernel(None) == EAGER
+    assert parse_kernel("inductor") == Kernel("inductor", 4)
+    assert parse_kernel("inductor-c8").label == "inductor-c8"
+    for bad, fragment in (("cuda-graphs", "unknown kernel"), ("inductor-c3", "block must be one of"),
+                          ("eager-c4", "takes no block"), ("x" * 500, "unknown kernel")):
+        with pytest.raises(ConfigError, match=fragment) as info:
+            parse_kernel(bad)
+        assert "\n" not in str(info.value) and len(str(info.value)) < 200
+
+
+def test_a_kernel_the_device_cannot_run_is_refused(monkeypatch):
+    check_kernel(EAGER, "cuda")  # eager runs anywhere
+    with pytest.raises(ConfigError, match="CPUs only"):
+        check_kernel(Kernel("inductor"), "cuda:0")
+    with pytest.raises(ConfigError, match="CPUs only"):
+        check_kernel(Kernel("inductor"), "auto")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(ConfigError, match="no C.. compiler"):
+        check_kernel(Kernel("inductor"), "cpu")
+
+
+def test_compiled_verify_and_plain_steps_are_hf_greedy(compiled):
+    assert compiled.kernel.label == "inductor-c4"
+    for prompt in PROMPTS:
+        ref = hf_generate(compiled, prompt, max_new_tokens=24)
+        assert generate(compiled, prompt, max_new_tokens=24).token_ids == ref
+        skip = DraftConfig(skip_attn=(1,), skip_mlp=(2,), max_draft_tokens=6, exit=NO_EXIT)
+        # an eager draft, a 7-token verify
+        assert generate(compiled, prompt, config=skip, max_new_tokens=24).token_ids == ref
+
+
+def test_a_compiled_precision_draft_is_hf_greedy(compiled):
+    for prompt in PROMPTS:
+        ref = hf_generate(compiled, prompt, max_new_tokens=24)
+        for K in (3, 5):
+            drafter = methods.build_drafter(_precision(K), compiled)
+            res = generate(compiled, prompt, drafter=drafter, max_new_tokens=24)
+            assert res.token_ids == ref
+            assert res.stats.drafted_tokens > 0
+
+
+def test_nothing_recompiles_while_decoding_prompts_of_mixed_lengths(compiled):
+    from torch._dynamo.utils import counters
+
+    drafter = methods.build_drafter(_precision(3), compiled)
+    generate(compiled, PROMPTS[0], drafter=drafter, max_new_tokens=8)  # warm: the draft's graph compiles once
+    before = counters["stats"]["unique_graphs"]
+    for prompt in (*PROMPTS, [9] * 20, [1, 2]):
+        for d in (None, methods.build_drafter(_precision(3), compiled)):
+            generate(compiled, prompt, drafter=d, max_new_tokens=17)
+    assert counters["stats"]["unique_graphs"] == before
+    assert compiled.kernel_report.graphs >= 2  # the verify block, and the draft (counted since the kernel was built)
+
+
+def test_the_compiled_cache_refuses_a_sequence_it_cannot_hold(compiled):
+    with pytest.raises(ConfigError, match="do not fit kernel inductor-c4"):
+        generate(compiled, [1] * 40, max_new_tokens=40)
+
+
+def test_eager_forwards_on_the_compiled_cache_match_the_compiled_ones(compiled):
+    cache = compiled.decode_cache(20)
+    compiled.forward(torch.tensor([4, 8, 15, 16]), start=0, cache=cache)
+    fast = compiled.forward(torch.tensor([23, 42, 7]), start=4, cache=cache)  # compiled blocks
+    assert compiled.cache_lengths(cache) == (7,) * 4
+    compiled.crop(cache, 4)
+    with compiled.eager():
+        slow = compiled.forward(torch.tensor([23, 42, 7]), start=4, cache=cache)
+    assert torch.equal(fast.argmax(-1), slow.argmax(-1))
+    assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+
+
+def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):
+    from skipsearch import methods as registry
+    from skipsearch.costs import load_costs, measure_cost_profile, save_costs
+
+    context = tuple(range(3, 23))
+    cp = measure_cost_profile(compiled, context, repeats=3, verify_sizes=(1, 2, 4, 5))
+    schemes = tuple(m.kept() for m in registry.measure_scheme_costs(compiled, context, ("fp16",), repeats=3))
+    cp = dataclasses.replace(cp, costs=dataclasses.replace(cp.costs, schemes=schemes))
+    back = load_costs(save_costs(cp, tmp_path / "c.yaml"))
+    assert back.kernel.verify == "inductor-c4" and back.kernel.drafts == "compiled"
+    assert back.kernel.compile_seconds is not None and back.kernel.compile_seconds > 0
+    c = back.costs
+    assert c.eager_step_seconds is not None and c.eager_step_seconds > 0  # the parts' step, beside the unit
+    assert c.scheme("fp16").whole_seconds is not None  # the compiled whole-model draft, timed as decode runs it
+    # the parts split the eager step (whatever the load did to the timings, the file checks this on load)
+    assert abs(compiled.num_layers * (c.attn_seconds + c.mlp_seconds) + c.fixed_seconds - c.eager_step_seconds) \
+        <= c.eager_step_seconds
+    # a full-model draft (nothing skipped, run eagerly) costs the eager step over the compiled unit
+    assert back.cost_model().draft_ratio(DraftConfig()) == pytest.approx(
+        (c.fixed_seconds + compiled.num_layers * (c.attn_seconds + c.mlp_seconds)) / c.step_seconds)
+    assert "kernel: verify inductor-c4, drafts compiled" in back.describe()
+
+
+def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_path):
+    from skipsearch.costs import load_costs
+
+    path = tmp_path / "old.yaml"
+    path.write_text("schema_version: 1\nmodel: {name: m, num_layers: 2}\ndevice: cpu\ndtype: float32\n"
+                    "costs: {step_seconds: 0.01, attn_seconds: 0.001, mlp_seconds: 0.002, fixed_seconds: 0.004, "
+                    "verify_ratio: [1.0, 1.2]}\n")
+    cp = load_costs(path)
+    assert cp.kernel.verify == "eager" and cp.costs.parts_seconds == cp.costs.step_seconds
+    bad = path.read_text().replace("schema_version: 1", "schema_version: 2\nkernel: {verify: turbo}")
+    path.write_text(bad)
+    with pytest.raises(Exception, match="kernel.verify: unknown kernel 'turbo'"):
+        load_costs(path)
+
+
+def test_bench_runs_our_rows_on_the_kernel_beside_hf_compiled_greedy(compiled):
+    from skipsearch import bench as bn
+    from skipsearch.data import Prompt
+
+    class Chars:  # one id per character: enough of a tokenizer for encode_prompt
+        eos_token_id, chat_template = None, None
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [1] + [2 + ord(c) % 60 for c in text]}
+
+    compiled.tokenizer = Chars()
+    prof = _precision_profile()
+    prompts = [Prompt("a", "abcabc", False, "x", "t"), Prompt("b", "hello there", False, "y", "t")]
+    report = bn.bench(compiled, prompts, profiles=[("p/prec.yaml", prof)], peers=["hf-compiled"], max_new_tokens=12,
+                      sweep=False, kernel=Kernel("inductor"))
+    names = [r.method for r in report.rows]
+    assert names == ["hf-greedy", "skipsearch-ar", "hf-compiled", "precision:prec"]
+    assert all(r.identical == r.prompts == 2 for r in report.rows)
+    assert report.settings.kernel == "inductor-c4"
+
+
+def _precision_profile():
+    from skipsearch.profile import profile_from_dict
+
+    return profile_from_dict({"schema_version": 4, "model": {"name": "tiny", "num_layers": 4}, "method": "precision",
+                              "draft": {"max_draft_tokens": 3, "exit": {"threshold": 0.0, "adaptive": False}},
+                              "method_params": {"scheme": "fp16"}, "kernel": "inductor-c4"})
