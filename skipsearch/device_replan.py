@@ -184,9 +184,12 @@ def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *
         measured = _with_entries(measured, plan.extra, [k for k, _ in plan.extra])
     # the profile is for the target now: its dtype is the one decode picks on a GPU, and its kernel the one the
     # target's figures were timed through
+    # and, where the target was measured, its hardware is the profile's now (decode compares it with the machine)
+    environment = (target.environment if target.roofline is None and target.environment is not None
+                   else profile.environment)
     return replace(profile, model=replace(profile.model, dtype=target.dtype), draft=draft, measured=measured,
                    method_params=profile.method_params if plan.method_params is None else plan.method_params,
-                   kernel=target.kernel.verify)
+                   kernel=target.kernel.verify, environment=environment)
 
 
 def replan_to_dict(new: Profile, plan: Replanned) -> dict:

@@ -9,6 +9,7 @@ one's to act on here, so it is kept off the terminal unless ``--verbose`` asks f
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from collections.abc import Callable
@@ -45,13 +46,42 @@ def _issuer(filename: str) -> str:
     return _origin(frame.f_code.co_filename if frame is not None else filename)
 
 
+def is_deprecation(message: object, category: type, filename: str) -> bool:
+    """A deprecation notice: a warning of a deprecation category, or a library's plain ``UserWarning`` that says
+    something "is deprecated" (torch's inductor warns ``TypedStorage is deprecated`` that way, about its own use)."""
+    if issubclass(category, DEPRECATIONS):
+        return True
+    return issubclass(category, UserWarning) and not ours(filename) and "is deprecated" in str(message)
+
+
+class _DropDeprecations(logging.Filter):
+    """Off a library's log handler: its own deprecation notices (transformers logs some, e.g. about how its
+    assisted generation calls its own ``generate``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is deprecated" not in record.getMessage()
+
+
+_DROP = _DropDeprecations()
+
+
+def _library_log_notices(verbose: bool) -> None:
+    """transformers logs some deprecations instead of warning them: those, too, only with ``--verbose``."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    for handler in hf_logging.get_logger("transformers").handlers:
+        (handler.addFilter if not verbose else handler.removeFilter)(_DROP)
+
+
 def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
     """Send every warning to ``echo`` as one ``warning:`` line, by the rules above (replaces
     ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message."""
     seen: set[tuple[type, str]] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if issubclass(category, DEPRECATIONS):
+        if is_deprecation(message, category, filename):
             if not verbose and not ours(filename):
                 return
             key = (category, str(message))
@@ -64,6 +94,7 @@ def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> Non
         echo(f"warning: {message}")
 
     warnings.showwarning = show
+    _library_log_notices(verbose)
     # Python hides DeprecationWarning outside __main__ by default: one raised from a skipsearch module is
     # let through (shown once, above), and --verbose asks for all of them.
     for category in (DeprecationWarning, PendingDeprecationWarning):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import subprocess
 import sys
@@ -44,6 +45,41 @@ def test_third_party_deprecations_only_with_verbose_and_once(verbose):
     assert deprecations == (["warning: `x` is deprecated and will be removed in 9.0 (from somelib; shown by --verbose)"]
                             if verbose else [])
     assert "warning: plain library warning" in lines
+
+
+def test_a_library_user_warning_that_says_deprecated_is_a_deprecation_notice():
+    # torch's inductor warns "TypedStorage is deprecated ..." as a plain UserWarning, about its own use of torch
+    lines: list[str] = []
+    saved = warnings.showwarning
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            route_warnings(lines.append)
+            _warn_from(THIRD_PARTY, "TypedStorage is deprecated. It will be removed in the future", UserWarning)
+            _warn_from(OURS, "this draft is deprecated here", UserWarning)  # ours: always shown
+    finally:
+        warnings.showwarning = saved
+    assert lines == ["warning: this draft is deprecated here"]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_deprecation_transformers_logs_is_shown_only_with_verbose(verbose):
+    from transformers.utils import logging as hf_logging
+
+    saved = warnings.showwarning
+    handler = hf_logging.get_logger("transformers").handlers[0]
+    try:
+        route_warnings(lambda _line: None, verbose=verbose)
+        deprecation = logging.LogRecord("transformers.generation.utils", logging.WARNING, __file__, 1,
+                                        "Passing `x` together with `y` is deprecated and will be removed", None, None)
+        other = logging.LogRecord("transformers.generation.utils", logging.WARNING, __file__, 1, "a plain notice",
+                                  None, None)
+        assert bool(handler.filter(deprecation)) is verbose
+        assert handler.filter(other)
+    finally:
+        warnings.showwarning = saved
+        route_warnings(lambda _line: None, verbose=True)  # leave the handler as it was
+        warnings.showwarning = saved
 
 
 def test_a_deprecation_raised_from_our_code_is_shown_once():

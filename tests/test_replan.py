@@ -123,6 +123,23 @@ def test_replanning_for_free_verify_and_cheap_drafts_drafts_longer(tmp_path):
     assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
 
 
+def test_a_profile_re_planned_for_measured_hardware_takes_that_hardware_as_its_own(tmp_path):
+    """Re-planned for a measured cost file, a profile's figures are predictions for that file's machine: decode's
+    hardware note compares the machine with it, not with where the profile was first searched."""
+    from dataclasses import replace
+
+    from skipsearch.profile import Environment
+
+    prof = load_profile(write_synthetic_profile(tmp_path / "p.yaml"))
+    prof = replace(prof, environment=Environment(cpu_model="Searched-On CPU", threads=1))
+    there = Environment(cpu_model="Planned-For CPU", cpu_capability="AVX512", threads=2)
+    measured = replace(free_costs(), environment=there)
+    on_measured, _ = device_replan.replan_profile(prof, measured, source="p", costs_source="there")
+    assert on_measured.environment == there
+    without = free_costs()  # a cost file that names no hardware leaves the profile's as it was
+    assert device_replan.replan_profile(prof, without, source="p", costs_source="x")[0].environment == prof.environment
+
+
 def test_cli_plan_profile_writes_the_replanned_profile(tmp_path):
     src = write_synthetic_profile(tmp_path / "p.yaml")
     free = save_costs(free_costs(), tmp_path / "free.yaml")
