@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 SHIPPED = sorted((ROOT / "profiles" / "smollm2-135m").glob("*.yaml"))
 HAND_WRITTEN = ("example.yaml", "hier-medium.yaml", "hier-small.yaml")  # they trace on the model first (test_replan)
-FP16_DRAFTS = ("cpu-float32-precision-chat.yaml", "cpu-float32-precision-code.yaml", "cpu-float32-chat.yaml",
-               "cpu-float32-code.yaml")  # precision fp16 drafts, or hybrids falling back to one: CPU kernels only
+# precision fp16 drafts, or hybrids falling back to one (their method_params name the scheme): CPU kernels only
+FP16_DRAFTS = tuple(p.name for p in SHIPPED if (yaml.safe_load(p.read_text()).get("method_params") or {}).get("scheme")
+                    == "fp16")
 CPU_FIGURES = ["--bandwidth", "12", "--tflops", "0.15", "--launch-us", "6"]  # given by hand: nothing is probed
 
 # a tiny model: 2 layers, hidden 8, intermediate 16, 2 query heads and 1 key/value head of 4, vocabulary 10
