@@ -27,11 +27,27 @@ def _interrupt_again(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
+def _import_app():
+    """The CLI, imported with Ctrl-C held back: an interrupt raised inside a C extension's module initialisation
+    (numpy's, under scipy) can leave that module half made and surface as an unrelated error. One that arrives
+    meanwhile is delivered as soon as the imports are done."""
+    import signal
+
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        from skipsearch.cli import app
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        raise KeyboardInterrupt
+    return app
+
+
 def main() -> None:
     sys.unraisablehook = _interrupt_again
     try:
-        from skipsearch.cli import app
-
+        app = _import_app()
         app()
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
