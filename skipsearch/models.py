@@ -47,6 +47,7 @@ from skipsearch.checkpoints import (
 )
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.kernels import EAGER, Kernel, check_kernel, inductor_cache_dir, parse_kernel
+from skipsearch.notices import route_library_logs
 from skipsearch.placement import (
     DEFAULT_MAX_TOKENS,
     DTYPES,
@@ -765,6 +766,7 @@ def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", 
 def _from_pretrained(checkpoint: Checkpoint, placement: Placement):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    route_library_logs()  # transformers' logged deprecations as the CLI routes its warnings (skipsearch.notices)
     kwargs = {"dtype": placement.torch_dtype, "attn_implementation": "sdpa"}
     if placement.device == "auto":
         kwargs["device_map"] = "auto"  # accelerate splits the layers across the GPUs

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+SAYS_DEPRECATED = "is deprecated"  # how a library's plain warning or log line announces a deprecation
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -51,7 +52,7 @@ def is_deprecation(message: object, category: type, filename: str) -> bool:
     something "is deprecated" (torch's inductor warns ``TypedStorage is deprecated`` that way, about its own use)."""
     if issubclass(category, DEPRECATIONS):
         return True
-    return issubclass(category, UserWarning) and not ours(filename) and "is deprecated" in str(message)
+    return issubclass(category, UserWarning) and not ours(filename) and SAYS_DEPRECATED in str(message)
 
 
 class _DropDeprecations(logging.Filter):
@@ -59,20 +60,23 @@ class _DropDeprecations(logging.Filter):
     assisted generation calls its own ``generate``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "is deprecated" not in record.getMessage()
+        return SAYS_DEPRECATED not in record.getMessage()
 
 
 _DROP = _DropDeprecations()
+_ROUTED: dict[str, bool] = {}  # {"verbose": ...} once route_warnings has run
 
 
-def _library_log_notices(verbose: bool) -> None:
-    """transformers logs some deprecations instead of warning them: those, too, only with ``--verbose``."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
+def route_library_logs() -> None:
+    """transformers logs some deprecations instead of warning them: those, too, only with ``--verbose``. A no-op
+    until ``route_warnings`` has run; called where skipsearch loads transformers (``models.load_model``), so no
+    command pays transformers' import before it has checked its input."""
+    if "verbose" not in _ROUTED or "transformers" not in sys.modules:
         return
+    from transformers.utils import logging as hf_logging
+
     for handler in hf_logging.get_logger("transformers").handlers:
-        (handler.addFilter if not verbose else handler.removeFilter)(_DROP)
+        (handler.removeFilter if _ROUTED["verbose"] else handler.addFilter)(_DROP)
 
 
 def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
@@ -94,7 +98,8 @@ def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> Non
         echo(f"warning: {message}")
 
     warnings.showwarning = show
-    _library_log_notices(verbose)
+    _ROUTED["verbose"] = verbose
+    route_library_logs()  # where transformers is loaded already
     # Python hides DeprecationWarning outside __main__ by default: one raised from a skipsearch module is
     # let through (shown once, above), and --verbose asks for all of them.
     for category in (DeprecationWarning, PendingDeprecationWarning):
