@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -28,19 +29,26 @@ THIRD_PARTY = "/venv/lib/python3.11/site-packages/somelib/deprecation.py"
 OURS = str(ROOT / "skipsearch" / "models.py")
 
 
-@pytest.mark.parametrize("verbose", [False, True])
-def test_third_party_deprecations_only_with_verbose_and_once(verbose):
+@contextlib.contextmanager
+def _routed(*, verbose: bool = False):
+    """Warnings routed into the list it yields, every warning let through; Python's own hook restored after."""
     lines: list[str] = []
     saved = warnings.showwarning
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             route_warnings(lines.append, verbose=verbose)
-            for _ in range(3):
-                _warn_from(THIRD_PARTY, "`x` is deprecated and will be removed in 9.0", FutureWarning)
-            _warn_from(THIRD_PARTY, "plain library warning", UserWarning)
+            yield lines
     finally:
         warnings.showwarning = saved
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_third_party_deprecations_only_with_verbose_and_once(verbose):
+    with _routed(verbose=verbose) as lines:
+        for _ in range(3):
+            _warn_from(THIRD_PARTY, "`x` is deprecated and will be removed in 9.0", FutureWarning)
+        _warn_from(THIRD_PARTY, "plain library warning", UserWarning)
     deprecations = [ln for ln in lines if "deprecated" in ln]
     assert deprecations == (["warning: `x` is deprecated and will be removed in 9.0 (from somelib; shown by --verbose)"]
                             if verbose else [])
@@ -49,16 +57,9 @@ def test_third_party_deprecations_only_with_verbose_and_once(verbose):
 
 def test_a_library_user_warning_that_says_deprecated_is_a_deprecation_notice():
     # torch's inductor warns "TypedStorage is deprecated ..." as a plain UserWarning, about its own use of torch
-    lines: list[str] = []
-    saved = warnings.showwarning
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            route_warnings(lines.append)
-            _warn_from(THIRD_PARTY, "TypedStorage is deprecated. It will be removed in the future", UserWarning)
-            _warn_from(OURS, "this draft is deprecated here", UserWarning)  # ours: always shown
-    finally:
-        warnings.showwarning = saved
+    with _routed() as lines:
+        _warn_from(THIRD_PARTY, "TypedStorage is deprecated. It will be removed in the future", UserWarning)
+        _warn_from(OURS, "this draft is deprecated here", UserWarning)  # ours: always shown
     assert lines == ["warning: this draft is deprecated here"]
 
 
@@ -83,16 +84,9 @@ def test_a_deprecation_transformers_logs_is_shown_only_with_verbose(verbose):
 
 
 def test_a_deprecation_raised_from_our_code_is_shown_once():
-    lines: list[str] = []
-    saved = warnings.showwarning
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            route_warnings(lines.append)
-            for _ in range(2):
-                _warn_from(OURS, "`y` is deprecated", DeprecationWarning)
-    finally:
-        warnings.showwarning = saved
+    with _routed() as lines:
+        for _ in range(2):
+            _warn_from(OURS, "`y` is deprecated", DeprecationWarning)
     assert lines == ["warning: `y` is deprecated"]
 
 
