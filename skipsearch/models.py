@@ -669,12 +669,8 @@ class _CompiledBlocks:
 
     def forward_one(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
-        pos = torch.tensor([[start]], device=ids.device)  # [1, 1]
         SkippableModel.crop(self.cache, start)
-        with inductor_settings():
-            logits = self._module(input_ids=ids.view(1, 1), position_ids=pos, **self._sm.cache_kwargs(self.cache),
-                                  use_cache=True).logits  # [1, 1, V]
-        return logits[0].float()
+        return self._logits(ids.view(1, 1), torch.tensor([[start]], device=ids.device))[0].float()  # [1, V]
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """The full model over ``ids`` [T] at positions start.., in blocks: logits [T, V]; the cache ends at
@@ -691,12 +687,15 @@ class _CompiledBlocks:
                 block = torch.cat([block, block.new_zeros(C - n)])
             pos = torch.arange(start + b, start + b + C, device=ids.device).unsqueeze(0)  # [1, C]
             SkippableModel.crop(self.cache, start + b)
-            with inductor_settings():
-                logits = self._module(input_ids=block.unsqueeze(0), position_ids=pos,
-                                      **self._sm.cache_kwargs(self.cache), use_cache=True).logits  # [1, C, V]
-            out.append(logits[0, :n])
+            out.append(self._logits(block.unsqueeze(0), pos)[0, :n])
         SkippableModel.crop(self.cache, start + T)
         return torch.cat(out).float()  # [T, V]
+
+    def _logits(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The compiled module over ``ids`` [1, T] at ``positions`` [1, T] on the kernel's cache: logits [1, T, V]."""
+        with inductor_settings():
+            return self._module(input_ids=ids, position_ids=positions, **self._sm.cache_kwargs(self.cache),
+                                use_cache=True).logits
 
 
 # -- loading ---------------------------------------------------------------------------------
