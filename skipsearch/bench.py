@@ -213,19 +213,23 @@ def profile_method(sm: SkippableModel, path: str, profile) -> Contender:
     return engine_method(sm, name, lambda _ids: methods.build_drafter(candidate, sm), setting=str(path))
 
 
-def hf_profile_method(sm: SkippableModel, path: str, profile, directory: Path) -> Contender:
+def hf_profile_method(sm: SkippableModel, path: str, profile, directory: Path, *, capacity: int) -> Contender:
     """``profile`` exported for transformers into ``directory`` and decoded by ``model.generate(custom_generate=
     directory)``, as a user runs it: transformers loads the directory's generate.py on every call, and that runs the
-    engine. τ and acceptance come from the engine's stats, which the exported function hands back."""
+    engine. τ and acceptance come from the engine's stats, which the exported function hands back. It runs the
+    kernel our own rows run (``sm.kernel``), built for the bench's ``capacity`` as theirs is, by the exported
+    function itself (a second compile, in the warm-up: a user's process compiles it once too)."""
     from skipsearch.export import hf
 
     hf.write(directory, profile)
     name = f"{HF_PROFILE}:{Path(path).stem}"
+    kernel, compiled = sm.kernel.label, sm.kernel.compiled
 
     def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
         stats = []
         ids = hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, custom_generate=str(directory),
-                          trust_remote_code=True, skipsearch_stats=stats.append)
+                          trust_remote_code=True, skipsearch_stats=stats.append, skipsearch_kernel=kernel,
+                          skipsearch_capacity=capacity if compiled else None)
         s = stats[0]
         return ContenderOutput(ids, verify_steps=s.verify_steps, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
                                draft_steps=s.draft_steps, draft_seconds=s.draft_seconds,
@@ -512,7 +516,7 @@ def bench(
             import tempfile
 
             where = Path(exports.enter_context(tempfile.TemporaryDirectory(prefix="skipsearch-hf-export-")))
-            made.append(hf_profile_method(sm, path, profile, where))
+            made.append(hf_profile_method(sm, path, profile, where, capacity=capacity))
         for m in made:
             taken = {x.name for x in methods}
             name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in taken)

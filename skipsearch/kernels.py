@@ -103,23 +103,23 @@ def cxx_compiler() -> str | None:
     return None
 
 
-def check_kernel(kernel: Kernel, device: str) -> None:
+def check_kernel(kernel: Kernel, device: str, *, instead: str = "--kernel eager") -> None:
     """A one-line ConfigError unless ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``, ``mps``) can run
-    ``kernel`` here; called before the model loads."""
+    ``kernel`` here; called before the model loads. ``instead`` is how the caller's user asks for eager."""
     if not kernel.compiled:
         return
     dev = "cuda" if device == "auto" else device.split(":")[0]  # auto: layers spread over the GPUs
     if dev != "cpu":
         raise ConfigError(f"kernel {kernel.label} is built and measured for CPUs only (no GPU was available to "
-                          f"measure a compiled {dev} verify): use --kernel eager on {dev}")
+                          f"measure a compiled {dev} verify): use {instead} on {dev}")
     if cxx_compiler() is None:
         raise ConfigError(f"kernel {kernel.label} compiles C++ with inductor, and this machine has no C++ compiler "
-                          "(g++, clang++ or $CXX): install one, or use --kernel eager")
+                          f"(g++, clang++ or $CXX): install one, or use {instead}")
     if not static_cache_supported():
         import transformers
 
         raise ConfigError(f"kernel {kernel.label} needs a transformers whose StaticCache layers keep their own "
-                          f"length (5.x); this is {transformers.__version__}: use --kernel eager")
+                          f"length (5.x); this is {transformers.__version__}: use {instead}")
 
 
 def static_cache_supported() -> bool:

@@ -91,6 +91,42 @@ def test_hf_generate_refuses_a_profile_of_other_weights_and_what_the_engine_cann
             _generate(model, PROMPT, max_new_tokens=5, custom_generate=str(tmp_path), trust_remote_code=True, **bad)
 
 
+def test_hf_generate_runs_the_profiles_compiled_kernel_built_once(tmp_path):
+    """A profile planned with inductor-c4 compiles the model inside generate, as decode would, and keeps it."""
+    from torch._dynamo.utils import counters
+
+    from skipsearch.export import hf_runtime
+
+    model = tiny_llama(seed=4)  # its own model: the kernel stays with it, away from the module's
+    prof = dataclasses.replace(_profile(SkippableModel(model, None, name="tiny"), "ngram"), kernel="inductor-c4")
+    hf.write(tmp_path, prof)
+    run = dict(custom_generate=str(tmp_path), trust_remote_code=True)
+    for length in (len(PROMPT), 5):
+        want = _generate(model, PROMPT[:length], max_new_tokens=24)
+        assert torch.equal(_generate(model, PROMPT[:length], max_new_tokens=24, **run), want)
+        if length == len(PROMPT):
+            adapted = hf_runtime._ADAPTED[model].sm
+            report, graphs = adapted.kernel_report, counters["stats"]["unique_graphs"]
+            assert report.kernel == "inductor-c4" and report.capacity == hf_runtime.CAPACITY_STEP + 4
+    assert adapted.kernel_report.compile_seconds == report.compile_seconds  # the same kernel: not built again
+    assert counters["stats"]["unique_graphs"] == graphs  # and nothing recompiled
+    assert torch.equal(_generate(model, PROMPT, max_new_tokens=24, skipsearch_kernel="eager", **run),
+                       _generate(model, PROMPT, max_new_tokens=24))
+    assert adapted.kernel_report is None  # eager, as asked
+    with pytest.raises(ConfigError, match="skipsearch_capacity=20 is less than") as e:
+        _generate(model, PROMPT, max_new_tokens=24, skipsearch_capacity=20, **run)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="unknown kernel"):
+        _generate(model, PROMPT, max_new_tokens=4, skipsearch_kernel="cuda-graphs", **run)
+
+
+def test_a_kernel_the_device_cannot_run_says_how_to_ask_generate_for_eager():
+    from skipsearch.kernels import Kernel, check_kernel
+
+    with pytest.raises(ConfigError, match='use skipsearch_kernel="eager" on cuda'):
+        check_kernel(Kernel("inductor"), "cuda", instead='skipsearch_kernel="eager"')
+
+
 @pytest.mark.model
 def test_shipped_profiles_inside_hf_generate_on_the_real_model(real_sm, encode_offline, tmp_path):
     from skipsearch.export import shapes
@@ -103,8 +139,9 @@ def test_shipped_profiles_inside_hf_generate_on_the_real_model(real_sm, encode_o
     for name, prof in profiles.items():
         (tmp_path / name).mkdir()
         hf.write(tmp_path / name, prof)
+        # eager: the compiled kernel inside generate is checked on the tiny model (a compile here takes minutes)
         got = _generate(real_sm.hf, ids, max_new_tokens=32, custom_generate=str(tmp_path / name),
-                        trust_remote_code=True)
+                        trust_remote_code=True, skipsearch_kernel="eager")
         assert torch.equal(got, want), name
 
 

@@ -13,6 +13,12 @@ Greedy output is the model's own greedy output, token for token in fp32; ``do_sa
 distribution (temperature, top-k, top-p) with lossless rejection sampling, seeded from torch's global RNG, so
 ``torch.manual_seed`` makes it repeatable. What the engine cannot honour (beams, logits processors, penalties,
 scores) is refused in one line, never ignored. A batch decodes row by row; left padding is stripped per row.
+
+The full model's forwards run through the profile's kernel, as ``skipsearch decode`` runs them: a profile timed
+or planned with ``inductor-c4`` compiles the model once per process (about a minute on a CPU, on the first call),
+on a static cache of ``skipsearch_capacity`` positions (default: the call's longest prompt + max_new_tokens,
+rounded up to a multiple of CAPACITY_STEP, so that most later calls fit without compiling again).
+``skipsearch_kernel="eager"`` (or any kernel's name) overrides the profile's.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from skipsearch import methods
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.decoding import DecodeStats
 from skipsearch.decoding import generate as engine_generate
+from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.models import SkippableModel, arch_fingerprint, quiet_optional_kernels
 from skipsearch.profile import Profile, check_model, profile_from_dict
 
@@ -60,6 +67,7 @@ _REFUSED_FIELDS: dict[str, tuple[Any, ...]] = {
 quiet_optional_kernels()  # torchao's lines about CUDA kernels it cannot load are not the user's concern
 
 DEFAULT_MAX_LENGTH = 20  # transformers' max_length when neither it nor max_new_tokens is set
+CAPACITY_STEP = 512  # a compiled kernel's cache is built for a multiple of this many positions
 
 StatsCallback = Callable[[DecodeStats], None]
 
@@ -116,10 +124,16 @@ def generate_with_profile(model, input_ids: torch.Tensor | None = None, *, profi
     """``model.generate(...)`` decoded with the profile in ``profile_text`` (see the module docstring).
 
     Besides generate's own arguments it takes ``skipsearch_stats``, a callable given each row's ``DecodeStats``
-    (τ, acceptance, draft and verify time), and ``skipsearch_force`` to use a profile made for other weights.
+    (τ, acceptance, draft and verify time), ``skipsearch_force`` to use a profile made for other weights, and
+    ``skipsearch_kernel`` / ``skipsearch_capacity`` (see the module docstring).
     """
     on_stats: StatsCallback | None = kwargs.pop("skipsearch_stats", None)
     force = bool(kwargs.pop("skipsearch_force", False))
+    kernel_name = kwargs.pop("skipsearch_kernel", None)
+    capacity = kwargs.pop("skipsearch_capacity", None)
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+        raise ConfigError(f"custom_generate: skipsearch_capacity must be a positive number of positions, "
+                          f"got {capacity!r}")
     inputs = kwargs.pop("inputs", None)
     ids = input_ids if input_ids is not None else inputs
     if ids is None:
@@ -141,11 +155,35 @@ def generate_with_profile(model, input_ids: torch.Tensor | None = None, *, profi
         if value is not None and value not in neutral:
             raise ConfigError(f"custom_generate: {name}={value!r} cannot be used with a skipsearch draft profile")
     return _decode(model, ids, attention_mask, gc, streamer=streamer, on_stats=on_stats,
-                   profile_text=profile_text, source=source, force=force)
+                   profile_text=profile_text, source=source, force=force, kernel_name=kernel_name,
+                   capacity=capacity)
+
+
+def _use_profile_kernel(sm: SkippableModel, profile: Profile, kernel_name: str | None, *, positions: int,
+                        capacity: int | None) -> None:
+    """Run the full model through the profile's kernel (or ``kernel_name``), built for ``capacity`` positions
+    (default: ``positions`` rounded up to CAPACITY_STEP); a kernel already built that fits is kept."""
+    try:
+        kernel = choose_kernel(kernel_name, profile.kernel)
+        check_kernel(kernel, sm.device.type, instead='skipsearch_kernel="eager"')
+    except ConfigError as e:
+        raise ConfigError(f"custom_generate: {e}") from None
+    if not kernel.compiled:
+        sm.use_kernel(kernel, capacity=0)
+        return
+    if capacity is not None and capacity < positions:
+        raise ConfigError(f"custom_generate: skipsearch_capacity={capacity} is less than this call's "
+                          f"{positions} positions (prompt + max_new_tokens)")
+    current = sm.kernel_report
+    if capacity is None:
+        if current is not None and current.kernel == kernel.label and current.capacity >= positions + kernel.chunk:
+            return  # the kernel built by an earlier call fits: no compile
+        capacity = -(-positions // CAPACITY_STEP) * CAPACITY_STEP
+    sm.use_kernel(kernel, capacity=capacity)
 
 
 def _decode(model, ids: torch.Tensor, attention_mask, gc, *, streamer, on_stats, profile_text: str, source: str,
-            force: bool):
+            force: bool, kernel_name: str | None, capacity: int | None):
     profile = parse_profile(profile_text, source=source)
     sm = adapter_for(model, profile, text=profile_text, source=source, force=force)
     ids = ids if ids.dim() == 2 else ids.view(1, -1)  # [B, T]
@@ -159,6 +197,7 @@ def _decode(model, ids: torch.Tensor, attention_mask, gc, *, streamer, on_stats,
     if max_new < 1:
         raise ConfigError(f"custom_generate: nothing to generate: max_new_tokens is {max_new} for a "
                           f"{length}-token prompt (set max_new_tokens)")
+    _use_profile_kernel(sm, profile, kernel_name, positions=length + max_new, capacity=capacity)
     eos = gc.eos_token_id
     eos_ids = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
     if isinstance(eos, torch.Tensor):
