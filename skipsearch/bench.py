@@ -68,6 +68,7 @@ HEURISTIC = 0
 # hf-generate+profile: each benched profile exported for transformers (``skipsearch export --engine hf``) and run
 # by model.generate through that custom_generate directory: a row per profile, beside the profile's own row.
 HF_PROFILE = "hf-generate+profile"
+PROFILE_IN_HF = "hf-profile"  # its rows' family: a skipsearch profile, run by HF generate; not an HF peer
 
 # hf-compiled: HF generate with a static KV cache and torch.compile of the model's forward, the recipe transformers
 # documents for its fastest greedy decoding, with the inductor settings skipsearch's compiled kernel uses (frozen
@@ -235,7 +236,7 @@ def hf_profile_method(sm: SkippableModel, path: str, profile, directory: Path, *
                                draft_steps=s.draft_steps, draft_seconds=s.draft_seconds,
                                verify_seconds=s.verify_seconds, drafter_stats=s.drafter_stats)
 
-    return Contender(name, "hf", f"model.generate(custom_generate=export of {path})", decode)
+    return Contender(name, PROFILE_IN_HF, f"model.generate(custom_generate=export of {path})", decode)
 
 
 # -- summaries -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from skipsearch.bench import BASELINE, OURS_AR, BenchReport, BenchRow
+from skipsearch.bench import BASELINE, OURS_AR, PROFILE_IN_HF, BenchReport, BenchRow
 from skipsearch.equivalence import tolerance_rule
 from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured, Profile
 
@@ -26,7 +26,10 @@ JSON_FORMAT = "skipsearch-bench"
 # JSON versions: 1: first version (settings, environment, summary, rows, categories, sweeps, prompts).
 # 2: rows gain ties, tie_tokens and verdict; prompts gain verdict and tie_tokens; the summary gains
 #    tie_equal. A version-1 reader that ignores unknown keys still reads every version-1 field.
-JSON_VERSION = 2
+# 3: a profile run inside HF generate (hf-generate+profile) is family "hf-profile", no longer an HF peer; the
+#    summary gains inside_hf.
+JSON_VERSION = 3
+WITHIN = 0.05  # a profile inside HF generate is meant to run within 5% of the same profile in skipsearch's engine
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Summary:
     beats_every_peer: bool | None  # goal 2; None without a usable profile row or any peer
     flagged: tuple[str, ...]  # methods whose output differs from HF greedy
     tie_equal: tuple[tuple[str, int, int], ...] = ()  # (method, prompts, tied tokens) equal only up to ties
+    # (row, its speedup, its speed over the same profile's own row) for each profile run inside HF generate
+    inside_hf: tuple[tuple[str, float | None, float | None], ...] = ()
 
 
 def _profiles(report: BenchReport) -> list[BenchRow]:
@@ -55,6 +60,14 @@ def summarize_report(report: BenchReport) -> Summary:
     beats = None
     if best is not None and peers:
         beats = all(s is None or best.speedup > s for _, s in peers)
+    own = {r.method.split(":", 1)[-1]: r for r in _profiles(report)}
+    inside = []
+    for r in report.rows:
+        if r.family == PROFILE_IN_HF:
+            mine = own.get(r.method.split(":", 1)[-1].split("#")[0])
+            ratio = (r.speedup / mine.speedup if mine is not None and r.speedup is not None
+                     and mine.speedup is not None else None)
+            inside.append((r.method, r.speedup, ratio))
     return Summary(
         baseline_tokens_per_s=base.tokens_per_s if base else None,
         loop_overhead_gain=ar.speedup if ar else None,
@@ -66,6 +79,7 @@ def summarize_report(report: BenchReport) -> Summary:
         beats_every_peer=beats,
         flagged=tuple(r.method for r in report.rows if r.flagged),
         tie_equal=tuple((r.method, r.ties, r.tie_tokens) for r in report.rows if r.ties and not r.flagged),
+        inside_hf=tuple(inside),
     )
 
 
@@ -168,6 +182,13 @@ def summary_lines(report: BenchReport) -> list[str]:
         if s.peers:
             peers = ", ".join(f"{name} {'differs' if v is None else _x(v)}" for name, v in s.peers)
             out.append(f"Peers: {peers}; goal 'beats every peer': {'met' if s.beats_every_peer else 'missed'}")
+    for name, speedup, ratio in s.inside_hf:
+        if ratio is None:
+            out.append(f"Inside HF generate: {name} {'differs' if speedup is None else _x(speedup)}")
+        else:
+            met = abs(ratio - 1.0) <= WITHIN
+            out.append(f"Inside HF generate: {name} {_x(speedup)}, {ratio:.3f} of the same profile's own row; goal "
+                       f"'within {WITHIN:.0%} of decode': {'met' if met else 'missed'}")
     if s.tie_equal:
         out.append("Equal to HF greedy up to numerical ties (speedup given): " + ", ".join(
             f"{name} ({n} prompt{'' if n == 1 else 's'}, {_tokens(k)})" for name, n, k in s.tie_equal))

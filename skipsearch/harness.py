@@ -76,7 +76,7 @@ class Contender:
     """One timed decoder in a run: an HF ``generate`` mode, our engine with or without a drafter."""
 
     name: str  # the row label, unique in a run
-    family: str  # "hf" (a peer) or "skipsearch"
+    family: str  # "hf" (a peer), "skipsearch", or "hf-profile" (a skipsearch profile inside HF generate)
     setting: str  # what was run, for people: a profile path, "prompt_lookup_num_tokens=4", ...
     decode: Decode = field(compare=False, repr=False)
 

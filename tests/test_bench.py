@@ -217,6 +217,25 @@ def test_the_summary_keeps_loop_overhead_and_speculation_gains_apart():
     assert not slow.not_slower_than_hf_greedy and not slow.beats_every_peer
 
 
+def test_a_profile_inside_hf_generate_is_held_to_its_own_row_not_counted_as_a_peer():
+    report = _report([
+        _row("hf-greedy", "hf", 1.0), _row("skipsearch-ar", "skipsearch", 2.0, 1.0),
+        _row("hybrid:code", "skipsearch", 3.0, 1.5), _row("hf-prompt-lookup", "hf", 1.1),
+        _row("hf-generate+profile:code", bn.PROFILE_IN_HF, 3.06),
+        _row("hf-generate+profile:chat", bn.PROFILE_IN_HF, 2.0),
+    ])
+    s = br.summarize_report(report)
+    assert s.peers == (("hf-prompt-lookup", 1.1),) and s.beats_every_peer  # 3.06x inside HF is not a rival
+    assert s.inside_hf[0] == ("hf-generate+profile:code", 3.06, pytest.approx(1.02))
+    assert s.inside_hf[1] == ("hf-generate+profile:chat", 2.0, None)  # no own row to hold it to
+    text = "\n".join(br.summary_lines(report))
+    assert "1.020 of the same profile's own row; goal 'within 5% of decode': met" in text
+    slow = _report([_row("hf-greedy", "hf", 1.0), _row("hybrid:code", "skipsearch", 3.0, 1.5),
+                    _row("hf-generate+profile:code", bn.PROFILE_IN_HF, 2.7)])
+    assert "0.900 of the same profile's own row; goal 'within 5% of decode': missed" in "\n".join(
+        br.summary_lines(slow))
+
+
 def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
     report = _report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:example", "skipsearch", 1.1, 1.05)])
     measured = br.measured_for(report, report.row("layer-skip:example"))

@@ -150,6 +150,8 @@ def test_shipped_profiles_inside_hf_generate_on_the_real_model(real_sm, encode_o
 # bounds, and the check SpeculativeConfig makes between them (no CPU wheel of vLLM on PyPI to parse with).
 VLLM_NGRAM = {"method": str, "num_speculative_tokens": int, "prompt_lookup_min": int, "prompt_lookup_max": int}
 VLLM_METHODS = ("ngram", "ngram_gpu", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "mtp")
+# vllm/model_executor/layers/quantization/__init__.py (0.33.0): the QuantizationMethods a draft checkpoint may name
+VLLM_QUANTIZATIONS = ("compressed-tensors", "fp8", "gptq", "awq", "torchao", "int8_per_channel_weight_only")
 # SGLang 0.5.23, sglang/srt/arg_groups/fields/spec.py: the server arguments an NGRAM export sets, spelt as its
 # --config YAML takes them (the flags' names without "--": server_args_config_parser.py).
 SGLANG_NGRAM = {"speculative-algorithm": str, "speculative-num-draft-tokens": int,
@@ -318,6 +320,9 @@ def test_the_llama_cpp_draft_gguf_reads_back_at_the_profiles_scheme(tmp_path, sc
     path = _saved(tmp_path, prof, "prec")
     done = _export("--profile", path, "--engine", "llama.cpp", "--out", str(tmp_path / "l"))
     assert done.exit_code == 0, done.output
+    args = (tmp_path / "l" / "llama-args.txt").read_text().split()
+    check_llama(args)
+    assert args[args.index("-md") + 1] == str(tmp_path / "l" / f"draft-{scheme}.gguf")  # where it lies, not staged
     reader = gguf.GGUFReader(tmp_path / "l" / f"draft-{scheme}.gguf")
     tensors = {t.name: t for t in reader.tensors}
     kind = {name: t.tensor_type.name for name, t in tensors.items()}
@@ -341,6 +346,93 @@ def test_the_llama_cpp_draft_gguf_reads_back_at_the_profiles_scheme(tmp_path, sc
     fields = {f.name for f in reader.fields.values()}
     assert {"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "llama.block_count", "general.file_type"} <= fields
     assert reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0] == 1
+
+
+# -- the vLLM / SGLang draft checkpoint, read back ------------------------------------------------------------
+def _copy_profile(sm, ckpt: Path, tmp_path, scheme: str) -> str:
+    prof = _profile(sm, "precision", scheme=scheme, full_mlp=[1], quant_head=True)
+    prof = Profile(ModelRef(str(ckpt), sm.num_layers, fingerprint=None,
+                            weights_fingerprint=prof.model.weights_fingerprint), prof.method, prof.draft,
+                   method_params=prof.method_params)
+    return _saved(tmp_path, prof, f"copy-{scheme}")
+
+
+@pytest.mark.parametrize("scheme,bits", [("int8", 8), ("int4", 4)])
+def test_an_int_copy_exports_to_vllm_and_sglang_as_a_compressed_tensors_checkpoint(tmp_path, scheme, bits):
+    """The draft checkpoint is read back by compressed-tensors' own decompressor and by transformers' loader."""
+    pytest.importorskip("compressed_tensors", reason="the export extra (setup.sh --dev installs it)")
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from skipsearch.methods.precision.kernels import quantize_module
+
+    ckpt = tmp_path / "ckpt"
+    model = _bpe_checkpoint(ckpt)
+    sm = SkippableModel(model, None, name=str(ckpt))
+    path = _copy_profile(sm, ckpt, tmp_path, scheme)
+    K = load_profile(path).draft.max_draft_tokens
+    out = tmp_path / "v"
+    done = _export("--profile", path, "--engine", "vllm", "--out", str(out))
+    assert done.exit_code == 0, done.output
+    cfg = json.loads((out / "speculative_config.json").read_text())
+    draft = out / f"draft-{scheme}"
+    assert cfg == {"method": "draft_model", "model": str(draft), "quantization": "compressed-tensors",
+                   "num_speculative_tokens": K}
+    assert cfg["method"] in VLLM_METHODS and cfg["quantization"] in VLLM_QUANTIZATIONS
+    man = yaml.safe_load((out / MANIFEST).read_text())
+    assert man["setting"]["draft_checkpoint"]["quantized_linears"] == 7 * sm.num_layers - 3  # layer 1's MLP is full
+    assert any("LM head" in n for n in man["notes"])
+
+    config = json.loads((draft / "config.json").read_text())
+    qcfg = QuantizationConfig.model_validate(config["quantization_config"])
+    assert qcfg.format == "pack-quantized" and "model.layers.1.mlp.up_proj" in qcfg.ignore and "lm_head" in qcfg.ignore
+    scheme_cfg = qcfg.config_groups["group_0"]
+    assert scheme_cfg.weights.num_bits == bits and scheme_cfg.input_activations is None  # weight-only
+    tensors = load_file(draft / "model.safetensors")
+    assert "model.layers.1.mlp.up_proj.weight" in tensors and "model.layers.1.mlp.up_proj.weight_packed" not in tensors
+    layer = model.model.layers[0]
+    for name, linear in (("model.layers.0.self_attn.q_proj", layer.self_attn.q_proj),
+                         ("model.layers.0.mlp.down_proj", layer.mlp.down_proj)):
+        parts = {k.rsplit(".", 1)[1]: v for k, v in tensors.items() if k.rsplit(".", 1)[0] == name}
+        assert set(parts) == {"weight_packed", "weight_scale", "weight_shape"}
+        assert parts["weight_packed"].dtype == torch.int32
+        got = PackedQuantizationCompressor.decompress(parts, scheme_cfg)["weight"].float()
+        want = linear.weight.detach().float()
+        step = parts["weight_scale"].float().repeat_interleave(want.shape[1] // parts["weight_scale"].shape[1], 1)
+        assert torch.all((got - want).abs() <= step / 2 + 1e-6), name  # within half a step: rounded, not clipped
+        # skipsearch's own draft of that linear (torchao): the same weights, to within one step
+        ours = quantize_module(linear, scheme).weight.dequantize().float()
+        assert torch.all((got - ours).abs() <= step + 1e-6), name
+    # transformers loads it through its compressed-tensors integration (packed; unpacked at the first forward)
+    loaded = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
+    assert torch.equal(loaded.model.layers[0].mlp.down_proj.weight_packed,
+                       tensors["model.layers.0.mlp.down_proj.weight_packed"])
+    with torch.no_grad():
+        assert loaded(torch.tensor([[5, 6, 7]])).logits.shape == (1, 3, model.config.vocab_size)
+    w = loaded.model.layers[0].mlp.down_proj.weight.detach().float()
+    parts = {k.rsplit(".", 1)[1]: v for k, v in tensors.items() if k.startswith("model.layers.0.mlp.down_proj.")}
+    assert torch.allclose(w, PackedQuantizationCompressor.decompress(parts, scheme_cfg)["weight"].float(), atol=1e-6)
+
+    done = _export("--profile", path, "--engine", "sglang", "--out", str(tmp_path / "s"))
+    assert done.exit_code == 0, done.output
+    got = yaml.safe_load((tmp_path / "s" / "sglang.yaml").read_text())
+    assert got == {"speculative-algorithm": "STANDALONE",
+                   "speculative-draft-model-path": str(tmp_path / "s" / f"draft-{scheme}"),
+                   "speculative-draft-model-quantization": "compressed-tensors", "speculative-num-steps": K,
+                   "speculative-eagle-topk": 1, "speculative-num-draft-tokens": K + 1}
+    assert (tmp_path / "s" / f"draft-{scheme}" / "model.safetensors").is_file()
+
+
+def test_an_fp16_copy_is_one_line_for_vllm_and_sglang(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    sm = SkippableModel(_bpe_checkpoint(ckpt), None, name=str(ckpt))
+    path = _copy_profile(sm, ckpt, tmp_path, "fp16")
+    for engine in ("vllm", "sglang"):
+        assert_one_line_error(_export("--profile", path, "--engine", engine, "--out", str(tmp_path / engine)),
+                              f"{engine} cannot express a fp16 copy of the model as its draft")
+        assert not (tmp_path / engine).exists()
 
 
 # -- the bench row ---------------------------------------------------------------------------------------------

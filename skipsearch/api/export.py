@@ -74,7 +74,9 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
     loader = _Loader(profile, prof)
 
     def build(stage: Path) -> tuple[Written, dict]:
-        written = _relocated(eng.write(stage, prof, loader), stage, out)
+        written = eng.write(stage, prof, loader)
+        _relocate_files(written, stage, out)
+        written = _relocated(written, stage, out)
         manifest = _manifest(eng.name, profile, original, prof, speed, written, line, costs=costs)
         body = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True, width=120)
         (stage / MANIFEST).write_text(f"# skipsearch export (schema v{MANIFEST_SCHEMA})\n{body}")
@@ -99,6 +101,19 @@ def _relocated(written: Written, stage: Path, out: Path) -> Written:
         return value
 
     return Written(written.files, moved(written.setting), moved(written.usage), written.notes)
+
+
+def _relocate_files(written: Written, stage: Path, out: Path) -> None:
+    """The engine's text files name paths in the staging directory (a draft's path in a config): name them as they
+    will be once it is in place."""
+    from skipsearch.files.yamlio import write_atomic
+
+    for name in written.files:
+        path = stage / name
+        if path.is_file() and path.suffix in (".json", ".txt", ".yaml", ".md", ".py"):
+            text = path.read_text(encoding="utf-8")
+            if str(stage) in text:
+                write_atomic(path, text.replace(str(stage), str(out)))
 
 
 def _check_out(out: Path, *, force: bool) -> None:

@@ -6,8 +6,11 @@ written, so the ``_`` spelling of the dataclass fields is rejected as an unknown
 export with SGLang's own ``prepare_server_args``). SGLang has no prompt lookup: its ``NGRAM`` algorithm drafts from a
 trie of the tokens of every request it has served (``speculative_ngram_*``), with no setting for the suffix
 lengths. So a lookup profile is never exact there; the nearest setting is ``NGRAM`` with a single chain
-(BFS breadth 1) of K draft tokens after the last verified one (``speculative_num_draft_tokens`` K + 1). A
-precision draft, a hybrid's fallback and layer-skip drafts are not expressible, as for vLLM (``vllm.py``).
+(BFS breadth 1) of K draft tokens after the last verified one (``speculative_num_draft_tokens`` K + 1). An int8
+or int4 copy of the model is ``STANDALONE`` with ``speculative-draft-model-path`` (the export's compressed-tensors
+checkpoint, ``ct_draft``), ``speculative-draft-model-quantization: compressed-tensors``, K steps of one token
+(``speculative-eagle-topk`` 1, ``speculative-num-draft-tokens`` K + 1, as SGLang forces for top-k 1). An fp16 copy,
+a hybrid's fallback and layer-skip drafts are not expressible, as for vLLM (``vllm.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from skipsearch.export import ct_draft
 from skipsearch.export import shapes as sh
 from skipsearch.export.base import Engine, Gap, Written, plain, write_text
 from skipsearch.profile import Profile
@@ -35,15 +39,24 @@ def gap(profile: Profile) -> Gap | None:
         return Gap(f"{what} (SGLang's NGRAM drafts from a trie over all requests; it has no lookup lengths)", near,
                    describe(near))
     if s.draft_model is not None:
-        return Gap("a reduced-precision copy of the model as its draft (SGLang runs a draft model in the target's "
-                   "dtype; this export writes no quantized checkpoint yet)", plain(profile), describe(plain(profile)))
+        return ct_draft.copy_gap(profile, describe)
     return Gap(f"{profile.method} drafts (no SGLang algorithm drafts with the model's own layers)", plain(profile),
                describe(plain(profile)))
 
 
-def config(profile: Profile) -> dict:
-    lk = sh.setting(profile).lookup
-    if profile.draft.max_draft_tokens == 0 or lk is None:
+def config(profile: Profile, *, draft_path: str | None = None) -> dict:
+    """The server arguments (dataclass spelling); empty for plain decoding. ``draft_path``: where a copy's draft
+    checkpoint lies (default: its directory's name, as inside the export)."""
+    if profile.draft.max_draft_tokens == 0:
+        return {}
+    s = sh.setting(profile)
+    lk, dm = s.lookup, s.draft_model
+    if lk is None and dm is not None and ct_draft.copy_problem(dm) is None:
+        return {"speculative_algorithm": "STANDALONE",
+                "speculative_draft_model_path": draft_path or ct_draft.draft_dir(dm.scheme),
+                "speculative_draft_model_quantization": "compressed-tensors", "speculative_num_steps": dm.k,
+                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": dm.k + 1}
+    if lk is None:
         return {}
     return {"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": lk.k + 1,
             "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 1}
@@ -57,16 +70,21 @@ def describe(profile: Profile) -> str:
 
 
 def write(directory: Path, profile: Profile, model=None) -> Written:
-    cfg = config(profile)
+    draft, info, notes = ct_draft.write_draft(directory, profile, model)
+    cfg = config(profile, draft_path=draft)
     body = yaml.safe_dump({k.replace("_", "-"): v for k, v in cfg.items()}, sort_keys=False) if cfg else "{}\n"
     files = (write_text(directory, CONFIG, body),)
-    notes = ("SGLang's NGRAM trie is filled by every request it serves, not only this one's text; the predicted "
-             "speedup is prompt lookup's in skipsearch's engine",) if cfg else ()
-    return Written(files, cfg, f"python -m sglang.launch_server --model-path MODEL --config {directory / CONFIG}",
+    if draft is not None:
+        files = (*files, Path(draft).name)
+    if cfg and draft is None:  # the nearest of a lookup
+        notes = ("SGLang's NGRAM trie is filled by every request it serves, not only this one's text; the predicted "
+                 "speedup is prompt lookup's in skipsearch's engine",)
+    setting = {**cfg, "draft_checkpoint": info} if info else cfg
+    return Written(files, setting, f"python -m sglang.launch_server --model-path MODEL --config {directory / CONFIG}",
                    notes)
 
 
-ENGINE = Engine(name="sglang", describe=describe, gap=gap, write=write,
+ENGINE = Engine(name="sglang", describe=describe, gap=gap, write=write, needs_weights=ct_draft.needs_weights,
                 checked="parsed with SGLang 0.5.23's own ServerArgs where it installs, else against a schema kept in "
                         "the tests")
 

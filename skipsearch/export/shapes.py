@@ -55,17 +55,18 @@ def _copy_measured(profile: Profile) -> Measured:
                     notes=f"the reduced-precision copy of {profile.method} profile alone, by skipsearch export")
 
 
-def runnable_copy(profile: Profile, *, scheme: str | None = None) -> DraftModel:
+def runnable_copy(profile: Profile, *, scheme: str | None = None, exit: bool = True) -> DraftModel:
     """``profile``'s draft model as an engine can run it: every sublayer in the scheme (or ``scheme``), none
-    skipped, the full vocabulary; K and a fixed exit threshold kept."""
+    skipped, the full vocabulary; K and a fixed exit threshold kept (dropped without ``exit``)."""
     dm = setting(profile).draft_model
     assert dm is not None, "runnable_copy needs a profile that drafts with a reduced-precision copy"
-    return dm.runnable(scheme)
+    return dm.runnable(scheme, exit=exit)
 
 
-def copy_only(profile: Profile, *, scheme: str | None = None) -> Profile:
+def copy_only(profile: Profile, *, scheme: str | None = None, exit: bool = True) -> Profile:
     """A profile of ``profile``'s reduced-precision copy alone, as an engine can run it (``runnable_copy``)."""
-    return nearest(profile, Setting(draft_model=runnable_copy(profile, scheme=scheme)), _copy_measured(profile))
+    return nearest(profile, Setting(draft_model=runnable_copy(profile, scheme=scheme, exit=exit)),
+                   _copy_measured(profile))
 
 
 def lookup_then_copy(profile: Profile, *, n: int, scheme: str | None = None) -> Profile:

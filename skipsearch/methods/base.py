@@ -149,10 +149,10 @@ class DraftModel:
     def adaptive(self) -> bool:
         return self.exit.adaptive
 
-    def runnable(self, scheme: str | None = None) -> DraftModel:
+    def runnable(self, scheme: str | None = None, *, exit: bool = True) -> DraftModel:
         """This draft as an engine runs it: no sublayer skipped, the full vocabulary, its threshold fixed (or no
-        exit), in ``scheme`` if given."""
-        exit_rule = replace(self.exit, adaptive=False) if self.threshold else NO_EXIT
+        exit: always without ``exit``), in ``scheme`` if given."""
+        exit_rule = replace(self.exit, adaptive=False) if self.threshold and exit else NO_EXIT
         return replace(self, scheme=scheme or self.scheme, exit=exit_rule, skips=False, trimmed_head=False)
 
 
