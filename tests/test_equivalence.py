@@ -260,7 +260,7 @@ def test_the_report_and_json_show_ties_with_their_count(tmp_path):
     summary = br.summarize_report(report)
     assert summary.best_profile == "layer-skip:tied" and summary.flagged == ("layer-skip:bad",)
     doc = json.loads(br.report_json(report))
-    assert doc["version"] == 2
+    assert doc["version"] == br.JSON_VERSION
     rows = {r["method"]: r for r in doc["rows"]}
     assert rows["layer-skip:tied"]["verdict"] == eq.TIES and rows["layer-skip:tied"]["tie_tokens"] == 2
     assert rows["layer-skip:bad"]["verdict"] == eq.DIFFERENT and all(p["verdict"] for p in doc["prompts"])

@@ -10,11 +10,12 @@ import dataclasses
 
 import pytest
 import torch
+import transformers
 
 from skipsearch import methods
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.decoding import generate, hf_generate
-from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
+from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel, static_cache_supported
 from tests.conftest import make_tiny_model
 
 PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])  # three lengths: one graph serves all
@@ -22,6 +23,8 @@ PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])  # three leng
 
 @pytest.fixture(scope="module")
 def compiled():
+    if not static_cache_supported():  # transformers 4.x: the kernel is refused (test_an_old_transformers_...)
+        pytest.skip(f"the compiled kernel needs transformers 5's StaticCache layers, not {transformers.__version__}")
     sm = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
     sm.use_kernel("inductor", capacity=64)
     return sm
@@ -54,6 +57,15 @@ def test_a_kernel_the_device_cannot_run_is_refused(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     with pytest.raises(ConfigError, match="no C.. compiler"):
         check_kernel(Kernel("inductor"), "cpu")
+
+
+def test_an_old_transformers_refuses_the_kernel_in_one_line(monkeypatch):
+    from skipsearch import kernels
+
+    monkeypatch.setattr(kernels, "static_cache_supported", lambda: False)
+    with pytest.raises(ConfigError, match="needs a transformers whose StaticCache layers keep their own length") as e:
+        check_kernel(Kernel("inductor"), "cpu")
+    assert "\n" not in str(e.value) and "use --kernel eager" in str(e.value)
 
 
 def test_compiled_verify_and_plain_steps_are_hf_greedy(compiled):

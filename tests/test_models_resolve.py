@@ -162,10 +162,18 @@ def _fake_gpus(monkeypatch, n: int, *, free_gib: float = 80.0, bf16: bool = True
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_auto_is_cpu_and_float32_here(dirs, caplog):
     assert choose_placement() == Placement("cpu", "float32", "device auto: no CUDA device; dtype auto: float32 on CPU")
-    with caplog.at_level(logging.INFO, logger="skipsearch"):
-        sm = load_model(str(dirs["a"]))
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # on skipsearch's own logger: whether it propagates to the root is not the point
+    log = logging.getLogger("skipsearch")
+    log.addHandler(handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="skipsearch"):
+            sm = load_model(str(dirs["a"]))
+    finally:
+        log.removeHandler(handler)
     assert (sm.device.type, sm.dtype, sm.placement.device) == ("cpu", torch.float32, "cpu")
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("skipsearch")]
+    lines = [r.getMessage() for r in records]
     assert lines == [f"loading {dirs['a']} on cpu in float32 (device auto: no CUDA device; dtype auto: float32 on CPU)"]
 
 

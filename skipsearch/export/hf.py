@@ -58,7 +58,7 @@ def requirements_txt() -> str:
         ours = f"skipsearch>={version('skipsearch')}"
     except PackageNotFoundError:
         ours = "skipsearch"
-    return f"{ours}\ntransformers>=5.0\n"
+    return f"{ours}\ntransformers>=4.56\n"  # custom_generate directories: transformers 4.56 and later
 
 
 def write(directory: Path, profile: Profile, model=None) -> Written:

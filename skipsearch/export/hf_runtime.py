@@ -148,6 +148,7 @@ def generate_with_profile(model, input_ids: torch.Tensor | None = None, *, profi
     gc = copy.deepcopy(kwargs.pop("generation_config", None) or model.generation_config)
     unused = gc.update(**kwargs)
     unused.pop("use_cache", None)
+    unused.pop("use_model_defaults", None)  # transformers 4.56 hands it over: how to fill the config, no output change
     if unused:
         raise ConfigError(f"custom_generate: unknown argument {sorted(unused)[0]!r} for a skipsearch draft profile")
     for name, neutral in _REFUSED_FIELDS.items():
