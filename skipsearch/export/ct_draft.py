@@ -56,17 +56,19 @@ def quantization_args(scheme: str):
 
 
 def copy_problem(dm) -> str | None:
-    """What a vLLM or SGLang draft model cannot be of a skipsearch draft copy ``dm`` (``methods.DraftModel``)."""
+    """What a vLLM or SGLang draft model cannot be of a skipsearch draft copy ``dm`` (``methods.DraftModel``), every
+    reason in one line; None when it can be exactly that."""
+    problems = []
     if dm.skips:
-        return "a draft that skips sublayers"
+        problems.append("a draft that skips sublayers")
     if dm.trimmed_head:
-        return "a trimmed draft head (a draft model's vocabulary must be the target's)"
+        problems.append("a trimmed draft head (a draft model's vocabulary must be the target's)")
     if dm.threshold:
-        return "a draft exit threshold (a draft model drafts its K tokens every step)"
+        problems.append("a draft exit threshold (a draft model drafts its K tokens every step)")
     if dm.scheme not in SCHEMES:
-        return (f"a {dm.scheme} copy of the model as its draft (a draft model runs in the target's dtype; "
-                f"only {' and '.join(SCHEMES)} copies are written, as compressed-tensors checkpoints)")
-    return None
+        problems.append(f"a {dm.scheme} copy of the model as its draft (a draft model runs in the target's dtype; "
+                        f"only {' and '.join(SCHEMES)} copies are written, as compressed-tensors checkpoints)")
+    return "; ".join(problems) or None
 
 
 def draft_dir(scheme: str) -> str:
