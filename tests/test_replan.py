@@ -354,7 +354,13 @@ def test_cli_optimize_costs_input_is_checked_before_the_model_loads(args, fragme
 
 
 def test_the_whole_workflow_through_the_cli_on_a_tiny_checkpoint(tiny_checkpoint, tmp_path):
-    """Search, measure costs, re-plan the profile, re-rank the study, plan --study: every command, end to end."""
+    """Search, measure costs, re-plan the profile, re-rank the study, plan --study: every command, end to end.
+    Every timing reads the work clock (tests/clocks.py): the searches pick what they pick on any machine's load."""
+    with work_clock():
+        _whole_workflow(tiny_checkpoint, tmp_path)
+
+
+def _whole_workflow(tiny_checkpoint, tmp_path):
     model, study = str(tiny_checkpoint), str(tmp_path / "study")
     common = ["--model", model, "--n-prompts", "2", "--max-new-tokens", "8", "--dataset", "mtbench"]
     costs = tmp_path / "costs" / "tiny.yaml"
