@@ -161,6 +161,11 @@ VLLM_QUANTIZATIONS = ("compressed-tensors", "fp8", "gptq", "awq", "torchao", "in
 SGLANG_NGRAM = {"speculative-algorithm": str, "speculative-num-draft-tokens": int,
                 "speculative-ngram-min-bfs-breadth": int, "speculative-ngram-max-bfs-breadth": int}
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+# the same file's draft-model arguments, and its QUANTIZATION_CHOICES entry for them (arg_groups/choices.py); with
+# top-k 1 SGLang forces num-draft-tokens to num-steps + 1 (speculative_hook.py)
+SGLANG_DRAFT = {"speculative-algorithm": str, "speculative-draft-model-path": str,
+                "speculative-draft-model-quantization": str, "speculative-num-steps": int,
+                "speculative-eagle-topk": int, "speculative-num-draft-tokens": int}
 # llama.cpp as vendored in llama-cpp-python 0.3.36, common/arg.cpp: flags and their value kinds.
 LLAMA_FLAGS = {"--spec-type": str, "--spec-ngram-simple-size-n": int, "--spec-ngram-simple-size-m": int,
                "--spec-ngram-simple-min-hits": int, "-md": str, "--spec-draft-n-max": int, "--spec-draft-n-min": int,
@@ -427,6 +432,9 @@ def test_an_int_copy_exports_to_vllm_and_sglang_as_a_compressed_tensors_checkpoi
                    "speculative-draft-model-quantization": "compressed-tensors", "speculative-num-steps": K,
                    "speculative-eagle-topk": 1, "speculative-num-draft-tokens": K + 1}
     assert (tmp_path / "s" / f"draft-{scheme}" / "model.safetensors").is_file()
+    assert set(got) == set(SGLANG_DRAFT) and all(isinstance(got[k], SGLANG_DRAFT[k]) for k in got)
+    assert got["speculative-algorithm"] in SGLANG_ALGORITHMS and got["speculative-eagle-topk"] == 1
+    assert got["speculative-num-draft-tokens"] == got["speculative-num-steps"] + 1
 
 
 def test_an_fp16_copy_is_one_line_for_vllm_and_sglang(tmp_path):
