@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from skipsearch.bench_report import JSON_VERSION
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_bench.sh"
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -200,7 +202,8 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
         names = set(tar.getnames())
     assert {"bench-float32.json", "bench-bfloat16.json", "drift-bfloat16.json", "environment.txt"} <= names
     doc = json.loads((state / "bench-bfloat16.json").read_text())
-    assert doc["version"] == 2 and {r["verdict"] for r in doc["rows"]} <= {"identical", "equal up to numerical ties"}
+    assert doc["version"] == JSON_VERSION and {r["verdict"] for r in doc["rows"]} <= {"identical",
+                                                                                    "equal up to numerical ties"}
     # a call after everything is done redoes nothing
     again = call(["manifest.json"])
     stages = ("convert", "drift-bfloat16", "search-float32", "search-bfloat16", "precision-bfloat16",
