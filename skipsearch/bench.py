@@ -224,13 +224,13 @@ def hf_profile_method(sm: SkippableModel, path: str, profile, directory: Path, *
 
     hf.write(directory, profile)
     name = f"{HF_PROFILE}:{Path(path).stem}"
-    kernel, compiled = sm.kernel.label, sm.kernel.compiled
+    kernel = sm.kernel.label
 
     def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
         stats = []
         ids = hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, custom_generate=str(directory),
                           trust_remote_code=True, skipsearch_stats=stats.append, skipsearch_kernel=kernel,
-                          skipsearch_capacity=capacity if compiled else None)
+                          skipsearch_capacity=capacity)
         s = stats[0]
         return ContenderOutput(ids, verify_steps=s.verify_steps, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
                                draft_steps=s.draft_steps, draft_seconds=s.draft_seconds,

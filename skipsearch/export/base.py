@@ -4,7 +4,7 @@ it wrote), the export's one-line error and the manifest's name and version."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ class Engine:
     gap: Callable[[Profile], Gap | None]  # None: the engine expresses the profile
     write: Writer
     checked: str = ""  # how its exports were validated here (README)
-    needs_weights: Callable[[Profile], bool] = field(default=lambda _p: False)
 
 
 def plain(profile: Profile) -> Profile:

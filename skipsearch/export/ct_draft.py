@@ -93,23 +93,26 @@ def copy_gap(profile: Profile, describe) -> Gap | None:
     return Gap(problem, plain(profile), describe(plain(profile)))
 
 
-def needs_weights(profile: Profile) -> bool:
-    """Whether the export writes a draft checkpoint (a copy of the model alone, in a scheme it writes)."""
+def exported_copy(profile: Profile):
+    """The draft copy (``methods.DraftModel``) a vLLM or SGLang export runs as its draft model: the profile drafts
+    with a copy of the model alone that a draft model can be exactly; else None."""
     s = sh.setting(profile)
-    return (profile.draft.max_draft_tokens > 0 and s.lookup is None and s.draft_model is not None
-            and s.draft_model.scheme in SCHEMES)
+    dm = s.draft_model
+    if profile.draft.max_draft_tokens == 0 or s.lookup is not None or dm is None or copy_problem(dm) is not None:
+        return None
+    return dm
 
 
 def write_draft(directory: Path, profile: Profile, model) -> tuple[str | None, dict, tuple[str, ...]]:
     """The draft checkpoint of a copy profile in ``directory`` (``model()`` gives (adapter, checkpoint)): its path,
     what the manifest records, and notes; (None, {}, ()) when the profile drafts with no copy."""
-    if not needs_weights(profile):
+    dm = exported_copy(profile)
+    if dm is None:
         return None, {}, ()
-    dm = sh.setting(profile).draft_model
     sm, checkpoint = model()
     where = directory / draft_dir(dm.scheme)
     info = write_draft_checkpoint(where, sm, checkpoint, scheme=dm.scheme, full_attn=dm.full_attn,
-                                           full_mlp=dm.full_mlp)
+                                  full_mlp=dm.full_mlp)
     return str(where), info, (HEAD_NOTE,) if dm.quant_head else ()
 
 
@@ -179,5 +182,5 @@ def write_draft_checkpoint(directory: Path, sm, checkpoint: Path, *, scheme: str
             "group_size": group, "quantized_linears": quantized, "ignored": ignore}
 
 
-__all__ = ["FORMAT", "HEAD_NOTE", "SCHEMES", "copy_gap", "copy_problem", "draft_dir", "needs_weights",
+__all__ = ["FORMAT", "HEAD_NOTE", "SCHEMES", "copy_gap", "copy_problem", "draft_dir", "exported_copy",
            "quantization_args", "write_draft", "write_draft_checkpoint"]

@@ -101,10 +101,6 @@ def _scheme(profile: Profile) -> str:
     return dm.scheme if dm is not None else "none"
 
 
-def needs_weights(profile: Profile) -> bool:
-    return profile.draft.max_draft_tokens > 0 and sh.setting(profile).draft_model is not None
-
-
 def write(directory: Path, profile: Profile, model=None) -> Written:
     """The flags, and the draft GGUF when the profile drafts with a copy (``model()`` gives (adapter, checkpoint))."""
     from skipsearch.export.gguf_draft import write_draft_gguf
@@ -131,8 +127,8 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     return Written(tuple(files), setting, usage, tuple(notes))
 
 
-ENGINE = Engine(name="llama.cpp", describe=describe, gap=gap, write=write, needs_weights=needs_weights,
+ENGINE = Engine(name="llama.cpp", describe=describe, gap=gap, write=write,
                 checked="the draft GGUF read back with the gguf reader (tests); decoded with llama-cpp-python where "
                         "it builds")
 
-__all__ = ["ARGS", "ENGINE", "describe", "flags", "gap", "needs_weights", "write"]
+__all__ = ["ARGS", "ENGINE", "describe", "flags", "gap", "write"]

@@ -49,9 +49,8 @@ def config(profile: Profile, *, draft_path: str | None = None) -> dict:
     checkpoint lies (default: its directory's name, as inside the export)."""
     if profile.draft.max_draft_tokens == 0:
         return {}
-    s = sh.setting(profile)
-    lk, dm = s.lookup, s.draft_model
-    if lk is None and dm is not None and ct_draft.copy_problem(dm) is None:
+    lk, dm = sh.setting(profile).lookup, ct_draft.exported_copy(profile)
+    if dm is not None:
         return {"speculative_algorithm": "STANDALONE",
                 "speculative_draft_model_path": draft_path or ct_draft.draft_dir(dm.scheme),
                 "speculative_draft_model_quantization": "compressed-tensors", "speculative_num_steps": dm.k,
@@ -84,7 +83,7 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
                    notes)
 
 
-ENGINE = Engine(name="sglang", describe=describe, gap=gap, write=write, needs_weights=ct_draft.needs_weights,
+ENGINE = Engine(name="sglang", describe=describe, gap=gap, write=write,
                 checked="parsed with SGLang 0.5.23's own ServerArgs where it installs, else against a schema kept in "
                         "the tests")
 

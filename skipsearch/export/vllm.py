@@ -49,9 +49,8 @@ def config(profile: Profile, *, draft_path: str | None = None) -> dict:
     of a copy lies (default: its directory's name, as inside the export)."""
     if profile.draft.max_draft_tokens == 0:
         return {}
-    s = sh.setting(profile)
-    lk, dm = s.lookup, s.draft_model
-    if lk is None and dm is not None and ct_draft.copy_problem(dm) is None:
+    lk, dm = sh.setting(profile).lookup, ct_draft.exported_copy(profile)
+    if dm is not None:
         return {"method": "draft_model", "model": draft_path or ct_draft.draft_dir(dm.scheme),
                 "quantization": "compressed-tensors", "num_speculative_tokens": dm.k}
     if lk is None:
@@ -80,7 +79,7 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     return Written(files, setting, usage, notes)
 
 
-ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write, needs_weights=ct_draft.needs_weights,
+ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write,
                 checked="against a schema of vLLM 0.33.0's SpeculativeConfig kept in the tests (no CPU wheel); the "
                         "draft checkpoint decompressed with compressed-tensors and loaded by transformers")
 
