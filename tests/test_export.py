@@ -156,6 +156,8 @@ VLLM_NGRAM = {"method": str, "num_speculative_tokens": int, "prompt_lookup_min":
 VLLM_METHODS = ("ngram", "ngram_gpu", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "mtp")
 # vllm/model_executor/layers/quantization/__init__.py (0.33.0): the QuantizationMethods a draft checkpoint may name
 VLLM_QUANTIZATIONS = ("compressed-tensors", "fp8", "gptq", "awq", "torchao", "int8_per_channel_weight_only")
+# the keys a draft_model export sets (SpeculativeConfig's model and quantization fields)
+VLLM_DRAFT = {"method": str, "model": str, "quantization": str, "num_speculative_tokens": int}
 # SGLang 0.5.23, sglang/srt/arg_groups/fields/spec.py: the server arguments an NGRAM export sets, spelt as its
 # --config YAML takes them (the flags' names without "--": server_args_config_parser.py).
 SGLANG_NGRAM = {"speculative-algorithm": str, "speculative-num-draft-tokens": int,
@@ -175,14 +177,25 @@ LLAMA_SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "ngram-
 
 
 def check_vllm(cfg: dict) -> None:
-    assert set(cfg) <= set(VLLM_NGRAM) and all(isinstance(cfg[k], VLLM_NGRAM[k]) for k in cfg)
+    """An ngram or draft_model --speculative-config against SpeculativeConfig's keys and checks."""
     assert cfg["method"] in VLLM_METHODS and cfg["num_speculative_tokens"] > 0
+    if cfg["method"] == "draft_model":
+        assert set(cfg) == set(VLLM_DRAFT) and all(isinstance(cfg[k], VLLM_DRAFT[k]) for k in cfg)
+        assert cfg["quantization"] in VLLM_QUANTIZATIONS
+        return
+    assert set(cfg) <= set(VLLM_NGRAM) and all(isinstance(cfg[k], VLLM_NGRAM[k]) for k in cfg)
     assert 1 <= cfg["prompt_lookup_min"] <= cfg["prompt_lookup_max"]
 
 
 def check_sglang(cfg: dict) -> None:
-    assert set(cfg) <= set(SGLANG_NGRAM) and all(isinstance(cfg[k], SGLANG_NGRAM[k]) for k in cfg)
+    """An NGRAM or STANDALONE server config against spec.py's fields and the checks SGLang makes."""
     assert cfg["speculative-algorithm"] in SGLANG_ALGORITHMS and cfg["speculative-num-draft-tokens"] >= 2
+    if cfg["speculative-algorithm"] == "STANDALONE":
+        assert set(cfg) == set(SGLANG_DRAFT) and all(isinstance(cfg[k], SGLANG_DRAFT[k]) for k in cfg)
+        assert cfg["speculative-eagle-topk"] == 1
+        assert cfg["speculative-num-draft-tokens"] == cfg["speculative-num-steps"] + 1
+        return
+    assert set(cfg) <= set(SGLANG_NGRAM) and all(isinstance(cfg[k], SGLANG_NGRAM[k]) for k in cfg)
     assert 1 <= cfg["speculative-ngram-min-bfs-breadth"] <= cfg["speculative-ngram-max-bfs-breadth"]
 
 
@@ -389,7 +402,7 @@ def test_an_int_copy_exports_to_vllm_and_sglang_as_a_compressed_tensors_checkpoi
     draft = out / f"draft-{scheme}"
     assert cfg == {"method": "draft_model", "model": str(draft), "quantization": "compressed-tensors",
                    "num_speculative_tokens": K}
-    assert cfg["method"] in VLLM_METHODS and cfg["quantization"] in VLLM_QUANTIZATIONS
+    check_vllm(cfg)
     man = yaml.safe_load((out / MANIFEST).read_text())
     assert man["setting"]["draft_checkpoint"]["quantized_linears"] == 7 * sm.num_layers - 3  # layer 1's MLP is full
     assert any("LM head" in n for n in man["notes"])
@@ -432,9 +445,7 @@ def test_an_int_copy_exports_to_vllm_and_sglang_as_a_compressed_tensors_checkpoi
                    "speculative-draft-model-quantization": "compressed-tensors", "speculative-num-steps": K,
                    "speculative-eagle-topk": 1, "speculative-num-draft-tokens": K + 1}
     assert (tmp_path / "s" / f"draft-{scheme}" / "model.safetensors").is_file()
-    assert set(got) == set(SGLANG_DRAFT) and all(isinstance(got[k], SGLANG_DRAFT[k]) for k in got)
-    assert got["speculative-algorithm"] in SGLANG_ALGORITHMS and got["speculative-eagle-topk"] == 1
-    assert got["speculative-num-draft-tokens"] == got["speculative-num-steps"] + 1
+    check_sglang(got)
 
 
 def test_an_fp16_copy_is_one_line_for_vllm_and_sglang(tmp_path):
