@@ -95,10 +95,9 @@ class SearchSettings:
     protect_ends: bool = True
     space: SearchSpace | None = None
     warm_start: tuple[str, ...] = ()  # profiles whose draft configs are tried first, e.g. CLaSp's
-    # What only some strategies take, e.g. (("n_values", (3, 5)),) for fractal, refused by the others; and how
-    # the caller names each in messages, e.g. (("n_values", "--n"),)
+    # What only some strategies take, e.g. (("n_values", (3, 5)),) for fractal, refused by the others: each is
+    # checked against what the strategy declares (``Strategy.options``), whose flags messages name
     strategy_options: tuple[tuple[str, Any], ...] = ()
-    option_names: tuple[tuple[str, str], ...] = ()
     # the study: a directory (SQLite inside; default studies/<model>-<strategy>), or an RDB URL and a name
     study: str | None = None
     storage: str | None = None
@@ -194,7 +193,7 @@ def optimize(
     summary = SearchSummary(len(records(study)), 0, 0, best(study), 0.0)
     try:
         strategy.prepare(sm, cal, say=say)
-        say(f"searching: {strategy.name} ({strategy.method}), budget {budget}, {search_kind} objective")
+        say(f"searching: {strategy.name} ({strategy.method.name}), budget {budget}, {search_kind} objective")
         summary = run_search(study, strategy, objective, budget=budget, kind=search_kind, on_trial=on_trial)
         if objective_kind == "two-stage":
             for candidate in shortlist(study, s.shortlist):
@@ -354,7 +353,7 @@ def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: M
         why += f", v(2) {costs.verify(2):.2f}" if costs is not None and not m.notes and trusted else ""
     if timed and not trusted:
         why += f" (every timing was flagged: {timed[0].measurement.notes})"
-    base = best_r.candidate if best_r is not None else Candidate(strategy.method, AUTOREGRESSIVE)
+    base = best_r.candidate if best_r is not None else strategy.method.candidate(AUTOREGRESSIVE)
     return _plain_decoding(base), m, "no draft candidate beat plain decoding on this hardware: ships " \
                                      "max_draft_tokens 0" + why
 

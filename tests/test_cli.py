@@ -150,3 +150,102 @@ def test_methods_lists_every_registered_method_with_its_search():
 def test_models_lists_the_aliases():
     result = runner.invoke(app, ["models"])
     assert result.exit_code == 0 and "llama-2-13b " in result.stdout and "meta-llama/Llama-2-13b-hf" in result.stdout
+
+
+# -- the strategy options' flags, made from what the registered strategies declare ----------------------------------
+def _optimize_help() -> str:
+    """``optimize --help`` as one line of words: wide, so that no phrase wraps; the panels' borders left out."""
+    shown = runner.invoke(app, ["optimize", "--help"], env={"COLUMNS": "1000"})
+    assert shown.exit_code == 0, shown.output
+    return " ".join(shown.stdout.replace("│", " ").split())
+
+
+def test_optimize_help_lists_every_strategy_and_each_ones_flags_in_its_panel():
+    from skipsearch.strategies import REGISTRY
+
+    text = _optimize_help()
+    assert f"Search strategy: {', '.join(REGISTRY)} " in text and "precision" in REGISTRY
+    for name, cls in REGISTRY.items():
+        for option in cls.options:
+            if option.on_command_line:
+                assert option.spelling in text and name in text
+    assert "Strategy options: fractal " in text and "auto|int8-dynamic" in text  # choices listed
+    assert "fp16|int8|int4" in text and "(default: tpe 0, clasp 4)" in text
+
+
+def test_every_existing_strategy_flag_still_parses():
+    from skipsearch.cli.strategy_flags import strategy_options
+
+    given = {"n_values": "3,5", "w_values": "1", "quantization": "none", "loi": 3, "vocab_sizes": "0,8",
+             "schemes": "fp16, int8"}
+    assert strategy_options(given) == (("n_values", (3, 5)), ("w_values", (1,)), ("quantization", "none"),
+                                       ("loi", 3), ("vocab_sizes", (0, 8)), ("schemes", ("fp16", "int8")))
+    assert_one_line_error(runner.invoke(app, ["optimize", "--strategy", "clasp", "--clasp-loi", "0"]), "--clasp-loi")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--strategy", "hybrid", "--schemes", ","]),
+                          "--schemes must be comma-separated values")
+
+
+def _toy_strategy():
+    from skipsearch.config import NO_EXIT, DraftConfig
+    from skipsearch.methods.ngram import METHOD as NGRAM
+    from skipsearch.methods.ngram import NgramParams
+    from skipsearch.strategies import Option
+    from skipsearch.strategies._grid import GridStrategy
+
+    class ToyStrategy(GridStrategy):
+        """A test's strategy: ngram's suffix lengths on a grid, with three settings of its own."""
+
+        name = "toy-grid"
+        methods = (NGRAM,)
+        options = (Option("spans", int, (1, 2), "toy suffix lengths", many=True, low=1),
+                   Option("mode", str, "a", "toy mode", choices=("a", "b")),
+                   Option("scale", float, 0.5, "toy scale", low=0))
+
+        def __init__(self, space, *, method=None, seed=0, warm_start=(), spans=(1, 2), mode="a", scale=0.5):
+            super().__init__(space, method=method, seed=seed, warm_start=warm_start)
+            self.spans, self.mode, self.scale = tuple(spans), mode, scale
+
+        def grid(self):
+            return {"n": list(self.spans), "k": [2]}
+
+        def candidate(self, point):
+            return self.propose(DraftConfig(max_draft_tokens=point["k"], exit=NO_EXIT),
+                                NgramParams(min_n=point["n"], max_n=point["n"]))
+
+    return ToyStrategy
+
+
+def test_a_registered_strategy_gets_its_flags_and_checks_with_no_edit_to_cli_or_api(tmp_path, monkeypatch):
+    from skipsearch import api
+    from skipsearch.config import ConfigError
+    from skipsearch.space import SearchSpace
+    from skipsearch.strategies import REGISTRY, make_strategy
+
+    toy = _toy_strategy()
+    monkeypatch.setitem(REGISTRY, toy.name, toy)
+    text = _optimize_help()
+    assert "Strategy options: toy-grid" in text and "toy-grid" in text.split("Search strategy:")[1][:200]
+    assert "--spans" in text and "Toy suffix lengths (default: 1,2)" in text and "[a|b]" in text
+    # the flags reach the strategy, parsed as declared: the search is stubbed where the model would load
+    seen = []
+
+    def stop(settings, **_):
+        seen.append(settings)
+        raise ConfigError("stopped before the model loads")
+
+    monkeypatch.setattr(api, "optimize_study", stop)
+    args = ["optimize", "--strategy", "toy-grid", "--study", str(tmp_path / "s")]
+    assert_one_line_error(runner.invoke(app, [*args, "--spans", "3,1", "--mode", "b", "--scale", "2"]), "stopped")
+    assert seen[0].strategy_options == (("spans", (3, 1)), ("mode", "b"), ("scale", 2.0))
+    strategy = make_strategy(toy.name, SearchSpace(num_layers=8), **dict(seen[0].strategy_options))
+    assert (strategy.spans, strategy.mode, strategy.scale) == ((3, 1), "b", 2.0)
+    monkeypatch.undo()  # the real api again, and the toy still registered: its options are checked as declared
+    monkeypatch.setitem(REGISTRY, toy.name, toy)
+    assert_one_line_error(runner.invoke(app, [*args, "--spans", "0"]),
+                          "strategy 'toy-grid': --spans must be comma-separated integers >= 1, got (0,)")
+    assert_one_line_error(runner.invoke(app, [*args, "--n", "2"]), "strategy 'toy-grid' does not take --n")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--strategy", "tpe", "--study", str(tmp_path / "t"),
+                                              "--mode", "b"]), "strategy 'tpe' does not take --mode")
+    monkeypatch.undo()  # unregistered: its flags are gone
+    assert "--spans" not in _optimize_help()
+    assert_one_line_error(runner.invoke(app, [*args, "--spans", "1"]), "--spans")

@@ -197,7 +197,7 @@ def test_tpe_searches_skip_quantized_and_full_jointly():
     import optuna
 
     strategy = make_strategy("tpe", SearchSpace(num_layers=6), schemes=("fp16", "int8"))
-    assert strategy.method == "precision" and not strategy.plan().seeds[0].config.skip_attn  # all-quantized first
+    assert strategy.method.name == "precision" and not strategy.plan().seeds[0].config.skip_attn  # all-quantized first
     study = optuna.create_study(sampler=strategy.sampler())
     seed_study(study, strategy.plan().seeds)
     roles = set()
@@ -225,7 +225,7 @@ def test_skip_set_strategies_search_one_scheme_as_precision_drafts(name):
     assert cand.method == "precision" and cand.param("scheme") == "int8"
     methods.get("precision").parse(cand.params, draft=cand.draft, num_layers=6)
     plain = make_strategy(name, SearchSpace(num_layers=6))
-    assert plain.method == "layer-skip"
+    assert plain.method.name == "layer-skip"
     with pytest.raises(ConfigError, match="searches skip sets for one precision scheme"):
         make_strategy(name, SearchSpace(num_layers=6), schemes=("fp16", "int8"))
 

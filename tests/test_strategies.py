@@ -9,6 +9,7 @@ several assertions share one run.
 from __future__ import annotations
 
 import functools
+import inspect
 import statistics
 from dataclasses import replace
 
@@ -25,7 +26,7 @@ from skipsearch.study import open_study, records, run_search
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ALL = sorted(REGISTRY)
-NAMES = sorted(n for n, cls in REGISTRY.items() if cls.method == LAYER_SKIP.name)  # they search skip sets
+NAMES = sorted(n for n, cls in REGISTRY.items() if cls.methods[0] is LAYER_SKIP)  # they search skip sets
 GRIDS = sorted(n for n in REGISTRY if make_strategy(n, SearchSpace(num_layers=30)).plan().max_trials is not None)
 
 
@@ -86,7 +87,8 @@ cached_search = functools.cache(lambda name, num_layers, seed, budget: search(
 @pytest.mark.parametrize("name", ALL)
 def test_candidates_are_valid_profiles_of_the_strategys_method(name):
     strategy, candidates = search_candidates(name, SearchSpace(num_layers=30), seed=0, budget=6)
-    method = methods.get(strategy.method)  # the strategy searches a registered method
+    method = strategy.method
+    assert methods.get(method.name) is method  # the strategy searches a registered method
     for c in candidates:
         assert c.method == method.name
         method.parse(c.params, draft=c.draft, num_layers=30)  # the method's own validation accepts it
@@ -218,7 +220,76 @@ def test_registry_entry_builds_a_seeded_strategy_with_a_sampler(name):
 def test_every_method_s_search_entry_is_registered_and_every_strategy_searches_a_method():
     entries = {m.name: m.strategy for m in methods.REGISTRY.values() if m.strategy is not None}
     assert {name: e for name, e in entries.items() if e not in REGISTRY} == {}
-    assert {name: cls.method for name, cls in REGISTRY.items() if cls.method not in methods.REGISTRY} == {}
+    assert {name: [m.name for m in cls.methods] for name, cls in REGISTRY.items()
+            if any(methods.REGISTRY.get(m.name) is not m for m in cls.methods)} == {}
+
+
+# -- what a strategy declares: its methods and its options ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_declared_options_are_the_constructors_settings_with_its_defaults(name):
+    cls = REGISTRY[name]
+    base = {"self", "space", "method", "seed", "warm_start"}
+    params = {p.name: p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in base}
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+    assert [o.name for o in cls.options] == list(params)  # every setting declared, in the constructor's order
+    for o in cls.options:
+        assert o.default == params[o.name].default and o.help, o
+        if o.method is not None:  # an option that picks a method picks one the strategy declares
+            assert any(o.method is m for m in cls.methods), o
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_strategy_is_made_for_one_method_and_keeps_it(name):
+    cls = REGISTRY[name]
+    strategy = make_strategy(name, SearchSpace(num_layers=30), seed=0)
+    assert strategy.method is cls.methods[0]
+    with pytest.raises(AttributeError):
+        strategy.method = cls.methods[-1]
+    _, candidates = search_candidates(name, SearchSpace(num_layers=30), seed=0, budget=4)
+    assert {c.method for c in candidates} == {cls.methods[0].name}
+
+
+@pytest.mark.parametrize("name", ["tpe", "bayes", "clasp"])
+def test_an_option_that_names_a_method_makes_the_strategy_propose_for_it(name):
+    from skipsearch.methods.precision import METHOD as PRECISION
+
+    strategy = make_strategy(name, SearchSpace(num_layers=6), seed=0, schemes=("int8",))
+    assert strategy.method is PRECISION and REGISTRY[name].methods[0] is LAYER_SKIP
+    study = open_study(strategy=strategy)
+    run_search(study, strategy, FakeObjective(6), budget=4)
+    assert {r.candidate.method for r in records(study)} == {PRECISION.name}
+    assert strategy.method is PRECISION
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("tpe", {"n_values": (3,)}, "strategy 'tpe' does not take --n"),
+        ("tpe", {"loi": 3}, "strategy 'tpe' does not take --clasp-loi"),
+        ("ngram", {"nope_option": 1}, "strategy 'ngram' does not take --nope-option"),
+        ("bayes", {"xi": -0.5}, "strategy 'bayes': --xi must be a number >= 0, got -0.5"),
+        ("bayes", {"n_uniform": 2.5}, "strategy 'bayes': --n-uniform must be an integer >= 1, got 2.5"),
+        ("bayes", {"n_parents": True}, "strategy 'bayes': --n-parents must be an integer >= 1, got True"),
+        ("precision", {"k_values": (2, 0)}, "strategy 'precision': --k-values must be comma-separated integers >= 1"),
+        ("precision", {"k_values": ()}, "strategy 'precision': --k-values must be comma-separated integers >= 1"),
+        ("hybrid", {"vocab_sizes": (-1,)}, "strategy 'hybrid': --vocab-sizes must be comma-separated integers >= 0"),
+        ("hybrid", {"schemes": "fp16"}, "strategy 'hybrid': --schemes must be comma-separated strings, got 'fp16'"),
+        ("fractal", {"quantization": 8}, "strategy 'fractal': --quantization must be a string, got 8"),
+    ],
+)
+def test_options_are_checked_against_the_declaration_in_one_line(name, options, message):
+    with pytest.raises(ConfigError) as caught:
+        make_strategy(name, SearchSpace(num_layers=8), seed=0, **options)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_declared_values_reach_the_strategy():
+    bayes = make_strategy("bayes", SearchSpace(num_layers=8), xi=0.5, n_uniform=3, gp_restarts=1)
+    assert (bayes.xi, bayes.n_uniform, bayes.gp_restarts) == (0.5, 3, 1)
+    precision = make_strategy("precision", SearchSpace(num_layers=8), k_values=(4, 2), vocab_sizes=[0])
+    assert precision.k_values == (2, 4) and precision.vocab_sizes == (0,)
 
 
 def test_unknown_strategy_is_a_config_error():

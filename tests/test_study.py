@@ -309,10 +309,11 @@ def test_shortlist_is_the_best_distinct_configs_of_a_kind(fast_dir):
 
 
 def test_candidates_of_other_methods_round_trip_through_the_study(fast_dir):
+    from skipsearch.methods.ngram import METHOD as NGRAM
     from skipsearch.methods.ngram import NgramParams
 
     class Lookup(Fixed):
-        method = "ngram"
+        methods = (NGRAM,)
 
         def suggest(self, trial):
             k = trial.suggest_int("index", 2, 3)
@@ -408,3 +409,17 @@ def test_a_busy_storage_is_retried_and_survived(fast_dir, monkeypatch):
     assert len(refusals) == 2 and summary.failed == 0 and summary.conflicts == ()
     ran = [t.state for t in study.trials if t.state != optuna.trial.TrialState.WAITING]  # seeds not yet run wait
     assert ran == [optuna.trial.TrialState.COMPLETE] * 3
+
+
+def test_a_precision_search_by_tpe_resumes_with_a_strategy_made_anew(fast_dir):
+    # The study records the strategy's name (tpe) and each trial its candidate's method (precision): a strategy made
+    # again with the same options proposes for the same method, and goes on with the study.
+    first = make_strategy("tpe", SPACE, seed=0, schemes=("fp16",))
+    study = open_study(study_dir=fast_dir / "p", strategy=first)
+    run_search(study, first, Objective(), budget=3)
+    again = make_strategy("tpe", SPACE, seed=0, schemes=("fp16",))
+    study = open_study(study_dir=fast_dir / "p", strategy=again)
+    summary = run_search(study, again, Objective(), budget=6)
+    recs = records(study)
+    assert (summary.trials_total, summary.trials_run_here) == (6, 3) and {r.state for r in recs} == {"COMPLETE"}
+    assert {r.candidate.method for r in recs} == {"precision"} and study.user_attrs["strategy"] == "tpe"

@@ -79,14 +79,8 @@ def optimize_study(
     # Before the model loads its depth is unknown: check the options on a deep stand-in (the warm start's
     # depth when there is one).
     layers = warm[0].model.num_layers if warm else 128
-    try:
-        strategy, _ = opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
-    except ConfigError as e:  # "strategy 'tpe' does not take n-values": name the option as the caller does
-        text, taken = str(e), " does not take "
-        if taken in text:
-            key = text.rsplit(taken, 1)[1].replace("-", "_")
-            text = text.rsplit(taken, 1)[0] + taken + dict(o.option_names).get(key, key)
-        raise ConfigError(text) from None
+    # The options are checked against what the strategy declares (``Strategy.options``), whose flags messages name.
+    strategy, _ = opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
     _check_resumed_study(study, o.model, strategy.name)
     # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
     # character, and a chat template adds a few dozen.

@@ -3,21 +3,22 @@ for another device's costs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr
-from skipsearch.config import ConfigError, int_list
+from skipsearch.cli.strategy_flags import strategy_options, with_strategy_flags
+from skipsearch.config import ConfigError
 
 
+@with_strategy_flags  # a flag for each option the registered strategies declare, in panels named after them
 def optimize(
     model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
-    strategy: Annotated[str, typer.Option(
-        help="Search strategy: tpe, bayes, clasp, fractal, ngram or hybrid (`skipsearch methods` says which searches "
-             "what).")
-    ] = "tpe",
+    # its help lists the registered strategies (with_strategy_flags)
+    strategy: Annotated[str, typer.Option(help="Search strategy.")] = "tpe",
     budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")]
     = 100,
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
@@ -41,26 +42,10 @@ def optimize(
     warm_start: Annotated[
         list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
     ] = None,
-    clasp_loi: Annotated[
-        int | None, typer.Option(min=1, help="clasp: the LOI of the <out>-dynamic.yaml profile it also writes (8).")
-    ] = None,
     seed: Annotated[int, typer.Option()] = 0,
     device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
                                             "float16.")] = "auto",
-    n: Annotated[str | None, typer.Option("--n", help="fractal: fractal layer counts, e.g. 3,5,7; ngram and hybrid: "
-                                                      "suffix lengths looked up, e.g. 1,2,3,4.")] = None,
-    w: Annotated[str | None, typer.Option("--w", help="fractal: draft windows to try, e.g. 3,5,7.")] = None,
-    quantization: Annotated[
-        str | None, typer.Option(help="fractal: auto, int8-dynamic, int8-weight-only, bnb-int8, none.")
-    ] = None,
-    vocab_sizes: Annotated[str | None, typer.Option(
-        help="hybrid, precision: trimmed draft heads to try, V' most frequent tokens, 0 = the full head; "
-             "e.g. 0,8192,16384.")
-    ] = None,
-    schemes: Annotated[str | None, typer.Option(
-        help="precision: weight formats of the draft's copy, e.g. fp16,int8,int4 (CPU) or int8,int4,fp8 (CUDA).")
-    ] = None,
     costs: Annotated[str | None, typer.Option(
         help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
              "no new trials.")] = None,
@@ -70,6 +55,7 @@ def optimize(
         help="What runs the full model's forwards while timing, recorded in the profile: eager, or "
              "inductor[-c<block>] (compiled once per process; skipsearch/kernels.py).")] = "eager",
     threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
+    strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
     import optuna
@@ -88,19 +74,13 @@ def optimize(
         counts = (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
                   ("--repeats", repeats))
         _at_least_one(counts if rerank else (("--budget", budget), *counts, ("--max-k", max_k)))
-        given = {} if rerank else {
-            "n_values": ("--n", n and int_list(n, "--n")), "w_values": ("--w", w and int_list(w, "--w")),
-            "quantization": ("--quantization", quantization), "loi": ("--clasp-loi", clasp_loi),
-            "vocab_sizes": ("--vocab-sizes", vocab_sizes and int_list(vocab_sizes, "--vocab-sizes")),
-            "schemes": ("--schemes", schemes and tuple(x.strip() for x in schemes.split(",") if x.strip()))}
         settings = api.SearchSettings(
             model=model, strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts,
             max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
             max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
             study_name=study_name, out=out, force=force, warm_start=tuple(warm_start or ()), seed=seed, device=device,
             dtype=dtype, costs=costs, time_shortlist=time_shortlist, kernel=kernel, threads=threads,
-            strategy_options=tuple((key, value) for key, (_, value) in given.items() if value is not None),
-            option_names=tuple((key, flag) for key, (flag, _) in given.items()),
+            strategy_options=() if rerank else strategy_options(strategy_flags),
         )
         if rerank:
             return _print_reranked(_rerank(settings), costs=costs, shortlist=shortlist)

@@ -24,10 +24,12 @@ from scipy.stats import norm
 from threadpoolctl import threadpool_limits  # installed with scikit-learn, which bayes_opt builds on
 
 from skipsearch.config import Candidate, DraftConfig
+from skipsearch.methods import Method
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Plan, Seed, Strategy, bits, seed_points
-from skipsearch.strategies.precision import check_runnable, one_scheme
+from skipsearch.strategies._base import Option, Plan, Seed, Strategy, bits, seed_points
+from skipsearch.strategies.precision import ONE_SCHEME, check_runnable, one_scheme
 
 _SKIP, _KEEP = 0.75, 0.25  # how a seed point's bits are encoded: clear of the 0.5 boundary
 _STATES = optuna.trial.TrialState
@@ -35,15 +37,22 @@ _STATES = optuna.trial.TrialState
 
 class BayesStrategy(Strategy):
     name = "bayes"
+    methods = (LAYER_SKIP, PRECISION)  # precision drafts with ``schemes``
+    options = (
+        Option("xi", float, 0.01, "expected improvement over the best value + xi: larger explores more", low=0),
+        Option("n_uniform", int, 64, "candidates per proposal drawn uniformly in the box", low=1),
+        Option("n_local", int, 48, "candidates per parent, a few bits of a good config flipped", low=0),
+        Option("n_parents", int, 4, "the best configs seen, which local candidates start from", low=1),
+        Option("gp_restarts", int, 0, "restarts of the GP's hyperparameter fit", low=0),
+        ONE_SCHEME,
+    )
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 xi: float = 0.01, n_uniform: int = 64, n_local: int = 48, n_parents: int = 4,
-                 gp_restarts: int = 0, schemes: Sequence[str] = ()) -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
-        # --schemes: the same skip-bit search, every kept sublayer quantized (a precision draft)
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), xi: float = 0.01, n_uniform: int = 64, n_local: int = 48,
+                 n_parents: int = 4, gp_restarts: int = 0, schemes: Sequence[str] = ()) -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
+        # --schemes: the same skip-bit search, every kept sublayer quantized (a precision draft: ``method_for``)
         self.precision = one_scheme(self.name, schemes)
-        if self.precision is not None:
-            self.method = PRECISION.name
         self.xi = xi  # expected improvement over the best value + xi: larger explores more
         self.n_uniform = n_uniform  # candidates drawn uniformly in the box
         self.n_local = n_local  # candidates per parent: a few bits of a good config flipped

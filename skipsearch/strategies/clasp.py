@@ -25,13 +25,15 @@ from typing import Any
 import optuna
 
 from skipsearch.config import Candidate, DraftConfig, ExitRule
+from skipsearch.methods import Method
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic import DynamicParams, config_for, granularity
 from skipsearch.methods.clasp_dynamic.dp import ClaspSkipSets, static_skip_sets
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Companion, Plan, Seed, Strategy, seed_points, suggest_k_and_exit
-from skipsearch.strategies.precision import check_runnable, one_scheme
+from skipsearch.strategies._base import Companion, Option, Plan, Seed, Strategy, seed_points, suggest_k_and_exit
+from skipsearch.strategies.precision import ONE_SCHEME, check_runnable, one_scheme
 
 SEED_CONFIG_ATTR = "seed_config"  # trial user attr: this trial evaluates a fixed seed point
 _MODES = {"both": ("layer", "attn", "mlp"), "attn": ("attn",), "mlp": ("mlp",)}
@@ -61,15 +63,24 @@ def depth_prior_sets(space: SearchSpace) -> ClaspSkipSets:
 
 class ClaspStrategy(Strategy):
     name = "clasp"
+    methods = (LAYER_SKIP, PRECISION)  # precision drafts with ``schemes``
+    options = (
+        Option("skip_sets", ClaspSkipSets, None, "the DP's skip sets, computed beforehand (None: in prepare, from "
+               "the model; before it, a depth prior)"),
+        Option("n_startup_trials", int, 4, "random trials before TPE models the study", low=0),
+        Option("loi", int, 8, "the LOI (verify steps between DP runs) of the <out>-dynamic.yaml profile it also "
+               "writes", low=1, flag="--clasp-loi"),
+        Option("tokens_per_sequence", int, 16, "calibration tokens per prompt the static DP averages", low=1),
+        ONE_SCHEME,
+    )
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 skip_sets: ClaspSkipSets | None = None, n_startup_trials: int = 4, loi: int = 8,
-                 tokens_per_sequence: int = 16, schemes: Sequence[str] = ()) -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
-        # --schemes: CLaSp's skip sets with every kept sublayer quantized (a precision draft)
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), skip_sets: ClaspSkipSets | None = None,
+                 n_startup_trials: int = 4, loi: int = 8, tokens_per_sequence: int = 16,
+                 schemes: Sequence[str] = ()) -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
+        # --schemes: CLaSp's skip sets with every kept sublayer quantized (a precision draft: ``method_for``)
         self.precision = one_scheme(self.name, schemes)
-        if self.precision is not None:
-            self.method = PRECISION.name
         self.loi = loi  # of the clasp-dynamic companion profile: verify steps between its DP runs
         self.tokens_per_sequence = tokens_per_sequence  # calibration tokens per prompt the static DP averages
         self._use_sets(skip_sets if skip_sets is not None else depth_prior_sets(space))

@@ -10,20 +10,29 @@ from collections.abc import Sequence
 from typing import Any
 
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.methods import Method
 from skipsearch.methods.fractal import METHOD as FRACTAL
-from skipsearch.methods.fractal import FractalParams
+from skipsearch.methods.fractal import SCHEMES, FractalParams
 from skipsearch.space import SearchSpace
+from skipsearch.strategies._base import Option
 from skipsearch.strategies._grid import GridStrategy
 
 
 class FractalStrategy(GridStrategy):
     name = FRACTAL.name
-    method = FRACTAL.name
+    methods = (FRACTAL,)
+    # The values' bounds are the method's (FractalParams), checked per grid point below for this model's depth.
+    options = (
+        Option("n_values", int, None, "fractal layer counts, e.g. 3,5,7 (default: 3,5,7 as far as the model is "
+               "deep)", many=True, flag="--n"),
+        Option("w_values", int, (3, 5, 7), "draft windows to try", many=True, flag="--w"),
+        Option("quantization", str, "auto", "the fractal layers' weight format", choices=("auto", *SCHEMES)),
+    )
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 n_values: Sequence[int] | None = None, w_values: Sequence[int] = (3, 5, 7),
-                 quantization: str = "auto") -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), n_values: Sequence[int] | None = None,
+                 w_values: Sequence[int] = (3, 5, 7), quantization: str = "auto") -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
         if n_values is None:  # the paper's grid, as far as the model is deep
             n_values = tuple(n for n in (3, 5, 7) if n <= space.num_layers) or (space.num_layers,)
         self.n_values, self.w_values, self.quantization = tuple(n_values), tuple(w_values), quantization

@@ -22,16 +22,18 @@ from dataclasses import replace
 from typing import Any
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
+from skipsearch.methods import Method
 from skipsearch.methods.hybrid import METHOD as HYBRID
 from skipsearch.methods.hybrid import NONE, HybridParams
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.ngram import check_n_range
 from skipsearch.methods.precision import METHOD as PRECISION
-from skipsearch.methods.precision import PrecisionParams
+from skipsearch.methods.precision import SCHEMES, PrecisionParams
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import seed_points
+from skipsearch.strategies._base import Option, seed_points
 from skipsearch.strategies._grid import GridStrategy
+from skipsearch.strategies.ngram import N_VALUES
 
 # V' of the trimmed draft head (0: the full head). smollm2-135m's head is about a fifth of its weights, so
 # keeping a sixth of its 49k rows can cut a draft step by about 15%; widen the search with vocab_sizes.
@@ -40,20 +42,25 @@ VOCAB_SIZES = (0, 8192)
 
 class HybridStrategy(GridStrategy):
     name = HYBRID.name
-    method = HYBRID.name
+    methods = (HYBRID,)
+    options = (
+        N_VALUES,
+        Option("vocab_sizes", int, VOCAB_SIZES, "trimmed heads of the layer-skip fallbacks to try, the V' most "
+               "frequent tokens (0: the full head)", many=True, low=0),
+        Option("schemes", str, ("fp16",), "weight formats of the precision fallbacks", many=True,
+               choices=tuple(SCHEMES)),
+    )
     warm_starts = True  # a warm start's skip sets are the first fallback drafts tried
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 n_values: Sequence[int] = (1, 2, 3, 4), vocab_sizes: Sequence[int] = VOCAB_SIZES,
-                 schemes: Sequence[str] = ("fp16",)) -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), n_values: Sequence[int] = (1, 2, 3, 4),
+                 vocab_sizes: Sequence[int] = VOCAB_SIZES, schemes: Sequence[str] = ("fp16",)) -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
         self.n_values = tuple(sorted(set(n_values)))
         for n in self.n_values:
-            check_n_range(self.method, n, n)  # every value is valid, or fail before anything runs
+            check_n_range(self.method.name, n, n)  # every value is valid, or fail before anything runs
+        # make_strategy checked the sizes' types and bound (``options``)
         self.vocab_sizes = tuple(sorted(set(vocab_sizes), key=lambda v: (v != 0, -v)))  # full head first
-        for v in self.vocab_sizes:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"vocab sizes must be integers >= 0 (0: the full head), got {v!r}")
         # the fallback drafts, by grid label: warm start first, then the probes (seed_points' order)
         self.fallbacks: dict[str, DraftConfig] = {}
         for config in seed_points(self.space, self.warm_start):
@@ -62,12 +69,14 @@ class HybridStrategy(GridStrategy):
         self.schemes = tuple(dict.fromkeys(schemes))
         for scheme in self.schemes:
             PrecisionParams(scheme=scheme)  # every value is valid, or fail before anything runs
+        # the precision fallbacks, by grid label ("precision fp16", as studies record them) -> scheme
+        self.precision_fallbacks = {f"{PRECISION.name} {s}": s for s in self.schemes}
         self._vocab: int | None = None  # the model's, once prepared
         self._heads: dict[int, LayerSkipParams] = {}  # V' -> the trimmed head's params
 
     def grid(self) -> dict[str, list[Any]]:
         ranges = [f"{a}-{b}" for a in self.n_values for b in self.n_values if a <= b]
-        fallbacks = [NONE, *(f"{PRECISION.name} {s}" for s in self.schemes),
+        fallbacks = [NONE, *self.precision_fallbacks,
                      *(f"{label} v{v}" for label in self.fallbacks for v in self.vocab_sizes)]
         return {"n_range": ranges, "k": list(self.space.max_draft_tokens), "fallback": fallbacks}
 
@@ -101,8 +110,8 @@ class HybridStrategy(GridStrategy):
         if point["fallback"] == NONE:
             return self.propose(DraftConfig(max_draft_tokens=k, exit=NO_EXIT),
                                 HybridParams(min_n=low, max_n=high, fallback=NONE))
-        if point["fallback"].startswith(f"{PRECISION.name} "):
-            scheme = point["fallback"].split(" ", 1)[1]
+        scheme = self.precision_fallbacks.get(point["fallback"])
+        if scheme is not None:
             params = HybridParams(min_n=low, max_n=high, fallback=PRECISION.name, fallback_k=k,
                                   fallback_params=PrecisionParams(scheme=scheme).to_pairs())
             return self.propose(DraftConfig(max_draft_tokens=k, exit=NO_EXIT), params)

@@ -11,19 +11,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.methods import Method
 from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.ngram import NgramParams
 from skipsearch.space import SearchSpace
+from skipsearch.strategies._base import Option
 from skipsearch.strategies._grid import GridStrategy
+
+# the suffix lengths looked up (their bounds are the method's: NgramParams); hybrid's lookup takes the same
+N_VALUES = Option("n_values", int, (1, 2, 3, 4), "suffix lengths looked up", many=True, flag="--n")
 
 
 class NgramStrategy(GridStrategy):
     name = NGRAM.name
-    method = NGRAM.name
+    methods = (NGRAM,)
+    options = (N_VALUES,)
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 n_values: Sequence[int] = (1, 2, 3, 4)) -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), n_values: Sequence[int] = (1, 2, 3, 4)) -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
         self.n_values = tuple(sorted(set(n_values)))
         for n in self.n_values:
             NgramParams(min_n=n, max_n=n)  # every value is valid, or fail before anything runs

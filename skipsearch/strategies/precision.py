@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule
+from skipsearch.methods import Method
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import SCHEMES, PrecisionParams, check_scheme
 from skipsearch.space import SearchSpace
+from skipsearch.strategies._base import Option
 from skipsearch.strategies._grid import GridStrategy
 
 NONE = "none"
@@ -25,28 +27,35 @@ NONE = "none"
 # layer-skip draft's: the grid reaches further.
 K_VALUES = (2, 3, 4, 6, 8, 10, 12)
 EXITS = {NONE: NO_EXIT, "g0.5a": ExitRule(threshold=0.5, adaptive=True)}
+# What a skip-set strategy (bayes, clasp) takes to search precision drafts: the declaration they share.
+ONE_SCHEME = Option("schemes", str, (), "search precision drafts: the skip set's kept sublayers quantized in this "
+                    "one weight format", many=True, choices=tuple(SCHEMES), method=PRECISION)
 
 
 class PrecisionStrategy(GridStrategy):
     name = PRECISION.name
-    method = PRECISION.name
+    methods = (PRECISION,)
+    options = (
+        Option("schemes", str, ("fp16", "int8", "int4"), "weight formats of the draft's copy, e.g. fp16,int8,int4 "
+               "(CPU) or int8,int4,fp8 (CUDA)", many=True, choices=tuple(SCHEMES)),
+        Option("k_values", int, K_VALUES, "draft lengths K to try", many=True, low=1),
+        Option("vocab_sizes", int, (0, 16384), "trimmed draft heads to try, the V' most frequent tokens (0: the full "
+               "head)", many=True, low=0),
+    )
     warm_starts = True  # a layer-skip profile's skip sets join the grid as skip patterns
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 schemes: Sequence[str] = ("fp16", "int8", "int4"), k_values: Sequence[int] = K_VALUES,
-                 vocab_sizes: Sequence[int] = (0, 16384)) -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), schemes: Sequence[str] = ("fp16", "int8", "int4"),
+                 k_values: Sequence[int] = K_VALUES, vocab_sizes: Sequence[int] = (0, 16384)) -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
+        # make_strategy checked the values' types and bounds (``options``); the schemes are the method's to check
         self.schemes = tuple(dict.fromkeys(schemes))
         for scheme in self.schemes:
             PrecisionParams(scheme=scheme)  # every value is valid, or fail before anything runs
         if not self.schemes:
             raise ConfigError(f"precision needs at least one scheme: {', '.join(SCHEMES)}")
         self.k_values = tuple(sorted(set(k_values)))
-        if not self.k_values or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.k_values):
-            raise ConfigError(f"K values must be integers >= 1, got {list(k_values)}")
         self.vocab_sizes = tuple(sorted(set(vocab_sizes)))
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in self.vocab_sizes):
-            raise ConfigError(f"vocab sizes must be integers >= 0 (0: the full head), got {list(vocab_sizes)}")
         self._heads: dict[int, LayerSkipParams] = {}  # V' -> the trimmed head's keys, from the calibration data
         self.skips: dict[str, DraftConfig] = {NONE: DraftConfig()}
         for config in self.warm_start:

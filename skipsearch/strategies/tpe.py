@@ -17,24 +17,32 @@ from typing import Any
 import optuna
 
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.methods import Method
+from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.precision import METHOD as PRECISION
-from skipsearch.methods.precision import PrecisionParams
+from skipsearch.methods.precision import SCHEMES, PrecisionParams
 from skipsearch.space import SearchSpace
-from skipsearch.strategies._base import Plan, Seed, Strategy, bits, seed_points, suggest_k_and_exit
+from skipsearch.strategies._base import Option, Plan, Seed, Strategy, bits, seed_points, suggest_k_and_exit
 from skipsearch.strategies.precision import check_runnable
 
 
 class TPEStrategy(Strategy):
     name = "tpe"
+    methods = (LAYER_SKIP, PRECISION)  # precision drafts (skip / quantized / full per sublayer) with ``schemes``
+    options = (
+        Option("n_startup_trials", int, 0, "random trials before TPE models the study", low=0),
+        Option("prior_weight", float, 0.1, "weight of TPE's prior against the good trials", low=0),
+        Option("schemes", str, (), "search precision drafts jointly: each sublayer skipped, kept or quantized in "
+               "one of these weight formats", many=True, choices=tuple(SCHEMES), method=PRECISION),
+    )
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
-                 n_startup_trials: int = 0, prior_weight: float = 0.1, schemes: Sequence[str] = ()) -> None:
-        super().__init__(space, seed=seed, warm_start=warm_start)
-        self.schemes = tuple(dict.fromkeys(schemes))
+    def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
+                 warm_start: Sequence[DraftConfig] = (), n_startup_trials: int = 0, prior_weight: float = 0.1,
+                 schemes: Sequence[str] = ()) -> None:
+        super().__init__(space, method=method, seed=seed, warm_start=warm_start)
+        self.schemes = tuple(dict.fromkeys(schemes))  # given: precision candidates (``method_for``)
         for scheme in self.schemes:
             PrecisionParams(scheme=scheme)  # every value is valid, or fail before anything runs
-        if self.schemes:
-            self.method = PRECISION.name  # it proposes precision candidates (skip / quantized / full per sublayer)
         # Random startup trials skip about half of all sublayers, which no model survives; the
         # seed points (probes and warm start) are the startup instead.
         self.n_startup_trials = n_startup_trials
