@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -20,8 +19,10 @@ import yaml
 
 from . import methods
 from .config import Candidate, ConfigError, DraftConfig
+from .files import bounds
 from .files.costs import COSTS_KEY, planned_costs_from_dict
 from .files.errors import ProfileError
+from .files.targets import PROFILE, PROFILE_HEADER, check_target
 from .files.yamlio import MAX_BYTES, build, coerce, mapping, read_yaml, section, write_atomic
 from .files.yamlio import Dumper as _Dumper
 from .files.yamlio import plain as _plain
@@ -284,6 +285,15 @@ def _section(cls: type, raw: Any, path: str, source: str, **checks: Any) -> tupl
     return section(cls, raw, path, source, error=ProfileError, **checks)
 
 
+def _bounded(values: dict, section: str, source: str) -> dict:
+    """A section's values, each number finite and inside its bound (files.bounds.PROFILE_BOUNDS): what the engine
+    runs, so that a profile `validate` passes is one `decode` uses as written."""
+    problem = bounds.check_section(values, section)
+    if problem:
+        raise _err(source, problem)
+    return values
+
+
 def _build(cls: type, kwargs: dict, prefix: str, source: str) -> Any:
     return build(cls, kwargs, prefix, source, error=ProfileError)
 
@@ -317,13 +327,18 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
     for key in ("model", "method", "draft"):
         if raw.get(key) is None:
             raise _err(source, f"missing required key {key}")
-    model = ModelRef(**_section(ModelRef, raw["model"], "model", source, required=("name", "num_layers"))[0])
+    values = _section(ModelRef, raw["model"], "model", source, required=("name", "num_layers"))[0]
+    if values["num_layers"] < 1:  # also keeps skip_ratio's division and the "0..n-1" messages meaningful
+        raise _err(source, f"model.num_layers must be >= 1, got {values['num_layers']}")
+    model = ModelRef(**_bounded(values, "model", source))
     if not model.name.strip():
         raise _err(source, "model.name must not be empty")
-    if model.num_layers < 1:  # also keeps skip_ratio's division and the "0..n-1" messages meaningful
-        raise _err(source, f"model.num_layers must be >= 1, got {model.num_layers}")
+    if bounds.check_dtype(model.dtype):  # the dtypes a model loads in: no other is ever decoded with
+        raise _err(source, bounds.check_dtype(model.dtype))
     method_name = _coerce(raw["method"], "str", "method", source)
-    draft = _build(DraftConfig, _section(DraftConfig, raw["draft"], "draft", source)[0], "draft.", source)
+    values = _section(DraftConfig, raw["draft"], "draft", source)[0]
+    draft = _build(DraftConfig, values, "draft.", source)
+    _bounded(values, "draft", source)  # after DraftConfig's own checks: K within what the engine runs
     params = _mapping(raw.get("method_params") or {}, "method_params", source)
     try:
         method = methods.get(method_name)
@@ -335,16 +350,17 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
     if raw.get("measured") is not None:
         values, unknown = _section(Measured, raw["measured"], "measured", source, keep_unknown=True,
                                    nonnegative=("n_prompts", "max_new_tokens"))
-        measured = Measured(**values, extra=tuple(unknown.items()))
+        measured = Measured(**_bounded(values, "measured", source), extra=tuple(unknown.items()))
         if measured.baseline is not None and measured.baseline not in BASELINES:
             raise _err(source, f"measured.baseline must be one of {', '.join(BASELINES)}, "
                                f"got {_short(measured.baseline)}")
         _check_records(measured.extra, source=source)
     if raw.get("environment") is not None:
-        environment = Environment(**_section(Environment, raw["environment"], "environment", source)[0])
+        environment = Environment(**_bounded(_section(Environment, raw["environment"], "environment", source)[0],
+                                             "environment", source))
     if raw.get("search") is not None:
-        search = SearchInfo(**_section(SearchInfo, raw["search"], "search", source, required=("strategy",),
-                                       nonnegative=("budget", "trials"))[0])
+        search = SearchInfo(**_bounded(_section(SearchInfo, raw["search"], "search", source, required=("strategy",))[0],
+                                       "search", source))
     kernel = raw.get("kernel")
     if kernel is not None:
         from skipsearch.kernels import parse_kernel
@@ -380,13 +396,17 @@ def profile_to_dict(p: Profile) -> dict:
 
 
 def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint: str | None = None,
-                weights_fingerprint: str | None = None, force: bool = False, source: str = "<profile>") -> None:
+                weights_fingerprint: str | None = None, fingerprint_as_profile: str | None = None,
+                force: bool = False, source: str = "<profile>") -> None:
     """Refuse a profile made for another model. Only a fingerprint mismatch can be forced:
     with another layer count the skipped indices would name other layers, or none.
 
     When both sides know the weights fingerprint, it decides: the same weights are accepted under any
     path or name (so the architecture fingerprint, which hashes the --model string, is not looked at);
     other weights are refused. A schema-1 profile has only the architecture fingerprint, checked as before.
+    ``fingerprint_as_profile`` is this model's architecture fingerprint under the profile's own model name: with
+    the same weights, a profile whose ``model.fingerprint`` is not that one was made for (or edited to name) another
+    architecture, and is refused like other weights are.
     """
     made_for = profile.model.num_layers
     if num_layers is not None and num_layers != made_for:
@@ -394,8 +414,12 @@ def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint:
     theirs_w = profile.model.weights_fingerprint
     if weights_fingerprint is not None and theirs_w is not None:
         if weights_fingerprint == theirs_w:
-            return
-        if weights_fingerprint.split("-")[0] == theirs_w.split("-")[0]:  # same tensor names and shapes
+            theirs = profile.model.fingerprint
+            if fingerprint_as_profile is None or theirs is None or fingerprint_as_profile == theirs:
+                return
+            problem = (f"profile records model fingerprint {theirs} beside this model's weights, whose architecture "
+                       f"fingerprint is {fingerprint_as_profile}: re-run optimize, or --force")
+        elif weights_fingerprint.split("-")[0] == theirs_w.split("-")[0]:  # same tensor names and shapes
             problem = (f"this model has different weights of the same architecture: re-run optimize, or --force "
                        f"(profile weights {theirs_w}, this model's {weights_fingerprint})")
         else:
@@ -413,7 +437,6 @@ def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint:
 
 
 MAX_PROFILE_BYTES = MAX_BYTES  # the reader's cap on a file
-_PROFILE_HEADER = "# skipsearch draft profile"  # the first line save_profile writes
 
 
 def load_profile(path: str | os.PathLike, *, num_layers: int | None = None, fingerprint: str | None = None,
@@ -438,71 +461,10 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
         body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as e:
         raise _err(source, f"cannot write as YAML: {e}") from None
-    return write_atomic(path, f"# skipsearch draft profile (schema v{SCHEMA_VERSION})\n{body}")
+    return write_atomic(path, f"{PROFILE_HEADER} (schema v{SCHEMA_VERSION})\n{body}")
 
 
 def check_profile_target(path: str | os.PathLike, *, force: bool = False) -> Path:
-    """Refuse, in one line and before any work, a path that save_profile could not or should not write.
-
-    Checked: every existing ancestor is a directory and the nearest is writable (the profile is
-    written there first and renamed); the target, if it exists, is a regular file, writable, and
-    a skipsearch profile (or empty). Another file is replaced only with ``force``: an --out typo
-    must not eat someone's work. A read-only target is refused even for root, who could replace
-    it: its write bits were taken away on purpose.
-    """
-    target, source = Path(path), str(path)
-    try:
-        _check_target(target, source, force=force)
-    except OSError as e:  # e.g. a folder on the way that may not even be looked into
-        raise _err(source, f"cannot write here: {e.strerror or e}") from None
-    return target
-
-
-def _check_target(target: Path, source: str, *, force: bool) -> None:
-    ancestor = target.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:  # the first folder that exists
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise _err(source, f"cannot write here: {ancestor} is not a directory")
-    if not _writable(ancestor, directory=True):
-        raise _err(source, f"cannot write here: directory {ancestor} is not writable")
-    if not target.exists() and not target.is_symlink():
-        return
-    if target.is_dir():
-        raise _err(source, "is a directory; give a file path")
-    if not target.is_file():
-        raise _err(source, "exists and is not a regular file; refusing to replace it")
-    if not _writable(target, directory=False):
-        raise _err(source, "exists and is read-only (or immutable); refusing to replace it")
-    if not force and not _is_profile(target):
-        raise _err(source, "exists and is not a skipsearch profile; refusing to overwrite it (force to replace it)")
-
-
-def _writable(path: Path, *, directory: bool) -> bool:
-    # os.access alone says yes to root for anything; the mode bits say what the owner meant, and a
-    # real open (which writes nothing) catches what neither sees: immutable files, read-only mounts.
-    try:
-        if not os.access(path, os.W_OK | (os.X_OK if directory else 0)) or not path.stat().st_mode & 0o222:
-            return False
-        if directory:
-            fd, probe = tempfile.mkstemp(prefix=".skipsearch-probe-", dir=path)
-            os.close(fd)
-            os.unlink(probe)
-        else:
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))  # no O_CREAT, no O_TRUNC: the bytes stay
-    except OSError:
-        return False
-    return True
-
-
-def _is_profile(path: Path) -> bool:
-    """An empty file, or one that reads as a profile (valid or not): it has our header or the keys."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(_PROFILE_HEADER))
-        if not head or head.decode("utf-8", "replace") == _PROFILE_HEADER:
-            return True
-        raw = _read_yaml(path, str(path))
-    except (OSError, ProfileError):
-        return False
-    return isinstance(raw, dict) and "schema_version" in raw and "model" in raw
+    """Refuse, in one line and before any work, a path a profile could not or must not be written to: the one
+    overwrite rule (``files.targets.check_target``) for a profile, replaced only with ``force``."""
+    return check_target(path, PROFILE, replace=force)

@@ -124,4 +124,4 @@ def test_cli_refuses_a_cost_file_for_another_model_in_one_line(tmp_path):
 def test_cli_costs_refuses_a_bad_target_before_loading_the_model(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     result = runner.invoke(app, ["costs", "--out", str(tmp_path / "notes.txt")])
-    assert_one_line_error(result, "is not a skipsearch profile")
+    assert_one_line_error(result, "is not a skipsearch cost file")

@@ -298,7 +298,8 @@ def test_a_failed_export_leaves_the_last_good_one_and_refuses_other_directories(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(vllm, "ENGINE", dataclasses.replace(vllm.ENGINE, write=full_disk))
-    assert_one_line_error(_export("--profile", path, "--engine", "vllm", "--out", str(out)), "No space left")
+    assert_one_line_error(_export("--profile", path, "--engine", "vllm", "--out", str(out), "--force"),
+                          "No space left")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".v.")] == []
     work = tmp_path / "work"

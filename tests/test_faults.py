@@ -107,7 +107,7 @@ def test_a_failed_report_write_leaves_no_empty_file(tmp_path, monkeypatch):
     target = tmp_path / "report.md"
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(ENOSPC))
     with pytest.raises(ConfigError, match="cannot write .*report.md: No space left on device"):
-        edge.write_text(target, "x" * 1000)
+        edge.write_text(target, "x" * 1000, kind="bench-report", replace=False)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -250,6 +250,17 @@ def test_missing_required_key(tmp_path, section, key, named):
     (lambda r: r.update(model="smollm2"), "model must be a mapping, got 'smollm2'"),
     (lambda r: r["model"].update(num_layers="30"), "model.num_layers must be an integer, got '30'"),
     (lambda r: r["model"].update(num_layers=0), "model.num_layers must be >= 1, got 0"),
+    (lambda r: r["model"].update(num_layers=10**12), "model.num_layers must be in 1..1024, got 1000000000000"),
+    (lambda r: r["model"].update(dtype="float7"), "model.dtype must be one of float32, float16, bfloat16, "
+                                                  "got 'float7'"),
+    (lambda r: r["draft"].update(max_draft_tokens=10**9), "draft.max_draft_tokens must be in 0..4095, "
+                                                          "got 1000000000"),
+    (lambda r: r.update(measured={"speedup": float("inf")}), "measured.speedup must be a finite number, got inf"),
+    (lambda r: r.update(measured={"tau": float("nan")}), "measured.tau must be a finite number, got nan"),
+    (lambda r: r.update(measured={"acceptance_rate": 1.5}), "measured.acceptance_rate must be in 0..1, got 1.5"),
+    (lambda r: r.update(measured={"speedup": -2.0}), "measured.speedup must be >= 0, got -2.0"),
+    (lambda r: r.update(environment={"threads": 0}), "environment.threads must be in 1..1024, got 0"),
+    (lambda r: r.update(search={"strategy": "tpe", "budget": -1}), "search.budget must be >= 0, got -1"),
     (lambda r: r["model"].update(name=""), "model.name must not be empty"),
     (lambda r: r["model"].update(layers=30), "unknown key model.layers"),
     (lambda r: r.update(measured={"speedup": "fast"}), "measured.speedup must be a number, got 'fast'"),
@@ -497,9 +508,11 @@ def test_check_profile_target_accepts_new_paths_profiles_and_empty_files(tmp_pat
 
     assert check_profile_target(tmp_path / "new" / "deeper" / "p.yaml") == tmp_path / "new" / "deeper" / "p.yaml"
     assert not (tmp_path / "new").exists()  # checking creates nothing
-    check_profile_target(save_profile(full_profile(), tmp_path / "ours.yaml"))
-    check_profile_target(write(tmp_path, BASE, "hand-written.yaml"))  # no header, but a profile's keys
-    check_profile_target(write(tmp_path, with_change(lambda r: r.update(method="gone")), "old.yaml"))  # invalid: ok
+    # a profile is replaced when the command was asked to (force); an empty file holds nothing to lose
+    check_profile_target(save_profile(full_profile(), tmp_path / "ours.yaml"), force=True)
+    check_profile_target(write(tmp_path, BASE, "hand-written.yaml"), force=True)  # no header, but a profile's keys
+    check_profile_target(write(tmp_path, with_change(lambda r: r.update(method="gone")), "old.yaml"),
+                         force=True)  # invalid: still a profile
     check_profile_target(write(tmp_path, "", "empty.yaml"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.yaml", "hand-written.yaml", "old.yaml", "ours.yaml"]
 
@@ -541,11 +554,33 @@ def test_check_profile_target_refuses_an_immutable_target(tmp_path):
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
-def test_check_profile_target_keeps_other_files_unless_forced(tmp_path):
+def test_check_profile_target_keeps_other_files_even_when_forced(tmp_path):
+    from test_costs import synthetic
+
+    from skipsearch.costs import save_costs
     from skipsearch.profile import check_profile_target
 
     notes = write(tmp_path, "my notes: do not lose\n", "notes.yaml")
-    _refused(notes, "is not a skipsearch profile; refusing to overwrite it (force to replace it)")
+    _refused(notes, "is not a skipsearch profile; refusing to replace it: give another path")
+    _refused(notes, "is not a skipsearch profile", force=True)  # another kind of file: never replaced
     _refused(write(tmp_path, "\xff binary", "blob.yaml"), "not a skipsearch profile")
-    check_profile_target(notes, force=True)
+    cost_file = save_costs(synthetic(num_layers=30), tmp_path / "costs.yaml")
+    _refused(cost_file, "holds a skipsearch cost file, not a skipsearch profile", force=True)
+    ours = save_profile(full_profile(), tmp_path / "ours.yaml")
+    _refused(ours, "holds a skipsearch profile already; --force replaces it")  # the same kind, not asked
+    check_profile_target(ours, force=True)  # the same kind, asked
     assert notes.read_text() == "my notes: do not lose\n"
+
+
+def test_the_bounds_name_the_engines_own_limits():
+    from skipsearch.files import bounds
+    from skipsearch.placement import DEFAULT_MAX_TOKENS, DTYPES
+
+    assert set(bounds.DTYPES) == set(DTYPES)
+    assert bounds.MAX_DRAFT_TOKENS == DEFAULT_MAX_TOKENS - 1  # K + 1 verified positions fit the default cache
+    assert bounds.MAX_PLAN_M * (bounds.MAX_PLAN_N + 1) <= bounds.MAX_DRAFT_TOKENS  # plan's largest block runs
+    for path in bounds.PROFILE_BOUNDS:  # every bound names a real field
+        section, key = path.split(".")
+        cls = {"model": ModelRef, "draft": DraftConfig, "measured": Measured, "environment": Environment,
+               "search": SearchInfo}[section]
+        assert key in cls.__dataclass_fields__, path

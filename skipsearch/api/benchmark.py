@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 from skipsearch.api.checks import check_model_arg, profile_hardware_note, profile_paths
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
+from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT, PROFILE, check_target
 from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.models import ModelError
 from skipsearch.placement import choose_placement
-from skipsearch.profile import Profile, check_model, check_profile_target, load_profile
+from skipsearch.profile import Profile, check_model, load_profile
 
 if TYPE_CHECKING:
     from skipsearch.bench import BenchReport
@@ -75,9 +76,10 @@ def bench_profiles(
     check_model_arg(o.model)
     paths = profile_paths(o.profiles)
     profs = [(p, load_profile(p)) for p in paths]
-    for target in (o.report, o.as_json, *(paths if o.write_measured else ())):
+    for target, kind, replace in ((o.report, BENCH_REPORT, o.force), (o.as_json, BENCH_JSON, o.force),
+                                  *((p, PROFILE, True) for p in (paths if o.write_measured else ()))):
         if target:
-            check_profile_target(target, force=True)  # writable; what is there is replaced on purpose
+            check_target(target, kind, replace=replace)  # the one overwrite rule (--write-measured asks for it)
     names = {prof.model.name for _, prof in profs}
     if len(names) > 1 or (o.model is not None and names and o.model not in names):
         raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")

@@ -24,6 +24,7 @@ from skipsearch.export import MANIFEST, MANIFEST_SCHEMA, ExportError, Written, g
 from skipsearch.export import shapes as sh
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.records import LOOKUP_KEY
+from skipsearch.files.targets import EXPORT, check_target
 from skipsearch.profile import BASELINES, Profile, load_profile, profile_to_dict
 
 
@@ -52,7 +53,7 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
     eng = get_engine(engine)
     out = Path(out)
     prof = original = load_profile(profile)
-    _check_out(out, force=force)
+    check_target(out, EXPORT, replace=force)  # the one overwrite rule: an export replaces only an export
     # 1. K for the target: the profile's own, or re-planned for the target's cost file
     if costs:
         prof = _replan(prof, costs=costs, source=profile)
@@ -114,15 +115,6 @@ def _relocate_files(written: Written, stage: Path, out: Path) -> None:
             text = path.read_text(encoding="utf-8")
             if str(stage) in text:
                 write_atomic(path, text.replace(str(stage), str(out)))
-
-
-def _check_out(out: Path, *, force: bool) -> None:
-    """Refuse, before any work, a target that is not an export directory (or empty), unless ``force``."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"{out}: exists and is not a directory; give a directory for the export")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file() and not force:
-        raise ExportError(f"{out}: is a directory that holds no skipsearch export; refusing to replace it "
-                          "(--force to replace it)")
 
 
 def _replan(prof: Profile, *, costs: str | None, source: str) -> Profile:

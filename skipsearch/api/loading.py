@@ -46,7 +46,8 @@ def open_model(
         weights = weights_fingerprint(checkpoint.path)
         if weights is not None or prof.model.weights_fingerprint is None:
             check_model(prof, num_layers=config.num_hidden_layers, fingerprint=arch_fingerprint(config, name),
-                        weights_fingerprint=weights, force=force, source=profile)
+                        weights_fingerprint=weights, force=force, source=profile,
+                        fingerprint_as_profile=arch_fingerprint(config, prof.model.name))
             checked = True
         else:  # no safetensors files: the weights can only be hashed once they are loaded
             check_model(prof, num_layers=config.num_hidden_layers, source=profile)
@@ -60,7 +61,8 @@ def open_model(
                     profile_dtype=prof.model.dtype if prof is not None else None, draft_bits=draft_bits)
     if not checked:
         check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint,
-                    weights_fingerprint=sm.weights_fingerprint, force=force, source=profile)
+                    weights_fingerprint=sm.weights_fingerprint, force=force, source=profile,
+                    fingerprint_as_profile=arch_fingerprint(sm.hf.config, prof.model.name))
     return sm, prof
 
 

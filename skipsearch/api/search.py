@@ -71,7 +71,7 @@ def optimize_study(
     # 1. everything that can be wrong with the input fails here, before the model loads
     study = o.study_dir
     path = o.out or Path(study or ".") / "best.yaml"
-    check_profile_target(path, force=o.force)
+    check_profile_target(path, force=o.force or o.out is None)  # a default path: the study's own
     check_model_arg(o.model)
     check_storage(study_dir=None if o.storage else study, storage=o.storage)  # driver, file, permissions
     prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
@@ -141,7 +141,7 @@ def rerank_study(
     if not device_replan.plain_configs(records):
         raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
-    check_profile_target(path, force=o.force)
+    check_profile_target(path, force=o.force or o.out is None)  # a default path: the study's own
     prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
     # 2. trace the study's skip sets on the model and replay every config under the other costs
     sm = load_model(o.model, device=o.device, dtype=o.dtype)

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from skipsearch.cli.edge import LazyProgress, user_errors, warnings_to_stderr, write_text
+from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.files.bounds import MAX_THREADS
+from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
 
 def bench(
@@ -38,7 +40,7 @@ def bench(
                                              "cuda, cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
                                             "float16.")] = "auto",
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads.")] = None,
     kernel: Annotated[str | None, typer.Option(
         help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels.py). "
              "Default: the profiles' kernel when they share one, else eager.")] = None,
@@ -48,7 +50,9 @@ def bench(
     write_measured: Annotated[
         bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
     ] = False,
-    force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch.")] = False,
+    force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch, and replace --report "
+                                             "and --json where they hold an earlier bench report (another kind of "
+                                             "file is never replaced).")] = False,
 ) -> None:
     """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
 
@@ -77,10 +81,12 @@ def bench(
                 on_note=lambda note: typer.echo(f"warning: {note}", err=True),
             )
     # 3. print and write at the edge
-    _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured)
+    _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured,
+                 replace=force)
 
 
-def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool) -> None:
+def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool,
+                 replace: bool) -> None:
     """The bench's tables and summary; its reports and measured blocks written; a line per flagged or tied row."""
     import shlex
 
@@ -96,20 +102,20 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
         typer.echo(line)
     with user_errors():
         if report:
-            write_text(report, br.render_markdown(result, command=shlex.join(run.command)))
+            write_text(report, br.render_markdown(result, command=shlex.join(run.command)), kind=BENCH_REPORT,
+                       replace=replace)
             typer.echo(f"wrote {report}")
         if as_json:
-            write_text(as_json, br.report_json(result))
+            write_text(as_json, br.report_json(result), kind=BENCH_JSON, replace=replace)
             typer.echo(f"wrote {as_json}")
     if write_measured:
-        from skipsearch.profile import save_profile
-
         for path, updated in br.measured_updates(result, run.profiles):
             if updated is None:
                 typer.echo(f"warning: {path}: output differs from hf-greedy; its measured block is left as it was",
                            err=True)
                 continue
-            save_profile(updated, path)
+            with user_errors():  # --write-measured is the ask to replace each profile (a profile only)
+                save_profile_kept(updated, Path(path), replace=True)
             typer.echo(f"updated the measured block of {path}")
     for row in result.rows:
         if row.flagged:

@@ -9,9 +9,11 @@ from typing import Annotated
 
 import typer
 
-from skipsearch.cli.edge import line, user_errors, warnings_to_stderr
+from skipsearch.cli.edge import line, save_costs_checked, user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
+from skipsearch.files.bounds import MAX_THREADS
+from skipsearch.files.targets import COSTS, check_target
 
 
 def costs_command(
@@ -26,10 +28,12 @@ def costs_command(
     max_new_tokens: Annotated[int, typer.Option(min=2, help="As optimize's: the context is the first calibration "
                                                             "prompt plus half as many generated tokens.")] = 64,
     repeats: Annotated[int, typer.Option(min=1, help="Samples per quantity (medians).")] = 9,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (costs depend on them).")]
+    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS,
+                                                 help="torch intra-op threads (costs depend on them).")]
     = None,
     seed: Annotated[int, typer.Option()] = 0,
-    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace the cost file at --out (or the default path); another kind of "
+                                             "file is never replaced.")] = False,
     kernel: Annotated[str, typer.Option(
         help="What the step and v(k) run through: eager, inductor[-c<block>], or auto (the compiled kernel where it "
              "runs here and is faster than eager in the same rounds; skipsearch/kernels.py).")] = "eager",
@@ -56,9 +60,8 @@ def costs_command(
     import torch
 
     from skipsearch.api.costs import default_schemes, measure_schemes, parse_schemes
-    from skipsearch.costs import calibration_context, measure_cost_profile, save_costs
+    from skipsearch.costs import calibration_context, measure_cost_profile
     from skipsearch.models import load_model
-    from skipsearch.profile import check_profile_target
 
     warnings_to_stderr()
     figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,
@@ -73,7 +76,7 @@ def costs_command(
             if device != "auto":
                 raise ConfigError("--device is where costs are timed; a roofline names its device: --roofline GPU")
             if out:
-                check_profile_target(out, force=force)
+                check_target(out, COSTS, replace=force)
             if threads:
                 torch.set_num_threads(threads)
             cp = rl.roofline_cost_profile(
@@ -81,15 +84,13 @@ def costs_command(
                     ["skipsearch", *sys.argv[1:]]), schemes=None if schemes is None else tuple(
                     x.strip() for x in schemes.split(",") if x.strip()), **figures)
             path = out or rl.default_path(cp)
-            if not out:
-                check_profile_target(path, force=force)
-            save_costs(cp, path)
+            save_costs_checked(cp, path, replace=force)
         typer.echo(cp.describe())
         typer.echo(f"wrote {path} (modelled, not measured)")
         return
     with user_errors():
         if out:
-            check_profile_target(out, force=force)
+            check_target(out, COSTS, replace=force)
         load_prompts(dataset, split="calib", n=1, seed=seed)
         choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
         if kernel != "auto":
@@ -102,7 +103,7 @@ def costs_command(
         sm = load_model(model, device=device, dtype=dtype)
         path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
         if not out:
-            check_profile_target(path, force=force)
+            check_target(path, COSTS, replace=force)  # the default path, before the timing
         typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
         context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
         cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]),
@@ -118,6 +119,6 @@ def costs_command(
             from dataclasses import replace
 
             cp = replace(cp, costs=replace(cp.costs, schemes=measured))
-        save_costs(cp, path)
+        save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")

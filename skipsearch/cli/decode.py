@@ -13,9 +13,10 @@ from typing import Annotated
 
 import typer
 
-from skipsearch.cli.edge import user_errors, warnings_to_stderr
+from skipsearch.cli.edge import finite, user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import DataError, Prompt
+from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.kernels import choose_kernel
 
 
@@ -28,8 +29,8 @@ def decode(
     ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt with the model's chat template.")] = False,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    temperature: Annotated[float, typer.Option(min=0.0, help="0 is greedy.")] = 0.0,
-    top_p: Annotated[float, typer.Option()] = 1.0,
+    temperature: Annotated[float, typer.Option(min=0.0, callback=finite, help="0 is greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite, help="Above 0.")] = 1.0,
     top_k: Annotated[int, typer.Option(min=0)] = 0,
     seed: Annotated[int, typer.Option()] = 0,
     device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
@@ -40,8 +41,8 @@ def decode(
     kernel: Annotated[str | None, typer.Option(
         help="What runs the full model's forwards: eager, or inductor[-c<block>] (compiled once per process, "
              "about a minute on a CPU; skipsearch/kernels.py). Default: the profile's kernel, else eager.")] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's); a profile "
-                                                            "planned for another count says so.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads (default: "
+                                                "torch's); a profile planned for another count says so.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt on stdout.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Greedy only: also decode with HF greedy and print each "
                                                         "output's verdict (identical, equal up to numerical ties, "

@@ -1,10 +1,13 @@
-"""What every ``skipsearch`` command shares at the edge: bad input as one line and exit 2 (Ctrl-C: 130), library
-warnings and log lines on stderr, a progress bar that opens late, and writes that lose nothing."""
+"""What every ``skipsearch`` command shares at the edge: bad input as one line and exit 2 (Ctrl-C: 130), the bound
+checker of numeric options, library warnings and log lines on stderr, a progress bar that opens late, and writes
+that lose nothing: every file a command writes goes through one of the writers here, each of which applies the one
+overwrite rule (``skipsearch.files.targets.check_target``) first."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -12,7 +15,8 @@ import typer
 
 from skipsearch.config import ConfigError
 from skipsearch.data import DataError
-from skipsearch.files.errors import ProfileError
+from skipsearch.files import targets
+from skipsearch.files.errors import ProfileError, TargetError
 from skipsearch.models import ModelError
 from skipsearch.notices import route_warnings
 from skipsearch.profile import save_profile
@@ -25,6 +29,16 @@ def line(text: object) -> str:
     """``text`` as one printable line: runs of whitespace collapsed, and any other control character (a terminal
     escape carried in from a shared file, a model name, a study) shown escaped rather than sent to the terminal."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(text).split()))
+
+
+def finite(value: float | None) -> float | None:
+    """A float option's callback: its value is a finite number. Its range is declared beside it (``min=``/``max=``,
+    shown in --help), but click's range lets nan and inf through."""
+    if value is not None and not math.isfinite(value):
+        import typer
+
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 @contextlib.contextmanager
@@ -98,12 +112,13 @@ class LazyProgress:
             self.progress.stop()
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write a report atomically (a temporary file beside it, renamed over it): a failed write leaves no empty
-    or half-written file. An unwritable path is one line (ConfigError)."""
+def write_text(path: Path, text: str, *, kind: str, replace: bool, flag: str = "--force") -> None:
+    """Write a report of ``kind`` (files.targets) atomically (a temporary file beside it, renamed over it), under the
+    overwrite rule: a failed write leaves no empty or half-written file. An unwritable path is one line."""
     import os
     import tempfile
 
+    targets.check_target(path, kind, replace=replace, flag=flag)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,20 +134,39 @@ def write_text(path: Path, text: str) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
-def save_profile_kept(profile, path: Path, *, keep_in: str | Path | None = None) -> Path:
-    """save_profile, where a write error (a full disk, a read-only folder) never loses a profile that took a
-    search to make: it is written to ``keep_in`` (the study directory) or the temporary folder instead, and the
-    one-line error says where (exit 2)."""
+def save_costs_checked(cp, path: Path, *, replace: bool) -> Path:
+    """costs.save_costs under the overwrite rule: a cost file replaces only a cost file, and only when asked."""
+    from skipsearch.costs import save_costs
+
+    targets.check_target(path, targets.COSTS, replace=replace)
+    return save_costs(cp, path)
+
+
+def draw_plot(plan, path: Path, *, replace: bool) -> None:
+    """The (m, n) plan drawn to a PNG at ``path``, under the overwrite rule (a plot replaces only a plot)."""
+    from skipsearch.hier_closed_form import plot_plan
+
+    targets.check_target(path, targets.PLOT, replace=replace)
+    plot_plan(plan, str(path))
+
+
+def save_profile_kept(profile, path: Path, *, replace: bool, keep_in: str | Path | None = None) -> Path:
+    """save_profile under the overwrite rule, where a write error (a full disk, a read-only folder, a file that
+    appeared at the path while the command ran) never loses a profile that took a search to make: it is written to
+    ``keep_in`` (the study directory) or the temporary folder instead, and the one-line error says where (exit 2)."""
     import tempfile
 
     try:
+        targets.check_target(path, targets.PROFILE, replace=replace)
         return save_profile(profile, path)
+    except TargetError as e:
+        reason = str(e).removeprefix(f"{path}: ")
     except OSError as e:
         reason = e.strerror or str(e) or type(e).__name__
     kept = None
     for place in [*([Path(keep_in)] if keep_in else []), Path(tempfile.gettempdir())]:
         try:
-            kept = save_profile(profile, place / f"{path.stem}.unsaved{path.suffix or '.yaml'}")
+            kept = save_profile(profile, _unused(place / f"{path.stem}.unsaved{path.suffix or '.yaml'}"))
             break
         except OSError:
             continue
@@ -140,3 +174,12 @@ def save_profile_kept(profile, path: Path, *, keep_in: str | Path | None = None)
              "it could not be written anywhere: free some space and run the same command again (the study keeps "
              "every trial)")
     raise ConfigError(f"cannot write {path}: {reason}; {where}")
+
+
+def _unused(path: Path) -> Path:
+    """``path``, or the first ``<stem>.<n><suffix>`` beside it that holds nothing: a kept profile never replaces
+    another."""
+    candidate, n = path, 1
+    while candidate.exists() or candidate.is_symlink():
+        candidate, n = path.with_name(f"{path.stem}.{n}{path.suffix}"), n + 1
+    return candidate

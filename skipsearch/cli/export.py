@@ -13,11 +13,13 @@ from skipsearch.cli.edge import user_errors
 def export_command(
     profile: Annotated[str, typer.Option(help="The draft profile to export.")],
     engine: Annotated[str, typer.Option(help="hf (transformers' generate), vllm, sglang or llama.cpp.")],
-    out: Annotated[Path, typer.Option(help="The export directory (replaced whole; its manifest is export.yaml).")],
+    out: Annotated[Path, typer.Option(help="The export directory (replaced whole, with --force; its manifest is "
+                                           "export.yaml).")],
     costs: Annotated[str | None, typer.Option(help="Re-plan K for this cost file (the target's) first.")] = None,
     nearest: Annotated[bool, typer.Option(help="Write the nearest setting the engine runs where it cannot express "
                                                "the profile (otherwise: one line, exit 2).")] = False,
-    force: Annotated[bool, typer.Option(help="Replace a directory that holds no export.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace --out where it holds an export already (a directory that holds "
+                                             "anything else is never replaced).")] = False,
 ) -> None:
     """The profile as the engine's own configuration, with a manifest naming the profile, model, hardware and
     speedup it came from."""

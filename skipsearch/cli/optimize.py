@@ -9,9 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr
+from skipsearch.cli.edge import LazyProgress, finite, save_profile_kept, user_errors, warnings_to_stderr
 from skipsearch.cli.strategy_flags import strategy_options, with_strategy_flags
 from skipsearch.config import ConfigError
+from skipsearch.files.bounds import MAX_DRAFT_TOKENS, MAX_THREADS
 
 
 @with_strategy_flags  # a flag for each option the registered strategies declare, in panels named after them
@@ -29,8 +30,10 @@ def optimize(
              "shortlist), surrogate, timed.")] = "auto",
     shortlist: Annotated[int, typer.Option(help="Candidates timed after a surrogate search.")] = 5,
     repeats: Annotated[int, typer.Option(help="Timed runs per prompt (median).")] = 1,
-    max_k: Annotated[int, typer.Option(help="Largest max_draft_tokens searched.")] = 8,
-    max_skip_ratio: Annotated[float, typer.Option(help="Most of the 2L sublayers a draft may skip.")] = 0.5,
+    max_k: Annotated[int, typer.Option(max=MAX_DRAFT_TOKENS, help="Largest max_draft_tokens searched (>= 1; the "
+                                                                   "engine's limit above).")] = 8,
+    max_skip_ratio: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite,
+                                                  help="Most of the 2L sublayers a draft may skip.")] = 0.5,
     protect_ends: Annotated[bool, typer.Option(help="Never skip the first or last layer.")] = True,
     study: Annotated[
         str | None, typer.Option(help="Study directory (SQLite inside); default studies/<model>-<strategy>.")
@@ -38,7 +41,9 @@ def optimize(
     storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
     out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch profile.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace the profile at --out (the study's own default path is "
+                                             "replaced as it resumes); another kind of file is never replaced.")]
+    = False,
     warm_start: Annotated[
         list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
     ] = None,
@@ -54,7 +59,8 @@ def optimize(
     kernel: Annotated[str, typer.Option(
         help="What runs the full model's forwards while timing, recorded in the profile: eager, or "
              "inductor[-c<block>] (compiled once per process; skipsearch/kernels.py).")] = "eager",
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS,
+                                                help="torch intra-op threads (default: torch's).")] = None,
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
@@ -82,9 +88,10 @@ def optimize(
             dtype=dtype, costs=costs, time_shortlist=time_shortlist, kernel=kernel, threads=threads,
             strategy_options=() if rerank else strategy_options(strategy_flags),
         )
+        replace = force or out is None  # a default path lies in the study, whose own profile it replaces
         if rerank:
-            return _print_reranked(_rerank(settings), costs=costs, shortlist=shortlist)
-        _print_searched(_search(settings))
+            return _print_reranked(_rerank(settings), costs=costs, shortlist=shortlist, replace=replace)
+        _print_searched(_search(settings), replace=replace)
 
 
 def _search(settings):
@@ -115,7 +122,7 @@ def _search(settings):
         return api.optimize_study(settings, on_trial=on_trial, on_stage=on_stage)
 
 
-def _print_searched(run) -> None:
+def _print_searched(run, *, replace: bool) -> None:
     """Write the search's profile (and its companions) and print what was timed (inside user_errors)."""
     from skipsearch.optimize import candidate_summary
 
@@ -124,7 +131,7 @@ def _print_searched(run) -> None:
         more = len(result.summary.conflicts) - 1
         typer.echo(f"warning: survived {len(result.summary.conflicts)} storage conflict(s) with other workers "
                    f"(first: {conflict}){f'; {more} more' if more else ''}", err=True)
-    save_profile_kept(result.profile, path, keep_in=run.study)
+    save_profile_kept(result.profile, path, replace=replace, keep_in=run.study)
     for r in result.timed:
         m = r.measurement
         typer.echo(
@@ -135,7 +142,7 @@ def _print_searched(run) -> None:
     typer.echo(f"{result.verdict}\nwrote {path}")
     for suffix, companion in result.companions:  # e.g. CLaSp's dynamic profile, beside the static one
         beside = path.with_name(f"{path.stem}{suffix}{path.suffix or '.yaml'}")
-        save_profile_kept(companion, beside, keep_in=run.study)
+        save_profile_kept(companion, beside, replace=replace, keep_in=run.study)
         typer.echo(f"wrote {beside}")
     if result.interrupted:
         typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
@@ -162,11 +169,11 @@ def _rerank(settings):
                                 on_note=lambda note: typer.echo(f"warning: {note}", err=True))
 
 
-def _print_reranked(rr, *, costs: str, shortlist: int) -> None:
+def _print_reranked(rr, *, costs: str, shortlist: int, replace: bool) -> None:
     """Write the re-ranked study's profile and print its table (inside user_errors)."""
     from skipsearch.optimize import config_summary
 
-    save_profile_kept(rr.profile, rr.path, keep_in=rr.study)
+    save_profile_kept(rr.profile, rr.path, replace=replace, keep_in=rr.study)
     rows = rr.reranking.rows
     skipped = rr.reranking.skipped
     typer.echo(f"study {rr.label}: {len(rows)} configs re-ranked under {costs} ({rr.target.device}, "

@@ -10,15 +10,21 @@ from typing import Annotated
 
 import typer
 
-from skipsearch.cli.edge import save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.cli.edge import draw_plot, finite, save_profile_kept, user_errors, warnings_to_stderr, write_text
 from skipsearch.config import ConfigError
+from skipsearch.files.bounds import MAX_PLAN_M, MAX_PLAN_N
+from skipsearch.files.targets import PLAN_REPORT, PLOT, PROFILE, check_target
 
 
 def plan(
-    alpha: Annotated[float | None, typer.Option(help="Analysis: M_q tokens' acceptance by M_p, in [0, 1].")] = None,
-    beta: Annotated[float | None, typer.Option(help="Analysis: M_s tokens' acceptance by M_q, in [0, 1].")] = None,
-    c: Annotated[float | None, typer.Option("--c", help="Analysis: one M_q step / one M_p step.")] = None,
-    cs: Annotated[float | None, typer.Option("--cs", help="Analysis: one M_s step / one M_q step.")] = None,
+    alpha: Annotated[float | None, typer.Option(min=0.0, max=1.0, callback=finite,
+                                                help="Analysis: M_q tokens' acceptance by M_p.")] = None,
+    beta: Annotated[float | None, typer.Option(min=0.0, max=1.0, callback=finite,
+                                               help="Analysis: M_s tokens' acceptance by M_q.")] = None,
+    c: Annotated[float | None, typer.Option("--c", min=0.0, callback=finite,
+                                            help="Analysis: one M_q step / one M_p step.")] = None,
+    cs: Annotated[float | None, typer.Option("--cs", min=0.0, callback=finite,
+                                             help="Analysis: one M_s step / one M_q step.")] = None,
     verify: Annotated[
         str | None, typer.Option(help="Analysis: v(1),v(2),...: a k-token forward / one step (default: free).")
     ] = None,
@@ -37,8 +43,10 @@ def plan(
     dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
     n_prompts: Annotated[int, typer.Option(min=1, help="Calibration prompts (calib split).")] = 4,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens decoded per prompt.")] = 64,
-    max_m: Annotated[int, typer.Option(help="Largest m (medium tokens per cycle) planned.")] = 8,
-    max_n: Annotated[int, typer.Option(help="Largest n (small tokens per medium token) planned.")] = 4,
+    max_m: Annotated[int, typer.Option(min=1, max=MAX_PLAN_M, help="Largest m (medium tokens per cycle) planned "
+                                                                    "(the table grows as its cube).")] = 8,
+    max_n: Annotated[int, typer.Option(min=0, max=MAX_PLAN_N, help="Largest n (small tokens per medium token) "
+                                                                    "planned.")] = 4,
     validate: Annotated[bool | None, typer.Option(
         "--validate/--no-validate",
         help="Decode the best three- and two-level pairs and time them (default: with --study only).")] = None,
@@ -51,27 +59,27 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Draw predicted speedup over (m, n) to this PNG.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write a hierarchical profile of the chosen (m, n).")] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch profile.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace --out, --plot and --report where each holds a file of its kind "
+                                             "already (a profile, a PNG plot, a plan report); another file is never "
+                                             "replaced.")] = False,
     report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
     from skipsearch import api
     from skipsearch import hier_closed_form as planner
-    from skipsearch.profile import check_profile_target
-
     warnings_to_stderr()
     say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
     command = " ".join(["skipsearch", *sys.argv[1:]])
     with user_errors():
         # 1. where the results go is checked first, so that a bad path fails before the measuring does; then
         # which of the four modes the flags ask for
-        for path in (plot, report):
+        for path, kind in ((plot, PLOT), (report, PLAN_REPORT)):
             if path:
-                check_profile_target(path, force=True)  # any writable file will do: not a profile
+                check_target(path, kind, replace=force)
         mode = _plan_mode(alpha=alpha, beta=beta, c=c, cs=cs, verify=verify, model=model, medium=medium, small=small,
                           profile=profile, study=study, costs=costs, validate=validate, out=out, plot=plot)
         if out and mode != "analysis":
-            check_profile_target(out, force=force)
+            check_target(out, PROFILE, replace=force)
         # 2. the mode's one library function
         common = dict(model=model, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, max_m=max_m,
                       max_n=max_n, repeats=repeats, seed=seed, device=device, dtype=dtype, want_profile=out is not None,
@@ -90,11 +98,11 @@ def plan(
             outcome = api.plan_profiles(medium, small, validate=bool(validate), **common)
         # 3. write at the edge
         if out and outcome.profile is not None:
-            save_profile_kept(outcome.profile, out)
+            save_profile_kept(outcome.profile, out, replace=force)
         if plot:
-            planner.plot_plan(outcome.plan, str(plot))
+            draw_plot(outcome.plan, plot, replace=force)
         if report:
-            write_text(report, outcome.body)
+            write_text(report, outcome.body, kind=PLAN_REPORT, replace=force)
     typer.echo(json.dumps(outcome.data) if as_json else outcome.text)
     for path, what in ((plot, "plot"), (report, "report"), (out, "profile")):
         if path:
