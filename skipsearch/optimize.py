@@ -172,9 +172,11 @@ def optimize(
     """
     s = settings
     say = on_stage or (lambda _: None)
-    # a warm start made for another depth names other layers: refused in one line
+    # 1. what is searched, sized by the model's depth; a warm start made for another depth names other layers:
+    # refused in one line
+    space = s.space_for(sm.num_layers)
     warm = tuple(load_profile(p, num_layers=sm.num_layers).draft for p in s.warm_start)
-    strategy, objective_kind = build_strategy(s.space_for(sm.num_layers), s, warm_start=warm)
+    strategy, objective_kind = build_strategy(space, s, warm_start=warm)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
     stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None))
     budget, most = s.budget, strategy.plan().max_trials
