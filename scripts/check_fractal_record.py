@@ -16,16 +16,14 @@ import datetime
 import shlex
 import sys
 
-import torch
+from _common import script_model
 
-from skipsearch.data import encode_prompt, load_prompts
+from skipsearch.calibration import calibrate_on
 from skipsearch.decoding import generate
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.fractal.drafter import FractalDrafter
 from skipsearch.methods.fractal.surrogate import record
 from skipsearch.methods.ngram import replay_cycles
-from skipsearch.models import load_model
-from skipsearch.surrogate import calibrate
 
 
 def engine_cycles(sm, params, prompt, cont, max_new_tokens):
@@ -56,10 +54,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", default="studies/fractal-record-smollm2-cpu.md")
     a = ap.parse_args()
-    torch.set_num_threads(1)
-    sm = load_model("smollm2-135m", device="cpu", dtype="float32")
-    prompts = load_prompts(a.dataset, split="calib", n=a.n_prompts, seed=0)
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=a.max_new_tokens)
+    sm = script_model("smollm2-135m", threads=1, device="cpu", dtype="float32")
+    cal = calibrate_on(sm, dataset=a.dataset, n_prompts=a.n_prompts, max_new_tokens=a.max_new_tokens, seed=0)
     rows = []
     for point in a.grid.split(","):
         n, w = (int(x) for x in point.split("x"))

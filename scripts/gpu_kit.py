@@ -170,15 +170,14 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
     equivalence.TIE_ULPS must cover."""
     import collections
 
-    from skipsearch import equivalence as eq
-    from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.decoding import hf_generate
-    from skipsearch.models import load_model
+    from _common import prompt_ids, script_model
 
-    sm = load_model(model, device=device, dtype=dtype)
+    from skipsearch import equivalence as eq
+    from skipsearch.decoding import hf_generate
+
+    sm = script_model(model, device=device, dtype=dtype)
     moved: list[float] = []
-    for p in load_prompts("mtbench,humaneval", split="heldout", n=n_prompts, seed=0):
-        ids = encode_prompt(sm.tokenizer, p)
+    for ids in prompt_ids(sm, "mtbench,humaneval", split="heldout", n=n_prompts, seed=0):
         out_ids = hf_generate(sm, ids, max_new_tokens=max_new_tokens)
         moved += eq.margin_drift(sm, ids, out_ids) + eq.margin_drift(sm, ids, out_ids, blocks=(3, 9, 1, 5))
     doc = {"dtype": dtype, "device": device, "positions": len(moved), "max_ulps": max(moved),

@@ -21,10 +21,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from skipsearch.data import encode_prompt, load_prompts
+from _common import named_prompt_ids, script_model
+
 from skipsearch.decoding import hf_generate
 from skipsearch.export.gguf_draft import write_draft_gguf
-from skipsearch.models import find_checkpoint, load_model
+from skipsearch.models import find_checkpoint
 
 
 def _serve(server: str, target: Path, extra: list[str], port: int, threads: int) -> subprocess.Popen:
@@ -68,13 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     export = Path(a.export)
     flags = shlex.split((export / "llama-args.txt").read_text())
-    sm = load_model(a.model, device="cpu", dtype="float32")
+    sm = script_model(a.model, device="cpu", dtype="float32")
     target = export.parent / f"{export.name}-target-f32.gguf"
     every = tuple(range(sm.num_layers))
     write_draft_gguf(target, sm, find_checkpoint(a.model).path, scheme="fp16", quant_head=False, full_attn=every,
                      full_mlp=every)
-    prompts = [(f"{p.source}:{p.id}", encode_prompt(sm.tokenizer, p))
-               for p in load_prompts(a.dataset, n=a.n_prompts, seed=0)]
+    prompts = named_prompt_ids(sm, a.dataset, split="all", n=a.n_prompts, seed=0)
     hf = {name: list(hf_generate(sm, ids, max_new_tokens=a.max_new_tokens)) for name, ids in prompts}
     rows = []
     for label, extra, port in (("plain", [], 8091), ("exported flags", flags, 8092)):

@@ -21,11 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from _common import ints_or_exit, prompt_ids, script_model
 
 from skipsearch import timing
 from skipsearch.api import drafter_factory
 from skipsearch.bench import BASELINE, peer_method
-from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import (
     Contender,
     LosslessnessError,
@@ -38,12 +38,7 @@ from skipsearch.harness import (
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic.dp import ModelLayers, approximation_check, dp_skip_sets
 from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
-from skipsearch.models import load_model
 from skipsearch.profile import load_profile
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def summarize(runs: list[Run] | tuple[Run, ...], name: str) -> dict:
@@ -80,12 +75,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="studies/clasp-smollm2-cpu.md")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
-    sm = load_model(args.model)
+    sm = script_model(args.model, threads=args.threads, device="auto", dtype="auto")
     dyn = load_profile(args.dynamic, num_layers=sm.num_layers)
     params = CLASP_DYNAMIC.parse(dyn.method_params, draft=dyn.draft, num_layers=sm.num_layers)
-    prompts = [encode_prompt(sm.tokenizer, p) for p in load_prompts(args.dataset, split="heldout", n=args.n_prompts)]
+    prompts = prompt_ids(sm, args.dataset, split="heldout", n=args.n_prompts)
     n = args.max_new_tokens
 
     # 0. every method of the three tables, named by table, and HF greedy: one harness run
@@ -99,7 +92,7 @@ def main() -> None:
             make = drafter_factory(load_profile(path, num_layers=sm.num_layers), sm)
             methods.append(engine_method(sm, f"{label} (`{Path(path).name}`)", lambda _ids, make=make: make()))
             main_rows.append(methods[-1].name)
-    lois, ms = _ints(args.lois), _ints(args.ms)
+    lois, ms = ints_or_exit(args.lois, "--lois"), ints_or_exit(args.ms, "--ms")
     methods += [engine_method(sm, f"LOI {loi}", dynamic(replace(params, loi=loi))) for loi in lois]
     methods += [engine_method(sm, f"M {m}", dynamic(replace(params, num_skips=m))) for m in ms]
     try:
@@ -142,7 +135,7 @@ def main() -> None:
     layers = ModelLayers(sm, [cache], [torch.tensor([pos])], sublayer=params.sublayer)
     allowed = range(1, sm.num_layers - 1)
     timings = {}
-    dp_ms = sorted({params.num_skips, max(_ints(args.ms))})  # the batching only pays where M > 1 states exist
+    dp_ms = sorted({params.num_skips, max(ms)})  # the batching only pays where M > 1 states exist
     for m in dp_ms:
         for batched in (True, False):
             t, res = timing.time_call(lambda b=batched, m=m: dp_skip_sets(hidden[:, pos : pos + 1], layers.run,
@@ -168,7 +161,7 @@ def main() -> None:
                  + f"; one full decode step here takes {step.median:.4f} s.")
 
     # 4. the approximation: DP vs brute force on a sub-range of middle layers, the others always run
-    first, last = _ints(args.sub_range.replace("-", ","))
+    first, last = ints_or_exit(args.sub_range.replace("-", ","), "--sub-range")
     sub_range = list(range(first, last + 1))
     n_tok = min(args.bf_tokens, len(ref0))
     tok_pos = torch.tensor(sorted({len(prompts[0]) - 1 + (k * len(ref0)) // n_tok for k in range(n_tok)}))

@@ -26,16 +26,14 @@ from datetime import date
 from pathlib import Path
 
 import torch
+from _common import ints_or_exit, prompt_ids, script_model
 
 from skipsearch import api
 from skipsearch.bench import BASELINE, peer_method
-from skipsearch.config import ConfigError, int_list
-from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import Contender, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.fractal.compressed import compressed_model, model_bytes
 from skipsearch.methods.fractal.drafter import FractalDrafter
-from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 
 PAPER_DELTA = 0.74  # Appendix A: N + 0.74 tokens accepted per verification (Llama-3 3B, N = 7, GPU, no cache)
@@ -85,7 +83,7 @@ def _rss_mib() -> float | None:
 
 
 def _methods(sm, args) -> list[Contender]:
-    n_values, w_values = _ints_or_exit(args.n, "--n"), _ints_or_exit(args.w, "--w")
+    n_values, w_values = ints_or_exit(args.n, "--n"), ints_or_exit(args.w, "--w")
     out = [peer_method(sm, BASELINE), engine_method(sm, "autoregressive", lambda _ids: None)]
     for n in n_values:
         for w in w_values:
@@ -137,7 +135,7 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 def render(sm, args, rows: dict[str, Row], *, prompt_lens: list[int], memory: dict[str, float | None]) -> str:
     hf = rows["hf-greedy"]
-    n_values, w_values = _ints_or_exit(args.n, "--n"), _ints_or_exit(args.w, "--w")
+    n_values, w_values = ints_or_exit(args.n, "--n"), ints_or_exit(args.w, "--w")
 
     def speedup(label: str) -> float | None:
         row = rows.get(label)
@@ -248,12 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="studies/fractal-smollm2-cpu.md")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    sm = load_model(args.model)
+    sm = script_model(args.model, threads=args.threads, device="auto", dtype="auto")
     with torch.no_grad():  # the weights are memory-mapped: page them all in, or the copy's reads would count
         for t in sm.hf.parameters():
             t.sum()
@@ -262,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     rss1 = _rss_mib()
     memory = {"scheme": cm.scheme, "model_mib": model_bytes(sm) / 2**20, "copy_mib": cm.nbytes / 2**20,
               "rss_mib": None if rss0 is None or rss1 is None else rss1 - rss0}
-    prompts = [encode_prompt(sm.tokenizer, p)
-               for p in load_prompts(args.dataset, split="heldout", n=args.n_prompts, seed=args.seed)]
+    prompts = prompt_ids(sm, args.dataset, split="heldout", n=args.n_prompts, seed=args.seed)
     methods = _methods(sm, args)
     say(f"{len(methods)} methods x {len(prompts)} prompts x {args.repeats} repeat(s), {args.max_new_tokens} tokens")
     rows = measure(sm, prompts, methods, max_new_tokens=args.max_new_tokens, repeats=args.repeats, say=say)
@@ -273,13 +268,6 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(text)
     say(f"wrote {out}")
     return 1 if any(r.mismatches for r in rows.values()) else 0
-
-
-def _ints_or_exit(text: str, option: str) -> tuple[int, ...]:
-    try:
-        return int_list(text, option)
-    except ConfigError as e:  # a script's bad option: its one line, as argparse would
-        raise SystemExit(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -31,15 +31,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from _common import script_model
 
 from skipsearch import device_replan, hier_planner
+from skipsearch.calibration import calibrate_on
 from skipsearch.costs import check_costs_for, load_costs
-from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.models import load_model
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
 from skipsearch.study import load_records
-from skipsearch.surrogate import calibrate
 
 GOAL_RHO = 0.9
 GOAL_AGREEMENT = 0.10
@@ -154,15 +153,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--skip", choices=("portability", "hierarchical"), default=None)
     ap.add_argument("--out", default="studies/portability-smollm2-cpu.md")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     label, records = load_records(study_dir=args.study)
-    sm = load_model(args.model, device="cpu", dtype="float32")
-    prompts = load_prompts(args.dataset, split="calib", n=args.n_prompts, seed=args.seed)
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=args.max_new_tokens)
+    sm = script_model(args.model, threads=args.threads, device="cpu", dtype="float32")
+    cal = calibrate_on(sm, dataset=args.dataset, n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens,
+                       seed=args.seed)
     command = shlex.join(["python", "scripts/report_portability.py", *(argv if argv is not None else sys.argv[1:])])
     out = [f"# Search once, deploy anywhere: {sm.name} on cpu", "", "```", command, "```", "",
-           f"Study {label}; {len(prompts)} calibration prompts of {args.dataset} x {args.max_new_tokens} tokens; "
+           f"Study {label}; {len(cal.prompts)} calibration prompts of {args.dataset} x {args.max_new_tokens} tokens; "
            f"{torch.get_num_threads()} torch thread(s).", ""]
     data: dict = {"command": command}
     if args.skip != "portability":

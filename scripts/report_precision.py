@@ -26,16 +26,14 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
-import torch
+from _common import script_model
 
 from skipsearch import hardware
+from skipsearch.calibration import calibrate_on
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
-from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import SCHEMES, PrecisionParams, traces_and_ratio
-from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
-from skipsearch.surrogate import calibrate
 
 
 @dataclass(frozen=True)
@@ -63,12 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
     schemes = [s for s in args.schemes.split(",") if s]
     timed = {s for s in args.timed.split(",") if s}
-    sm = load_model(args.model, device="cpu", dtype="float32")
-    prompts = [encode_prompt(sm.tokenizer, p) for p in load_prompts(args.dataset, split="heldout", n=args.n_prompts)]
-    objective = ModelObjective(sm, calibrate(sm, prompts, max_new_tokens=args.max_new_tokens))
+    sm = script_model(args.model, threads=args.threads, device="cpu", dtype="float32")
+    objective = ModelObjective(sm, calibrate_on(sm, dataset=args.dataset, n_prompts=args.n_prompts,
+                                                max_new_tokens=args.max_new_tokens, split="heldout"))
     from skipsearch.methods.precision.copy import quantized_copy  # the copy's byte count
 
     rows = []
@@ -88,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "PYTHONPATH=. .venv/bin/python scripts/report_precision.py " + " ".join(
         f"--{k.replace('_', '-')} {v if v else chr(34) * 2}" for k, v in vars(args).items())
     lines = [f"# Precision drafts on {here.describe()}, {args.model} in float32", "", "```bash", cmd, "```", "",
-             f"{date.today()}; {len(prompts)} held-out prompts ({args.dataset}, heldout split) x {args.max_new_tokens} "
-             "tokens; every sublayer and the LM head in the scheme, K = 6, no draft exit.", "",
+             f"{date.today()}; {len(objective.cal.prompts)} held-out prompts ({args.dataset}, heldout split) x "
+             f"{args.max_new_tokens} tokens; every sublayer and the LM head in the scheme, K = 6, no draft exit.", "",
              "| scheme | kernel | weight bytes ratio | c | c / bytes | c (full head) | α | τ at K=6 (replayed) "
              "| predicted | timed vs our AR loop | acceptance (timed) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

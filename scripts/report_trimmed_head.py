@@ -30,20 +30,19 @@ from datetime import date
 from pathlib import Path
 
 import torch
+from _common import ints_or_exit, script_model
 
-from skipsearch.config import Candidate, ConfigError, DraftConfig, int_list
-from skipsearch.data import encode_prompt, load_prompts
+from skipsearch.calibration import calibrate_on
+from skipsearch.config import Candidate, DraftConfig
 from skipsearch.harness import time_interleaved
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
-from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
 from skipsearch.space import SearchSpace
 from skipsearch.study import load_records
-from skipsearch.surrogate import calibrate
 
 GOAL_CUT = 0.15  # issue 12: the trimmed head cuts c of the best layer-skip draft by at least 15%
 
@@ -127,17 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="studies/trimmed-head-smollm2-cpu.md")
     ap.add_argument("--json", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
-    sizes = _ints_or_exit(args.vocab_sizes, "--vocab-sizes")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    sm = load_model(args.model, device=args.device, dtype=args.dtype)
+    sizes = ints_or_exit(args.vocab_sizes, "--vocab-sizes")
+    sm = script_model(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
     vocab = sm.lm_head.weight.shape[0]
-    encode = lambda split, n: [encode_prompt(sm.tokenizer, p)  # noqa: E731
-                               for p in load_prompts(args.dataset, split=split, n=n, seed=args.seed)]
-    cal = calibrate(sm, encode("calib", args.n_prompts), max_new_tokens=args.max_new_tokens)
+    calibration = dict(dataset=args.dataset, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    cal = calibrate_on(sm, n_prompts=args.n_prompts, **calibration)
     objective = ModelObjective(sm, cal, repeats=args.repeats)
-    heldout = (ModelObjective(sm, calibrate(sm, encode("heldout", args.heldout), max_new_tokens=args.max_new_tokens))
+    heldout = (ModelObjective(sm, calibrate_on(sm, n_prompts=args.heldout, split="heldout", **calibration))
                if args.heldout else None)
     data = [*cal.prompts, *cal.continuations]
     heads = [LayerSkipParams(), *(LayerSkipParams.trimmed(frequent_tokens(data, v, vocab)) for v in sizes if v < vocab)]
@@ -210,13 +205,6 @@ def report(rows: list[Row], args, sm, vocab: int, sequences: int) -> str:
         lines.append(f"**Goal missed** for the best draft ({r.draft}): the largest cut is {r.c_cut:.1%} at V' = "
                      f"{r.vocab} (c {best[0].c:.3f} -> {r.c:.3f}); the LM head is only part of the draft step.")
     return "\n".join(lines) + "\n"
-
-
-def _ints_or_exit(text: str, option: str) -> tuple[int, ...]:
-    try:
-        return int_list(text, option)
-    except ConfigError as e:  # a script's bad option: its one line, as argparse would
-        raise SystemExit(str(e)) from None
 
 
 if __name__ == "__main__":

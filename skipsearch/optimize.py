@@ -22,8 +22,8 @@ from typing import Any
 
 import optuna
 
+from skipsearch.calibration import calibrate_on, calibration_workload
 from skipsearch.config import AUTOREGRESSIVE, Candidate, ConfigError, DraftConfig
-from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.measure import Measurement
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.models import SkippableModel
@@ -61,7 +61,6 @@ from skipsearch.study import (
     trial_candidate,
     worker_id,
 )
-from skipsearch.surrogate import calibrate
 
 OBJECTIVES = ("auto", "two-stage", "surrogate", "timed")
 CLAIM_ATTR = "claim"  # trial user attr: the random token of the worker that claimed a timing
@@ -172,9 +171,11 @@ def optimize(
     """
     s = settings
     say = on_stage or (lambda _: None)
-    # a warm start made for another depth names other layers: refused in one line
+    # 1. what is searched, sized by the model's depth; a warm start made for another depth names other layers:
+    # refused in one line
+    space = s.space_for(sm.num_layers)
     warm = tuple(load_profile(p, num_layers=sm.num_layers).draft for p in s.warm_start)
-    strategy, objective_kind = build_strategy(s.space_for(sm.num_layers), s, warm_start=warm)
+    strategy, objective_kind = build_strategy(space, s, warm_start=warm)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
     stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None))
     budget, most = s.budget, strategy.plan().max_trials
@@ -182,9 +183,8 @@ def optimize(
         say(f"{strategy.name}'s grid has {most} points: budget {budget} lowered to that")
         budget = most
 
-    prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
-    say(f"calibrating on {len(prompts)} prompts from {s.dataset} (calib split)")
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=s.max_new_tokens)
+    cal = calibrate_on(sm, dataset=s.dataset, n_prompts=s.n_prompts, max_new_tokens=s.max_new_tokens, seed=s.seed,
+                       say=say)
     # the kernel every timing and the cost model run through, sized for the longest calibration sequence
     sm.use_kernel(s.kernel, capacity=max(map(len, cal.prompts)) + s.max_new_tokens)
     objective = ModelObjective(sm, cal, repeats=s.repeats)
@@ -224,7 +224,7 @@ def optimize(
     if not interrupted:  # what re-planning for another device needs: traces and costs (skipsearch.device_replan)
         from skipsearch.device_replan import keep_portable, record_on_model
 
-        workload = f"{s.dataset} (calib split), {s.n_prompts} prompts x {s.max_new_tokens} tokens"
+        workload = calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens)
         profile = keep_portable(profile, objective, [*tried, *shortlist(study, s.shortlist)], workload=workload)
         # a companion's own draft (e.g. dynamic CLaSp's starting skip set) traced, so that it re-plans too
         companions = tuple((suffix, record_on_model(c, sm, cal, workload=workload, source=suffix)

@@ -14,8 +14,11 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
-from skipsearch import bench_report as br
+from skipsearch import harness
+from skipsearch.bench import peers
+from skipsearch.bench import report as br
 from skipsearch.cli import app
+from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
 from skipsearch.profile import Measured, load_profile, profile_from_dict, save_profile
 
@@ -55,7 +58,7 @@ def _tiny_profile(**draft):
                               "method": "layer-skip", "draft": {"max_draft_tokens": 3, **draft}})
 
 
-def _broken(method: bn.Contender, *, prompt: tuple[int, ...], position: int) -> bn.Contender:
+def _broken(method: harness.Contender, *, prompt: tuple[int, ...], position: int) -> harness.Contender:
     """``method`` with one output token changed on one prompt: what a decoder bug looks like."""
 
     def decode(ids, max_new_tokens):
@@ -66,20 +69,20 @@ def _broken(method: bn.Contender, *, prompt: tuple[int, ...], position: int) -> 
         tokens[position] = (tokens[position] + 1) % 64
         return dataclasses.replace(out, token_ids=tuple(tokens))
 
-    return bn.Contender("broken", "skipsearch", "one token changed", decode)
+    return harness.Contender("broken", "skipsearch", "one token changed", decode)
 
 
 # -- the identical-output check ------------------------------------------------------------------
 def test_a_method_that_changes_one_token_is_flagged_and_gets_no_speedup(sm):
-    ar = bn.ours_autoregressive(sm)
+    ar = harness.ours_autoregressive(sm)
     methods = [bn.peer_method(sm, bn.BASELINE), ar, _broken(ar, prompt=tuple(PROMPT_IDS[1]), position=5)]
-    runs = bn.run_rounds(methods, PROMPT_IDS, max_new_tokens=12, device=CPU)
+    runs = harness.run_rounds(methods, PROMPT_IDS, max_new_tokens=12, device=CPU)
     rows = {r.method: r for r in bn.summarize(methods, runs, LABELS)}
     bad = rows["broken"]
     assert bad.flagged and (bad.identical, bad.prompts) == (2, 3)
     assert bad.speedup is None and bad.vs_ours_ar is None
     assert bad.first_mismatch == "prompt t:b, token 5"
-    for name in (bn.BASELINE, bn.OURS_AR):
+    for name in (bn.BASELINE, harness.OURS_AR):
         assert not rows[name].flagged and rows[name].identical == 3 and rows[name].speedup is not None
     # a flagged method gets no speedup on a subset where it happens to match either
     [sub] = [r for r in bn.summarize(methods, runs, LABELS, subset=[0], flagged=frozenset({"broken"}))
@@ -118,7 +121,7 @@ def test_hf_peers_are_lossless_and_their_forwards_are_counted(sm):
             assert out.accepted + out.verify_steps + 1 == len(out.token_ids)
     assert early.decode(PROMPT_IDS[0], 16).draft_steps > 0  # the truncated model's forwards are drafts
     assert lookup.decode(PROMPT_IDS[0], 16).drafted > 0  # the repeated 4-gram is looked up
-    with pytest.raises(bn.ConfigError, match="unknown peer"):
+    with pytest.raises(ConfigError, match="unknown peer"):
         bn.peer_method(sm, "hf-warp")
 
 
@@ -136,7 +139,7 @@ def test_the_sweep_times_every_value_and_picks_an_identical_one(sm):
     assert sweep.best in (2, 4) and all(not r.flagged for r in sweep.rows)
     fastest = max(sweep.rows, key=lambda r: r.tokens_per_s)
     assert fastest.setting.endswith(f"={sweep.best}")
-    with pytest.raises(bn.ConfigError, match="no setting"):
+    with pytest.raises(ConfigError, match="no setting"):
         bn.sweep_peer(sm, bn.BASELINE, PROMPT_IDS, max_new_tokens=4)
 
 
@@ -166,7 +169,7 @@ def test_bench_end_to_end_on_the_tiny_model(sm, tmp_path):
     assert doc["format"] == "skipsearch-bench" and doc["version"] == br.JSON_VERSION
     assert [r["method"] for r in doc["rows"]] == names and set(doc["categories"]) == {"x", "y"}
     assert doc["sweeps"][0]["peer"] == "hf-prompt-lookup" and len(doc["sweeps"][0]["rows"]) == 3
-    assert doc["summary"]["loop_overhead_gain"] == pytest.approx(report.row(bn.OURS_AR).speedup)
+    assert doc["summary"]["loop_overhead_gain"] == pytest.approx(report.row(harness.OURS_AR).speedup)
     # Markdown: one row per method, the breakdown, the sweep, the definitions
     md = br.render_markdown(report, command="skipsearch bench --n-prompts 3")
     for name in names:
@@ -180,9 +183,9 @@ def test_bench_end_to_end_on_the_tiny_model(sm, tmp_path):
 
 def test_bench_rejects_unknown_peers_and_unswept_knobs_need_prompts(sm):
     prompts = [Prompt("a", "abc", False, "", "t")]
-    with pytest.raises(bn.ConfigError, match="unknown peer 'hf-warp'"):
+    with pytest.raises(ConfigError, match="unknown peer 'hf-warp'"):
         bn.bench(sm, prompts, peers=["hf-warp"])
-    with pytest.raises(bn.ConfigError, match="needs sweep prompts"):
+    with pytest.raises(ConfigError, match="needs sweep prompts"):
         bn.bench(sm, prompts, peers=["hf-prompt-lookup"], max_new_tokens=4)
     report = bn.bench(sm, prompts, peers=["hf-prompt-lookup"], max_new_tokens=4, sweep=False)
     assert report.row("hf-prompt-lookup").setting == "prompt_lookup_num_tokens=4 (not swept)"
@@ -308,7 +311,7 @@ def test_cli_end_to_end_on_the_default_model(tmp_path):
 
 def test_a_failed_hf_call_cannot_leave_the_model_truncated(sm):
     # HF's early-exit drafter lowers num_hidden_layers without try/finally; the counter restores it
-    with pytest.raises(RuntimeError), bn._count_forwards(sm):
+    with pytest.raises(RuntimeError), peers._count_forwards(sm):
         sm.hf.model.config.num_hidden_layers = 1
         raise RuntimeError("inside HF generate")
     assert sm.hf.model.config.num_hidden_layers == sm.num_layers

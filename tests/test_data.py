@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from skipsearch.data import DataError, Prompt, available_datasets, encode_prompt, load_prompts
+from skipsearch.data import DataError, Prompt, available_datasets, encode_prompt, load_prompts, read_prompts_file
 
 
 def test_mtbench_loads_80_chat_prompts_with_categories():
@@ -253,10 +253,28 @@ def test_a_chat_flag_that_is_neither_is_refused(tmp_path, chat):
 
 @pytest.mark.parametrize(("name", "body", "fragment"), [
     ("latin1.jsonl", b'{"prompt": "caf\xe9"}\n', "latin1.jsonl: not UTF-8 text"),
-    ("deep.jsonl", b"[" * 100_000 + b"\n", "deep.jsonl line 1: invalid JSON (nested too deeply)"),
+    ("deep.jsonl", b"[" * 100_000 + b"\n", "deep.jsonl:1: not valid JSON (nested too deeply)"),
 ])
 def test_unreadable_jsonl_is_a_one_line_data_error(tmp_path, name, body, fragment):
     (tmp_path / name).write_bytes(body)
     with pytest.raises(DataError) as excinfo:
         load_prompts(str(tmp_path / name))
     assert fragment in _one_line(excinfo)
+
+
+# -- one JSONL reader: a data set file and decode's prompts file word a broken line alike --------------------
+@pytest.mark.parametrize("line", [b"{not json", b"[1, 2]", b'{"prompt": "caf\xe9"}', b"[" * 100_000])
+def test_a_data_set_and_a_prompts_file_word_a_broken_line_alike(tmp_path, line):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n' + line + b"\n")
+    with pytest.raises(DataError) as as_data_set:
+        load_prompts(str(path))
+    with pytest.raises(DataError) as as_prompts_file:
+        read_prompts_file(path)
+    assert str(as_data_set.value) == str(as_prompts_file.value) and str(path) in str(as_data_set.value)
+
+
+def test_a_line_separator_inside_a_prompt_does_not_split_its_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "a\u2028b"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert [p.text for p in load_prompts(str(path))] == [p.text for p in read_prompts_file(path)] == ["a\u2028b"]

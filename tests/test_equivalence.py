@@ -21,8 +21,9 @@ from conftest import assert_greedy_equivalent, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
-from skipsearch import bench_report as br
 from skipsearch import equivalence as eq
+from skipsearch import harness
+from skipsearch.bench import report as br
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
 from skipsearch.decoding import generate, hf_generate
@@ -192,7 +193,7 @@ def test_fp32_identical_output_stays_identical(tiny_sm):
 
 
 # -- in bench --------------------------------------------------------------------------------------
-def _changed(method: bn.Contender, name: str, position: int, pick) -> bn.Contender:
+def _changed(method: harness.Contender, name: str, position: int, pick) -> harness.Contender:
     """``method`` with token ``position`` replaced by ``pick(prompt ids, tokens)`` on every prompt."""
 
     def decode(ids, max_new_tokens):
@@ -201,23 +202,23 @@ def _changed(method: bn.Contender, name: str, position: int, pick) -> bn.Contend
         tokens[position] = pick(ids, out.token_ids)
         return dataclasses.replace(out, token_ids=tuple(tokens))
 
-    return bn.Contender(name, "skipsearch", "", decode)
+    return harness.Contender(name, "skipsearch", "", decode)
 
 
 def test_bench_rows_carry_verdicts_and_tie_equal_rows_keep_their_speedup():
     sm = _tiny(BF16)
     ids = [list(p) for p in TINY_PROMPTS[:3]]
-    ar = bn.ours_autoregressive(sm)
+    ar = harness.ours_autoregressive(sm)
 
     def least(prompt, tokens):  # the least likely token at position 4: a decoder bug
         return int(eq.teacher_forced_logits(sm, prompt, tokens)[4].float().argmin())
 
     methods = [bn.peer_method(sm, bn.BASELINE), ar, _changed(ar, "broken", 4, least),
                _changed(ar, "tied", 4, least)]
-    runs = bn.run_rounds(methods, ids, max_new_tokens=12, device=CPU)
+    runs = harness.run_rounds(methods, ids, max_new_tokens=12, device=CPU)
     verdicts = bn.model_verdicts(sm, runs, ids)
     assert all(verdicts["broken", i].kind == eq.DIFFERENT and verdicts["broken", i].position == 4 for i in range(3))
-    assert all(verdicts[bn.OURS_AR, i].ok for i in range(3))  # bf16: identical or tied, never different
+    assert all(verdicts[harness.OURS_AR, i].ok for i in range(3))  # bf16: identical or tied, never different
     # what bench does with a tie-equal method, whatever made it one: speedup given, ties counted
     verdicts.update({("tied", i): eq.Verdict(eq.TIES, 12, "bfloat16", (4, 7), 4) for i in range(3)})
     rows = {r.method: r for r in bn.summarize(methods, runs, ["t:a", "t:b", "t:c"], verdicts=verdicts)}
@@ -246,7 +247,7 @@ def test_the_report_and_json_show_ties_with_their_count(tmp_path):
     sm.tokenizer = Chars()
     report = bn.bench(sm, [Prompt("a", "abcabc", False, "x", "t"), Prompt("b", "zzz", False, "x", "t")],
                       max_new_tokens=6)
-    ar = report.row(bn.OURS_AR)
+    ar = report.row(harness.OURS_AR)
     assert ar.verdict == eq.IDENTICAL and ar.ties == 0 and ar.speedup is not None
     tied = dataclasses.replace(ar, method="layer-skip:tied", identical=1, ties=1, tie_tokens=2)
     bad = dataclasses.replace(ar, method="layer-skip:bad", identical=1, ties=0, speedup=None, vs_ours_ar=None,

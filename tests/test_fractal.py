@@ -382,7 +382,8 @@ def _params(profile):
 
 
 def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_path):
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
     settings = opt.SearchSettings(strategy="fractal", budget=10, n_prompts=2, max_new_tokens=8,
                                   study=str(tmp_path / "study"), strategy_options=(
                                       ("n_values", (1, 2)), ("w_values", (1, 3)), ("quantization", "int8-dynamic")))

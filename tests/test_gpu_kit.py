@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from skipsearch.bench_report import JSON_VERSION
+from skipsearch.bench.report import JSON_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_bench.sh"

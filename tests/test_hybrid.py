@@ -275,7 +275,8 @@ def test_prepare_ranks_the_trimmed_head_by_calibration_frequency(tiny_sm):
 
 
 def test_optimize_hybrid_ships_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
     settings = opt.SearchSettings(strategy=HYBRID.name, budget=24, n_prompts=2, max_new_tokens=12, shortlist=2,
                                   space=SearchSpace(num_layers=4, max_draft_tokens=(2, 4)),
                                   study=str(tmp_path / "study"),
@@ -301,7 +302,8 @@ def test_optimize_hybrid_through_the_cli_with_a_warm_start(tiny_sm, monkeypatch,
                    draft=DraftConfig(skip_attn=(2,), max_draft_tokens=2))
     warm_path = save_profile(warm, tmp_path / "warm.yaml")
     monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_sm)
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [4, 5, 6, 4, 5, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [4, 5, 6, 4, 5, len(prompt.text) % 60])
     out = tmp_path / "code.yaml"
     result = CliRunner().invoke(app, ["optimize", "--strategy", HYBRID.name, "--warm-start", str(warm_path),
                                       "--dataset", "humaneval", "--budget", "12", "--n-prompts", "2",

@@ -20,7 +20,6 @@ from test_decoding import _chi2, _chi2_critical
 from typer.testing import CliRunner
 
 from skipsearch import methods
-from skipsearch import optimize as opt
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig, SamplingParams
 from skipsearch.decoding import Draft, generate, hf_generate, process_logits
@@ -278,7 +277,8 @@ def test_optimize_ngram_writes_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
     from skipsearch import models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_sm)
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
     out = tmp_path / "ngram.yaml"
     result = CliRunner().invoke(app, ["optimize", "--strategy", "ngram", "--n", "1,2", "--budget", "6",
                                       "--n-prompts", "2", "--max-new-tokens", "12", "--shortlist", "2",

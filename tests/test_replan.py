@@ -402,7 +402,8 @@ def _whole_workflow(tiny_checkpoint, tmp_path):
 def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm, monkeypatch, tmp_path):
     from skipsearch import optimize as opt
 
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
     result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
                                                       objective="surrogate", study=str(tmp_path / "s")))
     prof = load_profile(save_profile(result.profile, tmp_path / "p.yaml"))
@@ -533,7 +534,8 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     from skipsearch import optimize as opt
     from skipsearch.strategies.hybrid import HybridStrategy
 
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
     # the hybrid grid narrowed to precision fallbacks, so that what ships has one
     monkeypatch.setattr(HybridStrategy, "grid",
                         lambda self: {"n_range": ["1-2"], "k": [2, 4], "fallback": ["precision fp16"]})
@@ -561,7 +563,8 @@ def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_s
     from skipsearch import optimize as opt
     from skipsearch.strategies.hybrid import HybridStrategy
 
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
     grid = HybridStrategy.grid
 
     def skip_fallbacks_only(self):  # the grid narrowed to layer-skip fallbacks with the full head

@@ -297,13 +297,15 @@ def test_the_report_script_runs_on_a_tiny_model(tiny_sm, monkeypatch, tmp_path):
     import json
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "report_trimmed_head", Path(__file__).resolve().parent.parent / "scripts" / "report_trimmed_head.py")
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))  # as `python scripts/...` runs it: its shared setup sits beside it
+    spec = importlib.util.spec_from_file_location("report_trimmed_head", scripts / "report_trimmed_head.py")
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look their module up there
     spec.loader.exec_module(script)
-    monkeypatch.setattr(script, "load_model", lambda *a, **k: tiny_sm)
-    monkeypatch.setattr(script, "encode_prompt", lambda tokenizer, prompt: [1, 2, 3, 1, len(prompt.text) % 60])
+    monkeypatch.setattr("_common.load_model", lambda *a, **k: tiny_sm)
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [1, 2, 3, 1, len(prompt.text) % 60])
     out, rows = tmp_path / "report.md", tmp_path / "rows.json"
     assert script.main(["--n-prompts", "2", "--heldout", "1", "--max-new-tokens", "8", "--vocab-sizes", "32,8",
                         "--drafts", "2", "--timed", "1", "--rounds", "2", "--out", str(out), "--json", str(rows)]) == 0

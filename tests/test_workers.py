@@ -164,7 +164,8 @@ def test_ctrl_c_in_the_first_trial_ships_without_measuring_the_cost_model(tiny_s
     def never(*args, **kwargs):
         raise AssertionError("the cost model was measured after Ctrl-C")
 
-    monkeypatch.setattr(opt, "encode_prompt", lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
+    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
     monkeypatch.setattr(opt, "run_search", interrupted)
     monkeypatch.setattr(objective, "measure_costs", never)
     result = opt.optimize(tiny_sm, opt.SearchSettings(budget=5, n_prompts=1, max_new_tokens=8,

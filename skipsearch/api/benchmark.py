@@ -1,7 +1,7 @@
 """``skipsearch bench`` as a library function: check the input, load the model, bench (``bench.bench``).
 
 ``bench_profiles`` returns the report; rendering it, writing the report files and filling the profiles' measured
-blocks (``bench_report.measured_updates``) are the caller's.
+blocks (``bench.report.measured_updates``) are the caller's.
 """
 
 from __future__ import annotations

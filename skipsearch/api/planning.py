@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skipsearch.api.checks import check_study_for_model, costs_hardware_note, costs_model_note
+from skipsearch.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.config import ConfigError
-from skipsearch.data import load_prompts
 from skipsearch.profile import Profile, load_profile
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
     try:
         new, planned = device_replan.replan_profile(prof, target, source=profile, costs_source=source)
     except device_replan.NoRecordError:  # raised after the cost file's checks, so nothing loads for a bad one
-        traced = f"{dataset} (calib split), {n_prompts} prompts x {max_new_tokens} tokens"
+        traced = calibration_workload(dataset, n_prompts, max_new_tokens)
         prof = _record_on_model(prof, profile, model=model, dataset=dataset, n_prompts=n_prompts,
                                 max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype,
                                 workload=traced, say=say)
@@ -105,13 +105,11 @@ def _record_on_model(prof: Profile, path: str, *, model: str | None, dataset: st
     """``prof`` with its draft's acceptance record made on the model it names (or ``model``, checked against it)."""
     from skipsearch import device_replan
     from skipsearch.api.loading import open_model
-    from skipsearch.data import encode_prompt
-    from skipsearch.surrogate import calibrate
 
-    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)  # a bad prompt file fails before loading
+    calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
     say(f"{path} keeps no acceptance record: tracing its draft on the model ({workload}; no timing)")
     sm, _ = open_model(model=model, profile=path, device=device, dtype=dtype)
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
+    cal = calibrate_on(sm, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed)
     return device_replan.record_on_model(prof, sm, cal, workload=workload, source=path)
 
 
@@ -124,10 +122,8 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     model before it loads; ``on_note`` gets a line when the cost file was measured on other hardware."""
     from skipsearch import device_replan, hier_planner
     from skipsearch.costs import check_costs_for, load_costs
-    from skipsearch.data import encode_prompt
     from skipsearch.models import load_model
     from skipsearch.study import load_study
-    from skipsearch.surrogate import calibrate
 
     say = on_stage or (lambda _msg: None)
     # 1. the input, before the model loads
@@ -138,7 +134,7 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     if len(skip_sets) < 2:
         raise ConfigError(f"study {label} has {len(skip_sets) or 'no'} evaluated layer-skip skip set"
                           f"{'s' if len(skip_sets) != 1 else ''}: planning two levels needs at least two distinct ones")
-    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
+    calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
     # 2. the model: calibrate, choose the pairs, plan and validate
     sm = load_model(model or "smollm2-135m", device=device, dtype=dtype)
     if target is not None:
@@ -146,8 +142,7 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
         note = costs_hardware_note(target, sm, costs)
         if note and on_note:
             on_note(note)
-    say(f"calibrating: {len(prompts)} prompts x {max_new_tokens} tokens")
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
+    cal = calibrate_on(sm, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed, say=say)
     sp = hier_planner.plan_from_study(sm, cal, records, study=label, dataset=dataset,
                                       costs=target.cost_model() if target else None, seed=seed, max_m=max_m,
                                       max_n=max_n, run_validation=validate, repeats=repeats, on_stage=say)

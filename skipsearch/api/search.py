@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skipsearch.api.checks import check_model_arg, check_study_for_model, costs_hardware_note
+from skipsearch.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.config import ConfigError
-from skipsearch.data import load_prompts
 from skipsearch.kernels import check_kernel, parse_kernel
 from skipsearch.optimize import SearchSettings
 from skipsearch.placement import choose_placement
@@ -74,7 +74,7 @@ def optimize_study(
     check_profile_target(path, force=o.force or o.out is None)  # a default path: the study's own
     check_model_arg(o.model)
     check_storage(study_dir=None if o.storage else study, storage=o.storage)  # driver, file, permissions
-    prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
+    prompts = calibration_prompts(o.dataset, n_prompts=o.n_prompts, seed=o.seed)
     warm = [load_profile(p) for p in o.warm_start]
     # Before the model loads its depth is unknown: check the options on a deep stand-in (the warm start's
     # depth when there is one).
@@ -127,10 +127,8 @@ def rerank_study(
     plain decoding in the same rounds. ``on_note`` gets a line when C was measured on other hardware."""
     from skipsearch import device_replan
     from skipsearch.costs import load_costs
-    from skipsearch.data import encode_prompt
     from skipsearch.models import load_model
     from skipsearch.study import load_study
-    from skipsearch.surrogate import calibrate
 
     stage, progress = on_stage or (lambda _t, _n: None), on_progress or (lambda _d, _n: None)
     # 1. the input, before the model loads
@@ -142,15 +140,15 @@ def rerank_study(
         raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
     check_profile_target(path, force=o.force or o.out is None)  # a default path: the study's own
-    prompts = load_prompts(o.dataset, split="calib", n=o.n_prompts, seed=o.seed)
+    calibration_prompts(o.dataset, n_prompts=o.n_prompts, seed=o.seed)  # a bad prompt file fails before loading
     # 2. trace the study's skip sets on the model and replay every config under the other costs
     sm = load_model(o.model, device=o.device, dtype=o.dtype)
     note = costs_hardware_note(target, sm, o.costs)
     if note and on_note:
         on_note(note)
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=o.max_new_tokens)
+    cal = calibrate_on(sm, dataset=o.dataset, n_prompts=o.n_prompts, max_new_tokens=o.max_new_tokens, seed=o.seed)
     stage("tracing skip sets", None)
-    workload = f"{o.dataset} (calib split), {o.n_prompts} prompts x {o.max_new_tokens} tokens"
+    workload = calibration_workload(o.dataset, o.n_prompts, o.max_new_tokens)
     rr = device_replan.rerank_study(sm, cal, records, target, costs_source=o.costs, shortlist=o.shortlist,
                                     workload=workload, on_progress=progress)
     if o.time_shortlist:  # 3. time the shortlist here, each against plain decoding in the same rounds

@@ -92,7 +92,7 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
 
     from rich.console import Console
 
-    from skipsearch import bench_report as br
+    from skipsearch.bench import report as br
 
     result = run.report
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table

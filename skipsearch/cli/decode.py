@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
-import os
-import stat
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,7 +12,7 @@ import typer
 
 from skipsearch.cli.edge import finite, user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError, SamplingParams
-from skipsearch.data import DataError, Prompt
+from skipsearch.data import MAX_PROMPTS_BYTES, DataError, Prompt, read_prompts_file
 from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.kernels import choose_kernel
 
@@ -61,8 +58,9 @@ def decode(
         if check and not sampling.greedy:
             raise ConfigError("--check compares greedy output with HF greedy: leave --temperature at 0")
         # 1. all the input is checked before the model loads: a typo costs milliseconds
-        prompts = (
-            _read_prompts_file(prompts_file, chat) if prompts_file else (Prompt("", prompt, chat, "", "--prompt"),)
+        prompts = (  # the bound is read here, where a test can lower it
+            read_prompts_file(prompts_file, chat_default=chat, limit=MAX_PROMPTS_BYTES) if prompts_file
+            else (Prompt("", prompt, chat, "", "--prompt"),)
         )
         api.check_model_arg(model)
         if threads:
@@ -124,68 +122,3 @@ def _check_decoded(sm, decoded, max_new_tokens: int):
     from skipsearch.equivalence import check_against_hf
 
     return check_against_hf(sm, decoded.prompt_token_ids, decoded.result.token_ids, max_new_tokens=max_new_tokens)
-
-
-MAX_PROMPTS_BYTES = 256 << 20  # a prompts file is text a person wrote or exported: far below this
-
-
-def _read_regular(path: Path, limit: int) -> bytes:
-    """A regular file's bytes, at most ``limit`` of them (ValueError beyond): a named pipe is refused rather than
-    waited on for a writer, and a link to /dev/zero rather than read for ever."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a regular file")
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit >> 20} MiB")
-    return data
-
-
-def _read_prompts_file(path: Path, chat_default: bool) -> tuple[Prompt, ...]:
-    """Prompts from JSONL, one {"prompt": str, "chat": bool} object a line. A value of the wrong type
-    is refused, naming the file and line, never coerced: null is not the text "None", "false" is not true."""
-    try:
-        lines = _read_regular(path, MAX_PROMPTS_BYTES).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read prompts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    except ValueError as exc:
-        raise DataError(f"cannot read prompts file {path}: {exc}") from None
-    prompts = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{no}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-        except RecursionError:
-            raise DataError(f"{where}: not valid JSON (nested too deeply)") from None
-        if not isinstance(row, dict):
-            raise DataError(f'{where}: each line must be a JSON object like {{"prompt": "...", "chat": false}}, '
-                            f"got {_json_short(row)}")
-        text, chat = row.get("prompt"), row.get("chat")
-        if not isinstance(text, str):
-            if "prompt" not in row:
-                raise DataError(f'{where}: no "prompt" key')
-            raise DataError(f'{where}: "prompt" must be a string, got {_json_short(text)}')
-        if not text:
-            raise DataError(f'{where}: "prompt" is empty')
-        if chat is not None and not isinstance(chat, bool):  # null, like a missing key, means the default
-            raise DataError(f'{where}: "chat" must be true or false, got {_json_short(chat)}')
-        prompts.append(Prompt(str(no), text, chat_default if chat is None else chat, "", str(path)))
-    if not prompts:
-        raise DataError(f"{path} holds no prompts")
-    return tuple(prompts)
-
-
-def _json_short(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -18,8 +18,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from skipsearch.bench import BASELINE, OURS_AR, PROFILE_IN_HF, BenchReport, BenchRow
+from skipsearch.bench.peers import BASELINE, PROFILE_IN_HF
+from skipsearch.bench.rows import BenchRow
+from skipsearch.bench.runner import BenchReport
 from skipsearch.equivalence import tolerance_rule
+from skipsearch.harness import OURS_AR
 from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured, Profile
 
 JSON_FORMAT = "skipsearch-bench"

@@ -1,0 +1,41 @@
+"""What the report scripts share: the model and its prompts set up one way, and one int-list option parser.
+
+A script run as ``python scripts/NAME.py`` finds this module beside it; a calibration (prompts and the full
+model's greedy continuations) comes from ``skipsearch.calibration.calibrate_on``, as in every command.
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import ConfigError, int_list
+from skipsearch.data import encode_prompt, load_prompts
+from skipsearch.models import SkippableModel, load_model
+
+
+def ints_or_exit(text: str, option: str) -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7); anything else ends the script with the option's one-line error, as argparse would."""
+    try:
+        return int_list(text, option)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+
+
+def script_model(model: str, *, threads: int | None = None, device: str = "auto",
+                 dtype: str = "auto") -> SkippableModel:
+    """The model a report measures: torch's intra-op threads set first (None or 0: torch's default)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return load_model(model, device=device, dtype=dtype)
+
+
+def named_prompt_ids(sm: SkippableModel, dataset: str, *, split: str, n: int,
+                     seed: int = 0) -> list[tuple[str, list[int]]]:
+    """(``source:id``, token ids) of ``n`` prompts of ``dataset``'s ``split`` (held-out for a report's figures)."""
+    return [(f"{p.source}:{p.id}", encode_prompt(sm.tokenizer, p))
+            for p in load_prompts(dataset, split=split, n=n, seed=seed)]
+
+
+def prompt_ids(sm: SkippableModel, dataset: str, *, split: str, n: int, seed: int = 0) -> list[list[int]]:
+    """Token ids of ``n`` prompts of ``dataset``'s ``split``."""
+    return [ids for _, ids in named_prompt_ids(sm, dataset, split=split, n=n, seed=seed)]
