@@ -20,7 +20,7 @@ from torch import nn
 
 from skipsearch import timing
 from skipsearch.hardware import probe
-from skipsearch.methods.precision.kernels import quantize_module, weight_bytes
+from skipsearch.methods.precision.linears import quantize_module, weight_bytes
 from skipsearch.models import load_model
 
 

@@ -388,7 +388,7 @@ def test_an_int_copy_exports_to_vllm_and_sglang_as_a_compressed_tensors_checkpoi
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from skipsearch.methods.precision.kernels import quantize_module
+    from skipsearch.methods.precision.linears import quantize_module
 
     ckpt = tmp_path / "ckpt"
     model = _bpe_checkpoint(ckpt)
