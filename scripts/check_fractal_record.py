@@ -20,11 +20,11 @@ import torch
 
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.decoding import generate
+from skipsearch.loader import load_model
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.fractal.drafter import FractalDrafter
 from skipsearch.methods.fractal.surrogate import record
 from skipsearch.methods.ngram import replay_cycles
-from skipsearch.models import load_model
 from skipsearch.surrogate import calibrate
 
 

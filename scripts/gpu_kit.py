@@ -173,7 +173,7 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
     from skipsearch import equivalence as eq
     from skipsearch.data import encode_prompt, load_prompts
     from skipsearch.decoding import hf_generate
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     sm = load_model(model, device=device, dtype=dtype)
     moved: list[float] = []

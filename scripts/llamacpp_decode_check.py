@@ -21,10 +21,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from skipsearch.checkpoints import find_checkpoint
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.decoding import hf_generate
 from skipsearch.export.gguf_draft import write_draft_gguf
-from skipsearch.models import find_checkpoint, load_model
+from skipsearch.loader import load_model
 
 
 def _serve(server: str, target: Path, extra: list[str], port: int, threads: int) -> subprocess.Popen:

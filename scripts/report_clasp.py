@@ -35,10 +35,10 @@ from skipsearch.harness import (
     method_seconds,
     run_rounds,
 )
+from skipsearch.loader import load_model
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic.dp import ModelLayers, approximation_check, dp_skip_sets
 from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
-from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 
 

@@ -32,10 +32,10 @@ from skipsearch.bench import BASELINE, peer_method
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import Contender, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
+from skipsearch.loader import load_model
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.fractal.compressed import compressed_model, model_bytes
 from skipsearch.methods.fractal.drafter import FractalDrafter
-from skipsearch.models import load_model
 from skipsearch.profile import load_profile
 
 PAPER_DELTA = 0.74  # Appendix A: N + 0.74 tokens accepted per verification (Llama-3 3B, N = 7, GPU, no cache)

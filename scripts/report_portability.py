@@ -35,7 +35,7 @@ import torch
 from skipsearch import device_replan, hier_planner
 from skipsearch.costs import check_costs_for, load_costs
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.models import load_model
+from skipsearch.loader import load_model
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
 from skipsearch.study import load_records

@@ -31,9 +31,9 @@ import torch
 from skipsearch import hardware
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
 from skipsearch.data import encode_prompt, load_prompts
+from skipsearch.loader import load_model
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import SCHEMES, PrecisionParams, traces_and_ratio
-from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
 from skipsearch.surrogate import calibrate
 

@@ -34,10 +34,10 @@ import torch
 from skipsearch.config import Candidate, ConfigError, DraftConfig, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import time_interleaved
+from skipsearch.loader import load_model
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
-from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile

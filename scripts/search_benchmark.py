@@ -37,9 +37,9 @@ from skipsearch.bench import BASELINE, peer_method
 from skipsearch.config import AUTOREGRESSIVE
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.harness import check_outputs, engine_method, first_outputs, method_seconds, run_rounds
+from skipsearch.loader import load_model
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.models import load_model
 from skipsearch.objective import ModelObjective
 from skipsearch.optimize import candidate_summary
 from skipsearch.profile import Environment

@@ -125,7 +125,7 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     from skipsearch import device_replan, hier_planner
     from skipsearch.costs import check_costs_for, load_costs
     from skipsearch.data import encode_prompt
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
     from skipsearch.study import load_study
     from skipsearch.surrogate import calibrate
 

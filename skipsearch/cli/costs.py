@@ -32,7 +32,7 @@ def costs_command(
     force: Annotated[bool, typer.Option(help="Overwrite --out even if it is not a skipsearch file.")] = False,
     kernel: Annotated[str, typer.Option(
         help="What the step and v(k) run through: eager, inductor[-c<block>], or auto (the compiled kernel where it "
-             "runs here and is faster than eager in the same rounds; skipsearch/kernels.py).")] = "eager",
+             "runs here and is faster than eager in the same rounds; skipsearch/kernels/).")] = "eager",
     schemes: Annotated[str | None, typer.Option(
         help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
              "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
@@ -57,7 +57,7 @@ def costs_command(
 
     from skipsearch.api.costs import default_schemes, measure_schemes, parse_schemes
     from skipsearch.costs import calibration_context, measure_cost_profile, save_costs
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
     from skipsearch.profile import check_profile_target
 
     warnings_to_stderr()

@@ -68,7 +68,7 @@ def optimize(
         help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
     kernel: Annotated[str, typer.Option(
         help="What runs the full model's forwards while timing, recorded in the profile: eager, or "
-             "inductor[-c<block>] (compiled once per process; skipsearch/kernels.py).")] = "eager",
+             "inductor[-c<block>] (compiled once per process; skipsearch/kernels/).")] = "eager",
     threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default: torch's).")] = None,
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
