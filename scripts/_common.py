@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.models import SkippableModel, load_model
+from skipsearch.loader import load_model
+from skipsearch.models import SkippableModel
 
 
 def ints_or_exit(text: str, option: str) -> tuple[int, ...]:

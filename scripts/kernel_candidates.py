@@ -20,8 +20,8 @@ from torch import nn
 
 from skipsearch import timing
 from skipsearch.hardware import probe
-from skipsearch.methods.precision.kernels import quantize_module, weight_bytes
-from skipsearch.models import load_model
+from skipsearch.loader import load_model
+from skipsearch.methods.precision.linears import quantize_module, weight_bytes
 
 
 def _linears(sm) -> list[nn.Linear]:

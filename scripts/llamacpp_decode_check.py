@@ -23,9 +23,9 @@ from pathlib import Path
 
 from _common import named_prompt_ids, script_model
 
+from skipsearch.checkpoints import find_checkpoint
 from skipsearch.decoding import hf_generate
 from skipsearch.export.gguf_draft import write_draft_gguf
-from skipsearch.models import find_checkpoint
 
 
 def _serve(server: str, target: Path, extra: list[str], port: int, threads: int) -> subprocess.Popen:

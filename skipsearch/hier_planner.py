@@ -226,7 +226,7 @@ def plan_from_profiles(medium: str, small: str, *, model: str | None = None, dat
     Everything that can be checked without the model (profiles, level rules, prompts) is checked first.
     """
     from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
     from skipsearch.profile import check_model, load_profile
     from skipsearch.surrogate import calibrate
 

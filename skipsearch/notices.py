@@ -69,7 +69,7 @@ _ROUTED: dict[str, bool] = {}  # {"verbose": ...} once route_warnings has run
 
 def route_library_logs() -> None:
     """transformers logs some deprecations instead of warning them: those, too, only with ``--verbose``. A no-op
-    until ``route_warnings`` has run; called where skipsearch loads transformers (``models.load_model``), so no
+    until ``route_warnings`` has run; called where skipsearch loads transformers (``loader.load_model``), so no
     command pays transformers' import before it has checked its input."""
     if "verbose" not in _ROUTED or "transformers" not in sys.modules:
         return

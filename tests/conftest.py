@@ -94,7 +94,7 @@ def tiny_sm() -> SkippableModel:
 @pytest.fixture(scope="session")
 def real_sm() -> SkippableModel:
     """The real default model (SmolLM2-135M, 30 layers), loaded once per session."""
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     return load_model("smollm2-135m")
 

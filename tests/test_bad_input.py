@@ -275,9 +275,9 @@ def test_plan_out_is_checked_before_measuring(tmp_path, monkeypatch):
 def test_bench_outputs_are_checked_before_the_model_loads(tmp_path, monkeypatch):
     import os
 
-    from skipsearch import models
+    from skipsearch import loader
 
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model must not load"))
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model must not load"))
     base = ["bench", "--peers", "hf-greedy", "--n-prompts", "1"]
     assert_one_line_error(runner.invoke(app, [*base, "--report", str(tmp_path)]), "is a directory")
     profile = tmp_path / "p.yaml"

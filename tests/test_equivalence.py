@@ -305,7 +305,7 @@ def _heldout(sm):
 @functools.cache
 def _real16(dtype: str):
     """The real model in a 16-bit dtype with its held-out prompts and HF greedy's outputs on them."""
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     sm = load_model("smollm2-135m", device="cpu", dtype=dtype)
     return sm, [(name, ids, hf_generate(sm, ids, max_new_tokens=REAL_NEW)) for name, ids in _heldout(sm)]

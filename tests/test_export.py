@@ -96,7 +96,7 @@ def test_hf_generate_runs_the_profiles_compiled_kernel_built_once(tmp_path):
     from torch._dynamo.utils import counters
 
     from skipsearch.export import hf_runtime
-    from skipsearch.kernels import static_cache_supported
+    from skipsearch.kernels.inductor import static_cache_supported
 
     if not static_cache_supported():  # transformers 4.x refuses the kernel (tests/test_kernels.py)
         pytest.skip("the compiled kernel needs transformers 5's StaticCache layers")
@@ -389,7 +389,7 @@ def test_an_int_copy_exports_to_vllm_and_sglang_as_a_compressed_tensors_checkpoi
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from skipsearch.methods.precision.kernels import quantize_module
+    from skipsearch.methods.precision.linears import quantize_module
 
     ckpt = tmp_path / "ckpt"
     model = _bpe_checkpoint(ckpt)

@@ -35,12 +35,12 @@ ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 def _no_model(monkeypatch):
     """Fail the test if anything loads a model: these checks must come first."""
-    from skipsearch import models
+    from skipsearch import loader
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the input was checked")
 
-    monkeypatch.setattr(models, "load_model", refuse)
+    monkeypatch.setattr(loader, "load_model", refuse)
 
 
 def _costs(num_layers: int, *, verify=(1.0, 1.4, 1.7)) -> CostProfile:

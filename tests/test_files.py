@@ -54,8 +54,8 @@ def _kinds_written_by_their_writers(tmp_path):
     from test_costs import synthetic
     from test_profile import full_profile
 
-    from skipsearch.bench import report as bench_report
     from skipsearch.api.planning import plan_given
+    from skipsearch.bench import report as bench_report
     from skipsearch.export import MANIFEST
     from skipsearch.hier_closed_form import plot_plan
 

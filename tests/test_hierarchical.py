@@ -301,7 +301,7 @@ def test_measured_alpha_is_one_when_the_medium_draft_is_the_full_model(tiny_sm):
 
 # -- the CLI, measured mode -----------------------------------------------------------------------------------
 def test_cli_plan_refuses_unnested_profiles_before_loading_the_model(tmp_path, monkeypatch):
-    from skipsearch import models
+    from skipsearch import loader
 
     example = yaml.safe_load(open("profiles/smollm2-135m/example.yaml"))
     small = {**example, "draft": {**example["draft"], "skip_attn": [5, 9]}}
@@ -309,7 +309,7 @@ def test_cli_plan_refuses_unnested_profiles_before_loading_the_model(tmp_path, m
     path.write_text(yaml.safe_dump(small))
     # each profile is valid alone, so only the planner's level check can refuse them: and it must, before the model
     # loads (Hierarchy would refuse the pair after loading too, which is the slow path this test rules out)
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the levels were "
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model loaded before the levels were "
                                                                            "checked"))
     result = CliRunner().invoke(app, ["plan", "--medium", "profiles/smollm2-135m/example.yaml", "--small", str(path)])
     assert_one_line_error(result, "error: hierarchical: the small draft must skip every attention sublayer the "

@@ -425,11 +425,11 @@ def test_a_hostile_study_is_one_line(tmp_path, tiny, ngram_study, make, fragment
                          ids=[c[0] for c in RESUMED_INPUTS])
 def test_resuming_a_study_made_otherwise_is_one_line_before_the_model_loads(tmp_path, tiny, ngram_study,
                                                                              monkeypatch, make, strategy, fragment):
-    from skipsearch import models
+    from skipsearch import loader
 
     study = make(tmp_path, ngram_study)
     before = _snapshot(study)
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
     result = runner.invoke(app, ["optimize", "--model", str(tiny), "--strategy", strategy, "--study", str(study),
                                  "--budget", "3", "--out", str(tmp_path / "out.yaml")])
     assert_refused(result, fragment)
@@ -531,11 +531,11 @@ DATASET_INPUTS = [
 
 @pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in DATASET_INPUTS], ids=[c[0] for c in DATASET_INPUTS])
 def test_a_hostile_dataset_file_is_one_line_before_the_model_loads(tmp_path, tiny, monkeypatch, make, fragment):
-    from skipsearch import models
+    from skipsearch import loader
 
     path = make(tmp_path)
     before = _snapshot(tmp_path)
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
     result = runner.invoke(app, ["optimize", "--model", str(tiny), "--dataset", str(path), "--budget", "1",
                                  "--out", str(tmp_path / "out.yaml")])
     assert_refused(result, fragment)
@@ -563,13 +563,13 @@ STORAGE_READERS = [["study", "show", "--storage", "{}"],
 @pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in STORAGE_INPUTS], ids=[c[0] for c in STORAGE_INPUTS])
 @pytest.mark.parametrize("reader", STORAGE_READERS, ids=lambda r: r[0])
 def test_a_hostile_storage_url_is_one_line_and_creates_nothing(tmp_path, tiny, monkeypatch, make, fragment, reader):
-    from skipsearch import models
+    from skipsearch import loader
 
     url = make(tmp_path)
     if url.startswith("mysql+mysqldb:") and importlib.util.find_spec("MySQLdb") is not None:
         pytest.skip("MySQLdb is installed here: the URL would reach for a server instead")
     before = _snapshot(tmp_path)
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
     argv = [a.replace("{}", url) if a == "{}" else a.format(model=str(tiny), out=str(tmp_path / "out.yaml"))
             if "{" in a else a for a in reader]
     assert_refused(runner.invoke(app, argv), fragment)
@@ -841,7 +841,7 @@ def interrupted(tmp_path_factory, tiny):
     """Every long command Ctrl-C'd at 1 s, 5 s and 15 s, and two workers on one study, as real processes run
     side by side. Each has a good file at its target first. -> {case: (Done, folder)}."""
     from skipsearch.costs import measure_cost_profile, save_costs
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     base = tmp_path_factory.mktemp("interrupted")
     sm = load_model(str(tiny), device="cpu", dtype="float32")

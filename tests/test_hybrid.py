@@ -296,12 +296,12 @@ def test_optimize_hybrid_ships_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
 
 
 def test_optimize_hybrid_through_the_cli_with_a_warm_start(tiny_sm, monkeypatch, tmp_path):
-    from skipsearch import models
+    from skipsearch import loader
 
     warm = Profile(model=ModelRef(name="tiny", num_layers=4), method=LAYER_SKIP.name,
                    draft=DraftConfig(skip_attn=(2,), max_draft_tokens=2))
     warm_path = save_profile(warm, tmp_path / "warm.yaml")
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_sm)
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: tiny_sm)
     monkeypatch.setattr("skipsearch.calibration.encode_prompt",
                         lambda tokenizer, prompt: [4, 5, 6, 4, 5, len(prompt.text) % 60])
     out = tmp_path / "code.yaml"

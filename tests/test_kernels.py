@@ -1,6 +1,6 @@
-"""Kernels (skipsearch/kernels.py, SkippableModel.use_kernel): a compiled verify and compiled drafts decode
+"""Kernels (skipsearch/kernels/, SkippableModel.use_kernel): a compiled verify and compiled drafts decode
 exactly what HF greedy decodes, compile once and never again while decoding, and a kernel the machine cannot
-run is refused in one line before any model loads.
+run is refused in one line before any model loads. Every registered kernel parses its own names and no other's.
 
 One compiled tiny model is shared by the module (inductor compiles for tens of seconds even at this size)."""
 
@@ -12,10 +12,11 @@ import pytest
 import torch
 import transformers
 
-from skipsearch import methods
+from skipsearch import kernels, methods
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.decoding import generate, hf_generate
-from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel, static_cache_supported
+from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
+from skipsearch.kernels.inductor import static_cache_supported
 from tests.conftest import make_tiny_model
 
 PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])  # three lengths: one graph serves all
@@ -47,6 +48,51 @@ def test_kernel_names_parse_and_bad_ones_are_one_line():
         assert "\n" not in str(info.value) and len(str(info.value)) < 200
 
 
+# -- the shared suite: every registered kernel -------------------------------------------------------------------
+def _names_of(spec: kernels.KernelSpec) -> list[str]:
+    return [spec.name, *(f"{spec.name}-c{b}" for b in spec.blocks)]
+
+
+@pytest.mark.parametrize("name", kernels.names())
+def test_every_kernel_parses_its_own_names_and_refuses_the_others(name):
+    spec = kernels.REGISTRY[name]
+    for text in _names_of(spec):
+        kernel = spec.parse(text)
+        assert kernel is not None and kernel.spec is spec and kernel.compiled == spec.compiled
+        assert parse_kernel(text) == kernel and parse_kernel(kernel.label) == kernel  # the label reads back
+        assert kernel.label == (text if text != name or not spec.blocks else f"{name}-c{spec.default_block}")
+    assert spec.parse(name).chunk == spec.default_block
+    others = [text for other in kernels.REGISTRY.values() if other is not spec for text in _names_of(other)]
+    assert others and all(spec.parse(text) is None for text in others)
+    cannot = next(b for b in range(1, 1000) if b not in spec.blocks)
+    for bad in (f"{name}-c{cannot}", f"{name}-c"):  # a block it cannot take, a block left out
+        with pytest.raises(ConfigError) as info:
+            parse_kernel(bad)
+        assert "\n" not in str(info.value) and len(str(info.value)) < 200
+    assert name in str(pytest.raises(ConfigError, parse_kernel, "nonesuch").value)  # the message lists it
+
+
+@pytest.mark.parametrize("name", kernels.names())
+def test_every_kernel_checks_a_device_in_one_line_or_not_at_all(name):
+    kernel = parse_kernel(name)
+    for device in ("cpu", "cuda", "cuda:1", "auto", "mps"):
+        try:
+            check_kernel(kernel, device, instead="--kernel eager")
+        except ConfigError as e:
+            assert "\n" not in str(e) and "--kernel eager" in str(e)  # says how to ask for eager instead
+    if not kernel.compiled:
+        assert kernel.spec.build(None, kernel, 64) is None  # nothing built: the adapter's own eager forwards
+
+
+def test_the_kernel_package_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, skipsearch.kernels as k; k.parse_kernel('inductor-c8'); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
 def test_a_kernel_the_device_cannot_run_is_refused(monkeypatch):
     check_kernel(EAGER, "cuda")  # eager runs anywhere
     with pytest.raises(ConfigError, match="CPUs only"):
@@ -60,9 +106,9 @@ def test_a_kernel_the_device_cannot_run_is_refused(monkeypatch):
 
 
 def test_an_old_transformers_refuses_the_kernel_in_one_line(monkeypatch):
-    from skipsearch import kernels
+    from skipsearch.kernels import inductor
 
-    monkeypatch.setattr(kernels, "static_cache_supported", lambda: False)
+    monkeypatch.setattr(inductor, "static_cache_supported", lambda: False)
     with pytest.raises(ConfigError, match="needs a transformers whose StaticCache layers keep their own length") as e:
         check_kernel(Kernel("inductor"), "cpu")
     assert "\n" not in str(e.value) and "use --kernel eager" in str(e.value)

@@ -7,8 +7,10 @@ import copy
 import pytest
 import torch
 
+from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.models import ModelError, SkippableModel, load_model
+from skipsearch.loader import load_model
+from skipsearch.models import SkippableModel
 
 PROMPT = [5, 17, 3, 42, 8]  # 5 tokens: the cache holds positions 0..4 after prefill
 P = len(PROMPT)

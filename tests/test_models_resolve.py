@@ -19,7 +19,7 @@ from skipsearch import checkpoints, placement
 from skipsearch.checkpoints import ALIASES, ModelError, list_models, state_fingerprint, weights_fingerprint
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
-from skipsearch.models import load_model
+from skipsearch.loader import load_model
 from skipsearch.placement import GIB, Placement, choose_placement, count_parameters, estimate_memory
 from skipsearch.profile import SCHEMA_VERSION, Environment, ModelRef, Profile, check_model, load_profile, save_profile
 

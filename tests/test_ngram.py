@@ -274,9 +274,9 @@ def test_bad_params_are_one_line_errors(tmp_path, params, draft, fragment):
 
 # -- the search, end to end --------------------------------------------------------------------------------------
 def test_optimize_ngram_writes_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
-    from skipsearch import models
+    from skipsearch import loader
 
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_sm)
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: tiny_sm)
     monkeypatch.setattr("skipsearch.calibration.encode_prompt",
                         lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
     out = tmp_path / "ngram.yaml"

@@ -74,7 +74,7 @@ def test_the_draft_really_runs_the_quantized_stand_ins(tiny):
     """No fake quantization: drafting calls the scheme's modules (fp16: fbgemm's packed weights), and the
     draft's logits differ from the full model's (a copy that equals the model is no reduced-precision draft)."""
     from skipsearch.methods.precision.copy import quantized_copy
-    from skipsearch.methods.precision.kernels import Fp16Linear
+    from skipsearch.methods.precision.linears import Fp16Linear
 
     q = quantized_copy(tiny, "fp16")
     assert isinstance(q.attn[0].q_proj, Fp16Linear) and isinstance(q.head, Fp16Linear)

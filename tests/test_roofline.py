@@ -101,7 +101,7 @@ def test_a_published_architecture_stands_in_for_a_checkpoint_not_on_this_machine
 
 # -- the file --------------------------------------------------------------------------------------------------
 def test_a_roofline_file_from_a_config_validates_round_trips_and_says_it_is_modelled(tiny_checkpoint, tmp_path):
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     cp = roofline.roofline_cost_profile(device="h100-sxm", model=str(tiny_checkpoint), context_tokens=64)
     back = load_costs(save_costs(cp, tmp_path / "r.yaml"))

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skipsearch.api.checks import check_model_arg, profile_hardware_note, profile_paths
+from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT, PROFILE, check_target
 from skipsearch.kernels import check_kernel, choose_kernel
-from skipsearch.models import ModelError
 from skipsearch.placement import choose_placement
 from skipsearch.profile import Profile, check_model, load_profile
 
@@ -70,7 +70,7 @@ def bench_profiles(
     import torch
 
     from skipsearch import bench as bn
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     # 1. everything that can be wrong with the input fails here, before the model loads
     check_model_arg(o.model)

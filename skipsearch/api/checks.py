@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from skipsearch.checkpoints import ModelError
 from skipsearch.files.errors import ProfileError
-from skipsearch.models import ModelError
 from skipsearch.profile import Profile
 
 
@@ -25,7 +25,9 @@ def check_model_arg(model: str | None) -> None:
 
 def check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
     """A study made for another model (depth, fingerprint) is refused before this one loads."""
-    from skipsearch.models import arch_fingerprint, find_checkpoint, read_config
+    from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.loader import read_config
+    from skipsearch.models import arch_fingerprint
     from skipsearch.study import check_study_model
 
     check_model_arg(model)

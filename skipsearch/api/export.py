@@ -174,7 +174,7 @@ class _Loader:
     def __call__(self):
         if self.loaded is None:
             from skipsearch.api.loading import open_model
-            from skipsearch.models import find_checkpoint
+            from skipsearch.checkpoints import find_checkpoint
 
             sm, _ = open_model(profile=self.path, device="cpu", dtype="float32")
             self.loaded = (sm, find_checkpoint(self.prof.model.name).path)

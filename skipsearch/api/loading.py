@@ -4,17 +4,10 @@ loads: ``open_model``, which ``decode`` and ``plan --profile`` (when it traces a
 from __future__ import annotations
 
 from skipsearch import methods
+from skipsearch.checkpoints import ModelError, find_checkpoint, weights_fingerprint
 from skipsearch.kernels import check_kernel, choose_kernel
-from skipsearch.models import (
-    DEFAULT_MODEL,
-    ModelError,
-    SkippableModel,
-    arch_fingerprint,
-    find_checkpoint,
-    load_model,
-    read_config,
-    weights_fingerprint,
-)
+from skipsearch.loader import DEFAULT_MODEL, load_model, read_config
+from skipsearch.models import SkippableModel, arch_fingerprint
 from skipsearch.placement import DEFAULT_MAX_TOKENS, choose_placement
 from skipsearch.profile import Profile, check_model, load_profile
 

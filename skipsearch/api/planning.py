@@ -122,7 +122,7 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     model before it loads; ``on_note`` gets a line when the cost file was measured on other hardware."""
     from skipsearch import device_replan, hier_planner
     from skipsearch.costs import check_costs_for, load_costs
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
     from skipsearch.study import load_study
 
     say = on_stage or (lambda _msg: None)

@@ -65,7 +65,7 @@ def optimize_study(
     depth is not known yet; ``optimize`` checks them again against the model).
     """
     from skipsearch import optimize as opt
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
     from skipsearch.study import check_storage
 
     # 1. everything that can be wrong with the input fails here, before the model loads
@@ -99,7 +99,8 @@ def optimize_study(
 def _check_resumed_study(study_dir: str | None, model: str, strategy: str) -> None:
     """A local study made by another strategy, or for a model of another depth, refused before the model loads
     (the search would refuse either, but only once the model had loaded)."""
-    from skipsearch.models import find_checkpoint, read_config
+    from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.loader import read_config
     from skipsearch.study import STRATEGY_ATTR, StudyError, check_study_model, load_study
 
     if not study_dir or not (Path(study_dir) / "study.db").is_file():
@@ -127,7 +128,7 @@ def rerank_study(
     plain decoding in the same rounds. ``on_note`` gets a line when C was measured on other hardware."""
     from skipsearch import device_replan
     from skipsearch.costs import load_costs
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
     from skipsearch.study import load_study
 
     stage, progress = on_stage or (lambda _t, _n: None), on_progress or (lambda _d, _n: None)

@@ -140,7 +140,7 @@ def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
     Compiled here, on two warm-up prompts of different lengths, so that no timed call compiles."""
     from transformers import StaticCache
 
-    from skipsearch.models import inductor_settings
+    from skipsearch.kernels.inductor import inductor_settings
 
     cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
     compiled = torch.compile(sm.hf.forward)

@@ -42,7 +42,7 @@ def bench(
                                             "float16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads.")] = None,
     kernel: Annotated[str | None, typer.Option(
-        help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels.py). "
+        help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels/). "
              "Default: the profiles' kernel when they share one, else eager.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,

@@ -36,7 +36,7 @@ def costs_command(
                                              "file is never replaced.")] = False,
     kernel: Annotated[str, typer.Option(
         help="What the step and v(k) run through: eager, inductor[-c<block>], or auto (the compiled kernel where it "
-             "runs here and is faster than eager in the same rounds; skipsearch/kernels.py).")] = "eager",
+             "runs here and is faster than eager in the same rounds; skipsearch/kernels/).")] = "eager",
     schemes: Annotated[str | None, typer.Option(
         help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
              "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
@@ -61,7 +61,7 @@ def costs_command(
 
     from skipsearch.api.costs import default_schemes, measure_schemes, parse_schemes
     from skipsearch.costs import calibration_context, measure_cost_profile
-    from skipsearch.models import load_model
+    from skipsearch.loader import load_model
 
     warnings_to_stderr()
     figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,

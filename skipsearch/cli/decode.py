@@ -37,7 +37,7 @@ def decode(
     force: Annotated[bool, typer.Option(help="Use a profile despite a model fingerprint mismatch.")] = False,
     kernel: Annotated[str | None, typer.Option(
         help="What runs the full model's forwards: eager, or inductor[-c<block>] (compiled once per process, "
-             "about a minute on a CPU; skipsearch/kernels.py). Default: the profile's kernel, else eager.")] = None,
+             "about a minute on a CPU; skipsearch/kernels/). Default: the profile's kernel, else eager.")] = None,
     threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads (default: "
                                                 "torch's); a profile planned for another count says so.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt on stdout.")] = False,

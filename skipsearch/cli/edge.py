@@ -13,11 +13,11 @@ from pathlib import Path
 
 import typer
 
+from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError
 from skipsearch.data import DataError
 from skipsearch.files import targets
 from skipsearch.files.errors import ProfileError, TargetError
-from skipsearch.models import ModelError
 from skipsearch.notices import route_warnings
 from skipsearch.profile import save_profile
 from skipsearch.study import StudyError

@@ -58,7 +58,7 @@ def optimize(
         help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
     kernel: Annotated[str, typer.Option(
         help="What runs the full model's forwards while timing, recorded in the profile: eager, or "
-             "inductor[-c<block>] (compiled once per process; skipsearch/kernels.py).")] = "eager",
+             "inductor[-c<block>] (compiled once per process; skipsearch/kernels/).")] = "eager",
     threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS,
                                                 help="torch intra-op threads (default: torch's).")] = None,
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given

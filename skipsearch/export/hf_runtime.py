@@ -37,7 +37,8 @@ from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.decoding import DecodeStats
 from skipsearch.decoding import generate as engine_generate
 from skipsearch.kernels import check_kernel, choose_kernel
-from skipsearch.models import SkippableModel, arch_fingerprint, quiet_optional_kernels
+from skipsearch.loader import quiet_optional_kernels
+from skipsearch.models import SkippableModel, arch_fingerprint
 from skipsearch.profile import Profile, check_model, profile_from_dict
 
 # generate() arguments the engine cannot honour: (name in generate's signature, what to say)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from skipsearch.models import ModelError
+from skipsearch.checkpoints import ModelError
 
 # Where the table's numbers are published. gpt-fast's model.py is a stored public copy (pytorch-labs/gpt-fast at
 # commit 32971d3129541c5bfb4f715abc33d1c5f408d204, ``transformer_configs``; an intermediate size it leaves out is
@@ -114,8 +114,8 @@ def shapes_from_config(config: Any, name: str, *, source: str, architecture: str
 def resolve_shapes(model: str) -> Shapes:
     """``--model``'s shapes: its config.json where the checkpoint is on this machine (an embedded model, a
     directory, a cached alias or hub id: no weight is read), else the published table's row for an alias."""
-    from skipsearch.checkpoints import layout_fingerprint
-    from skipsearch.models import find_checkpoint, read_config
+    from skipsearch.checkpoints import find_checkpoint, layout_fingerprint
+    from skipsearch.loader import read_config
 
     try:
         checkpoint = find_checkpoint(model)

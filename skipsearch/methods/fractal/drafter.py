@@ -33,7 +33,7 @@ The paper leaves these points open; this module's reading, each covered by tests
   the last one in front of the final layer. A profile may list its own positions instead.
 - *KV cache* (the paper ran without one; its Limitations ask for one). With the cache, every layer
   of the pass, original or compressed, attends to the full model's committed KV for the prefix
-  (a read-only view, models.PrefixKV) and computes only the window's rows: the compressed layer p
+  (a read-only view, kv_cache.PrefixKV) and computes only the window's rows: the compressed layer p
   is a copy of layer p, so the full model's KV is what its own would approximate. Without the
   cache (``kv_cache=False``, as in the paper) the whole sequence runs through every layer each
   pass, and the compressed lower layers recompute the prefix from the re-embedded tokens; only

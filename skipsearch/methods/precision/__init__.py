@@ -21,7 +21,7 @@ from skipsearch.methods.precision.replan import RECORD, replan
 
 def check_scheme(scheme: str, device) -> None:
     """A one-line ConfigError unless ``device`` has real kernels for ``scheme`` (torch is imported here)."""
-    from skipsearch.methods.precision.kernels import check_scheme as check
+    from skipsearch.methods.precision.linears import check_scheme as check
 
     check(scheme, device)
 

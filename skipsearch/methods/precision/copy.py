@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from skipsearch.config import ConfigError
-from skipsearch.methods.precision.kernels import check_scheme, quantize_module, weight_bytes
+from skipsearch.methods.precision.linears import check_scheme, quantize_module, weight_bytes
 from skipsearch.methods.precision.params import device_scheme
 
 

@@ -1,4 +1,5 @@
-"""The schemes' real kernels: a reduced-precision copy of an ``nn.Linear``, and the check that a device runs it.
+"""The schemes' reduced-precision Linear modules (a copy of an ``nn.Linear``, a fused gated MLP) and the check that a
+device has their kernels.
 
 No fake quantization: every module here stores its weights in the scheme's format and runs the
 scheme's own low-precision kernel at each call (fbgemm's fp16-weight GEMM on CPU; torchao's

@@ -1,0 +1,212 @@
+"""``inductor``: ``torch.compile`` of the whole model over a transformers ``StaticCache``, in blocks of ``chunk``
+tokens.
+
+TorchInductor runs with ``freezing`` and ``max_autotune``: weights frozen as constants, every linear offered to
+inductor's CPU GEMM templates and kept there where autotuning finds them faster. One graph of ``chunk`` tokens
+serves every forward of the full model that the decoder runs after the prompt: a forward over k tokens runs
+ceil(k / chunk) blocks, the last one padded, so plain steps, verifies of any length and the cost timing share it,
+and nothing recompiles while decoding (the shapes are fixed: the block and the cache's capacity). The prompt (any
+length) and every partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend
+the full model's KV exactly as they do on a DynamicCache.
+
+Why a block of ``chunk`` tokens and not one graph per verify length: each graph costs a minute or more of
+compilation per thread count, and on the CPUs measured here a 4-token block costs about what a 1-token one
+does while longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``).
+
+Compilation happens once per process and thread count (the generated code has the thread count baked in).
+Inductor's on-disk caches live under ``~/.cache/skipsearch/inductor/torch-<version>-<threads>t`` (C++
+kernels and autotuning results are reused by the next process); the frozen fp32 graph itself is not cached
+by torch 2.13 (its packed weights are MKL tensors, which its FX graph cache cannot pickle), so each process
+pays the graph's tracing and lowering again: ``SkippableModel.kernel_report`` says how long.
+
+No torch at import (the registry parses ``--kernel`` before anything loads): the runner imports it when built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from skipsearch.config import ConfigError
+from skipsearch.kernels.base import DEFAULT_CHUNK, Kernel, KernelReport, KernelSpec
+
+if TYPE_CHECKING:  # types only: torch loads with the runner, and the adapter sits above the kernels
+    import torch
+
+    from skipsearch.models import SkippableModel
+
+CHUNKS = (1, 2, 4, 8, 16)  # block sizes a compiled verify may use
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler inductor's CPU backend would call, if this machine has one (``CXX``, else g++/clang++)."""
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def static_cache_supported() -> bool:
+    """Whether the installed transformers' StaticCache layers track their length and crop by it, which the
+    compiled kernel relies on to rewind a verify (StaticLayer.cumulative_length, transformers 5)."""
+    try:
+        from transformers.cache_utils import StaticLayer
+    except ImportError:
+        return False
+    return "cumulative_length" in getattr(StaticLayer, "__annotations__", {}) and hasattr(StaticLayer, "crop")
+
+
+def check(kernel: Kernel, device: str, instead: str) -> None:
+    """Refuses in one line a device other than the CPU, a machine without a C++ compiler, an old transformers."""
+    dev = "cuda" if device == "auto" else device.split(":")[0]  # auto: layers spread over the GPUs
+    if dev != "cpu":
+        raise ConfigError(f"kernel {kernel.label} is built and measured for CPUs only (no GPU was available to "
+                          f"measure a compiled {dev} verify): use {instead} on {dev}")
+    if cxx_compiler() is None:
+        raise ConfigError(f"kernel {kernel.label} compiles C++ with inductor, and this machine has no C++ compiler "
+                          f"(g++, clang++ or $CXX): install one, or use {instead}")
+    if not static_cache_supported():
+        import transformers
+
+        raise ConfigError(f"kernel {kernel.label} needs a transformers whose StaticCache layers keep their own "
+                          f"length (5.x); this is {transformers.__version__}: use {instead}")
+
+
+def inductor_cache_dir(threads: int) -> Path:
+    """Where inductor keeps its compiled C++ kernels and autotuning results for this torch and thread count."""
+    import torch
+
+    from skipsearch.checkpoints import cache_dir
+
+    return cache_dir() / "inductor" / f"torch-{torch.__version__.replace('+', '-')}-{threads}t"
+
+
+# inductor's settings for the kernel: frozen weights, CPU GEMM templates autotuned against the BLAS call, and
+# no autotuning tables printed on the user's terminal
+_SETTINGS = {"freezing": True, "max_autotune": True, "autotune_num_choices_displayed": 0,
+             "max_autotune_report_choices_stats": False}
+
+
+@contextlib.contextmanager
+def inductor_settings() -> Iterator[None]:
+    """The compiled kernel's inductor settings, for anything else compiled beside it (e.g. bench's HF peer)."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(_SETTINGS):
+        yield
+
+
+def _rewind(cache, length: int) -> None:
+    from skipsearch.kv_cache import crop  # imports torch: here, not at this module's import
+
+    crop(cache, length)
+
+
+class _CompiledBlocks:
+    """The inductor kernel: the whole HF model compiled for one block of ``kernel.chunk`` tokens on one
+    StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block.
+
+    Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
+    that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
+
+    def __init__(self, sm: SkippableModel, kernel: Kernel, *, capacity: int) -> None:
+        import torch
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+        from transformers import StaticCache
+
+        self.kernel, self.capacity, self._sm = kernel, capacity, sm
+        self._counters = counters
+        threads = torch.get_num_threads()
+        self._cache_dir = inductor_cache_dir(threads)
+        self._cache_dir.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self._cache_dir)  # read by inductor when it compiles
+        self.cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
+        config = sm.hf.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
+        # one graph per module and block shape; a model and its copies (a draft) must not evict each other
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self._module = torch.compile(sm.hf, dynamic=False)
+        graphs_before = counters["stats"]["unique_graphs"]
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            pad = torch.zeros(kernel.chunk, dtype=torch.long, device=sm.device)
+            for _ in range(2):  # the first call compiles; the second checks the graph is reused
+                _rewind(self.cache, 0)
+                self.forward(pad, 1)
+        _rewind(self.cache, 0)
+        self._seconds = time.perf_counter() - t0
+        self._graphs_before, self._threads = graphs_before, threads
+
+    def fits(self, kernel: Kernel, capacity: int) -> bool:
+        # a padded last block writes up to chunk - 1 positions past the sequence: the cache holds them too
+        return self.kernel == kernel and self.capacity >= capacity + kernel.chunk
+
+    def report(self) -> KernelReport:
+        return KernelReport(self.kernel.label, self._threads, self.capacity, round(self._seconds, 1),
+                            int(self._counters["stats"]["unique_graphs"] - self._graphs_before), str(self._cache_dir))
+
+    def fresh_cache(self, positions: int | None):
+        if positions is not None and positions + self.kernel.chunk > self.capacity:
+            raise ConfigError(f"{positions} positions (prompt + max_new_tokens) do not fit kernel "
+                              f"{self.kernel.label}'s cache of {self.capacity - self.kernel.chunk}: build it for "
+                              "longer sequences, or use --kernel eager")
+        _rewind(self.cache, 0)
+        return self.cache
+
+    def forward_one(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
+        import torch
+
+        _rewind(self.cache, start)
+        return self._logits(ids.view(1, 1), torch.tensor([[start]], device=ids.device))[0].float()  # [1, V]
+
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """The full model over ``ids`` [T] at positions start.., in blocks: logits [T, V]; the cache ends at
+        start + T (a padded block's extra positions are rewound)."""
+        import torch
+
+        C, T = self.kernel.chunk, ids.shape[0]
+        if start + T + C > self.capacity:
+            raise ConfigError(f"position {start + T} is past kernel {self.kernel.label}'s cache of "
+                              f"{self.capacity - C} positions")
+        out = []
+        for b in range(0, T, C):
+            block = ids[b:b + C]  # [<=C]
+            n = block.shape[0]
+            if n < C:  # padding: its KV lands past the sequence, masked by position and rewound below
+                block = torch.cat([block, block.new_zeros(C - n)])
+            pos = torch.arange(start + b, start + b + C, device=ids.device).unsqueeze(0)  # [1, C]
+            _rewind(self.cache, start + b)
+            out.append(self._logits(block.unsqueeze(0), pos)[0, :n])
+        _rewind(self.cache, start + T)
+        return torch.cat(out).float()  # [T, V]
+
+    def _logits(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The compiled module over ``ids`` [1, T] at ``positions`` [1, T] on the kernel's cache: logits [1, T, V]."""
+        with inductor_settings():
+            return self._module(input_ids=ids, position_ids=positions, **self._sm.cache_kwargs(self.cache),
+                                use_cache=True).logits
+
+
+def build(sm: SkippableModel, kernel: Kernel, capacity: int) -> _CompiledBlocks:
+    """Compile the model for sequences of up to ``capacity`` positions (a minute or more, once per process)."""
+    return _CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk)
+
+
+KERNEL = KernelSpec(
+    name="inductor",
+    summary="torch.compile (TorchInductor, frozen weights, autotuned CPU GEMMs) over a StaticCache, in token blocks",
+    compiled=True,
+    build=build,
+    check=check,
+    blocks=CHUNKS,
+    default_block=DEFAULT_CHUNK,
+)
