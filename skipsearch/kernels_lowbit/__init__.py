@@ -1,0 +1,33 @@
+"""Weight-only int8 and int4 matrix products for a few rows of fp32 activations: a C++ kernel of our own.
+
+Why: on the CPUs measured (``shared`` measurements of AMD EPYC Zen 4, 2026-11-25) no low-bit kernel reachable
+through torch streams its weights at the memory limit, so an int8 or int4 draft saved little over fp16. These
+kernels stream each packed weight byte once for all rows (``csrc/lowbit.cpp``: layout, vector units, threads).
+
+- ``check_lowbit()``: build (once per torch, CPU and source; a minute) and load, or one ConfigError line;
+- ``Int8WoLinear.from_linear`` / ``Int4WoLinear.from_linear``: quantized once, as the precision method's
+  int8/int4 schemes quantize (torchao's numbers), packed, run by ``skipsearch::int8_wo_linear`` /
+  ``skipsearch::int4_wo_linear`` (custom ops with shapes, so torch.compile keeps them in one graph);
+- ``lowbit_linears`` / ``lowbit_model``: a module's or a model's Linears swapped for them (a draft copy).
+
+No torch at import: names load on first use, so the CLI can import this package lightly.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "check_lowbit": "build", "isas": "build", "use_isa": "build",
+    "Int8WoLinear": "modules", "Int4WoLinear": "modules",
+    "quantize_int8": "quant", "quantize_int4": "quant", "dequantize_int8": "quant", "dequantize_int4": "quant",
+    "lowbit_linear": "convert", "lowbit_linears": "convert", "lowbit_model": "convert",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

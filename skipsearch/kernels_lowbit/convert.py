@@ -1,0 +1,52 @@
+"""A model's decoder ``nn.Linear`` layers swapped for low-bit stand-ins: a draft copy for the precision method.
+
+Embeddings, norms and everything that is not an ``nn.Linear`` stay as they are; the LM head is converted only
+when asked (it is ~20% of a small model's weights, and its argmax decides every drafted token).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from skipsearch.kernels_lowbit.modules import Int4WoLinear, Int8WoLinear
+from skipsearch.kernels_lowbit.quant import GROUP
+
+SCHEMES = ("int8", "int4")
+
+
+def lowbit_linear(linear: nn.Linear, scheme: str, *, group_size: int = GROUP) -> nn.Module:
+    """``linear`` as an Int8WoLinear or Int4WoLinear (``scheme``: int8 or int4)."""
+    if scheme == "int8":
+        return Int8WoLinear.from_linear(linear)
+    if scheme == "int4":
+        return Int4WoLinear.from_linear(linear, group_size)
+    raise ValueError(f"the lowbit kernels run {' and '.join(SCHEMES)}, not {scheme!r:.40}")
+
+
+def _swap(module: nn.Module, scheme: str, group_size: int, keep: nn.Module | None = None) -> nn.Module:
+    """Swap, in place, every ``nn.Linear`` under ``module`` but ``keep`` for its ``scheme`` stand-in."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"the lowbit kernels run {' and '.join(SCHEMES)}, not {scheme!r:.40}")
+    if isinstance(module, nn.Linear):
+        return lowbit_linear(module, scheme, group_size=group_size)
+    for name, child in list(module.named_modules()):
+        if isinstance(child, nn.Linear) and child is not keep:
+            parent_name, _, attr = name.rpartition(".")
+            parent = module.get_submodule(parent_name) if parent_name else module
+            setattr(parent, attr, lowbit_linear(child, scheme, group_size=group_size))
+    return module
+
+
+def lowbit_linears(module: nn.Module, scheme: str, *, group_size: int = GROUP) -> nn.Module:
+    """A copy of ``module`` (an attention, an MLP, a head) with every ``nn.Linear`` in ``scheme``."""
+    return _swap(module if isinstance(module, nn.Linear) else copy.deepcopy(module), scheme, group_size)
+
+
+def lowbit_model(model: nn.Module, scheme: str, *, quant_head: bool = False, group_size: int = GROUP) -> nn.Module:
+    """A copy of a causal LM whose decoder Linears run the ``scheme`` kernel, and its LM head (HF's
+    ``get_output_embeddings()``) too when ``quant_head``. Embeddings are never converted."""
+    out = copy.deepcopy(model)
+    head = None if quant_head else out.get_output_embeddings()
+    return _swap(out, scheme, group_size, keep=head)

@@ -1,0 +1,409 @@
+// Weight-only low-bit GEMM for a few rows of fp32 activations: y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]),
+// with w stored as int8 (one scale per output column) or int4 (one scale per column and group of k).
+//
+// Built by torch.utils.cpp_extension with -O3 -march=native on the machine that runs it, so the #ifdefs below
+// pick the widest vector unit that machine has: AVX-512, AVX2 (+FMA), else plain C++. Every compiled path stays
+// selectable at run time (skipsearch::lowbit_use_isa), so the tests check each against a reference product.
+//
+// Layout (packed once, in Python): output columns in panels of P = 32; within a panel, k-major, so one panel
+// is one contiguous stream of K rows of 32 weights.
+//   int8:  w[panel][k][32]           int8, scale[panel * 32 + j] fp32
+//   int4:  w[panel][k / 2][32]       uint8: low nibble k even, high nibble k odd, each q + 8 (0..15)
+//          scales[panel][g][32]      fp32, g = k / group_size
+// A thread takes whole panels (at::parallel_for over panels) and streams each weight byte from memory once
+// for all M rows: rows are done in chunks of at most MR (what the registers hold), and a second chunk
+// re-reads the panel from L1/L2, not from memory. Accumulation is in fp32. An int4 weight is dequantized as
+// fma(q + 8, s, -8 s), which rounds once, exactly as (q * s) does: the products use the same fp32 weights
+// as dequantize-then-matmul, only the order of the sums differs.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace skipsearch_lowbit {
+
+constexpr int P = 32;  // output columns per panel
+
+// ---- vector units: the same micro-kernels run on each -------------------------------------------------------
+struct Scalar {
+  using F = float;
+  static constexpr int W = 1;
+  static constexpr const char* name = "scalar";
+  static constexpr int MR8 = 4, MR4 = 4, SETS = 1;  // rows per chunk (int8, int4), accumulator sets
+  static inline F zero() { return 0.f; }
+  static inline F bcast(const float* p) { return *p; }
+  static inline F set1(float v) { return v; }
+  static inline F fma(F a, F b, F c) { return std::fma(a, b, c); }
+  static inline F add(F a, F b) { return a + b; }
+  static inline F mul(F a, F b) { return a * b; }
+  static inline F loadu(const float* p) { return *p; }
+  static inline void storeu(float* p, F v) { *p = v; }
+  static inline F i8(const int8_t* p) { return static_cast<float>(*p); }
+  static inline void u4(const uint8_t* p, F& lo, F& hi) {
+    lo = static_cast<float>(*p & 15);
+    hi = static_cast<float>(*p >> 4);
+  }
+};
+
+#if defined(__AVX2__) && defined(__FMA__)
+struct Avx2 {
+  using F = __m256;
+  static constexpr int W = 8;
+  static constexpr const char* name = "avx2";
+  static constexpr int MR8 = 2, MR4 = 2, SETS = 1;  // 16 ymm registers: 4 blocks x 2 rows of accumulators
+  static inline F zero() { return _mm256_setzero_ps(); }
+  static inline F bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static inline F set1(float v) { return _mm256_set1_ps(v); }
+  static inline F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static inline F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static inline F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static inline F loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static inline void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static inline F i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static inline void u4(const uint8_t* p, F& lo, F& hi) {
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  using F = __m512;
+  static constexpr int W = 16;
+  static constexpr const char* name = "avx512";
+  // 32 zmm registers: 2 blocks x 2 sets (even/odd k, four independent FMA chains even for one row) x MR rows
+  static constexpr int MR8 = 6, MR4 = 5, SETS = 2;
+  static inline F zero() { return _mm512_setzero_ps(); }
+  static inline F bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static inline F set1(float v) { return _mm512_set1_ps(v); }
+  static inline F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static inline F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static inline F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static inline F loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static inline void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static inline F i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static inline void u4(const uint8_t* p, F& lo, F& hi) {
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+    hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+  }
+};
+#endif
+
+// ---- micro-kernels: MR rows x one panel, all of K; out[m * P + j] = the panel's sums ------------------------
+template <class V, int MR>
+void int8_panel(const float* x, int64_t ldx, const int8_t* w, int64_t K, float* out) {
+  using F = typename V::F;
+  constexpr int NB = P / V::W, S = V::SETS;
+  F acc[S][MR][NB];
+#pragma GCC unroll 64
+  for (int s = 0; s < S; ++s)
+#pragma GCC unroll 64
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
+  int64_t k = 0;
+  for (; k + S <= K; k += S) {
+#pragma GCC unroll 64
+    for (int s = 0; s < S; ++s) {
+      const int8_t* wk = w + (k + s) * P;
+      F wv[NB];
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) wv[b] = V::i8(wk + b * V::W);
+#pragma GCC unroll 64
+      for (int m = 0; m < MR; ++m) {
+        const F xv = V::bcast(x + m * ldx + k + s);
+#pragma GCC unroll 64
+        for (int b = 0; b < NB; ++b) acc[s][m][b] = V::fma(xv, wv[b], acc[s][m][b]);
+      }
+    }
+  }
+  for (; k < K; ++k) {  // K not a multiple of the sets
+    const int8_t* wk = w + k * P;
+#pragma GCC unroll 64
+    for (int m = 0; m < MR; ++m) {
+      const F xv = V::bcast(x + m * ldx + k);
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) acc[0][m][b] = V::fma(xv, V::i8(wk + b * V::W), acc[0][m][b]);
+    }
+  }
+#pragma GCC unroll 64
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+    for (int b = 0; b < NB; ++b) {
+      F sum = acc[0][m][b];
+#pragma GCC unroll 64
+      for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
+      V::storeu(out + m * P + b * V::W, sum);
+    }
+}
+
+template <class V, int MR>
+void int4_panel(const float* x, int64_t ldx, const uint8_t* w, const float* scales, int64_t K, int64_t group,
+                float* out) {
+  using F = typename V::F;
+  constexpr int NB = P / V::W, S = V::SETS;
+  F acc[S][MR][NB];
+#pragma GCC unroll 64
+  for (int s = 0; s < S; ++s)
+#pragma GCC unroll 64
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
+  const F minus8 = V::set1(-8.f);
+  for (int64_t g = 0; g < K / group; ++g) {
+    F sc[NB], off[NB];  // the group's scales s, and -8 s (exact: a power of two)
+#pragma GCC unroll 64
+    for (int b = 0; b < NB; ++b) {
+      sc[b] = V::loadu(scales + g * P + b * V::W);
+      off[b] = V::mul(sc[b], minus8);
+    }
+    const uint8_t* wk = w + g * (group / 2) * P;
+    for (int64_t k = g * group; k < (g + 1) * group; k += 2, wk += P) {
+      F lo[NB], hi[NB];
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) {
+        V::u4(wk + b * V::W, lo[b], hi[b]);
+        lo[b] = V::fma(lo[b], sc[b], off[b]);  // (q + 8) s - 8 s = q s, rounded once
+        hi[b] = V::fma(hi[b], sc[b], off[b]);
+      }
+#pragma GCC unroll 64
+      for (int m = 0; m < MR; ++m) {
+        const F x0 = V::bcast(x + m * ldx + k), x1 = V::bcast(x + m * ldx + k + 1);
+#pragma GCC unroll 64
+        for (int b = 0; b < NB; ++b) {
+          acc[0][m][b] = V::fma(x0, lo[b], acc[0][m][b]);
+          acc[S - 1][m][b] = V::fma(x1, hi[b], acc[S - 1][m][b]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 64
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+    for (int b = 0; b < NB; ++b) {
+      F sum = acc[0][m][b];
+#pragma GCC unroll 64
+      for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
+      V::storeu(out + m * P + b * V::W, sum);
+    }
+}
+
+// ---- row chunks: a table of the micro-kernel instantiated for 1..MR rows ------------------------------------
+template <class V, int... R>
+struct Rows {
+  static void int8(int mr, const float* x, int64_t ldx, const int8_t* w, int64_t K, float* out) {
+    using Fn = void (*)(const float*, int64_t, const int8_t*, int64_t, float*);
+    static constexpr Fn table[] = {&int8_panel<V, R>...};
+    table[mr - 1](x, ldx, w, K, out);
+  }
+  static void int4(int mr, const float* x, int64_t ldx, const uint8_t* w, const float* sc, int64_t K, int64_t g,
+                   float* out) {
+    using Fn = void (*)(const float*, int64_t, const uint8_t*, const float*, int64_t, int64_t, float*);
+    static constexpr Fn table[] = {&int4_panel<V, R>...};
+    table[mr - 1](x, ldx, w, sc, K, g, out);
+  }
+};
+template <class V>
+using RowsOf = Rows<V, 1, 2, 3, 4, 5, 6>;  // the tables hold 1..6 rows; each unit uses up to its MR8/MR4
+
+// Split M rows into the fewest chunks of at most mr rows, as even as possible (8 rows and mr 6: 4 + 4).
+inline int chunk_rows(int64_t M, int64_t m0, int mr) {
+  const int64_t left = M - m0, chunks = (left + mr - 1) / mr;
+  return static_cast<int>((left + chunks - 1) / chunks);
+}
+
+// y[m, n0 + j] = acc[m][j] * scale[j] + bias[j], for the panel's real columns only
+inline void epilogue(const float* acc, int mr, float* y, int64_t ldy, int64_t n0, int64_t n, const float* colscale,
+                     const float* bias) {
+  const int64_t cols = std::min<int64_t>(P, n - n0);
+  for (int m = 0; m < mr; ++m)
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = acc[m * P + j];
+      if (colscale) v *= colscale[n0 + j];
+      if (bias) v += bias[n0 + j];
+      y[m * ldy + n0 + j] = v;
+    }
+}
+
+template <class V>
+void run_int8(const float* x, int64_t M, int64_t K, const int8_t* w, const float* scale, const float* bias,
+              int64_t n, float* y) {
+  const int64_t panels = (n + P - 1) / P;
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    alignas(64) float acc[8 * P];
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t m0 = 0; m0 < M;) {
+        const int mr = chunk_rows(M, m0, V::MR8);
+        RowsOf<V>::int8(mr, x + m0 * K, K, w + p * K * P, K, acc);
+        epilogue(acc, mr, y + m0 * n, n, p * P, n, scale, bias);
+        m0 += mr;
+      }
+  });
+}
+
+template <class V>
+void run_int4(const float* x, int64_t M, int64_t K, const uint8_t* w, const float* scales, int64_t group,
+              const float* bias, int64_t n, float* y) {
+  const int64_t panels = (n + P - 1) / P, groups = K / group;
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    alignas(64) float acc[8 * P];
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t m0 = 0; m0 < M;) {
+        const int mr = chunk_rows(M, m0, V::MR4);
+        RowsOf<V>::int4(mr, x + m0 * K, K, w + p * (K / 2) * P, scales + p * groups * P, K, group, acc);
+        epilogue(acc, mr, y + m0 * n, n, p * P, n, nullptr, bias);
+        m0 += mr;
+      }
+  });
+}
+
+// ---- which compiled unit runs: the widest, unless a test asks for another -----------------------------------
+enum Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+std::vector<std::string> isas() {  // compiled paths, widest first
+  std::vector<std::string> out;
+#if defined(__AVX512F__)
+  out.push_back(Avx512::name);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+  out.push_back(Avx2::name);
+#endif
+  out.push_back(Scalar::name);
+  return out;
+}
+
+int isa_code(const std::string& name) {
+  if (name == "avx512") return kAvx512;
+  if (name == "avx2") return kAvx2;
+  if (name == "scalar") return kScalar;
+  return -1;
+}
+
+std::atomic<int> g_isa{isa_code(isas().front())};
+
+std::vector<std::string> lowbit_isas() { return isas(); }
+
+std::string lowbit_use_isa(const std::string& name) {
+  const auto have = isas();
+  TORCH_CHECK(std::find(have.begin(), have.end(), name) != have.end(), "lowbit: no ", name,
+              " path in this build (compiled: ", c10::Join(", ", have), ")");
+  const int before = g_isa.exchange(isa_code(name));
+  for (const auto& h : have)
+    if (isa_code(h) == before) return h;
+  return Scalar::name;
+}
+
+// ---- the ops ---------------------------------------------------------------------------------------------------
+static void check_common(const at::Tensor& x, const std::optional<at::Tensor>& bias, int64_t n, int64_t panels) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, "lowbit: x must be a float32 CPU tensor");
+  TORCH_CHECK(x.dim() >= 1, "lowbit: x must have a last (input) dimension");
+  TORCH_CHECK(n > 0 && (n + P - 1) / P == panels, "lowbit: n = ", n, " does not fit ", panels, " panels of ", P);
+  if (bias.has_value()) {
+    const auto& b = *bias;
+    TORCH_CHECK(b.scalar_type() == at::kFloat && b.dim() == 1 && b.size(0) == n && b.is_contiguous(),
+                "lowbit: bias must be a contiguous float32 vector of n = ", n);
+  }
+}
+
+static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t n) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = n;
+  return shape;
+}
+
+at::Tensor int8_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale,
+                          const std::optional<at::Tensor>& bias, int64_t n) {
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 3 && w.size(2) == P && w.is_contiguous(),
+              "lowbit: int8 weight must be packed [panels, K, ", P, "] int8");
+  check_common(x, bias, n, w.size(0));
+  const int64_t K = w.size(1);
+  TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() >= n && scale.is_contiguous(),
+              "lowbit: int8 scale must be a contiguous float32 vector of at least n");
+  const at::Tensor x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0);
+  at::Tensor y = at::empty({M, n}, x.options());
+  if (M > 0) {
+    const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+    const float* xp = x2.data_ptr<float>();
+    const int8_t* wp = w.data_ptr<int8_t>();
+    float* yp = y.data_ptr<float>();
+    switch (g_isa.load()) {
+#if defined(__AVX512F__)
+      case kAvx512: run_int8<Avx512>(xp, M, K, wp, scale.data_ptr<float>(), b, n, yp); break;
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+      case kAvx2: run_int8<Avx2>(xp, M, K, wp, scale.data_ptr<float>(), b, n, yp); break;
+#endif
+      default: run_int8<Scalar>(xp, M, K, wp, scale.data_ptr<float>(), b, n, yp);
+    }
+  }
+  return y.view(out_shape(x, n));
+}
+
+at::Tensor int4_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales,
+                          const std::optional<at::Tensor>& bias, int64_t n) {
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 3 && w.size(2) == P && w.is_contiguous(),
+              "lowbit: int4 weight must be packed [panels, K / 2, ", P, "] uint8");
+  check_common(x, bias, n, w.size(0));
+  const int64_t K = 2 * w.size(1);
+  TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 3 && scales.size(0) == w.size(0) &&
+                  scales.size(2) == P && scales.size(1) > 0 && K % scales.size(1) == 0 && scales.is_contiguous(),
+              "lowbit: int4 scales must be packed [panels, groups, ", P, "] float32, the groups dividing K");
+  const int64_t group = K / scales.size(1);
+  TORCH_CHECK(group % 2 == 0, "lowbit: the int4 group size must be even, got ", group);
+  const at::Tensor x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0);
+  at::Tensor y = at::empty({M, n}, x.options());
+  if (M > 0) {
+    const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+    const float* xp = x2.data_ptr<float>();
+    const uint8_t* wp = w.data_ptr<uint8_t>();
+    const float* sp = scales.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    switch (g_isa.load()) {
+#if defined(__AVX512F__)
+      case kAvx512: run_int4<Avx512>(xp, M, K, wp, sp, group, b, n, yp); break;
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+      case kAvx2: run_int4<Avx2>(xp, M, K, wp, sp, group, b, n, yp); break;
+#endif
+      default: run_int4<Scalar>(xp, M, K, wp, sp, group, b, n, yp);
+    }
+  }
+  return y.view(out_shape(x, n));
+}
+
+}  // namespace skipsearch_lowbit
+
+// A fragment: skipsearch's Python ops (skipsearch::fp16_linear) share the namespace.
+TORCH_LIBRARY_FRAGMENT(skipsearch, m) {
+  m.def("int8_wo_linear(Tensor x, Tensor w, Tensor scale, Tensor? bias, int n) -> Tensor");
+  m.def("int4_wo_linear(Tensor x, Tensor w, Tensor scales, Tensor? bias, int n) -> Tensor");
+  m.def("lowbit_isas() -> str[]", &skipsearch_lowbit::lowbit_isas);
+  m.def("lowbit_use_isa(str name) -> str", &skipsearch_lowbit::lowbit_use_isa);
+}
+
+TORCH_LIBRARY_IMPL(skipsearch, CPU, m) {
+  m.impl("int8_wo_linear", &skipsearch_lowbit::int8_wo_linear);
+  m.impl("int4_wo_linear", &skipsearch_lowbit::int4_wo_linear);
+}

@@ -1,0 +1,80 @@
+"""Quantizing a weight as the precision method's int8 and int4 schemes do, and packing it for the kernels.
+
+The numbers are torchao's (0.14 and later), which the ``int8`` and ``int4`` schemes use today, so that a
+draft run by these kernels holds the same weights and accepts as often:
+- int8 (``Int8WeightOnlyConfig``): symmetric, one scale per output row, s = max|w| / 127.5, q in [-128, 127];
+- int4 (``IntxWeightOnlyConfig(torch.int4, PerGroup(32))``): symmetric, one scale per row and group of 32
+  inputs, s = max|w| / 7.5, q in [-8, 7]; the zero point is 0 (torchao's symmetric mapping), so none is stored.
+int8 clamps s to fp32's eps and int4 to its smallest normal number (torchao's defaults differ: it matters
+only for an all-zero row or group), and both round w * (1 / s) half to even. ``tests/test_lowbit.py``
+compares q and s with torchao's own, bit for bit, where torchao is installed.
+
+Packed layout (see ``csrc/lowbit.cpp``): output columns in panels of 32, k-major inside a panel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PANEL = 32  # output columns per panel, as csrc/lowbit.cpp's P
+GROUP = 32  # the int4 scheme's group size on CPU
+
+
+def _symmetric(w: torch.Tensor, qmin: int, qmax: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchao's symmetric affine quantization of the rows of ``w`` ([..., G]): (q int8, scale [..., 1])."""
+    absmax = torch.maximum(-torch.clamp(w.amin(dim=-1, keepdim=True), max=0),
+                           torch.clamp(w.amax(dim=-1, keepdim=True), min=0))
+    scale = torch.clamp(absmax / (float(qmax - qmin) / 2), min=eps)
+    q = torch.clamp(torch.round(w * (1.0 / scale)), qmin, qmax).to(torch.int8)
+    return q, scale
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` [N, K] -> (q [N, K] int8, scale [N] fp32), one scale per output row."""
+    q, scale = _symmetric(weight.detach().float(), -128, 127, torch.finfo(torch.float32).eps)
+    return q, scale.squeeze(-1)
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` [N, K] -> (q [N, K] int8 in [-8, 7], scales [N, K / group_size] fp32)."""
+    n, k = weight.shape
+    if group_size < 2 or group_size % 2 or k % group_size:
+        raise ValueError(f"int4 groups must be even and divide the {k} inputs; got {group_size}")
+    w = weight.detach().float().reshape(n, k // group_size, group_size)
+    q, scale = _symmetric(w, -8, 7, torch.finfo(torch.float32).smallest_normal)
+    return q.reshape(n, k), scale.squeeze(-1)
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The fp32 weights an int8 kernel multiplies by: q * s, [N, K]."""
+    return q.float() * scale[:, None]
+
+
+def dequantize_int4(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The fp32 weights an int4 kernel multiplies by: q * s of the element's group, [N, K]."""
+    n, k = q.shape
+    groups = scales.shape[1]
+    return (q.float().reshape(n, groups, k // groups) * scales[..., None]).reshape(n, k)
+
+
+def _panels(t: torch.Tensor, fill: float | int) -> torch.Tensor:
+    """[N, ...] -> [ceil(N / 32), 32, ...], the last panel filled with ``fill``."""
+    n = t.shape[0]
+    pad = -n % PANEL
+    if pad:
+        t = torch.cat([t, t.new_full((pad, *t.shape[1:]), fill)])
+    return t.reshape(-1, PANEL, *t.shape[1:])
+
+
+def pack_int8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [N, K], scale [N]) -> (w [panels, K, 32] int8, scale [panels * 32] fp32)."""
+    w = _panels(q, 0).transpose(1, 2).contiguous()  # [P, K, 32]
+    return w, _panels(scale.float(), 0.0).reshape(-1).contiguous()
+
+
+def pack_int4(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [N, K] in [-8, 7], scales [N, G]) -> (w [panels, K / 2, 32] uint8: the low nibble holds even k and
+    the high one odd k, each q + 8; scales [panels, G, 32] fp32)."""
+    u = (_panels(q, 0).to(torch.int16) + 8).to(torch.uint8).transpose(1, 2)  # [P, K, 32], 0..15
+    w = (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous()  # [P, K/2, 32]
+    return w, _panels(scales.float(), 1.0).transpose(1, 2).contiguous()  # [P, G, 32]
