@@ -6,7 +6,7 @@ product of M rows goes through all of them in turn, as a draft step does: the wh
 Every layer has its own weights, so a step streams all of them from memory, as decoding does.
 
 Candidates: fp32 ``F.linear`` (MKL); this project's ``skipsearch::int8_wo_linear`` and ``int4_wo_linear``
-(fp32 activations; ``skipsearch.kernels_lowbit``); ``aten._weight_int8pack_mm`` and
+(fp32 activations; ``skipsearch.kernels.lowbit``); ``aten._weight_int8pack_mm`` and
 ``aten._weight_int4pack_mm_for_cpu`` (group 32) with bf16 activations, the kernel alone (the casts a draft
 of an fp32 model adds are left out); fbgemm's fp16-weight GEMM (the fp16 scheme's kernel).
 
@@ -82,7 +82,7 @@ def _nbytes(*ts: torch.Tensor) -> int:
 
 def build_candidates(weights: list[torch.Tensor]) -> tuple[list[Candidate], list[str]]:
     """Every candidate this machine can build, and one line for each it cannot."""
-    from skipsearch.kernels_lowbit.quant import pack_int4, pack_int8, quantize_int4, quantize_int8
+    from skipsearch.kernels.lowbit.quant import pack_int4, pack_int8, quantize_int4, quantize_int8
 
     out, refused = [], []
 
@@ -98,7 +98,7 @@ def build_candidates(weights: list[torch.Tensor]) -> tuple[list[Candidate], list
         lambda w: ((lambda xs, w=w: F.linear(xs[w.shape[1]], w)), _nbytes(w)))
 
     def ours8(w):
-        from skipsearch.kernels_lowbit import check_lowbit
+        from skipsearch.kernels.lowbit import check_lowbit
 
         check_lowbit()
         p, s = pack_int8(*quantize_int8(w))
@@ -106,7 +106,7 @@ def build_candidates(weights: list[torch.Tensor]) -> tuple[list[Candidate], list
         return (lambda xs: torch.ops.skipsearch.int8_wo_linear(xs[p.shape[1]], p, s, None, n)), _nbytes(p, s)
 
     def ours4(w):
-        from skipsearch.kernels_lowbit import check_lowbit
+        from skipsearch.kernels.lowbit import check_lowbit
 
         check_lowbit()
         p, s = pack_int4(*quantize_int4(w, 32))
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     with torch.inference_mode():
         cands, refused = build_candidates(weights)
         try:
-            from skipsearch.kernels_lowbit import isas
+            from skipsearch.kernels.lowbit import isas
 
             path = isas()[0]
         except ConfigError:

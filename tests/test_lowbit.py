@@ -1,4 +1,4 @@
-"""The low-bit weight-only kernels (skipsearch.kernels_lowbit): each op, on every vector path this build has,
+"""The low-bit weight-only kernels (skipsearch.kernels.lowbit): each op, on every vector path this build has,
 against a reference product; the quantization against torchao's (the precision method's int8/int4 schemes);
 the modules, a compiled graph with no break, a model's draft copy, and a failed build's one-line refusal.
 
@@ -22,8 +22,8 @@ from conftest import tiny_llama
 from torch import nn
 
 from skipsearch.config import ConfigError
-from skipsearch.kernels_lowbit import build, check_lowbit, isas, use_isa
-from skipsearch.kernels_lowbit.quant import (
+from skipsearch.kernels.lowbit import build, check_lowbit, isas, use_isa
+from skipsearch.kernels.lowbit.quant import (
     dequantize_int4,
     dequantize_int8,
     pack_int4,
@@ -156,7 +156,7 @@ def test_quantization_is_the_precision_schemes_bit_for_bit():
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_modules_equal_the_reference_of_their_quantization_and_torchaos_draft(scheme):
     _lowbit_or_skip()
-    from skipsearch.kernels_lowbit import Int4WoLinear, Int8WoLinear
+    from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear
 
     torch.manual_seed(3)
     for bias in (False, True):
@@ -182,7 +182,7 @@ def test_modules_equal_the_reference_of_their_quantization_and_torchaos_draft(sc
 
 def test_torch_compile_keeps_both_ops_in_one_graph():
     _lowbit_or_skip()
-    from skipsearch.kernels_lowbit import Int4WoLinear, Int8WoLinear
+    from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear
 
     torch.manual_seed(4)
     module = nn.Sequential(Int8WoLinear.from_linear(nn.Linear(64, 48)), nn.ReLU(),
@@ -197,7 +197,7 @@ def test_torch_compile_keeps_both_ops_in_one_graph():
 
 def test_a_model_draft_copy_swaps_decoder_linears_and_keeps_embeddings():
     _lowbit_or_skip()
-    from skipsearch.kernels_lowbit import Int4WoLinear, Int8WoLinear, lowbit_linears, lowbit_model
+    from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear, lowbit_linears, lowbit_model
 
     model = tiny_llama()
     ids = torch.tensor([[1, 5, 9, 3]])
@@ -225,7 +225,7 @@ def test_a_model_draft_copy_swaps_decoder_linears_and_keeps_embeddings():
 
 def test_a_failed_build_is_one_config_error_line(tmp_path):
     """A compiler that fails (here /bin/false, in a fresh cache): one ConfigError line, and again on a second call."""
-    code = ("from skipsearch.config import ConfigError\nfrom skipsearch.kernels_lowbit import check_lowbit\n"
+    code = ("from skipsearch.config import ConfigError\nfrom skipsearch.kernels.lowbit import check_lowbit\n"
             "for _ in range(2):\n    try:\n        check_lowbit()\n    except ConfigError as e:\n        print(e)\n")
     env = {**os.environ, "CXX": "/bin/false", "SKIPSEARCH_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
@@ -251,7 +251,7 @@ def test_refusals_without_a_build(monkeypatch):
 
 
 def test_importing_the_package_loads_no_torch():
-    code = "import sys, skipsearch.kernels_lowbit as k; assert 'torch' not in sys.modules; assert k.__all__"
+    code = "import sys, skipsearch.kernels.lowbit as k; assert 'torch' not in sys.modules; assert k.__all__"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
                    timeout=120)
 

@@ -1,6 +1,6 @@
 """Weight-only int8 and int4 matrix products for a few rows of fp32 activations: a C++ kernel of our own.
 
-Why: on the CPUs measured (``shared`` measurements of AMD EPYC Zen 4, 2026-11-25) no low-bit kernel reachable
+Why: on the CPUs measured (an AMD EPYC Zen 4, AVX-512 without AMX: studies/lowbit-kernels-cpu.md and the kernels study) no low-bit kernel reachable
 through torch streams its weights at the memory limit, so an int8 or int4 draft saved little over fp16. These
 kernels stream each packed weight byte once for all rows (``csrc/lowbit.cpp``: layout, vector units, threads).
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from skipsearch.kernels_lowbit.build import check_lowbit
-from skipsearch.kernels_lowbit.quant import GROUP, pack_int4, pack_int8, quantize_int4, quantize_int8
+from skipsearch.kernels.lowbit.build import check_lowbit
+from skipsearch.kernels.lowbit.quant import GROUP, pack_int4, pack_int8, quantize_int4, quantize_int8
 
 
 class _LowbitLinear(nn.Module):

@@ -10,8 +10,8 @@ import copy
 
 from torch import nn
 
-from skipsearch.kernels_lowbit.modules import Int4WoLinear, Int8WoLinear
-from skipsearch.kernels_lowbit.quant import GROUP
+from skipsearch.kernels.lowbit.modules import Int4WoLinear, Int8WoLinear
+from skipsearch.kernels.lowbit.quant import GROUP
 
 SCHEMES = ("int8", "int4")
 
