@@ -1,8 +1,8 @@
 """Weight-only int8 and int4 matrix products for a few rows of fp32 activations: a C++ kernel of our own.
 
-Why: on the CPUs measured (an AMD EPYC Zen 4, AVX-512 without AMX: studies/lowbit-kernels-cpu.md and the kernels study) no low-bit kernel reachable
-through torch streams its weights at the memory limit, so an int8 or int4 draft saved little over fp16. These
-kernels stream each packed weight byte once for all rows (``csrc/lowbit.cpp``: layout, vector units, threads).
+Why: on the CPUs measured (an AMD EPYC Zen 4 with AVX-512 and no AMX: the kernels study) no low-bit kernel
+reachable through torch streams its weights at the memory limit, so an int8 or int4 draft saved little over fp16.
+These kernels stream each packed weight byte once for all rows (``csrc/lowbit.cpp``: layout, vector units, threads).
 
 - ``check_lowbit()``: build (once per torch, CPU and source; a minute) and load, or one ConfigError line;
 - ``Int8WoLinear.from_linear`` / ``Int4WoLinear.from_linear``: quantized once, as the precision method's
