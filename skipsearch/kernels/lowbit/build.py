@@ -95,6 +95,7 @@ def _load() -> None:
         raise _refuse(f"no C++ compiler ({compiler()!r}; set $CXX to g++ or clang++)")
     from torch.utils import cpp_extension
 
+    _put_ninja_on_path()
     if not cpp_extension.is_ninja_available():
         raise _refuse("torch builds extensions with ninja, which is not installed (pip install ninja)")
     directory = build_dir()
@@ -105,6 +106,18 @@ def _load() -> None:
     except Exception as exc:  # the compiler's or ninja's failure, with the build log in its message
         raise _refuse(f"{compiler()} failed: {first_error(exc)}") from None
     _register_fakes()
+
+
+def _put_ninja_on_path() -> None:
+    """torch finds ninja on PATH; the PyPI package (a dependency) installs it beside the interpreter, which a venv's
+    python run by its path (``.venv/bin/python``) does not put on PATH."""
+    if shutil.which("ninja") is not None:
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
 def _register_fakes() -> None:
