@@ -7,7 +7,8 @@ and how a draft is re-priced from it belong to each method (``Method.record``, `
 skipsearch.methods); this module holds what they share:
 - the cost-file side: the costs a profile was planned with (``own_costs``), and the check of a cost file against
   the profile's model, which it hands each method's re-plan;
-- the dispatch through the registry: ``keep_portable`` (after a search), ``record_on_model`` (for a profile that
+- the dispatch through the registry: ``keep_portable`` (after a search; ``keep_portable_all`` with the search's
+  companion profiles), ``record_on_model`` (for a profile that
   keeps none), ``replan_profile``, and the re-planned profile, its report and its JSON;
 - the ranking of a study (``optimize --study S --costs other.yaml --budget 0``): its trials keep no traces, so
   the plain method's skip sets are re-traced on the loaded model, one forward per skip set and calibration
@@ -111,6 +112,18 @@ def keep_portable(profile: Profile, objective: Any, candidates: Sequence[Candida
     return replace(profile, measured=_with_entries(profile.measured, entries, (*methods.record_keys(), COSTS_KEY)))
 
 
+def keep_portable_all(profile: Profile, companions: Sequence[tuple[str, Profile]], objective: Any,
+                      candidates: Sequence[Candidate], *,
+                      workload: str) -> tuple[Profile, tuple[tuple[str, Profile], ...]]:
+    """What a search ships, each profile with what re-planning needs, in one pass over the search's own objective:
+    every companion (file-name suffix, profile) that drafts with a skip set gets its own draft's record (as
+    ``record_on_model`` makes it: e.g. dynamic CLaSp's starting skip set, so that it re-plans too), and
+    ``profile`` the record of the searched ``candidates`` and the cost model (``keep_portable``)."""
+    kept = tuple((suffix, _with_own_record(c, objective, workload=workload, source=suffix)
+                  if c.draft.skip_attn or c.draft.skip_mlp else c) for suffix, c in companions)
+    return keep_portable(profile, objective, candidates, workload=workload), kept
+
+
 def record_on_model(profile: Profile, sm: SkippableModel, cal: Calibration, *, workload: str,
                     source: str) -> Profile:
     """``profile`` with its method's record of its own draft made on the loaded model, with no timing (e.g. its
@@ -119,7 +132,11 @@ def record_on_model(profile: Profile, sm: SkippableModel, cal: Calibration, *, w
     hardware, so the record is as good as one kept by optimize."""
     from skipsearch.objective import ModelObjective
 
-    kept = _kept(profile, ModelObjective(sm, cal), workload=workload, source=source, searched=None)
+    return _with_own_record(profile, ModelObjective(sm, cal), workload=workload, source=source)
+
+
+def _with_own_record(profile: Profile, objective: Any, *, workload: str, source: str) -> Profile:
+    kept = _kept(profile, objective, workload=workload, source=source, searched=None)
     measured = profile.measured or Measured(source="hand")
     return replace(profile, measured=_with_entries(measured, kept.entries, [k for k, _ in kept.entries]))
 
@@ -366,5 +383,6 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
 
 
 __all__ = ["NOT_TIMED", "NoRecordError", "RankRow", "Replanned", "Reranking", "format_replan", "keep_portable",
+           "keep_portable_all",
            "own_costs", "plain_configs", "portable_parts", "record_on_model", "replan_profile", "replan_to_dict",
            "rerank", "rerank_study", "reranked_profile", "time_rows"]

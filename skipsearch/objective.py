@@ -81,12 +81,13 @@ class ModelObjective:
     def time(self, candidate: Candidate) -> Measurement:
         """Decode every calibration prompt with the candidate and autoregressively, interleaved.
 
-        The method's prediction, where it has one, is kept beside the measurement."""
+        The method's prediction, where it has one, is made first and kept beside the measurement: the timing is
+        the last thing done, so nothing runs between the harness's figures and the Measurement they fill."""
         t0 = timing.now(self.sm.device)
+        predicted = self.predict(candidate) if methods.get(candidate.method).predict is not None else None
         m, _ = time_drafter(self.sm, self.cal.prompts, lambda _prompt: methods.build_drafter(candidate, self.sm),
                             max_new_tokens=self.cal.max_new_tokens, repeats=self.repeats, label=str(candidate))
-        if methods.get(candidate.method).predict is not None:
-            predicted = self.predict(candidate)
+        if predicted is not None:
             m = replace(m, predicted_speedup=predicted.speedup, alpha=predicted.alpha,
                         cost_ratio=predicted.cost_ratio)
         return replace(m, seconds=timing.now(self.sm.device) - t0)

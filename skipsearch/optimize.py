@@ -10,20 +10,19 @@ Stages:
 4. ship: the best *timed* candidate, if it beat plain decoding, on a machine no other skipsearch worker
    shared, and again when timed once more; otherwise the profile ships ``max_draft_tokens: 0`` (plain
    decoding) and its notes say why, with the measured α, c and v(k).
+Stages 3 and 4 run as one unit, ``skipsearch.study.ship``, which returns what ships as data; this module turns
+it into the profile, its companions' profiles, and what re-planning for another device needs.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import optuna
-
 from skipsearch.calibration import calibrate_on, calibration_workload
-from skipsearch.config import AUTOREGRESSIVE, Candidate, ConfigError, DraftConfig
+from skipsearch.config import Candidate, ConfigError, DraftConfig
 from skipsearch.measure import Measurement
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.models import SkippableModel
@@ -41,30 +40,18 @@ from skipsearch.profile import (
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import Strategy, make_strategy
 from skipsearch.study import (
-    KIND_ATTR,
-    MEASUREMENT_ATTR,
-    WORKER_ATTR,
     SearchSummary,
     TrialRecord,
     best,
-    candidate_attrs,
-    contention,
-    finish_trial,
-    heartbeat,
     open_study,
     records,
     run_search,
-    set_trial_attr,
+    ship,
     shortlist,
     stamp_model,
-    storage_conflict,
-    trial_candidate,
-    worker_id,
 )
 
 OBJECTIVES = ("auto", "two-stage", "surrogate", "timed")
-CLAIM_ATTR = "claim"  # trial user attr: the random token of the worker that claimed a timing
-_STATES = optuna.trial.TrialState
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,23 +182,21 @@ def optimize(
         strategy.prepare(sm, cal, say=say)
         say(f"searching: {strategy.name} ({strategy.method.name}), budget {budget}, {search_kind} objective")
         summary = run_search(study, strategy, objective, budget=budget, kind=search_kind, on_trial=on_trial)
-        if objective_kind == "two-stage":
-            for candidate in shortlist(study, s.shortlist):
-                _time_claimed(study, objective, candidate, say)
     except KeyboardInterrupt:
         # Ctrl-C: every finished trial is already in the study; ship the best found so far.
         interrupted = True
-    summary = replace(summary, trials_total=len(records(study)), best=best(study))
-    timed = sorted((r for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"),
-                   key=lambda r: -r.measurement.speedup)
-    shipped, m, verdict = _verdict(timed, summary.best, objective, strategy, interrupted=interrupted, say=say)
+    # 3.-4. time the shortlist (two-stage) and choose what ships, with the strategy's companions
+    shipped = ship(study, objective, strategy, shortlisted=s.shortlist if objective_kind == "two-stage" else None,
+                   interrupted=interrupted, say=say)
+    summary = replace(summary, trials_total=len(records(study)), best=shipped.best)
+    timed = list(shipped.timed)
     profile = Profile(
         model=ModelRef.of(sm),
-        method=shipped.method,
-        draft=shipped.draft,
-        method_params=tuple(shipped.plain_params().items()),
+        method=shipped.candidate.method,
+        draft=shipped.candidate.draft,
+        method_params=tuple(shipped.candidate.plain_params().items()),
         kernel=sm.kernel.label,
-        measured=_measured(m, s, sm, objective, verdict, timed, shipped=shipped),
+        measured=_measured(shipped.measurement, s, sm, objective, shipped.verdict, timed, shipped=shipped.candidate),
         environment=Environment.current(str(sm.device), placement=getattr(sm, "placement", None)),
         search=SearchInfo(
             strategy=strategy.name, budget=budget, trials=summary.trials_total,
@@ -219,166 +204,20 @@ def optimize(
             objective=objective_kind, seed=s.seed,
         ),
     )
-    tried = [r.candidate for r in timed] + ([summary.best.candidate] if summary.best else [])
-    companions = _companions(strategy, profile, tried)
-    if not interrupted:  # what re-planning for another device needs: traces and costs (skipsearch.device_replan)
-        from skipsearch.device_replan import keep_portable, record_on_model
+    # the companions' profiles: the shipped one's, with the companion's candidate and notes, never timed here
+    device = profile.measured.device if profile.measured else None
+    companions = tuple((c.suffix, replace(profile, method=c.candidate.method, draft=c.candidate.draft,
+                                          method_params=c.candidate.params,
+                                          measured=Measured(device=device, source="optimize", notes=c.notes)))
+                       for c in shipped.companions)
+    if not shipped.interrupted:  # what re-planning for another device needs: traces and costs (device_replan)
+        from skipsearch.device_replan import keep_portable_all
 
         workload = calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens)
-        profile = keep_portable(profile, objective, [*tried, *shortlist(study, s.shortlist)], workload=workload)
-        # a companion's own draft (e.g. dynamic CLaSp's starting skip set) traced, so that it re-plans too
-        companions = tuple((suffix, record_on_model(c, sm, cal, workload=workload, source=suffix)
-                            if c.draft.skip_attn or c.draft.skip_mlp else c) for suffix, c in companions)
-    return OptimizeResult(profile, summary, tuple(timed), verdict, interrupted, companions)
-
-
-def _companions(strategy: Strategy, shipped: Profile, tried: list[Candidate]) -> tuple[tuple[str, Profile], ...]:
-    """The profiles of the strategy's companion candidates (e.g. CLaSp's dynamic one), not timed by optimize."""
-    out = []
-    for companion in strategy.companions(shipped.candidate, tried):
-        c = companion.candidate
-        measured = Measured(device=shipped.measured.device if shipped.measured else None, source="optimize",
-                            notes=companion.notes)
-        out.append((companion.suffix, replace(shipped, method=c.method, draft=c.draft, measured=measured,
-                                              method_params=c.params)))
-    return tuple(out)
-
-
-# -- timing the shortlist: one claim per candidate, over every worker ----------------------------------
-
-
-def claim_timed(study: optuna.Study, candidate: Candidate) -> int | None:
-    """Claim the timing of ``candidate`` for this worker: a RUNNING trial that other workers see.
-
-    Returns the claim's trial number, or None when the candidate is timed (or being timed) already.
-    Two workers claiming at the same moment both add a claim; the lower trial number keeps it and
-    the other fails its own claim, so no candidate is ever timed twice.
-    """
-    def twins() -> list[optuna.trial.FrozenTrial]:
-        live = study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING))
-        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and trial_candidate(t) == candidate]
-
-    if twins():
-        return None
-    token = secrets.token_hex(8)
-    study.add_trial(optuna.trial.create_trial(
-        state=_STATES.RUNNING, params={}, distributions={},
-        user_attrs={**candidate_attrs(candidate), KIND_ATTR: "timed", CLAIM_ATTR: token, WORKER_ATTR: worker_id()},
-    ))
-    mine = next(t for t in twins() if t.user_attrs.get(CLAIM_ATTR) == token)
-    if min(t.number for t in twins()) != mine.number:
-        fail_claim(study, mine.number, "another worker claimed this candidate first")
-        return None
-    return mine.number
-
-
-def record_timed(study: optuna.Study, claim: int, m: Measurement) -> str | None:
-    """Finish a claimed timed trial with its measurement; None, or the storage conflict that prevented it
-    (another worker failed the claim as lost: it is never written again)."""
-    try:
-        set_trial_attr(study, claim, MEASUREMENT_ATTR, m.to_dict())
-    except Exception as e:
-        if not storage_conflict(e):
-            raise
-        return finish_trial(study, claim, error=f"measurement not recorded: {' '.join(str(e).split())[:200]}")
-    return finish_trial(study, claim, value=m.speedup)
-
-
-def fail_claim(study: optuna.Study, claim: int, error: str) -> str | None:
-    """Mark a claim this process added as failed, with its one-line error; None, or the storage conflict."""
-    return finish_trial(study, claim, error=error)
-
-
-def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, say) -> None:
-    claim = claim_timed(study, candidate)  # None: timed already, by a resumed run or another worker
-    if claim is None:
-        return
-    say(f"timing {candidate_summary(candidate)}")
-    try:
-        with heartbeat(study, claim):
-            busy = contention(study)
-            m = objective.evaluate(candidate, kind="timed")
-            busy = busy or contention(study)
-        if busy:
-            say(f"warning: {busy}: this figure will not be shipped")
-            m = replace(m, notes=busy)
-        conflict = record_timed(study, claim, m)
-        if conflict:
-            say(f"warning: {conflict}")
-    except KeyboardInterrupt:
-        fail_claim(study, claim, "interrupted")
-        raise
-    except Exception as e:  # e.g. out of memory: recorded, and the next candidate is timed
-        conflict = fail_claim(study, claim, " ".join(str(e).split())[:300] or type(e).__name__)
-        if conflict:
-            say(f"warning: {conflict}")
-
-
-# -- what ships -------------------------------------------------------------------------------------------
-
-
-def _verdict(timed: list[TrialRecord], top_any: TrialRecord | None, objective: ModelObjective, strategy: Strategy,
-             *, interrupted: bool, say) -> tuple[Candidate, Measurement | None, str]:
-    """The candidate to ship, the measurement it ships with, and one sentence saying why."""
-    trusted = [r for r in timed if not r.measurement.notes]
-    top = trusted[0] if trusted else None
-    if top is not None and top.measurement.speedup > 1.0 and not interrupted:
-        # A speedup is re-checked before it ships: timing noise, or a neighbour that came and went,
-        # must not put a loss into a profile that teams will share.
-        say(f"re-checking {candidate_summary(top.candidate)} before shipping it")
-        again = objective.evaluate(top.candidate, kind="timed")
-        if again.speedup > 1.0:
-            m = top.measurement
-            return top.candidate, m, (f"ships {candidate_summary(top.candidate)}: {m.speedup:.3f}x measured against "
-                                      f"autoregressive decoding, {again.speedup:.3f}x when timed again")
-        top_m = top.measurement
-        why = (f"; best draft measured {top_m.speedup:.3f}x but {again.speedup:.3f}x when timed again, so it "
-               f"does not reliably beat plain decoding")
-        return _plain_decoding(top.candidate), top_m, "ships max_draft_tokens 0" + why
-    if not timed and top_any is not None and top_any.measurement.kind == "surrogate" and \
-            top_any.measurement.speedup > 1.0:
-        m = top_any.measurement
-        return top_any.candidate, m, (f"ships {candidate_summary(top_any.candidate)}: {m.speedup:.3f}x predicted "
-                                      f"(surrogate only; not timed)")
-    best_r = top or (timed[0] if timed else top_any)
-    m = best_r.measurement if best_r is not None else None
-    costs = objective.measured_costs  # never measured on the way out of a Ctrl-C
-    why = ""
-    if m is not None:
-        # the figures that belong to the method; a timing taken under load says so, and v(k) measured beside
-        # flagged timings is left out (under contention it reads 14 where the machine's own is 1.6)
-        why = f"; best draft measured {m.speedup:.3f}x" + (" under load" if m.notes else "")
-        figures = method_figures(m)
-        why += f" with {figures}" if figures else ""
-        why += f", v(2) {costs.verify(2):.2f}" if costs is not None and not m.notes and trusted else ""
-    if timed and not trusted:
-        why += f" (every timing was flagged: {timed[0].measurement.notes})"
-    base = best_r.candidate if best_r is not None else strategy.method.candidate(AUTOREGRESSIVE)
-    return _plain_decoding(base), m, "no draft candidate beat plain decoding on this hardware: ships " \
-                                     "max_draft_tokens 0" + why
-
-
-def method_figures(m: Measurement) -> str:
-    """The acceptance figures that mean something for the measured draft: a model draft's α and c; a draft with
-    no per-token α (a lookup, which no model runs; a draft no surrogate traces) its acceptance rate and τ. A
-    figure that was not measured is left out, never printed as 0."""
-    parts = []
-    if m.alpha is not None:
-        parts.append(f"alpha {m.alpha:.2f}")
-        if m.cost_ratio is not None:
-            parts.append(f"c {m.cost_ratio:.2f}")
-    else:
-        if m.acceptance_rate is not None:
-            parts.append(f"acceptance {m.acceptance_rate:.2f}")
-        if m.tau is not None:
-            parts.append(f"tau {m.tau:.2f}")
-    return ", ".join(parts)
-
-
-def _plain_decoding(candidate: Candidate) -> Candidate:
-    """Plain decoding (K = 0), keeping the method, its parameters and the skip sets, so that the profile
-    shows what was best, and can start another search (``--warm-start``) from it."""
-    return replace(candidate, draft=replace(candidate.draft, max_draft_tokens=0))
+        tried = [r.candidate for r in timed] + ([summary.best.candidate] if summary.best else [])
+        profile, companions = keep_portable_all(profile, companions, objective,
+                                                [*tried, *shortlist(study, s.shortlist)], workload=workload)
+    return OptimizeResult(profile, summary, shipped.timed, shipped.verdict, shipped.interrupted, companions)
 
 
 def _measured(m: Measurement | None, s: SearchSettings, sm, objective: ModelObjective, verdict: str,
@@ -407,4 +246,4 @@ def _measured(m: Measurement | None, s: SearchSettings, sm, objective: ModelObje
 
 
 __all__ = ["OBJECTIVES", "OptimizeResult", "SearchSettings", "build_strategy", "candidate_summary",
-           "claim_timed", "config_summary", "fail_claim", "optimize", "record_timed"]
+           "config_summary", "optimize"]

@@ -286,7 +286,7 @@ def test_local_workers_share_the_cores(monkeypatch):
 
 # -- figures that belong to the method --------------------------------------------------------------------------------
 def test_the_verdict_for_a_lookup_draft_reports_its_acceptance_and_tau_and_leaves_loaded_figures_out():
-    from skipsearch import optimize as opt
+    from skipsearch.study.shipping import verdict as ship_verdict
     from skipsearch.surrogate import CostModel
 
     lookup = Candidate("hybrid", DraftConfig(max_draft_tokens=8), (("fallback", "none"), ("max_n", 2),
@@ -295,13 +295,13 @@ def test_the_verdict_for_a_lookup_draft_reports_its_acceptance_and_tau_and_leave
                           notes="timed under load average 3.7 on 2 cores")
     costs = CostModel(0.05, 0.0004, 0.0008, 0.014, (1.0, 14.02, 15.0), 30)
     objective = SimpleNamespace(measured_costs=costs)
-    _, _, verdict = opt._verdict([TrialRecord(0, "COMPLETE", lookup, flagged, None)], None, objective,
-                                 SimpleNamespace(method="hybrid"), interrupted=False, say=lambda m: None)
+    _, _, verdict = ship_verdict([TrialRecord(0, "COMPLETE", lookup, flagged, None)], None, objective,
+                                  SimpleNamespace(method="hybrid"), interrupted=False, say=lambda m: None)
     assert "acceptance 0.41, tau 1.80" in verdict and "under load" in verdict
     assert "alpha" not in verdict and "c 0.00" not in verdict and "14.02" not in verdict
     skip = Candidate("layer-skip", DraftConfig(skip_attn=(1,), max_draft_tokens=2))
     quiet = Measurement(kind="timed", speedup=0.95, tau=1.5, acceptance_rate=0.5, alpha=0.7, cost_ratio=0.8)
-    _, _, verdict = opt._verdict([TrialRecord(0, "COMPLETE", skip, quiet, None)], None,
-                                 SimpleNamespace(measured_costs=costs, evaluate=None),
-                                 SimpleNamespace(method="layer-skip"), interrupted=False, say=lambda m: None)
+    _, _, verdict = ship_verdict([TrialRecord(0, "COMPLETE", skip, quiet, None)], None,
+                                  SimpleNamespace(measured_costs=costs, evaluate=None),
+                                  SimpleNamespace(method="layer-skip"), interrupted=False, say=lambda m: None)
     assert "alpha 0.70, c 0.80, v(2) 14.02" in verdict and "under load" not in verdict

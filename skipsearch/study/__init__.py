@@ -7,7 +7,8 @@ can share one storage, and ``show``/``compare`` read any strategy's study alike.
 - ``storage``: the RDB storage with its atomic claim, the writes other workers may refuse, heartbeats;
 - ``workers``: lost trials, and the other workers on this machine;
 - ``opening``: a study created, resumed or only read, and checked against its strategy and model;
-- ``runner``: the search loop (``run_search``).
+- ``runner``: the search loop (``run_search``);
+- ``shipping``: after the search, the shortlist timed and what ships chosen, as one unit (``ship``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from skipsearch.study.record import (
     trial_candidate,
 )
 from skipsearch.study.runner import run_search, seed_study
+from skipsearch.study.shipping import Shipped, ship
 from skipsearch.study.storage import (
     GRACE_SECONDS,
     HEARTBEAT_SECONDS,
@@ -66,8 +68,8 @@ from skipsearch.study.workers import contention, fail_lost_trials, other_local_w
 __all__ = ["CONFIG_ATTR", "ERROR_ATTR", "EVALUATING_ATTR", "GRACE_SECONDS", "HEARTBEAT_SECONDS", "KIND_ATTR", "LOST",
            "MEASUREMENT_ATTR", "METHOD_ATTR", "MODEL_ATTR", "PARAMS_ATTR", "REUSED_ATTR", "SEED_ATTR", "SEEDED_ATTR",
            "SPACE_ATTR", "STRATEGY_ATTR", "STUDY_COLUMNS", "WORKER_ATTR", "ClaimingRDBStorage", "SearchSummary",
-           "StudyError", "TrialRecord", "best", "candidate_attrs", "check_or_stamp", "check_storage",
+           "Shipped", "StudyError", "TrialRecord", "best", "candidate_attrs", "check_or_stamp", "check_storage",
            "check_study_model", "config_from_dict", "config_to_dict", "contention", "fail_lost_trials", "finish_trial",
            "heartbeat", "load_records", "load_study", "open_study", "other_local_workers", "rdb_storage", "records",
-           "run_search", "seed_study", "set_trial_attr", "shortlist", "share_cores", "stamp_model", "storage_conflict",
-           "study_table", "trial_candidate", "worker_id"]
+           "run_search", "seed_study", "set_trial_attr", "ship", "shortlist", "share_cores", "stamp_model",
+           "storage_conflict", "study_table", "trial_candidate", "worker_id"]
