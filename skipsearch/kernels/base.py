@@ -67,6 +67,17 @@ class KernelReport:
     cache_dir: str  # the compiler's on-disk cache for this torch and thread count
 
 
+class Adapter(Protocol):
+    """What a kernel's ``build`` reads of the model adapter (``SkippableModel``, a layer above the kernels): the HF
+    model it compiles, where it runs, and the keyword the modeling code takes its cache by."""
+
+    hf: Any  # the transformers model
+    device: Any  # torch.device
+    dtype: Any  # torch.dtype
+
+    def cache_kwargs(self, cache: Any, *, layer: bool = False) -> dict[str, object]: ...
+
+
 class KernelRunner(Protocol):
     """What a compiled kernel's ``build`` returns: it owns one KV cache, and the adapter routes the full model's
     forwards on that cache here (after the prompt, which runs eagerly; see ``SkippableModel.forward``)."""

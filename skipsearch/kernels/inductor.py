@@ -33,12 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skipsearch.config import ConfigError
-from skipsearch.kernels.base import DEFAULT_CHUNK, Kernel, KernelReport, KernelSpec
+from skipsearch.kernels.base import DEFAULT_CHUNK, Adapter, Kernel, KernelReport, KernelSpec
 
-if TYPE_CHECKING:  # types only: torch loads with the runner, and the adapter sits above the kernels
+if TYPE_CHECKING:  # types only: torch loads with the runner
     import torch
-
-    from skipsearch.models import SkippableModel
 
 CHUNKS = (1, 2, 4, 8, 16)  # block sizes a compiled verify may use
 
@@ -114,7 +112,7 @@ class _CompiledBlocks:
     Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
     that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
 
-    def __init__(self, sm: SkippableModel, kernel: Kernel, *, capacity: int) -> None:
+    def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int) -> None:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -196,7 +194,7 @@ class _CompiledBlocks:
                                 use_cache=True).logits
 
 
-def build(sm: SkippableModel, kernel: Kernel, capacity: int) -> _CompiledBlocks:
+def build(sm: Adapter, kernel: Kernel, capacity: int) -> _CompiledBlocks:
     """Compile the model for sequences of up to ``capacity`` positions (a minute or more, once per process)."""
     return _CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk)
 
