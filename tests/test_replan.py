@@ -14,16 +14,17 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import device_replan, timing
+from skipsearch.api.planning import plan_from_study, study_front
 from skipsearch.cli import app
 from skipsearch.config import Candidate, DraftConfig, Trace
 from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
 from skipsearch.files.costs import Costs, planned_costs_to_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.records import decode_trace, encode_trace
-from skipsearch.hier_closed_form import best_draft_length, pareto_front
-from skipsearch.hier_planner import choose_pairs, plan_from_study, study_front
 from skipsearch.measure import Measurement
 from skipsearch.methods.hierarchical import Hierarchy
+from skipsearch.methods.hierarchical.closed_form import best_draft_length, pareto_front
+from skipsearch.methods.hierarchical.planner import choose_pairs
 from skipsearch.methods.hybrid import replay_recorded
 from skipsearch.methods.layer_skip import acceptance_to_dict, record_acceptance
 from skipsearch.methods.ngram import lookup_to_dict, record_lookup, replay_lookup

@@ -56,7 +56,7 @@ def plan(
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
     from skipsearch import api
-    from skipsearch import hier_closed_form as planner
+    from skipsearch.methods.hierarchical import closed_form as planner
     from skipsearch.profile import check_profile_target
 
     warnings_to_stderr()
