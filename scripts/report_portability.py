@@ -33,9 +33,11 @@ from pathlib import Path
 import torch
 from _common import script_model
 
-from skipsearch import device_replan, hier_planner
+from skipsearch import device_replan
+from skipsearch.api.planning import plan_from_study
 from skipsearch.calibration import calibrate_on
 from skipsearch.costs import check_costs_for, load_costs
+from skipsearch.methods.hierarchical import planner
 from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
 from skipsearch.study import load_records
@@ -108,17 +110,17 @@ def portability(sm, cal, records, args) -> tuple[list[str], dict]:
 
 def hierarchical(sm, cal, records, label: str, args) -> tuple[list[str], dict]:
     costs = load_costs(args.costs).cost_model() if args.plan_with_costs else None
-    sp = hier_planner.plan_from_study(sm, cal, records, study=label, dataset=args.dataset, costs=costs, seed=args.seed,
-                                      max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
+    sp = plan_from_study(sm, cal, records, study=label, dataset=args.dataset, costs=costs, seed=args.seed,
+                         max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
     med, sml = load_profile(args.medium), load_profile(args.small)
-    hand = hier_planner.plan_model(sm, cal, med.draft, sml.draft, dataset=args.dataset, seed=args.seed,
-                                   max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
+    hand = planner.plan_model(sm, cal, med.draft, sml.draft, dataset=args.dataset, seed=args.seed,
+                              max_m=args.max_m, max_n=args.max_n, run_validation=True, repeats=args.repeats)
     pick_best = max(sp.report.validation, key=lambda v: v.measured_speedup)
     hand_best = max(hand.validation, key=lambda v: v.measured_speedup)
     errors = [abs(v.predicted_speedup - v.measured_speedup) / v.measured_speedup for v in sp.report.validation]
     lines = ["## 2. Hierarchical: `plan --study` against the hand-picked pair", "",
-             hier_planner.render_study_markdown(sp, num_layers=sm.num_layers), "",
-             "### The hand-picked pair, in the same process", "", hier_planner.format_validation(hand.validation), "",
+             planner.render_study_markdown(sp, num_layers=sm.num_layers), "",
+             "### The hand-picked pair, in the same process", "", planner.format_validation(hand.validation), "",
              f"- best measured: study's pick {pick_best.measured_speedup:.3f}x (m={pick_best.m}, n={pick_best.n}) "
              f"against hand-picked {hand_best.measured_speedup:.3f}x (m={hand_best.m}, n={hand_best.n}): "
              + ("meets" if pick_best.measured_speedup >= hand_best.measured_speedup else "misses")

@@ -14,8 +14,8 @@ skipsearch.methods); this module holds what they share:
   the plain method's skip sets are re-traced on the loaded model, one forward per skip set and calibration
   sequence and no timing, which also makes them the target machine's own numerics, and every config is replayed.
 
-The records' formats are skipsearch.files.records; torch is imported only inside the functions that trace or
-replay.
+The records' formats are each method's (the plain method's traces: methods.layer_skip.record); torch is imported
+only inside the functions that trace or replay.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from skipsearch.config import AUTOREGRESSIVE, Candidate, ConfigError, DraftConfi
 from skipsearch.costs import CostProfile, costs_from_model, planned_costs_of
 from skipsearch.files.costs import COSTS_KEY, PlannedCosts, planned_costs_from_dict, planned_costs_to_dict
 from skipsearch.files.errors import NoRecordError, ProfileError
-from skipsearch.files.records import (
+from skipsearch.methods import Keeping, Kept, Replanned, Replanning
+from skipsearch.methods.layer_skip import (
     ACCEPTANCE_KEY,
     MAX_KEPT,
     AcceptanceRecord,
@@ -37,7 +38,6 @@ from skipsearch.files.records import (
     acceptance_to_dict,
     record_acceptance,
 )
-from skipsearch.methods import Keeping, Kept, Replanned, Replanning
 from skipsearch.profile import BASELINE_OURS_AR, BASELINE_PREDICTED, Measured, Profile
 
 if TYPE_CHECKING:

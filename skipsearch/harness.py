@@ -1,7 +1,8 @@
 """The one timing harness: every speed figure skipsearch reports comes out of ``run_rounds``.
 
-``bench``, the objective's timed stage (``objective.time_drafter``), the planner's validation
-(``hier_planner.validate``) and the report scripts all time through it, so they share one set of rules:
+``bench``, the objective's timed stage (``objective.time_drafter``), the hierarchical planner's validation
+(``methods.hierarchical.planner.validate``) and the report scripts all time through it, so they share one set of
+rules:
 
 1. A *contender* (``Contender``) is a name plus ``decode(prompt_ids, max_new_tokens) -> ContenderOutput``,
    Spec-Bench's per-method contract; the word "method" stays with the registry (``skipsearch.methods``),

@@ -13,7 +13,6 @@ from conftest import make_tiny_model
 from skipsearch import api
 from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
 from skipsearch.decoding import Drafter, generate, hf_generate
-from skipsearch.files.records import acceptance_from_dict
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic import SUBLAYERS, DynamicParams, config_for, granularity
 from skipsearch.methods.clasp_dynamic.dp import (
@@ -27,6 +26,7 @@ from skipsearch.methods.clasp_dynamic.dp import (
     static_skip_sets,
 )
 from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
+from skipsearch.methods.layer_skip import acceptance_from_dict
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
 from skipsearch.space import SearchSpace
 from skipsearch.strategies import make_strategy

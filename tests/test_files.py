@@ -57,7 +57,7 @@ def _kinds_written_by_their_writers(tmp_path):
     from skipsearch.api.planning import plan_given
     from skipsearch.bench import report as bench_report
     from skipsearch.export import MANIFEST
-    from skipsearch.hier_closed_form import plot_plan
+    from skipsearch.methods.hierarchical.closed_form import plot_plan
 
     plan = plan_given(0.8, 0.7, 0.3, 0.2, max_m=2, max_n=1)
     (tmp_path / "report.md").write_text(plan.body)

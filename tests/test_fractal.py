@@ -510,7 +510,7 @@ def _fractal_costs(sm, *, verify, scheme_seconds, head_saving=0.0):
 
 def test_a_fractal_profile_re_plans_whether_its_draft_pays(sm):
     from skipsearch import device_replan
-    from skipsearch.files.records import FRACTAL_KEY
+    from skipsearch.methods.fractal import FRACTAL_KEY
     from skipsearch.surrogate import calibrate
 
     params = FractalParams(n=1, w=2, quantization="int8-dynamic")
@@ -559,7 +559,7 @@ def test_costs_measures_the_compressed_layers_of_a_fractal_scheme(sm):
     ({"speed": 2}, "unknown key measured.fractal_matches.speed"),
 ])
 def test_a_broken_fractal_record_is_one_line_on_load(tmp_path, change, fragment):
-    from skipsearch.files.records import FRACTAL_KEY, FractalRecord, fractal_from_dict, fractal_to_dict
+    from skipsearch.methods.fractal import FRACTAL_KEY, FractalRecord, fractal_from_dict, fractal_to_dict
 
     rec = FractalRecord("int8-dynamic", 3, 3, (9, 19, 29), 7, 64, ("AQID/w==",), "w")  # matches 1, 2, 3, no cycle
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "fractal",

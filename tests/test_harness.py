@@ -217,10 +217,10 @@ def test_hierplan_validation_pools_alpha_and_beta_over_one_pass(tiny_sm):
     # the harness warms up and repeats; the α, β that validation reports must still be those of one
     # drafter run once over each prompt, as the planner defines them
     from skipsearch.decoding import generate
-    from skipsearch.hier_closed_form import PlanInputs
-    from skipsearch.hier_planner import validate
     from skipsearch.methods.hierarchical import Hierarchy
+    from skipsearch.methods.hierarchical.closed_form import PlanInputs
     from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
+    from skipsearch.methods.hierarchical.planner import validate
     from skipsearch.surrogate import calibrate
 
     h = Hierarchy(DraftConfig(skip_attn=(2,), skip_mlp=(3,)), DraftConfig(skip_attn=(1, 2), skip_mlp=(1, 3)), 2, 1)

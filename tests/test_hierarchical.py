@@ -14,13 +14,14 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import api
+from skipsearch.api.planning import build_profile
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
 from skipsearch.decoding import LayerSkipDrafter, generate, hf_generate, process_logits
 from skipsearch.files.errors import ProfileError
-from skipsearch.hier_planner import build_profile, plan_model, render_markdown
 from skipsearch.methods.hierarchical import Hierarchy, hierarchy_from_profile, hierarchy_to_profile_fields
 from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
+from skipsearch.methods.hierarchical.planner import plan_model, render_markdown
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
 from skipsearch.surrogate import calibrate
 

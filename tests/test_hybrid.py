@@ -247,6 +247,70 @@ def test_a_plain_decoding_hybrid_profile_is_valid(tmp_path):
     assert load_profile(save_profile(prof, tmp_path / "plain.yaml")) == prof
 
 
+# -- a new draft source is a fallback by its own hooks (issue 40) -----------------------------------------------------
+@pytest.fixture
+def toy_source():
+    """tests/toy_method.py's draft source, registered for one test."""
+    import toy_method
+
+    methods.register(toy_method.SOURCE_METHOD)  # the one registry line a new draft source adds
+    try:
+        yield toy_method
+    finally:
+        methods.unregister(toy_method.SOURCE)
+
+
+def test_a_new_draft_source_is_a_hybrid_fallback_by_its_hooks_alone(tiny_sm, toy_source):
+    """The toy draft source is the model under its skip sets, as layer-skip with the full head is, and says so only
+    through its hooks (a drafter, drafts_alone, Tracing): a hybrid drafts, predicts, keeps and re-plans through it
+    exactly as through layer-skip, and nothing in hybrid names it."""
+    from skipsearch import device_replan
+    from skipsearch.costs import CostModelRef, CostProfile
+    from skipsearch.files.costs import Costs
+    from skipsearch.methods import Keeping
+    from skipsearch.profile import Measured
+
+    name = toy_source.SOURCE
+    with pytest.raises(methods.ParamsError, match=f"must be one of layer-skip, fractal, precision, {name}, none, "
+                                                  f"got 'eagle'"):
+        HybridParams(fallback="eagle")
+    skip = DraftConfig(skip_attn=(1,), skip_mlp=(2,), max_draft_tokens=4, exit=NO_EXIT)
+    toy, ref = hybrid(skip, fallback=name, fallback_k=2), hybrid(skip, fallback_k=2)
+    # its skip sets are its own (a traced draft's), so the profile's draft may carry them
+    HYBRID.parse(toy.params, draft=toy.draft, num_layers=tiny_sm.num_layers)
+    # 1. decoding: the source drafts on the lookup's misses, and greedy output is the full model's
+    for prompt in PROMPTS:
+        a = generate(tiny_sm, prompt, drafter=methods.build_drafter(toy, tiny_sm), max_new_tokens=30)
+        b = generate(tiny_sm, prompt, drafter=methods.build_drafter(ref, tiny_sm), max_new_tokens=30)
+        assert a.token_ids == b.token_ids == hf_generate(tiny_sm, prompt, max_new_tokens=30)
+        ra, rb = dict(a.stats.drafter_stats), dict(b.stats.drafter_stats)
+        assert [ra[k] for k in ("fallback_cycles", "fallback_drafted", "fallback_accepted")] == [
+            rb[k] for k in ("fallback_cycles", "fallback_drafted", "fallback_accepted")]
+    # 2. the surrogate replays the traces its Tracing.measure gives
+    cal = calibrate(tiny_sm, list(PROMPTS), max_new_tokens=30)
+    objective = ModelObjective(tiny_sm, cal)
+    p, q = objective.evaluate(toy, kind="surrogate"), objective.evaluate(ref, kind="surrogate")
+    assert p.alpha is not None and p.cost_ratio > 0
+    assert (p.acceptance_rate, p.tau, p.alpha, p.cost_ratio) == (q.acceptance_rate, q.tau, q.alpha, q.cost_ratio)
+    # 3. the profile keeps its record beside the lookup's (Tracing.keep), and re-planning reads it back
+    # (Tracing.read) and replays both under another device's costs
+    target = CostProfile(CostModelRef(tiny_sm.name, tiny_sm.num_layers), "gpu-synthetic", "bfloat16",
+                         Costs(0.05, 0.0001, 0.0001, 0.0001, (1.0,) * 13))
+    plans, keys = [], []
+    for candidate in (toy, ref):
+        kept = HYBRID.record.build(Keeping(objective, candidate, "tiny", "tiny-arch"))
+        profile = Profile(ModelRef.of(tiny_sm), HYBRID.name, candidate.draft, method_params=candidate.params,
+                          measured=Measured(source="optimize", extra=kept.entries))
+        plans.append(device_replan.replan_profile(profile, target, source="p", costs_source="c")[1])
+        keys.append([k for k, _ in kept.entries])
+    assert keys == [["lookup", toy_source.SOURCE_KEY], ["lookup", "acceptance"]]
+    mine, theirs = plans
+    assert mine.basis.startswith(f"its lookup record and its {name} fallback's traces")
+    assert [(d.max_draft_tokens, m.tau, m.alpha) for d, m in mine.options] == [
+        (d.max_draft_tokens, m.tau, m.alpha) for d, m in theirs.options]
+    assert mine.draft.max_draft_tokens == theirs.draft.max_draft_tokens > 0
+
+
 # -- the strategy and the search -----------------------------------------------------------------------------------
 def test_the_grid_lists_none_then_precision_then_the_warm_start_then_the_probes():
     space = SearchSpace(num_layers=30, max_draft_tokens=(2, 4))

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
-from skipsearch.hier_closed_form import (
+from skipsearch.methods.hierarchical.closed_form import (
     PlanInputs,
     block_distribution,
     composed_expected_tokens,

@@ -14,25 +14,21 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import device_replan, timing
+from skipsearch.api.planning import plan_from_study, study_front
 from skipsearch.cli import app
 from skipsearch.config import Candidate, DraftConfig, Trace
 from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
 from skipsearch.files.costs import Costs, planned_costs_to_dict
 from skipsearch.files.errors import ProfileError
-from skipsearch.files.records import (
-    PRECISION_KEY,
-    acceptance_to_dict,
-    decode_trace,
-    encode_trace,
-    lookup_to_dict,
-    record_acceptance,
-)
-from skipsearch.hier_closed_form import best_draft_length, pareto_front
-from skipsearch.hier_planner import choose_pairs, plan_from_study, study_front
+from skipsearch.files.records import decode_trace, encode_trace
 from skipsearch.measure import Measurement
 from skipsearch.methods.hierarchical import Hierarchy
+from skipsearch.methods.hierarchical.closed_form import best_draft_length, pareto_front
+from skipsearch.methods.hierarchical.planner import choose_pairs
 from skipsearch.methods.hybrid import replay_recorded
-from skipsearch.methods.ngram import record_lookup, replay_lookup
+from skipsearch.methods.layer_skip import acceptance_to_dict, record_acceptance
+from skipsearch.methods.ngram import lookup_to_dict, record_lookup, replay_lookup
+from skipsearch.methods.precision import PRECISION_KEY
 from skipsearch.methods.precision.replan import precision_ratio, record_precision
 from skipsearch.objective import ModelObjective
 from skipsearch.profile import load_profile, save_profile
@@ -431,8 +427,7 @@ STEEP_V = tuple(float(k) for k in range(1, 14))  # a k-token verify costs k step
 def write_precision_profile(path, *, method: str = "precision", record: bool = True, k: int = 4) -> str:
     """A 30-layer precision profile (or hybrid with a precision fallback) as optimize writes it: the precision
     draft's traces (and, for the hybrid, the lookup record over the same sequences)."""
-    from skipsearch.files.records import precision_to_dict
-    from skipsearch.methods.precision import PrecisionParams
+    from skipsearch.methods.precision import PrecisionParams, precision_to_dict
 
     pp = PrecisionParams(scheme="fp16")
     params = dict(pp.to_pairs())

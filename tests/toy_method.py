@@ -5,6 +5,8 @@ which shows that adding a method touches only its own package and one registry l
 The toy drafts nothing (its drafter is plain decoding); its record is one number, the acceptance α it claims,
 and its re-plan prices K by the i.i.d. closed form: τ = (1 - α^(K+1)) / (1 - α) tokens per cycle of cost
 v(K + 1) + K·c, with c its ``draft_cost`` parameter.
+
+Beside it, a toy draft source (``SOURCE_METHOD``): what a new draft source writes to be a hybrid's fallback.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any, ClassVar
 
 from skipsearch.config import DraftConfig
 from skipsearch.files.errors import NoRecordError, ProfileError
+from skipsearch.files.records import decode_trace, encode_trace, is_base64
 from skipsearch.measure import Measurement
-from skipsearch.methods import Kept, Method, ParamsError, Record, Replanned, check_keys
+from skipsearch.methods import Kept, Method, ParamsError, Record, Replanned, Traced, Tracing, check_keys
 
 NAME = "toy"
 KEY = "toy_alpha"  # measured.<key>: its record
@@ -71,3 +74,72 @@ def replan(job) -> Replanned:
 METHOD = Method(name=NAME, summary="a toy: drafts nothing, re-plans K from the α it claims", params=ToyParams,
                 drafter=lambda candidate, sm: None, record=Record(formats=((KEY, read_alpha),), build=keep),
                 replan=replan)
+
+
+# -- a toy draft source: all a new draft source needs to be a hybrid's fallback -----------------------------------
+# The model under its draft config's skip sets, as layer-skip with the full head is, written as a plug-in would
+# write it: a drafter, ``drafts_alone`` and the ``Tracing`` hooks (its traces for the surrogate, its record of them,
+# and that record read back for re-planning). tests/test_hybrid.py registers it with one line and checks that a
+# hybrid drafts, predicts, keeps and re-plans through it exactly as through layer-skip, with no line in hybrid.
+SOURCE = "toy-source"
+SOURCE_KEY = "toy_source_traces"  # measured.<key>: its traces, one per calibration sequence
+
+
+@dataclass(frozen=True)
+class SourceParams:
+    method: ClassVar[str] = SOURCE
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], *, draft: DraftConfig, num_layers: int) -> SourceParams:
+        check_keys(SOURCE, raw, cls)
+        draft.check_layers(num_layers)
+        return cls()
+
+    def to_pairs(self) -> tuple[tuple[str, Any], ...]:
+        return ()
+
+
+def _source_drafter(candidate, sm):
+    from skipsearch.decoding import LayerSkipDrafter
+
+    return None if candidate.draft.is_autoregressive else LayerSkipDrafter(candidate.draft)
+
+
+def read_traces(raw: Any, *, source: str = "<profile>") -> tuple[str, ...]:
+    traces = raw.get("traces") if isinstance(raw, dict) else None
+    if not isinstance(traces, list) or not all(isinstance(t, str) and is_base64(t) for t in traces):
+        raise ProfileError(f"{source}: measured.{SOURCE_KEY}.traces must list encoded traces")
+    return tuple(traces)
+
+
+def _measure(objective, candidate) -> Traced:
+    from skipsearch.surrogate import trace
+
+    rows = zip(objective.cal.prompts, objective.cal.continuations, objective.full_caches(), strict=True)
+    traces = tuple(trace(objective.sm, p, c, candidate.draft, cache=kv) for p, c, kv in rows)
+    return Traced(traces, objective.costs.draft_ratio(candidate.draft))
+
+
+def _keep_source(k, candidate) -> Kept:
+    from skipsearch.surrogate import aligned, trace_skip_sets
+
+    key = (candidate.draft.skip_attn, candidate.draft.skip_mlp)
+    traced = aligned(trace_skip_sets(k.objective.sm, k.objective.cal, [candidate.draft])[key], k.objective.cal)
+    return Kept(((SOURCE_KEY, {"traces": [encode_trace(t) for t in traced]}),))
+
+
+def _read_source(job, candidate) -> Traced:
+    if SOURCE_KEY not in job.extra:
+        raise ProfileError(f"{job.source}: keeps no {SOURCE} traces")
+    traces = tuple(decode_trace(t) for t in read_traces(job.extra[SOURCE_KEY], source=job.source))
+    job.check_costs(None)
+    return Traced(traces, job.target.cost_model().draft_ratio(candidate.draft), key=SOURCE_KEY)
+
+
+def _keep_own(k) -> Kept:
+    return _keep_source(k, k.candidate)
+
+
+SOURCE_METHOD = Method(name=SOURCE, summary="a toy draft source: the model under its skip sets", params=SourceParams,
+                       drafter=_source_drafter, record=Record(formats=((SOURCE_KEY, read_traces),), build=_keep_own),
+                       drafts_alone=True, traces=Tracing(measure=_measure, keep=_keep_source, read=_read_source))

@@ -23,8 +23,8 @@ from skipsearch.config import ConfigError
 from skipsearch.export import MANIFEST, MANIFEST_SCHEMA, ExportError, Written, get_engine
 from skipsearch.export import shapes as sh
 from skipsearch.files.errors import ProfileError
-from skipsearch.files.records import LOOKUP_KEY
 from skipsearch.files.targets import EXPORT, check_target
+from skipsearch.methods.ngram import LOOKUP_KEY
 from skipsearch.profile import BASELINES, Profile, load_profile, profile_to_dict
 
 

@@ -144,7 +144,7 @@ def save_costs_checked(cp, path: Path, *, replace: bool) -> Path:
 
 def draw_plot(plan, path: Path, *, replace: bool) -> None:
     """The (m, n) plan drawn to a PNG at ``path``, under the overwrite rule (a plot replaces only a plot)."""
-    from skipsearch.hier_closed_form import plot_plan
+    from skipsearch.methods.hierarchical.closed_form import plot_plan
 
     targets.check_target(path, targets.PLOT, replace=replace)
     plot_plan(plan, str(path))

@@ -66,7 +66,7 @@ def plan(
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
     from skipsearch import api
-    from skipsearch import hier_closed_form as planner
+    from skipsearch.methods.hierarchical import closed_form as planner
     warnings_to_stderr()
     say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
     command = " ".join(["skipsearch", *sys.argv[1:]])

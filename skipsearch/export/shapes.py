@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from skipsearch import methods
 from skipsearch.files.costs import COSTS_KEY
-from skipsearch.files.records import LOOKUP_KEY
 from skipsearch.methods import DraftModel, Lookup, Setting
+from skipsearch.methods.ngram import LOOKUP_KEY
 from skipsearch.profile import Measured, Profile
 
 

@@ -20,7 +20,11 @@ A *method* is what a profile's ``method:`` key names. Each package (or light mod
 - ``speculation``: what its candidates are as an engine-neutral speculative setting (a ``Setting``: a prompt
   lookup, a draft model, both, or nothing a serving engine runs), and the candidate it makes of a setting it
   expresses exactly (``skipsearch export`` reads them through ``setting_of`` and ``candidate_for``; None: its
-  candidates are nothing a serving engine runs).
+  candidates are nothing a serving engine runs);
+- ``drafts_alone`` and ``traces``: what it is as a draft source another method drafts through on the cycles that
+  method does not draft itself (a hybrid's fallback, on a lookup's miss): whether it can be handed such a cycle,
+  and, for a draft whose acceptance is its teacher-forced traces, the hooks that replay it with no timing (a
+  ``Tracing``). The other method asks any registered method for them and names none.
 
 Adding a method is one package (or module) plus its line in ``skipsearch/methods/__init__.py``.
 ``profile``, ``api``, ``cli``, ``optimize`` and ``device_replan`` read only the registry. A method's record, params
@@ -114,6 +118,35 @@ class Replanned:
     column: str = "best K and exit rule for the kept skip set"  # what each option's row shows
     method_params: tuple[tuple[str, Any], ...] | None = None  # the new profile's, where re-planning changes them
     extra: tuple[tuple[str, Any], ...] = ()  # measured entries the re-plan redoes (after the rest, replacing them)
+
+
+# -- a draft another method drafts through (a hybrid's fallback): what it reads of it ------------------------------
+@dataclass(frozen=True)
+class Traced:
+    """A draft's teacher-forced traces over a calibration, and what one of its steps costs."""
+
+    traces: tuple[Any, ...]  # one config.Trace per calibration sequence, in the calibration's order
+    c: float  # one draft step / one full step
+    note: str | None = None  # for people: an approximation c makes (e.g. a trimmed head's cost)
+    key: str | None = None  # the measured key a profile keeps them under, for messages (read back only)
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """The hooks of a draft whose acceptance is its teacher-forced traces (``config.Trace``: per position, whether
+    its argmax matched the full model's, and its top probability). A method that drafts through it replays the
+    traces cycle by cycle by the draft's exit rule and adaptive γ, as the draft's own surrogate does. Such a draft
+    is the model under its draft config, so the config's skip sets are its own. Each hook takes the draft as a
+    candidate of its own method."""
+
+    # (objective, candidate) -> its traces over the objective's calibration, one per sequence, and its c there
+    measure: Callable[[Any, Candidate], Traced]
+    # (keeping, candidate) -> its record, the traces lined up with the calibration's sequences (an empty trace where
+    # a continuation is empty); None where its record cannot price the draft (e.g. a trimmed head)
+    keep: Callable[[Keeping, Candidate], Kept | None]
+    # (job, candidate) -> its kept traces and its c under the job's cost file; one ProfileError line when the profile
+    # keeps none of this draft
+    read: Callable[[Replanning, Candidate], Traced]
 
 
 # -- a candidate as the speculative settings serving engines have (``skipsearch export``) ---------------------------
@@ -217,6 +250,12 @@ class Method:
     # shipped profiles). None: re-planning it needs no scheme's costs.
     replan_schemes: Callable[[Candidate, str], tuple[str, ...]] | None = None
     speculation: Speculation | None = None  # its candidates as serving engines' settings (None: none they run)
+    # Whether another method may hand its drafter the cycles that method does not draft (a hybrid's fallback on a
+    # lookup's miss): it drafts any one cycle from the model and the cache alone, up to the K its draft config is
+    # given. Not a lookup (it reads the tokens), CLaSp (its DP reads the verify pass, which only the engine hands
+    # it) or hierarchical (its K is m·(n+1), fixed by its params).
+    drafts_alone: bool = False
+    traces: Tracing | None = None  # a traced draft's hooks (see Tracing); None: where it drafts it can only be timed
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -370,6 +409,6 @@ def layers_param(method: str, value: Any, key: str, num_layers: int) -> tuple[in
 
 
 __all__ = ["REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError", "Record",
-           "Replanned", "Replanning", "Setting", "Speculation", "build_drafter", "candidate_for", "check_keys",
-           "choice_param", "get", "int_param", "layers_param", "names", "record_keys", "record_reader", "register",
-           "setting_of", "unregister"]
+           "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "build_drafter", "candidate_for",
+           "check_keys", "choice_param", "get", "int_param", "layers_param", "names", "record_keys", "record_reader",
+           "register", "setting_of", "unregister"]

@@ -9,22 +9,23 @@ model's, and sampling stays exact.
 
 ``method_params``:
 - ``min_n``, ``max_n``: the lookup's suffix lengths, as for ``ngram``;
-- ``fallback``: ``layer-skip``, ``fractal``, ``precision`` or ``none`` (lookup alone: what a search ships
-  when no fallback pays);
+- ``fallback``: a registered method that drafts alone (``Method.drafts_alone``: ``layer-skip``, ``fractal``,
+  ``precision``) or ``none`` (lookup alone: what a search ships when no fallback pays);
 - ``fallback_k``: the most tokens the fallback drafts in a cycle (default: K, the draft's
   ``max_draft_tokens``, which bounds the lookup's drafts and every draft);
 - the fallback's own ``method_params`` beside them (layer-skip: a trimmed head's ``vocab_subset``,
   ``vocab_ids``, ``vocab_sha256``; fractal: ``n``, ``w``, ...), validated by that method.
-The layer-skip or precision fallback's skip sets and exit rule are the profile's ``draft``.
+A traced fallback's skip sets and exit rule are the profile's ``draft`` (layer-skip, precision: ``Method.traces``).
 
 The drafter's report says what each source contributed: ``lookups``, ``lookup_hits``, ``ngram_drafted``,
 ``ngram_accepted``, ``ngram_seconds`` and ``fallback_cycles``, ``fallback_drafted``,
-``fallback_accepted``, ``fallback_seconds``. The surrogate replays the lookup exactly and, on a miss, the
-layer-skip or precision fallback over the same traces their own surrogates read (a fractal fallback can only
-be timed). The ``hybrid`` strategy searches it.
+``fallback_accepted``, ``fallback_seconds``. The surrogate replays the lookup exactly and, on a miss, a traced
+fallback over the same traces its own surrogate reads (``Method.traces``; any other fallback, e.g. fractal, can
+only be timed). The ``hybrid`` strategy searches it.
 
-Its record: the lookup record (as ``ngram``'s) and, for a layer-skip or precision fallback, that draft's traces
+Its record: the lookup record (as ``ngram``'s) and, for a traced fallback, that draft's own record of its traces
 lined up with the lookup's sequences; re-planning replays both, cycle by cycle, under another device's costs.
+Nothing here names a fallback: it asks the registry which methods draft alone and what they trace.
 """
 
 from __future__ import annotations
@@ -36,19 +37,9 @@ from typing import Any, ClassVar
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.draft import Drafter
 from skipsearch.files.errors import ProfileError
-from skipsearch.files.records import (
-    ACCEPTANCE_KEY,
-    LOOKUP_KEY,
-    PRECISION_KEY,
-    LookupRecord,
-    acceptance_from_dict,
-    acceptance_to_dict,
-    lookup_from_dict,
-    precision_from_dict,
-    record_acceptance,
-)
 from skipsearch.methods import ngram
 from skipsearch.methods.base import (
+    REGISTRY,
     Keeping,
     Kept,
     Method,
@@ -58,30 +49,43 @@ from skipsearch.methods.base import (
     Replanning,
     Setting,
     Speculation,
+    Traced,
+    Tracing,
     candidate_for,
     get,
     int_param,
     setting_of,
 )
-from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.ngram import (
+    LOOKUP_KEY,
+    LookupRecord,
     NgramDrafter,
     NgramIndex,
     NgramParams,
     check_n_range,
     cycle_measurement,
     leading_matches,
+    lookup_from_dict,
     replay_cycles,
 )
-from skipsearch.methods.precision import METHOD as PRECISION
-from skipsearch.methods.precision.replan import keep_draft, kept_precision, precision_ratio
+from skipsearch.methods.ngram import METHOD as NGRAM
 
 NONE = "none"  # no fallback: the lookup alone
-FALLBACKS = (LAYER_SKIP.name, FRACTAL.name, PRECISION.name, NONE)
-_SKIPPING = (LAYER_SKIP.name, PRECISION.name)  # fallbacks whose skip sets are the profile's draft.skip_*
 _OWN = ("min_n", "max_n", "fallback", "fallback_k")
+
+
+def fallbacks() -> tuple[str, ...]:
+    """What ``method_params.fallback`` may name: every registered method that drafts alone
+    (``Method.drafts_alone``), in registry order, then none."""
+    return (*(m.name for m in REGISTRY.values() if m.drafts_alone), NONE)
+
+
+def _tracing(fallback: Any) -> Tracing | None:
+    """The fallback's trace hooks (``Method.traces``): its skip sets are the profile's draft.skip_*, and the
+    surrogate, the record and re-planning replay it. None: none, or a fallback that can only be timed."""
+    method = REGISTRY.get(fallback) if isinstance(fallback, str) else None
+    return method.traces if method is not None else None
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,10 @@ class HybridParams:
 
     def __post_init__(self) -> None:
         check_n_range(self.method, self.min_n, self.max_n)
-        if self.fallback not in FALLBACKS:
+        allowed = fallbacks()
+        if self.fallback not in allowed:
             shown = self.fallback if isinstance(self.fallback, str) else type(self.fallback).__name__
-            raise ParamsError(f"hybrid: method_params.fallback must be one of {', '.join(FALLBACKS)}, got "
+            raise ParamsError(f"hybrid: method_params.fallback must be one of {', '.join(allowed)}, got "
                               f"{shown[:40]!r}")
         if self.fallback_k is not None:
             int_param(self.method, {"fallback_k": self.fallback_k}, "fallback_k", low=1)
@@ -108,7 +113,8 @@ class HybridParams:
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, draft: DraftConfig, num_layers: int) -> HybridParams:
         fallback = raw.get("fallback", cls.fallback)
-        theirs = () if fallback not in FALLBACKS[:3] else tuple(f.name for f in fields(get(fallback).params))
+        theirs = (tuple(f.name for f in fields(get(fallback).params)) if fallback != NONE and fallback in fallbacks()
+                  else ())
         for key in raw:
             if key not in _OWN and key not in theirs:
                 shown = key[:40] if isinstance(key, str) else type(key).__name__
@@ -116,7 +122,7 @@ class HybridParams:
                                   f"{fallback if isinstance(fallback, str) else '?'}: {', '.join((*_OWN, *theirs))})")
         params = cls(min_n=raw.get("min_n", cls.min_n), max_n=raw.get("max_n", cls.max_n), fallback=fallback,
                      fallback_k=raw.get("fallback_k"), fallback_params=tuple((k, raw[k]) for k in theirs if k in raw))
-        if params.fallback not in _SKIPPING and (draft.skip_attn or draft.skip_mlp):
+        if _tracing(params.fallback) is None and (draft.skip_attn or draft.skip_mlp):
             raise ParamsError(f"hybrid: draft.skip_attn and draft.skip_mlp must be empty with fallback "
                               f"{params.fallback} (they are the layer-skip fallback's)")
         k = draft.max_draft_tokens
@@ -209,8 +215,8 @@ def _drafter(candidate: Candidate, sm) -> HybridDrafter:
 
 class LookupThenFallback:
     """One calibration sequence's ``propose`` for ``ngram.replay_cycles``, by HybridDrafter's rule: the lookup
-    first; on a miss, the layer-skip or precision fallback (``source``, its draft config ``fallback``) walked over
-    its teacher-forced trace with its exit rule and adaptive γ (the decoder's own update). The surrogate
+    first; on a miss, the traced fallback (``source``, its draft config ``fallback``) walked over its
+    teacher-forced trace with its exit rule and adaptive γ (the decoder's own update). The surrogate
     (``_predict``) and re-planning (``replay_recorded``, from a profile's records) share it.
 
     ``lookup(seq, t, limit)`` is (drafted, accepted) on a hit, None on a miss; ``trace`` and ``fallback`` None:
@@ -241,33 +247,23 @@ class LookupThenFallback:
 
 
 def _predict(objective, candidate: Candidate):
-    """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the layer-skip fallback over its
-    traces (through its trimmed head, if any) with its exit rule and adaptive γ, charged c per draft token."""
+    """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the fallback over the traces its own
+    method measures (``Method.traces``: a layer-skip draft through its trimmed head, if any; a precision draft)
+    with its exit rule and adaptive γ, charged c per draft token."""
     from skipsearch import timing
-    from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)
-    if fb is not None and fb.method not in _SKIPPING:
+    tracing = _tracing(fb.method) if fb is not None else None
+    if fb is not None and tracing is None:
         raise ConfigError(f"hybrid: a {fb.method} fallback has no surrogate: time it (--objective timed)")
     t_start = timing.now()
-    k, cal = candidate.draft.max_draft_tokens, objective.cal
-    costs = objective.costs
-    traces: list = [None] * len(cal.prompts)
-    c = 0.0
-    if fb is not None and fb.method == PRECISION.name:
-        from skipsearch.methods.precision import traces_and_ratio
-
-        traces, c = traces_and_ratio(objective, fb)
-    elif fb is not None:
-        fb_params = LAYER_SKIP.parse(fb.params, draft=fb.draft, num_layers=objective.sm.num_layers)
-        costs = draft_costs(objective, fb_params)
-        traces = draft_traces(objective, fb.draft, fb_params)
-        c = costs.draft_ratio(fb.draft)
+    k, cal, costs = candidate.draft.max_draft_tokens, objective.cal, objective.costs
+    traced = tracing.measure(objective, fb) if tracing is not None else Traced((None,) * len(cal.prompts), 0.0)
     lookup_seconds = 0.0
     fallback_drafted = 0
     cycles = []
-    for prompt, cont, tr in zip(cal.prompts, cal.continuations, traces, strict=True):
+    for prompt, cont, tr in zip(cal.prompts, cal.continuations, traced.traces, strict=True):
         index = NgramIndex(params.min_n, params.max_n)
 
         def lookup(seq, t, limit, index=index, cont=cont):
@@ -281,71 +277,47 @@ def _predict(objective, candidate: Candidate):
                                      fb.draft if fb is not None else None, tr, len(cont))
         cycles += replay_cycles(prompt, cont, max_new_tokens=cal.max_new_tokens, propose=propose)
         fallback_drafted += propose.fallback_drafted
-    fallback_steps = fallback_drafted * c
-    matches = [m for tr in traces if tr is not None for m in tr.matches]
+    fallback_steps = fallback_drafted * traced.c
+    matches = [m for tr in traced.traces if tr is not None for m in tr.matches]
     lookup_steps = lookup_seconds / costs.step_seconds
-    fields = {"alpha": sum(matches) / len(matches), "cost_ratio": c} if fb is not None and matches else {}
+    fields = {"alpha": sum(matches) / len(matches), "cost_ratio": traced.c} if fb is not None and matches else {}
     return cycle_measurement(cycles, verify=costs.verify, draft_steps=fallback_steps, extra_steps=lookup_steps,
                              seconds=timing.now() - t_start, **fields)
 
 
 # -- the record, and re-planning K from it under another device's costs ---------------------------------------
-def _fallback(candidate: Candidate, method: str, num_layers: int) -> Candidate | None:
-    """The hybrid's fallback as a candidate of its own method, when that method is ``method``; else None (also for
-    params that do not parse: the profile's own checks say why)."""
-    params = candidate.plain_params()
-    if params.get("fallback") != method:
+def _fallback(candidate: Candidate, num_layers: int) -> Candidate | None:
+    """The hybrid's fallback as a candidate of its own method, where its params name one (a profile's always do);
+    None for none, and for params that do not parse (the profile's own checks say why)."""
+    if candidate.plain_params().get("fallback", NONE) == NONE:
         return None
     try:
-        return HybridParams.parse(params, draft=candidate.draft, num_layers=num_layers).fallback_candidate(
-            candidate.draft)
+        params = HybridParams.parse(candidate.plain_params(), draft=candidate.draft, num_layers=num_layers)
     except ConfigError:
         return None
-
-
-def precision_fallback(candidate: Candidate, num_layers: int) -> Candidate | None:
-    """A hybrid's precision fallback as a precision candidate; None otherwise."""
-    fb = _fallback(candidate, PRECISION.name, num_layers)
-    return fb if fb is not None and "scheme" in fb.plain_params() else None
-
-
-def layer_skip_fallback(candidate: Candidate, num_layers: int) -> Candidate | None:
-    """A hybrid's layer-skip fallback (with the full head) as a layer-skip candidate; None otherwise (no hybrid,
-    another fallback, or a trimmed head, whose cost a cost file does not price)."""
-    fb = _fallback(candidate, LAYER_SKIP.name, num_layers)
-    return fb if fb is not None and not fb.plain_params().get("vocab_subset") else None
+    return params.fallback_candidate(candidate.draft)
 
 
 def keep(k: Keeping) -> Kept:
-    """The lookup record (tokens only), and the fallback's traces, one per lookup sequence ("" where a
-    continuation is empty): a layer-skip fallback's as an acceptance record, a precision one's as its record (and
-    its scheme's costs). A fallback no record prices (fractal, a trimmed layer-skip head) keeps nothing."""
-    from skipsearch.surrogate import aligned, trace_skip_sets
-
-    layers = k.objective.sm.num_layers
-    precision, skipping = precision_fallback(k.candidate, layers), layer_skip_fallback(k.candidate, layers)
-    lookup = (k.candidate.plain_params().get("fallback", NONE) == NONE or precision is not None
-              or skipping is not None)
-    entries, schemes = list(ngram.keep_lookup(k).entries if lookup else ()), ()
-    if skipping is not None:
-        key = (skipping.draft.skip_attn, skipping.draft.skip_mlp)
-        sm, cal = k.objective.sm, k.objective.cal
-        traced = {key: aligned(trace_skip_sets(sm, cal, [DraftConfig(*key)])[key], cal)}
-        rec = record_acceptance(traced, workload=k.workload, architecture=k.architecture)
-        entries.append((ACCEPTANCE_KEY, acceptance_to_dict(rec)))
-    if precision is not None:
-        kept = keep_draft(k, precision)
-        entries += kept.entries
-        schemes = kept.schemes
-    return Kept(tuple(entries), schemes)
+    """The lookup record (tokens only) and a traced fallback's own record of its traces, one per lookup sequence
+    ("" where a continuation is empty; ``Tracing.keep``: a layer-skip fallback's as an acceptance record, a
+    precision one's as its record and its scheme's costs). A fallback no record prices (fractal, a trimmed
+    layer-skip head) keeps nothing."""
+    fb = _fallback(k.candidate, k.objective.sm.num_layers)
+    tracing = _tracing(fb.method) if fb is not None else None
+    theirs = tracing.keep(k, fb) if tracing is not None else None
+    if k.candidate.plain_params().get("fallback", NONE) != NONE and theirs is None:
+        return Kept()
+    theirs = theirs or Kept()
+    return Kept((*ngram.keep_lookup(k).entries, *theirs.entries), theirs.schemes)
 
 
-RECORD = Record(formats=((LOOKUP_KEY, lookup_from_dict), (ACCEPTANCE_KEY, acceptance_from_dict),
-                         (PRECISION_KEY, precision_from_dict)), build=keep)
+# the fallback's record is read by its own method's formats (the registry reads every key any method keeps)
+RECORD = Record(formats=((LOOKUP_KEY, lookup_from_dict),), build=keep)
 
 
 def replay_recorded(rec: LookupRecord, k: int, costs, *, fallback: DraftConfig | None = None,
-                    traces=(), c: float = 0.0, source: str = PRECISION.name):
+                    traces=(), c: float = 0.0, source: str = "fallback"):
     """Prompt lookup with K = ``k`` replayed cycle by cycle from the record by the engine's rules
     (ngram.replay_cycles), and, on a miss, the ``fallback`` draft (e.g. a precision draft) walked over ``traces``
     (one per recorded sequence) by LookupThenFallback, charged ``c`` per draft token: exact in acceptance; each
@@ -368,56 +340,37 @@ def replay_recorded(rec: LookupRecord, k: int, costs, *, fallback: DraftConfig |
     return cycle_measurement(cycles, verify=costs.verify, draft_steps=drafted * c, cost_ratio=c, **fields)
 
 
-def _fallback_parts(job: Replanning) -> tuple[Candidate, tuple, float, str | None, str, str]:
-    """The fallback draft, its kept traces, its c under the cost file and a note, its method, and the measured key
-    its traces are kept under; one line when the profile keeps none of them."""
-    profile, target = job.profile, job.target
-    if dict(profile.method_params).get("fallback") == PRECISION.name:
-        cand = precision_fallback(profile.candidate, profile.model.num_layers)
-        rec, pp = kept_precision(job, cand)
-        c, note = precision_ratio(target.costs, profile.model.num_layers, cand.draft, pp, source=job.costs_source,
-                                  vocab_size=rec.vocab_size, device=target.device)
-        return cand, rec.decoded(), c, note, PRECISION.name, PRECISION_KEY
-    cand = layer_skip_fallback(profile.candidate, profile.model.num_layers)
-    extra = job.extra
-    acc = acceptance_from_dict(extra[ACCEPTANCE_KEY], source=job.source) if ACCEPTANCE_KEY in extra else None
-    kept = [t for t in (acc.skip_sets if acc else ()) if cand is not None
-            and (t.skip_attn, t.skip_mlp) == (cand.draft.skip_attn, cand.draft.skip_mlp)]
-    if cand is None or not kept:
-        raise ProfileError(f"{job.source}: keeps no traces of its layer-skip fallback (measured.{ACCEPTANCE_KEY}"
-                           f"{'' if cand else '; a trimmed head is not priced by a cost file'}); run optimize again")
-    job.check_costs(acc.architecture or job.weights_architecture)
-    c = target.cost_model().draft_ratio(cand.draft)
-    return cand, kept[0].decoded(), c, None, LAYER_SKIP.name, ACCEPTANCE_KEY
-
-
 def replan(job: Replanning) -> Replanned:
-    """Without a fallback, prompt lookup's re-plan (``ngram.replan``). With a precision or layer-skip fallback, K
-    re-chosen for the cost file by replaying the lookup record and, on a miss, the fallback over its kept traces
-    (LookupThenFallback, as the surrogate), the fallback charged the c the cost file gives it (a precision draft's
-    from its scheme costs, a layer-skip draft's from the per-sublayer costs). A ``fallback_k`` above the new K is
-    lowered to it."""
+    """Without a fallback, prompt lookup's re-plan (``ngram.replan``). With a traced fallback, K re-chosen for the
+    cost file by replaying the lookup record and, on a miss, the fallback over its kept traces
+    (LookupThenFallback, as the surrogate), the fallback charged the c the cost file gives it (``Tracing.read``: a
+    precision draft's from its scheme costs, a layer-skip draft's from the per-sublayer costs). A ``fallback_k``
+    above the new K is lowered to it."""
     profile = job.profile
     params = dict(profile.method_params)
     fallback = params.get("fallback", NONE)
     if fallback == NONE:
         return ngram.replan(job)
-    if fallback not in (PRECISION.name, LAYER_SKIP.name):
+    tracing = _tracing(fallback)
+    if tracing is None:
         raise ConfigError(f"{job.source}: re-planning a hybrid profile with a {fallback} fallback is not "
                           f"supported (its draft passes have no record); plan it again on the device")
     lookup = ngram.kept_lookup(job)
-    cand, traces, c, note, fb_source, key = _fallback_parts(job)
+    cand = HybridParams.parse(params, draft=profile.draft, num_layers=profile.model.num_layers).fallback_candidate(
+        profile.draft)
+    theirs = tracing.read(job, cand)
+    traces = theirs.traces
     if len(traces) != len(lookup.sequences) or any(
             tr.matches and len(tr.matches) != len(seq) + 1 for tr, seq in zip(traces, lookup.positions(), strict=True)):
-        raise ProfileError(f"{job.source}: measured.{key} and measured.{LOOKUP_KEY} were not recorded over the "
-                           f"same calibration sequences; run optimize again")
+        raise ProfileError(f"{job.source}: measured.{theirs.key} and measured.{LOOKUP_KEY} were not recorded over "
+                           f"the same calibration sequences; run optimize again")
     costs, fallback_k = job.target.cost_model(), params.get("fallback_k")
     searched = profile.draft.max_draft_tokens
     ks = sorted({k for k in (*ngram.LOOKUP_K_VALUES, searched) if 1 <= k <= lookup.max_k})
 
     def predicted(k: int):
         fallback = replace(cand.draft, max_draft_tokens=min(fallback_k or k, k))
-        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=c, source=fb_source)
+        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=theirs.c, source=cand.method)
 
     scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
     options = tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)
@@ -427,18 +380,19 @@ def replan(job: Replanning) -> Replanned:
     if k and fallback_k is not None and fallback_k > k:
         lowered = tuple((n, k if n == "fallback_k" else v) for n, v in profile.method_params)
     shown = ", ".join(str(c.max_draft_tokens) for c, _ in options)
-    basis = (f"its lookup record and its precision fallback's traces, K of {shown}" if key == PRECISION_KEY else
-             f"its lookup record, K of {shown}")
-    return Replanned(replace(profile.draft, max_draft_tokens=k), m, draft, options, note, basis=basis,
+    return Replanned(replace(profile.draft, max_draft_tokens=k), m, draft, options, theirs.note,
+                     basis=f"its lookup record and its {cand.method} fallback's traces, K of {shown}",
                      method_params=lowered)
 
 
 def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
-    # only a precision fallback is re-planned from scheme costs (a fractal fallback's passes keep no record)
-    if candidate.plain_params().get("fallback") != PRECISION.name:
+    # a traced fallback's schemes, as its own method names them (a fractal fallback's passes keep no record)
+    fallback = candidate.plain_params().get("fallback")
+    method = REGISTRY.get(fallback) if isinstance(fallback, str) else None
+    if method is None or method.traces is None or method.replan_schemes is None:
         return ()
     own = tuple((k, v) for k, v in candidate.params if k not in _OWN)
-    return PRECISION.replan_schemes(Candidate(PRECISION.name, candidate.draft, own), device)
+    return method.replan_schemes(Candidate(fallback, candidate.draft, own), device)
 
 
 # -- as serving engines' settings -------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ and renormalised. So the output distribution is the full model's.
 (``_predict``) is exact in acceptance: the draft depends on tokens only, so replaying the full model's
 greedy continuation cycle by cycle (``replay_cycles``) drafts and accepts what decoding does.
 
-Its record (``files.records.LookupRecord``): what the lookup proposes at each output position of the calibration
-and how much of it matches, one fact per position whatever K is. Re-planning replays every K from it under
+Its record (``LookupRecord``, ``measured.lookup``): what the lookup proposes at each output position of the
+calibration and how much of it matches, one fact per position whatever K is. Re-planning replays every K from it under
 another device's v(k) (``replan``), exactly in acceptance and with no model.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from skipsearch.config import AUTOREGRESSIVE, NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.draft import Draft, Drafter
 from skipsearch.files.errors import ProfileError
-from skipsearch.files.records import LOOKUP_KEY, NO_HIT, LookupRecord, lookup_from_dict, lookup_to_dict
+from skipsearch.files.records import MATCH_ENCODING, NO_HIT, known_keys, match_sequences, optional_strings, read_record
 from skipsearch.methods.base import (
     Keeping,
     Kept,
@@ -223,7 +223,61 @@ def cycle_measurement(cycles: Sequence[tuple[str, int, int, int]], *, verify: Ca
                        acceptance_rate=accepted / drafted if drafted else None, seconds=seconds, **fields)
 
 
-# -- the record, and re-planning K from it under another device's costs ---------------------------------------
+# -- the lookup record: prompt lookup's acceptance, exact from the tokens alone ---------------------------------
+# A lookup draft depends on the tokens so far only, and greedy output is the full model's whatever K is, so what
+# the lookup proposes at each output position, and how much of it matches, is one fact per position: a cycle at
+# position t with K drafts min(K, limit) tokens on a hit and accepts min(matched_t, those). The record keeps, per
+# calibration sequence, one byte per position t = 1 .. len - 1 (files.records.MATCH_ENCODING): NO_HIT, or
+# matched_t capped at max_k.
+LOOKUP_KEY = "lookup"  # measured.<key> of an ngram or hybrid profile
+LOOKUP_ENCODING = MATCH_ENCODING
+
+
+@dataclass(frozen=True)
+class LookupRecord:
+    min_n: int
+    max_n: int
+    max_k: int
+    max_new_tokens: int  # the calibration's: a cycle drafts at most max_new_tokens - t - 1 tokens
+    sequences: tuple[str, ...]  # encoded, one per calibration sequence
+    workload: str | None = None
+
+    def positions(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(base64.b64decode(s)) for s in self.sequences)
+
+    def hit_rate(self) -> float:
+        seqs = [b for seq in self.positions() for b in seq]
+        return sum(b != NO_HIT for b in seqs) / len(seqs) if seqs else 0.0
+
+
+def lookup_to_dict(rec: LookupRecord) -> dict:
+    out: dict[str, Any] = {"encoding": LOOKUP_ENCODING, "min_n": rec.min_n, "max_n": rec.max_n, "max_k": rec.max_k,
+                           "max_new_tokens": rec.max_new_tokens}
+    if rec.workload:
+        out["workload"] = rec.workload
+    out["hit_rate"] = round(rec.hit_rate(), 4)
+    out["sequences"] = list(rec.sequences)
+    return out
+
+
+def lookup_from_dict(raw: Any, *, source: str = "<profile>") -> LookupRecord:
+    """Validate ``measured.lookup``; every problem is one ProfileError line."""
+    path, raw = read_record(raw, LOOKUP_KEY, LOOKUP_ENCODING, source)
+    known_keys(raw, ("encoding", "min_n", "max_n", "max_k", "max_new_tokens", "workload", "hit_rate", "sequences"),
+               path, source)
+    ints = {}
+    for key, low in (("min_n", 1), ("max_n", 1), ("max_k", 1), ("max_new_tokens", 1)):
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (key == "max_k" and value >= NO_HIT):
+            raise ProfileError(f"{source}: {path}.{key} must be an integer >= {low}"
+                               + (f" and < {NO_HIT}" if key == "max_k" else ""))
+        ints[key] = value
+    seqs = match_sequences(raw, path, source, most=ints["max_k"], what="max_k")
+    (workload,) = optional_strings(raw, ("workload",), path, source)
+    return LookupRecord(ints["min_n"], ints["max_n"], ints["max_k"], ints["max_new_tokens"], seqs, workload)
+
+
+# -- re-planning K from the lookup record under another device's costs ------------------------------------------
 LOOKUP_MAX_K = 16  # the largest K a lookup record can re-plan
 LOOKUP_K_VALUES = (1, 2, 3, 4, 6, 8, 10, 12, 16)  # the K re-planning tries (NgramStrategy's grid and more)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skipsearch.files.errors import ProfileError
-from skipsearch.files.records import ACCEPTANCE_KEY, AcceptanceRecord, acceptance_from_dict
 from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning
+from skipsearch.methods.layer_skip import ACCEPTANCE_KEY, AcceptanceRecord, acceptance_from_dict
 from skipsearch.methods.layer_skip.replan import keep as keep_skip_sets
 from skipsearch.methods.layer_skip.replan import kept_traces, replan_record
 

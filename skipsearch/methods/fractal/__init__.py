@@ -3,8 +3,9 @@
 ``method_params`` are n (fractal layers), w (draft slots), the layers they sit in front of, the
 quantization scheme and the slot token. The package holds the compressed copy
 (``compressed.py``), the draft pass and drafter (``drafter.py``), the params (``params.py``), and its record
-and re-plan (``surrogate.py`` makes the record, ``replan.py`` prices it under another device's costs); the
-``fractal`` strategy (an (n, w) grid on Optuna's GridSampler, every point timed) searches it.
+(``record.py``; ``surrogate.py`` makes it) and re-plan (``replan.py`` prices it under another device's costs); the
+``fractal`` strategy (an (n, w) grid on Optuna's GridSampler, every point timed) searches it. As a hybrid's
+fallback it drafts alone (where it drafts there it is timed: its record is of its own cycles).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.methods.base import Method, ParamsError
 from skipsearch.methods.fractal.params import MAX_W, SCHEMES, FractalParams, even_positions, resolve_scheme
+from skipsearch.methods.fractal.record import FRACTAL_KEY, FractalRecord, fractal_from_dict, fractal_to_dict
 from skipsearch.methods.fractal.replan import RECORD, replan
 
 
@@ -59,9 +61,11 @@ METHOD = Method(
     record=RECORD,
     replan=replan,
     replan_schemes=_replan_schemes,
+    drafts_alone=True,
 )
 
 
 # The compressed copy (compressed.py) and the draft pass and drafter (drafter.py) load torch: import them from
 # their modules.
-__all__ = ["MAX_W", "METHOD", "SCHEMES", "FractalParams", "even_positions", "resolve_scheme"]
+__all__ = ["FRACTAL_KEY", "MAX_W", "METHOD", "SCHEMES", "FractalParams", "FractalRecord", "even_positions",
+           "fractal_from_dict", "fractal_to_dict", "resolve_scheme"]

@@ -1,6 +1,6 @@
 """Fractal's record and re-plan: whether its (n, w) draft pays under another device's costs.
 
-The record (``files.records.FractalRecord``, made by ``surrogate.record``) is the draft's acceptance cycle by
+The record (``record.FractalRecord``, made by ``surrogate.record``) is the draft's acceptance cycle by
 cycle; a pass is priced from the cost file (``pass_ratio``). K is the draft's own w + n + 1, or 0: a shorter K
 would shrink w, another draft, which the record does not cover.
 """
@@ -12,9 +12,10 @@ from dataclasses import replace
 
 from skipsearch.files.costs import Costs
 from skipsearch.files.errors import CostsError, NoRecordError, ProfileError
-from skipsearch.files.records import FRACTAL_KEY, NO_HIT, FractalRecord, fractal_from_dict, fractal_to_dict
+from skipsearch.files.records import NO_HIT
 from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning
 from skipsearch.methods.fractal.params import FractalParams
+from skipsearch.methods.fractal.record import FRACTAL_KEY, FractalRecord, fractal_from_dict, fractal_to_dict
 
 
 def keep(k: Keeping) -> Kept:

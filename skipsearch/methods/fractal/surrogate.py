@@ -4,7 +4,7 @@ The fractal strategy times every point (no surrogate ranks its candidates), but 
 say, on another device, whether its draft pays there. Its two halves:
 - acceptance (``record``): the calibration's greedy continuations walked cycle by cycle as the engine decodes
   them, one draft pass per cycle from the committed prefix (the full model's KV) and the pending token; the
-  leading matches of what it drafts against the full model's output (files.records.FractalRecord). That is
+  leading matches of what it drafts against the full model's output (record.FractalRecord). That is
   what the engine's cycles accept, with one difference: the record's passes read the KV of one
   teacher-forced forward, the engine's the KV its verify forwards wrote. Those differ by float rounding, which
   the fractal layers' own argmax choices now and then turn into another draft token. It belongs to the model
@@ -28,10 +28,11 @@ from typing import Any
 import torch
 
 from skipsearch.config import GREEDY, ConfigError
-from skipsearch.files.records import NO_HIT, FractalRecord
+from skipsearch.files.records import NO_HIT
 from skipsearch.methods.fractal.compressed import CompressedModel, compressed_model
 from skipsearch.methods.fractal.drafter import FractalDrafter, draft_pass
 from skipsearch.methods.fractal.params import FractalParams, resolve_scheme
+from skipsearch.methods.fractal.record import FractalRecord
 from skipsearch.surrogate import Calibration, full_cache, measure_stand_ins
 
 

@@ -2,9 +2,11 @@
 
 The draft config is M_q's skip sets, with K = m·(n+1) and no exit rule; ``method_params`` give m, n and
 M_s's skip sets. The package holds the
-``Hierarchy`` and the params (``params.py``), the three-level drafter (``drafter.py``) and its re-plan
-(``replan.py``: m and n re-chosen from the α and β it keeps). It has no strategy of its own: ``skipsearch plan``
-chooses (m, n) by the planner's closed forms and writes the profile.
+``Hierarchy`` and the params (``params.py``), the three-level drafter (``drafter.py``), its re-plan (``replan.py``:
+m and n re-chosen from the α and β it keeps), the planner's closed forms over (m, n) (``closed_form.py``, no torch)
+and the planner on the model (``planner.py``: α and β traced, the three levels timed, the plan validated). It has no
+strategy of its own: ``skipsearch plan`` chooses (m, n) by the planner and writes the profile
+(``skipsearch.api.planning``, which also reads a study's skip sets into the planner's front).
 """
 
 from __future__ import annotations

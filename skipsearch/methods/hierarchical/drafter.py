@@ -21,7 +21,7 @@ before M_q's forward; M_q's KV for accepted tokens stays for later rounds; the e
   from layer 0's cache length, which must then be the length of every attention that runs.
 
 The measuring half (α, β teacher-forced; c, c_s, v(k) timed with the one timer) and the predicted
-against measured run behind ``skipsearch plan`` live in hier_planner.py.
+against measured run behind ``skipsearch plan`` live in planner.py, its closed forms in closed_form.py.
 """
 
 from __future__ import annotations

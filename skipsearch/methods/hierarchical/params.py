@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, thaw
-from skipsearch.hier_closed_form import check_shape
 from skipsearch.methods.base import ParamsError, check_keys, layers_param
+from skipsearch.methods.hierarchical.closed_form import check_shape
 
 
 @dataclass(frozen=True)

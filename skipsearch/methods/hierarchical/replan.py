@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from skipsearch.config import DraftConfig
 from skipsearch.files.errors import ProfileError
-from skipsearch.hier_closed_form import PlanInputs, plan_table
 from skipsearch.measure import Measurement
 from skipsearch.methods.base import Replanned, Replanning
+from skipsearch.methods.hierarchical.closed_form import PlanInputs, plan_table
 from skipsearch.methods.hierarchical.params import Hierarchy, hierarchy_from_profile, hierarchy_to_profile_fields
 
 NOTE = ("α and β are the profile's (teacher-forced on the model: no hardware in them); c, c_s and v(k) the "

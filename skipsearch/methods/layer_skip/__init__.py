@@ -17,8 +17,9 @@ The search builds the subset from token frequencies in its calibration data (``f
 The package holds the params (``params.py``), the drafter and trimmed head (``drafter.py``; the drafter
 class itself is the engine's ``decoding.LayerSkipDrafter``, which ``generate(config=...)`` builds) and the
 surrogate (``surrogate.py``): trace-and-replay over skipsearch.surrogate; with a trimmed head the traces
-run through that head and the replay charges the draft step less the head's measured saving. Its record and
-re-plan (``replan.py``): the traces of the shortlisted skip sets, replayed under another device's costs.
+run through that head and the replay charges the draft step less the head's measured saving. Its record
+(``record.py``): the traces of the shortlisted skip sets; its re-plan (``replan.py``) replays them under another
+device's costs. As a hybrid's fallback it drafts alone, and its traces (``Method.traces``) are replayed there.
 Strategies ``tpe``, ``bayes`` and ``clasp`` search the skip sets (``tpe`` is the entry); ``hybrid``
 searches V' over a shortlist of skip sets.
 """
@@ -26,7 +27,7 @@ searches V' over a shortlist of skip sets.
 from __future__ import annotations
 
 from skipsearch.config import Candidate, DraftConfig
-from skipsearch.methods.base import Method
+from skipsearch.methods.base import Method, Traced, Tracing
 from skipsearch.methods.layer_skip.params import (
     SUBSET_KEYS,
     LayerSkipParams,
@@ -35,7 +36,16 @@ from skipsearch.methods.layer_skip.params import (
     frequent_tokens,
     subset_sha256,
 )
-from skipsearch.methods.layer_skip.replan import RECORD, replan
+from skipsearch.methods.layer_skip.record import (
+    ACCEPTANCE_KEY,
+    MAX_KEPT,
+    AcceptanceRecord,
+    SkipSetTraces,
+    acceptance_from_dict,
+    acceptance_to_dict,
+    record_acceptance,
+)
+from skipsearch.methods.layer_skip.replan import RECORD, keep_draft, read_draft, replan
 
 
 def _drafter(candidate: Candidate, sm):
@@ -55,6 +65,15 @@ def _predict(objective, candidate: Candidate):
     return predict(objective, candidate, params)
 
 
+def _traces(objective, candidate: Candidate) -> Traced:
+    """The draft's traces through its skips and head, and its c less what a trimmed head saves (its surrogate's)."""
+    from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
+
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
+    c = draft_costs(objective, params).draft_ratio(candidate.draft)
+    return Traced(tuple(draft_traces(objective, candidate.draft, params)), c)
+
+
 def _example(num_layers: int) -> Candidate:
     mid = num_layers // 2
     return Candidate(LayerSkipParams.method, DraftConfig(skip_attn=(mid,), skip_mlp=(mid,), max_draft_tokens=3))
@@ -70,9 +89,12 @@ METHOD = Method(
     predict=_predict,
     record=RECORD,
     replan=replan,
+    drafts_alone=True,
+    traces=Tracing(measure=_traces, keep=keep_draft, read=read_draft),
 )
 
 
 # The drafter (drafter.py) and the surrogate (surrogate.py) load torch: import them from their modules.
-__all__ = ["METHOD", "SUBSET_KEYS", "LayerSkipParams", "decode_ids", "encode_ids", "frequent_tokens",
-           "subset_sha256"]
+__all__ = ["ACCEPTANCE_KEY", "MAX_KEPT", "METHOD", "SUBSET_KEYS", "AcceptanceRecord", "LayerSkipParams",
+           "SkipSetTraces", "acceptance_from_dict", "acceptance_to_dict", "decode_ids", "encode_ids", "frequent_tokens",
+           "record_acceptance", "subset_sha256"]

@@ -3,7 +3,7 @@
 Acceptance belongs to the model, the skip set and the workload: one trace per calibration sequence, the draft's
 per-position agreement with the full model and its top probability (``surrogate.trace``). A trace does not depend
 on K or the exit rule, only on the skip set, so the profile keeps the traces of its shortlist's skip sets
-(``files.records.AcceptanceRecord``) and re-planning replays every K and exit rule of a small grid on each under
+(``record.AcceptanceRecord``) and re-planning replays every K and exit rule of a small grid on each under
 the other costs (``surrogate.replan_skip_set``), with no model. torch loads only when a record is made or replayed.
 """
 
@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from skipsearch.config import AUTOREGRESSIVE, DraftConfig
+from skipsearch.config import AUTOREGRESSIVE, Candidate, DraftConfig
 from skipsearch.files.errors import NoRecordError, ProfileError
-from skipsearch.files.records import (
+from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning, Traced
+from skipsearch.methods.layer_skip.params import LayerSkipParams
+from skipsearch.methods.layer_skip.record import (
     ACCEPTANCE_KEY,
     MAX_KEPT,
     AcceptanceRecord,
@@ -22,8 +24,6 @@ from skipsearch.files.records import (
     acceptance_to_dict,
     record_acceptance,
 )
-from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning
-from skipsearch.methods.layer_skip.params import LayerSkipParams
 
 
 def keep(k: Keeping) -> Kept:
@@ -50,6 +50,42 @@ def keep(k: Keeping) -> Kept:
 RECORD = Record(formats=((ACCEPTANCE_KEY, acceptance_from_dict),), build=keep)
 
 
+# -- as a draft another method drafts through (Method.traces: a hybrid's fallback) ------------------------------
+def _priced(cand: Candidate) -> bool:
+    # a cost file prices the skipped sublayers, not a trimmed head's saving
+    return not cand.plain_params().get("vocab_subset")
+
+
+def keep_draft(k: Keeping, cand: Candidate) -> Kept | None:
+    """The acceptance record of ``cand``'s skip set alone, its traces lined up with the calibration's sequences (an
+    empty trace where a continuation is empty); None for a trimmed head, which a cost file does not price."""
+    from skipsearch.surrogate import aligned, trace_skip_sets
+
+    if not _priced(cand):
+        return None
+    key = (cand.draft.skip_attn, cand.draft.skip_mlp)
+    sm, cal = k.objective.sm, k.objective.cal
+    traced = {key: aligned(trace_skip_sets(sm, cal, [DraftConfig(*key)])[key], cal)}
+    rec = record_acceptance(traced, workload=k.workload, architecture=k.architecture)
+    return Kept(((ACCEPTANCE_KEY, acceptance_to_dict(rec)),))
+
+
+def read_draft(job: Replanning, cand: Candidate) -> Traced:
+    """``cand``'s skip set's kept traces, and its c from the cost file's per-sublayer costs; one line when the
+    profile keeps none of them (or ``cand`` has a trimmed head)."""
+    extra = job.extra
+    acc = acceptance_from_dict(extra[ACCEPTANCE_KEY], source=job.source) if ACCEPTANCE_KEY in extra else None
+    priced = _priced(cand)
+    kept = [t for t in (acc.skip_sets if acc else ()) if priced
+            and (t.skip_attn, t.skip_mlp) == (cand.draft.skip_attn, cand.draft.skip_mlp)]
+    if not kept:
+        raise ProfileError(f"{job.source}: keeps no traces of its layer-skip fallback (measured.{ACCEPTANCE_KEY}"
+                           f"{'' if priced else '; a trimmed head is not priced by a cost file'}); run optimize again")
+    job.check_costs(acc.architecture or job.weights_architecture)
+    return Traced(kept[0].decoded(), job.target.cost_model().draft_ratio(cand.draft), key=ACCEPTANCE_KEY)
+
+
+# -- re-planning the profile's own draft ----------------------------------------------------------------------
 def kept_traces(job: Replanning) -> AcceptanceRecord:
     """The profile's acceptance record, once its cost file is checked against the profile's model; a
     ``NoRecordError`` (after the checks: the caller may trace the draft on the model next) when it keeps none."""
@@ -83,4 +119,4 @@ def replan(job: Replanning) -> Replanned:
     return replan_record(rec, job.target.cost_model(), k_values=job.k_values, also=(job.profile.draft,))
 
 
-__all__ = ["RECORD", "keep", "kept_traces", "replan", "replan_record"]
+__all__ = ["RECORD", "keep", "keep_draft", "kept_traces", "read_draft", "replan", "replan_record"]

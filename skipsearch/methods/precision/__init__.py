@@ -7,16 +7,18 @@ model's own embeddings, norms and KV cache with quantized stand-ins swapped in
 own; verification is the plain full forward, so greedy output is the full model's and sampling
 stays exact. Schemes and their kernels: ``params.SCHEMES``; a device without the kernel is refused
 in one line before the model loads (``check_device``). The ``precision`` strategy searches it;
-the surrogate is teacher-forced agreement replayed with the measured per-sublayer scheme costs. Its record and
-re-plan (``replan.py``): the draft's traces, its c re-priced from another device's scheme costs.
+the surrogate is teacher-forced agreement replayed with the measured per-sublayer scheme costs. Its record
+(``record.py``): the draft's traces; its re-plan (``replan.py``): c re-priced from another device's scheme costs.
+As a hybrid's fallback it drafts alone, and its traces (``Method.traces``) are replayed there.
 """
 
 from __future__ import annotations
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.methods.base import DraftModel, Method, ParamsError, Setting, Speculation
+from skipsearch.methods.base import DraftModel, Method, ParamsError, Setting, Speculation, Traced, Tracing
 from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme, device_scheme
-from skipsearch.methods.precision.replan import RECORD, replan
+from skipsearch.methods.precision.record import PRECISION_KEY, PrecisionRecord, precision_from_dict, precision_to_dict
+from skipsearch.methods.precision.replan import RECORD, keep_traced, read_draft, replan
 
 
 def check_scheme(scheme: str, device) -> None:
@@ -71,6 +73,11 @@ def traces_and_ratio(objective, candidate: Candidate) -> tuple[list, float]:
     c = draft_ratio(scheme_cost(objective, params.scheme), candidate.draft, params, sm.num_layers,
                     saving=head_saving(objective, params))
     return draft_traces(objective, candidate.draft, params), c
+
+
+def _traces(objective, candidate: Candidate) -> Traced:
+    traces, c = traces_and_ratio(objective, candidate)
+    return Traced(tuple(traces), c)
 
 
 def measure_scheme_costs(sm, context, schemes, *, repeats: int = 9):
@@ -133,10 +140,13 @@ METHOD = Method(
     replan=replan,
     replan_schemes=_replan_schemes,
     speculation=Speculation(setting=_setting, candidate=_candidate),
+    drafts_alone=True,
+    traces=Tracing(measure=_traces, keep=keep_traced, read=read_draft),
 )
 
-__all__ = ["METHOD", "SCHEMES", "PrecisionParams", "Scheme", "check_device", "check_scheme", "device_scheme",
-           "measure_scheme_costs", "quantized_assistant", "traces_and_ratio"]
+__all__ = ["METHOD", "PRECISION_KEY", "SCHEMES", "PrecisionParams", "PrecisionRecord", "Scheme", "check_device",
+           "check_scheme", "device_scheme", "measure_scheme_costs", "precision_from_dict", "precision_to_dict",
+           "quantized_assistant", "traces_and_ratio"]
 
 
 def quantized_assistant(sm):

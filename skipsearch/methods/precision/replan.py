@@ -2,7 +2,7 @@
 
 A precision draft's acceptance belongs to the model, its roles (skipped, full and quantized sublayers, the head)
 and its scheme's numerics, not to the device's speed: the profile keeps its teacher-forced traces
-(``files.records.PrecisionRecord``) and the scheme's per-sublayer costs on the searching device (in
+(``record.PrecisionRecord``) and the scheme's per-sublayer costs on the searching device (in
 ``measured.costs.schemes``). Re-planning prices c from another device's scheme costs (``precision_ratio``) and
 replays the traces at each K with the best exit rule. A hybrid's precision fallback reads the same parts.
 """
@@ -15,15 +15,10 @@ from typing import Any
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.files.costs import Costs
 from skipsearch.files.errors import CostsError, ProfileError
-from skipsearch.files.records import (
-    PRECISION_KEY,
-    PrecisionRecord,
-    encode_trace,
-    precision_from_dict,
-    precision_to_dict,
-)
-from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning
+from skipsearch.files.records import encode_trace
+from skipsearch.methods.base import Keeping, Kept, Record, Replanned, Replanning, Traced
 from skipsearch.methods.precision.params import SCHEMES, PrecisionParams
+from skipsearch.methods.precision.record import PRECISION_KEY, PrecisionRecord, precision_from_dict, precision_to_dict
 
 
 def record_precision(traces, draft: DraftConfig, params: PrecisionParams, *, vocab_size: int | None = None,
@@ -123,6 +118,27 @@ def kept_precision(job: Replanning, cand: Candidate | None) -> tuple[PrecisionRe
     return rec, params
 
 
+# -- as a draft another method drafts through (Method.traces: a hybrid's fallback) ------------------------------
+def _named(cand: Candidate) -> Candidate | None:
+    # a draft whose params name no scheme keeps no record (as a precision profile's own, see keep)
+    return cand if "scheme" in cand.plain_params() else None
+
+
+def keep_traced(k: Keeping, cand: Candidate) -> Kept | None:
+    """``keep_draft`` of ``cand``, lined up with the calibration's sequences; None where its params name no scheme."""
+    return keep_draft(k, cand) if _named(cand) is not None else None
+
+
+def read_draft(job: Replanning, cand: Candidate) -> Traced:
+    """``cand``'s kept traces (``kept_precision``) and its c from the cost file's scheme costs
+    (``precision_ratio``), with the note of any approximation that makes."""
+    rec, params = kept_precision(job, _named(cand))
+    c, note = precision_ratio(job.target.costs, job.profile.model.num_layers, cand.draft, params,
+                              source=job.costs_source, vocab_size=rec.vocab_size, device=job.target.device)
+    return Traced(rec.decoded(), c, note, key=PRECISION_KEY)
+
+
+# -- re-planning the profile's own draft ----------------------------------------------------------------------
 def replan(job: Replanning) -> Replanned:
     """c re-priced from the cost file's scheme costs (``precision_ratio``), then, for each K, the layer-skip replay
     over the kept traces with the best exit rule."""
@@ -147,5 +163,5 @@ def replan(job: Replanning) -> Replanned:
                      basis=f"its precision draft's traces ({profile.candidate.param('scheme', '?')}), K of {shown}")
 
 
-__all__ = ["RECORD", "keep", "keep_draft", "kept_precision", "missing_scheme", "precision_ratio", "record_precision",
-           "replan"]
+__all__ = ["RECORD", "keep", "keep_draft", "keep_traced", "kept_precision", "missing_scheme", "precision_ratio",
+           "read_draft", "record_precision", "replan"]

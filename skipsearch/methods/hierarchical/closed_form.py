@@ -8,7 +8,7 @@ Two acceptance processes are modelled here, both under the paper's i.i.d. assump
   tokens then one M_q token, and M_p checks every token itself: M_s tokens pass with β, M_q tokens
   with α, up to the first rejection. Expected tokens per cycle: Theorem 3.2; time improvement with
   free verification: Theorem 3.4.
-- ``composed``: the decoder we run (hierarchical.py), lossless by composition. Each of m rounds,
+- ``composed``: the decoder we run (drafter.py), lossless by composition. Each of m rounds,
   M_s drafts n tokens and M_q verifies them by standard speculative decoding, so a round yields
   G = A + 1 M_q tokens (A ~ leading β-successes, at most n). M_p then verifies the whole block of
   B = G_1 + ... + G_m tokens, each an M_q token, so each passes with α. Here β is M_s's acceptance

@@ -1,21 +1,24 @@
-"""``skipsearch plan`` with a model: measure the planner's inputs, plan, and hold the plan to account.
+"""The hierarchical planner on the model: measure its inputs, plan, and hold the plan to account.
 
-Stages (each reuses the one tool that already does the job):
-1. calibrate: the full model's greedy continuations of the prompts (objective.calibrate);
-2. α and β, teacher-forced along those continuations (objective.trace, full-model context KV):
-   α = how often M_q's argmax equals M_p's token, β = how often M_s's argmax equals M_q's argmax;
-3. costs with the one timer at the calibration context, all in the same rotated rounds
-   (objective.measure_costs with M_q and M_s as extra configs): a full step and v(k), one M_q step,
-   one M_s step and M_q's k-token forwards v_q(k), each the median of its samples;
-4. plan every (m, n) (plan.plan_table);
-5. validate (optional): decode the same prompts with the best three-level (m, n), the best two-level
-   (n = 0) and plain autoregressive decoding through the one harness (harness.run_rounds: warm-up,
-   rotated rounds, the baseline in the same rounds); greedy output must be identical; report measured
-   speedup, τ and the decoder's own α, β beside the prediction.
+Stages, on a calibration the caller made (a ``surrogate.Calibration``: the full model's greedy continuations of
+the prompts; ``skipsearch.api.planning`` makes it), each reusing the one tool that already does the job:
+1. α and β, teacher-forced along those continuations (``surrogate.trace`` over the full model's context KV,
+   ``surrogate.full_cache``): α = how often M_q's argmax equals M_p's token, β = how often M_s's argmax equals
+   M_q's argmax (``measure_acceptance``);
+2. costs with the one timer at the calibration context, all in the same rotated rounds (``surrogate.measure_costs``
+   with M_q and M_s as extra configs): a full step and v(k), one M_q step, one M_s step and M_q's k-token forwards
+   v_q(k), each the median of its samples (``measure_level_costs``);
+3. plan every (m, n) (``closed_form.plan_table``);
+4. validate (optional): decode the same prompts with the best three-level (m, n), the best two-level (n = 0) and
+   plain autoregressive decoding through the one harness (``harness.run_rounds``: warm-up, rotated rounds, the
+   baseline in the same rounds); greedy output must be identical; report measured speedup, τ and the decoder's own
+   α, β beside the prediction (``validate``).
+``plan_model`` runs them for a given M_q and M_s.
 
-``plan --study S`` chooses M_q and M_s itself (``plan_from_study``): the α/c Pareto front of the study's
-layer-skip drafts (``study_front``), every pair from it the decoder allows scored by the closed forms with β
-traced here (``choose_pairs``), then stages 2-5 for the best pair.
+``plan --study S`` chooses M_q and M_s itself: the α/c Pareto front of the study's layer-skip drafts (read from the
+study by ``skipsearch.api.planning.study_front``), every pair from it the decoder allows scored by the closed forms
+with β traced here (``choose_pairs``), then the stages for the best pair (``plan_from_front``). Making a profile of
+the chosen (m, n) is the api's too (``skipsearch.api.planning.build_profile``).
 """
 
 from __future__ import annotations
@@ -23,24 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from skipsearch import methods, timing
-from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
+from skipsearch import timing
+from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.equivalence import lossless_check
 from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
-from skipsearch.hier_closed_form import Plan, PlanInputs, PlanRow, format_plan, pareto_front, plan_row, plan_table
-from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
-from skipsearch.methods.hierarchical import Hierarchy, hierarchy_to_profile_fields
+from skipsearch.methods.hierarchical.closed_form import Plan, PlanInputs, PlanRow, format_plan, plan_row, plan_table
 from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
+from skipsearch.methods.hierarchical.params import Hierarchy
 from skipsearch.models import SkippableModel
-from skipsearch.profile import (
-    BASELINE_OURS_AR,
-    BASELINE_PREDICTED,
-    Environment,
-    Measured,
-    ModelRef,
-    Profile,
-    SearchInfo,
-)
 from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs, trace, trace_skip_sets
 
 Stage = Callable[[str], None]
@@ -73,7 +66,7 @@ def measure_acceptance(sm: SkippableModel, cal: Calibration, medium: DraftConfig
 @dataclass(frozen=True)
 class LevelCosts:
     """Timed costs of the three levels at one context length: medians of samples taken in the same
-    rotated rounds (objective.measure_costs), so that c and c_s compare like with like."""
+    rotated rounds (surrogate.measure_costs), so that c and c_s compare like with like."""
 
     step_seconds: float  # one M_p single-token step
     medium_seconds: float  # one M_q single-token step
@@ -192,7 +185,7 @@ class PlanReport:
 def plan_model(sm: SkippableModel, cal: Calibration, medium: DraftConfig, small: DraftConfig, *, dataset: str,
                seed: int = 0, max_m: int = 8, max_n: int = 4, run_validation: bool = False, repeats: int = 1,
                cost_repeats: int = 7, on_stage: Stage | None = None) -> PlanReport:
-    """Stages 2-5 of the module docstring, on calibration ``cal``."""
+    """The stages of the module docstring for M_q ``medium`` and M_s ``small``, on calibration ``cal``."""
     say = on_stage or (lambda _msg: None)
     t0 = timing.now(sm.device)
     Hierarchy(medium, small, max_m, max_n).check_layers(sm.num_layers)  # the rules, before any work
@@ -215,33 +208,6 @@ def plan_model(sm: SkippableModel, cal: Calibration, medium: DraftConfig, small:
         max_new_tokens=cal.max_new_tokens, seed=seed, medium=medium, small=small, acceptance=acc, costs=costs,
         plan=plan, validation=rows, seconds=timing.now(sm.device) - t0,
     )
-
-
-def plan_from_profiles(medium: str, small: str, *, model: str | None = None, dataset: str = "mtbench",
-                       n_prompts: int = 4, max_new_tokens: int = 64, max_m: int = 8, max_n: int = 4,
-                       run_validation: bool = False, repeats: int = 1, seed: int = 0, device: str = "cpu",
-                       dtype: str = "float32", on_stage: Stage | None = None) -> tuple[PlanReport, SkippableModel]:
-    """Stage 1 and the rest: M_q and M_s from two profiles' draft skip sets, calibration prompts from ``dataset``.
-
-    Everything that can be checked without the model (profiles, level rules, prompts) is checked first.
-    """
-    from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.loader import load_model
-    from skipsearch.profile import check_model, load_profile
-    from skipsearch.surrogate import calibrate
-
-    med, sml = load_profile(medium), load_profile(small)
-    Hierarchy(med.draft, sml.draft, max_m, max_n)
-    prompts = load_prompts(dataset, split="calib", n=n_prompts, seed=seed)
-    sm = load_model(model or med.model.name, device=device, dtype=dtype)
-    for path, prof in ((medium, med), (small, sml)):
-        check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, source=path)
-    if on_stage:
-        on_stage(f"calibrating: {len(prompts)} prompts x {max_new_tokens} tokens")
-    cal = calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
-    report = plan_model(sm, cal, med.draft, sml.draft, dataset=dataset, seed=seed, max_m=max_m, max_n=max_n,
-                        run_validation=run_validation, repeats=repeats, on_stage=on_stage)
-    return report, sm
 
 
 def _skips(c: DraftConfig, num_layers: int) -> str:
@@ -301,36 +267,6 @@ def render_markdown(rep: PlanReport, *, num_layers: int, command: str | None = N
     return "\n".join(out) + "\n"
 
 
-def build_profile(rep: PlanReport, sm: SkippableModel, h: Hierarchy) -> Profile:
-    """A ``method: hierarchical`` profile for ``h``, with what was predicted and measured for it."""
-    draft, params = hierarchy_to_profile_fields(h)
-    row = plan_row(rep.plan.inputs, h.m, h.n)
-    val = next((r for r in rep.validation if (r.m, r.n) == (h.m, h.n)), None)
-    extra = (("alpha", round(rep.acceptance.alpha, 4)), ("beta", round(rep.acceptance.beta, 4)),
-             ("c", round(rep.costs.c, 4)), ("cs", round(rep.costs.cs, 4)),
-             ("verify_cost_v", [round(v, 3) for v in rep.costs.verify]))
-    best = max(val.measured_speedup if val else 0.0, row.speedup)
-    notes = None if best > 1.0 else "no (m, n) beats plain decoding here: decode without a profile is faster"
-    measured = Measured(
-        speedup=val.measured_speedup if val else None,
-        tokens_per_s=val.tokens / val.seconds if val else None,
-        baseline_tokens_per_s=val.tokens / val.baseline_seconds if val else None,
-        tau=val.measured_tau if val else None, acceptance_rate=val.alpha if val else None,
-        predicted_speedup=row.speedup,
-        baseline=BASELINE_OURS_AR if val else BASELINE_PREDICTED,
-        device=rep.device, dataset=rep.dataset, n_prompts=rep.n_prompts, max_new_tokens=rep.max_new_tokens,
-        seed=rep.seed, source="plan", notes=notes, extra=extra,
-    )
-    return Profile(
-        model=ModelRef.of(sm), method=HIERARCHICAL.name,
-        draft=draft, measured=measured,
-        environment=Environment.current(rep.device, placement=getattr(sm, "placement", None)),
-        search=SearchInfo(strategy="plan", objective="hierarchical planner" + (" + timed" if val else ""),
-                          seed=rep.seed),
-        method_params=params,
-    )
-
-
 # -- choosing M_q and M_s from a study (``skipsearch plan --study S``) -----------------------------------------
 @dataclass(frozen=True)
 class FrontPoint:
@@ -358,27 +294,6 @@ class StudyPlan:
     front: tuple[FrontPoint, ...]  # cheapest first
     pairs: tuple[PairChoice, ...]  # every pair the decoder's rules allow, best predicted first
     report: PlanReport  # the chosen pair, measured (α, β, level costs) and, with validation, timed
-
-
-def study_front(records: Sequence, costs: CostModel | None = None) -> tuple[FrontPoint, ...]:
-    """The Pareto front of a study's layer-skip skip sets on α (higher) against c (lower). c comes from
-    ``costs`` where given (another device's), else from what the study recorded; a draft that skips nothing
-    is the full model, not a level."""
-    points: dict[tuple, FrontPoint] = {}
-    for r in records:
-        m = r.measurement
-        if not methods.is_plain(r.candidate) or m is None or m.alpha is None:
-            continue
-        d = r.config
-        if not (d.skip_attn or d.skip_mlp):
-            continue
-        key = (d.skip_attn, d.skip_mlp)
-        c = costs.draft_ratio(d) if costs is not None else m.cost_ratio
-        if c is None or key in points:
-            continue
-        points[key] = FrontPoint(DraftConfig(d.skip_attn, d.skip_mlp, 0, NO_EXIT), m.alpha, c, r.number)
-    listed = list(points.values())
-    return tuple(listed[i] for i in pareto_front([(p.alpha, p.c) for p in listed]))
 
 
 def choose_pairs(front: Sequence[FrontPoint], traces: dict, costs: CostModel, *, max_m: int = 8,
@@ -409,22 +324,14 @@ def choose_pairs(front: Sequence[FrontPoint], traces: dict, costs: CostModel, *,
                                             -(p.best_three_level.speedup if p.best_three_level else 0.0))))
 
 
-def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, study: str, dataset: str,
-                    costs: CostModel | None = None, seed: int = 0, max_m: int = 8, max_n: int = 4,
+def plan_from_front(sm: SkippableModel, cal: Calibration, front: Sequence[FrontPoint], costs: CostModel, *,
+                    study: str, dataset: str, seed: int = 0, max_m: int = 8, max_n: int = 4,
                     run_validation: bool = True, repeats: int = 1, cost_repeats: int = 7,
                     on_stage: Stage | None = None) -> StudyPlan:
-    """Front, pairs, then stages 2-5 of the module docstring for the best pair: its α, β and level costs
-    measured here, every (m, n) planned, and (``run_validation``) its best three- and two-level shapes timed."""
+    """The pairs of ``front`` (its skip sets traced here, scored under ``costs``), then the stages of the module
+    docstring for the best pair: its α, β and level costs measured here, every (m, n) planned, and
+    (``run_validation``) its best three- and two-level shapes timed."""
     say = on_stage or (lambda _msg: None)
-    for r in records:
-        if r.config is not None:
-            r.config.check_layers(sm.num_layers)  # a study of another model names other layers
-    if costs is None:
-        say("timing the cost model (per-sublayer costs, v(k))")
-        costs = measure_costs(sm, cal.cost_context, repeats=cost_repeats)
-    front = study_front(records, costs)
-    if not front:
-        raise ConfigError(f"study {study} has no evaluated layer-skip draft with a recorded α: nothing to plan from")
     say(f"tracing the {len(front)} skip sets of the α/c Pareto front")
     traces = trace_skip_sets(sm, cal, [p.config for p in front])
     pairs = choose_pairs(front, traces, costs, max_m=max_m, max_n=max_n)
@@ -433,7 +340,7 @@ def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, 
     report = plan_model(sm, cal, top.medium, top.small, dataset=dataset, seed=seed, max_m=max_m,
                         max_n=0 if 0 in top.medium.skip_attn else max_n, run_validation=run_validation,
                         repeats=repeats, cost_repeats=cost_repeats, on_stage=on_stage)
-    return StudyPlan(study, front, pairs, report)
+    return StudyPlan(study, tuple(front), pairs, report)
 
 
 def render_study_markdown(sp: StudyPlan, *, num_layers: int, command: str | None = None) -> str:
@@ -450,3 +357,8 @@ def render_study_markdown(sp: StudyPlan, *, num_layers: int, command: str | None
             f"{list(p.small.skip_mlp)} | {p.alpha:.3f} | {p.beta:.3f} | {p.c:.3f} | {p.cs:.3f} | "
             f"{p.best.m}, {p.best.n} | {p.best.speedup:.3f}x |" for p in sp.pairs[:10]]
     return "\n".join(out) + "\n\n" + render_markdown(sp.report, num_layers=num_layers, command=command)
+
+
+__all__ = ["Acceptance", "FrontPoint", "LevelCosts", "PairChoice", "PlanReport", "StudyPlan", "ValidationRow",
+           "choose_pairs", "format_validation", "measure_acceptance", "measure_level_costs", "plan_from_front",
+           "plan_model", "render_markdown", "render_study_markdown", "validate"]
