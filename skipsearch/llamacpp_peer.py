@@ -130,8 +130,9 @@ def default_args() -> list[str]:
 
 def grid(*, drafts: Mapping[str, str | os.PathLike] | None = None, n_max: Sequence[int] = (2, 4, 8),
          ngram_n: Sequence[int] = (3,), exports: Sequence[Setting] = (),
-         kinds: Collection[str] = KINDS) -> tuple[Setting, ...]:
-    """Every setting to run, plain first: each draft GGUF (name -> path) and n-gram size at each draft length."""
+         kinds: Collection[str] = KINDS, names: Collection[str] | None = None) -> tuple[Setting, ...]:
+    """Every setting to run, plain first: each draft GGUF (name -> path) and n-gram size at each draft length;
+    only those named in ``names`` where given (e.g. plain and a best setting chosen on other prompts)."""
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise ConfigError(f"unknown llama.cpp setting kind {sorted(unknown)[0]!r}: use {', '.join(KINDS)}")
@@ -149,9 +150,14 @@ def grid(*, drafts: Mapping[str, str | os.PathLike] | None = None, n_max: Sequen
         out.append(Setting("spec-default (ngram-mod)", DEFAULT, tuple(default_args())))
     if EXPORT in kinds:
         out += exports
-    names = [s.name for s in out]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"two llama.cpp settings are named {next(n for n in names if names.count(n) > 1)!r}")
+    made = [s.name for s in out]
+    if len(set(made)) != len(made):
+        raise ConfigError(f"two llama.cpp settings are named {next(n for n in made if made.count(n) > 1)!r}")
+    if names is not None:
+        missing = sorted(set(names) - set(made))
+        if missing:
+            raise ConfigError(f"no llama.cpp setting named {missing[0]!r} in this grid")
+        out = [s for s in out if s.name in names]
     return tuple(out)
 
 
@@ -358,13 +364,15 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                   checkpoint: str | os.PathLike | None = None, profiles: Sequence[tuple[str, object]] = (),
                   export_dirs: Sequence[str | os.PathLike] = (), drafts: Sequence[str] = ("q8_0", "q4_0"),
                   n_max: Sequence[int] = (2, 4, 8), ngram_n: Sequence[int] = (3,), kinds: Collection[str] = KINDS,
+                  names: Collection[str] | None = None,
                   cache: str | os.PathLike | None = None, start_timeout: float = 300.0,
                   request_timeout: float = 600.0,
                   on_setting: Callable[[str, int, int], None] | None = None) -> LlamaCppResult:
     """The llama.cpp peer on ``prompt_ids``: every setting of ``grid`` (and each profile's export, each directory of
     ``export_dirs``), each output against ``reference`` (HF greedy's outputs on the same ids; decoded here when not
     given). ``profiles`` are (label, Profile) pairs; ``checkpoint`` is where ``sm`` loaded from (its tokenizer goes
-    into the GGUFs; by default ``find_checkpoint(sm.name)``). ``on_setting(name, index, total)`` opens each
+    into the GGUFs; by default ``find_checkpoint(sm.name)``). ``names`` keeps only the settings it names (to run
+a best setting chosen on other prompts: ``result.best`` of a first call). ``on_setting(name, index, total)`` opens each
     setting. No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
     import tempfile
 
@@ -389,7 +397,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     with tempfile.TemporaryDirectory(prefix="skipsearch-llamacpp-") as tmp:
         exports, failed = _export_settings(*((export_dirs, profiles) if EXPORT in kinds else ((), ())), Path(tmp),
                                            lambda: (sm, Path(checkpoint)))
-        settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds)
+        settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds,
+                        names=names)
         results = []
         for i, s in enumerate(settings):
             if on_setting:

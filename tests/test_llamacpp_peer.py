@@ -75,6 +75,10 @@ def test_each_setting_builds_the_flags_llama_cpp_spells():
     assert settings[1].flags.startswith("--spec-type draft-simple -md draft-q8_0.gguf")  # paths shortened for rows
     only = lp.grid(drafts={"q8_0": "d.gguf"}, kinds=(lp.PLAIN, lp.NGRAM), n_max=(2,), ngram_n=(2, 4))
     assert [s.name for s in only] == ["plain", "ngram 2/2", "ngram 4/2"]
+    picked = lp.grid(drafts={"q8_0": "d.gguf"}, n_max=(2, 4), names=("plain", "draft q8_0 n=4"))
+    assert [s.name for s in picked] == ["plain", "draft q8_0 n=4"]
+    with pytest.raises(ConfigError, match="no llama.cpp setting named 'draft q4_0 n=4'"):
+        lp.grid(drafts={"q8_0": "d.gguf"}, n_max=(2, 4), names=("draft q4_0 n=4",))
     with pytest.raises(ConfigError, match="unknown llama.cpp setting kind"):
         lp.grid(kinds=("lookahead",))
 
