@@ -60,7 +60,8 @@ QUICK = Shapes(hidden=64, intermediate=160, layers=2, heads=4, kv_heads=2, head_
 
 
 def model_shapes(name: str) -> Shapes:
-    from skipsearch.models import find_checkpoint, read_config
+    from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.loader import read_config
 
     c = read_config(find_checkpoint(name))
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

@@ -1,0 +1,98 @@
+"""The llama.cpp peer's part of a bench report (``bench.llamacpp``): its markdown table in the bench report's style,
+its line for the summary, its entry in the JSON report. Every figure is the server's own (its ``timings``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from skipsearch.bench.llamacpp import FAMILY, PLAIN, LlamaCppResult, SettingResult
+
+COLUMNS = ("llama.cpp setting", "flags", "tokens/s (decode)", "tokens/s (with prompt)", "vs HF greedy", "acceptance",
+           "identical")
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _identical(r: SettingResult, labels: Sequence[str] | None) -> str:
+    if r.error is not None:
+        return f"{r.identical}/{len(r.completions)} FAILED: {r.error}"
+    mismatch = r.first_mismatch(labels)
+    return f"{r.identical}/{len(r.completions)}" + (f" DIFFERS ({mismatch})" if mismatch else "")
+
+
+def row_cells(result: LlamaCppResult, r: SettingResult, *, labels: Sequence[str] | None = None,
+              baseline_tokens_per_s: float | None = None) -> tuple[str, ...]:
+    """One setting's cells. ``vs HF greedy``: its tokens/s with the prompt over ``baseline_tokens_per_s`` (HF
+    greedy's row in the same bench), for settings equal to HF greedy everywhere."""
+    with_prompt = r.tokens_per_s_with_prompt
+    vs = (f"{with_prompt / baseline_tokens_per_s:.2f}x" if r.ok and with_prompt and baseline_tokens_per_s else
+          "no (output differs)" if r.error is None and not r.ok else "-")
+    name = r.setting.name + (" (chosen)" if r.setting.name == result.best else "")
+    return (name, r.setting.flags, _f(r.tokens_per_s, 1), _f(with_prompt, 1), vs, _f(r.acceptance),
+            _identical(r, labels))
+
+
+def summary_line(result: LlamaCppResult) -> str:
+    """The peer in one line: why nothing ran, or plain and the best speculative setting."""
+    if result.unavailable:
+        return result.unavailable
+    plain = next((r for r in result.settings if r.setting.kind == PLAIN), None)
+    parts = [] if plain is None else [f"plain {_f(plain.tokens_per_s, 1)} tokens/s"]
+    best = result.setting(result.best) if result.best else None
+    if best is None:
+        parts.append("no speculative setting equal to HF greedy on every prompt")
+    else:
+        parts.append(f"best {best.setting.name} {_f(best.tokens_per_s, 1)} tokens/s, acceptance {_f(best.acceptance)}")
+    bad = [r.setting.name for r in result.settings if not r.ok]
+    if bad:
+        parts.append(f"differs or failed: {', '.join(bad)}")
+    return f"{FAMILY} (server timings): " + "; ".join(parts)
+
+
+def markdown_lines(result: LlamaCppResult, *, labels: Sequence[str] | None = None,
+                   baseline_tokens_per_s: float | None = None) -> list[str]:
+    """The llama.cpp section of a bench report, in its table style; one line when nothing ran."""
+    if result.unavailable:
+        return [result.unavailable, ""]
+    cells = [row_cells(result, r, labels=labels, baseline_tokens_per_s=baseline_tokens_per_s)
+             for r in result.settings]
+
+    def line(c: Sequence[str]) -> str:
+        return "| " + " | ".join(x.replace("|", "\\|") for x in c) + " |"
+
+    return [
+        f"llama-server `{result.server}` on `{result.target}` (the model, all F32), {result.threads} thread(s), "
+        f"context {result.context}, one slot, greedy, the same prompt ids, at most {result.max_new_tokens} new "
+        f"tokens; each setting in a server of its own after one warm-up request. Tokens/s are the server's own "
+        "timings summed over prompts: decode (predicted tokens over predicted ms) and with the prompt's ms added, "
+        "which compares with the bench's tokens/s (wall time, prefill included). The chosen setting is the fastest "
+        "speculative one equal to HF greedy on every prompt.",
+        "",
+        line(COLUMNS), "|" + "---|" * len(COLUMNS), *(line(c) for c in cells),
+        "",
+        f"- {summary_line(result)}",
+        "",
+    ]
+
+
+def result_to_dict(result: LlamaCppResult) -> dict:
+    """The JSON report's ``llama.cpp`` entry: settings, the server's figures, each output's verdict."""
+    def one(r: SettingResult) -> dict:
+        return {"name": r.setting.name, "kind": r.setting.kind, "args": list(r.setting.args), "note": r.setting.note,
+                "tokens_per_s": r.tokens_per_s, "tokens_per_s_with_prompt": r.tokens_per_s_with_prompt,
+                "drafted": r.drafted, "accepted": r.accepted, "acceptance": r.acceptance, "identical": r.identical,
+                "prompts": len(r.completions), "differs_at": list(r.differs_at), "error": r.error,
+                "completions": [{"new_tokens": len(c.tokens), "predicted_n": c.predicted_n,
+                                 "predicted_ms": c.predicted_ms, "prompt_n": c.prompt_n, "prompt_ms": c.prompt_ms,
+                                 "drafted": c.drafted, "accepted": c.accepted, "stop_type": c.stop_type}
+                                for c in r.completions]}
+
+    return {"server": result.server, "unavailable": result.unavailable, "best": result.best,
+            "target": result.target, "threads": result.threads, "context": result.context,
+            "max_new_tokens": result.max_new_tokens, "prompts": result.prompts,
+            "settings": [one(r) for r in result.settings]}
+
+
+__all__ = ["COLUMNS", "markdown_lines", "result_to_dict", "row_cells", "summary_line"]
