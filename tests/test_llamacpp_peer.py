@@ -17,8 +17,8 @@ import pytest
 import torch
 from test_export import LLAMA_FLAGS, _bpe_checkpoint, _profile, check_llama
 
-from skipsearch import llamacpp_peer as lp
-from skipsearch import llamacpp_report as report
+from skipsearch.bench import llamacpp as lp
+from skipsearch.bench import llamacpp_report as report
 from skipsearch.bench.llamacpp_server import (
     HOST,
     Completion,
