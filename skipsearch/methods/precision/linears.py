@@ -2,8 +2,9 @@
 device has their kernels.
 
 No fake quantization: every module here stores its weights in the scheme's format and runs the
-scheme's own low-precision kernel at each call (fbgemm's fp16-weight GEMM on CPU; torchao's
-weight-only kernels elsewhere). Measured speeds per device are in the README (Precision drafts).
+scheme's own low-precision kernel at each call (fbgemm's fp16-weight GEMM on CPU; skipsearch's own int8/int4
+weight-only kernels on an x86-64 CPU where they build, ``skipsearch.kernels.lowbit``; torchao's weight-only kernels
+elsewhere). Measured speeds per device are in the README (Precision drafts).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import torch
 from torch import nn
 
 from skipsearch.config import ConfigError
+from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear, check_lowbit, lowbit_linears
+from skipsearch.kernels.lowbit.convert import SCHEMES as LOWBIT_SCHEMES
 from skipsearch.methods.precision.params import SCHEMES
 
 # torch marks the fbgemm fp16 entry points deprecated (with torch.ao.quantization); they remain the
@@ -39,7 +42,8 @@ def check_scheme(scheme: str, device: str | torch.device) -> None:
         raise ConfigError(f"precision scheme {scheme} has no kernel on {dev.type}: it runs on {where}; use {better}")
     if scheme == "fp16" and "fbgemm" not in torch.backends.quantized.supported_engines:
         raise ConfigError("precision scheme fp16 needs fbgemm (an x86-64 CPU build of torch); use int8 here")
-    if scheme in ("int8", "int4", "fp8") and importlib.util.find_spec("torchao") is None:
+    if scheme in ("int8", "int4", "fp8") and not runs_lowbit(scheme, dev.type) \
+            and importlib.util.find_spec("torchao") is None:
         raise ConfigError(f"precision scheme {scheme} needs torchao: pip install torchao")
     if dev.type == "cuda":
         major, minor = torch.cuda.get_device_capability(dev)
@@ -143,12 +147,27 @@ def _torchao_config(scheme: str, device_type: str):
     raise ConfigError(f"precision scheme {scheme} is not a torchao scheme")
 
 
+def runs_lowbit(scheme: str, device_type: str) -> bool:
+    """Whether ``scheme`` runs on skipsearch's own weight-only kernels here (int8 and int4 on an x86-64 CPU where
+    they build: ``skipsearch.kernels.lowbit``); elsewhere torchao's kernels run it. Both quantize alike (torchao's
+    scales, bit for bit), so a draft's tokens do not depend on which runs."""
+    if device_type != "cpu" or scheme not in LOWBIT_SCHEMES:
+        return False
+    try:
+        check_lowbit()
+    except ConfigError:
+        return False
+    return True
+
+
 def quantize_module(module: nn.Module, scheme: str) -> nn.Module:
     """A copy of ``module`` whose every ``nn.Linear`` holds its weights in ``scheme`` and runs its kernel.
 
     The copy keeps everything else (norms, rotary, ``layer_idx``): it is a drop-in stand-in."""
     if _is_gated_mlp(module):
         return FusedGatedMLP(module, lambda linear: quantize_module(linear, scheme))
+    if runs_lowbit(scheme, next(module.parameters()).device.type):
+        return lowbit_linears(module, scheme)
     out = copy.deepcopy(module)
     if scheme == "fp16":
         targets = [out] if isinstance(out, nn.Linear) else []
@@ -172,6 +191,9 @@ def weight_bytes(module: nn.Module) -> int:
     total = 0
     seen: set[int] = set()
     for m in module.modules():
+        if isinstance(m, (Int8WoLinear, Int4WoLinear)):  # packed weights and scales are buffers, not parameters
+            total += m.weight_bytes + (m.bias.numel() * 4 if m.bias is not None else 0)
+            continue
         if isinstance(m, Fp16Linear):
             total += m.weight_bytes + (m.bias.numel() * 4 if m.bias is not None else 0)
             continue

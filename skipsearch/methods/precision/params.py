@@ -38,10 +38,13 @@ SCHEMES: dict[str, Scheme] = {
         Scheme("fp16", ("cpu",), 16,
                {"cpu": "fbgemm fp16-weight GEMM (torch.fbgemm_linear_fp16_weight_fp32_activation)"}),
         # int8 weights with one scale per output row, activations unquantized (torchao's weight-only int8).
+        # On an x86-64 CPU: skipsearch's own kernel (skipsearch.kernels.lowbit; torchao's where it cannot build).
         Scheme("int8", ("cpu", "cuda"), 8,
-               {"cpu": "torchao Int8WeightOnlyConfig", "cuda": "torchao Int8WeightOnlyConfig"}),
+               {"cpu": "skipsearch::int8_wo_linear (fp32 activations; else torchao Int8WeightOnlyConfig)",
+                "cuda": "torchao Int8WeightOnlyConfig"}),
         # int4 weights in groups with scales (and zero points), activations unquantized.
-        Scheme("int4", ("cpu", "cuda"), 4, {"cpu": "torchao IntxWeightOnlyConfig(int4, groups of 32)",
+        Scheme("int4", ("cpu", "cuda"), 4, {"cpu": "skipsearch::int4_wo_linear, groups of 32 (else torchao "
+                                                    "IntxWeightOnlyConfig(int4, groups of 32))",
                                              "cuda": "torchao Int4WeightOnlyConfig (tinygemm, groups of 128)"}),
         # fp8 (e4m3) weights: Hopper and Ada have the instructions.
         Scheme("fp8", ("cuda",), 8, {"cuda": "torchao Float8WeightOnlyConfig"}, min_capability=(8, 9)),
