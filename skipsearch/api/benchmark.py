@@ -49,6 +49,8 @@ class BenchOptions:
     as_json: Path | None = None  # the JSON report's path, likewise
     write_measured: bool = False  # the profiles' measured blocks will be filled: checked writable here
     force: bool = False  # use profiles despite a model fingerprint mismatch
+    llama_server: str | None = None  # with --peers llama.cpp: the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, PATH)
+    llama_settings: str | None = None  # with --peers llama.cpp: comma-separated setting names (None: a small grid)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ def bench_profiles(
     import torch
 
     from skipsearch import bench as bn
+    from skipsearch.bench import llamacpp_bench as lb
     from skipsearch.loader import load_model
 
     # 1. everything that can be wrong with the input fails here, before the model loads
@@ -85,10 +88,17 @@ def bench_profiles(
         raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
     peers = list(dict.fromkeys(p.strip() for p in o.peers.split(",") if p.strip()))
     for p in peers:
-        if p not in bn.PEERS:
-            raise ConfigError(f"unknown peer '{p}': use {', '.join(bn.PEERS)}")
+        if p not in bn.PEERS and p != lb.PEER:
+            raise ConfigError(f"unknown peer '{p}': use {', '.join((*bn.PEERS, lb.PEER))}")
+    llama = None
+    if lb.PEER in peers:  # not an HF contender: it runs after the timed rounds (bench.llamacpp_bench)
+        llama = lb.LlamaPlan(server=o.llama_server, settings=lb.parse_settings(o.llama_settings),
+                             threads=o.threads)
+    elif o.llama_server is not None or o.llama_settings is not None:
+        raise ConfigError(f"--llama-server and --llama-settings need --peers {lb.PEER}")
+    hf_peers = [p for p in peers if p != lb.PEER]
     prompts = load_prompts(o.dataset, split=o.split, n=o.n_prompts, seed=o.seed)
-    sweeping = o.sweep_prompts > 0 and any(bn.PEERS[p].option for p in peers)
+    sweeping = o.sweep_prompts > 0 and (any(bn.PEERS[p].option for p in hf_peers) or llama is not None)
     sweep_set = load_prompts(o.dataset, split="calib", n=o.sweep_prompts, seed=o.seed) if sweeping else ()
     name = o.model or (names.pop() if names else "smollm2-135m")
     dtype = o.dtype or (profs[0][1].model.dtype if profs else "float32")
@@ -107,9 +117,9 @@ def bench_profiles(
             on_note(note)
     # 3. the run
     report = bn.bench(
-        sm, prompts, profiles=profs, peers=peers, max_new_tokens=o.max_new_tokens, repeats=o.repeats,
+        sm, prompts, profiles=profs, peers=hf_peers, max_new_tokens=o.max_new_tokens, repeats=o.repeats,
         sweep_prompts=sweep_set, sweep=o.sweep_prompts > 0, dataset=o.dataset, split=o.split,
-        on_stage=on_stage, on_progress=on_progress, kernel=kernel,
+        on_stage=on_stage, on_progress=on_progress, kernel=kernel, llama=llama,
     )
     command = ["skipsearch", "bench", "--model", name]
     if paths:
@@ -119,6 +129,8 @@ def bench_profiles(
                 "--sweep-prompts", str(o.sweep_prompts), "--seed", str(o.seed), "--device", o.device, "--dtype", dtype]
     command += ["--threads", str(o.threads)] if o.threads else []
     command += ["--kernel", kernel.label]
+    command += ["--llama-server", o.llama_server] if llama and o.llama_server else []
+    command += ["--llama-settings", ",".join(llama.settings)] if llama and o.llama_settings else []
     command += ["--report", str(o.report)] if o.report else []
     command += ["--json", str(o.as_json)] if o.as_json else []
     return BenchRun(report, tuple(profs), tuple(command))

@@ -371,8 +371,9 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     """The llama.cpp peer on ``prompt_ids``: every setting of ``grid`` (and each profile's export, each directory of
     ``export_dirs``), each output against ``reference`` (HF greedy's outputs on the same ids; decoded here when not
     given). ``profiles`` are (label, Profile) pairs; ``checkpoint`` is where ``sm`` loaded from (its tokenizer goes
-    into the GGUFs; by default ``find_checkpoint(sm.name)``). ``names`` keeps only the settings it names (to run
-a best setting chosen on other prompts: ``result.best`` of a first call). ``on_setting(name, index, total)`` opens each
+    into the GGUFs; by default ``find_checkpoint(sm.name)``). ``names`` keeps only the grid settings it names (to
+    run a best setting chosen on other prompts: ``result.best`` of a first call); the exports asked for by
+    ``profiles`` and ``export_dirs`` run whatever it names. ``on_setting(name, index, total)`` opens each
     setting. No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
     import tempfile
 
@@ -398,7 +399,7 @@ a best setting chosen on other prompts: ``result.best`` of a first call). ``on_s
         exports, failed = _export_settings(*((export_dirs, profiles) if EXPORT in kinds else ((), ())), Path(tmp),
                                            lambda: (sm, Path(checkpoint)))
         settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds,
-                        names=names)
+                        names=None if names is None else {*names, *(s.name for s in exports)})
         results = []
         for i, s in enumerate(settings):
             if on_setting:

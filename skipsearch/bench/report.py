@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from skipsearch.bench import llamacpp_report as llama_report
 from skipsearch.bench.peers import BASELINE, PROFILE_IN_HF
 from skipsearch.bench.rows import BenchRow
 from skipsearch.bench.runner import BenchReport
@@ -31,7 +32,9 @@ JSON_FORMAT = "skipsearch-bench"
 #    tie_equal. A version-1 reader that ignores unknown keys still reads every version-1 field.
 # 3: a profile run inside HF generate (hf-generate+profile) is family "hf-profile", no longer an HF peer; the
 #    summary gains inside_hf.
-JSON_VERSION = 3
+# 4: "llama.cpp": the llama.cpp peer (bench.llamacpp_report.result_to_dict, with its "sweep" beside; null when not
+#    asked for). Every version-3 field is as it was.
+JSON_VERSION = 4
 WITHIN = 0.05  # a profile inside HF generate is meant to run within 5% of the same profile in skipsearch's engine
 
 
@@ -103,6 +106,9 @@ def report_to_dict(report: BenchReport) -> dict:
         "categories": {c: rows(rs) for c, rs in report.categories},
         "sweeps": [{"peer": s.peer, "option": s.option, "best": s.best, "rows": rows(s.rows)} for s in report.sweeps],
         "prompts": [dataclasses.asdict(p) for p in report.prompts],
+        "llama.cpp": None if report.llama is None else {
+            **llama_report.result_to_dict(report.llama),
+            "sweep": None if report.llama_sweep is None else llama_report.result_to_dict(report.llama_sweep)},
     }
 
 
@@ -197,6 +203,8 @@ def summary_lines(report: BenchReport) -> list[str]:
             f"{name} ({n} prompt{'' if n == 1 else 's'}, {_tokens(k)})" for name, n, k in s.tie_equal))
     if s.flagged:
         out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
+    if report.llama is not None:
+        out.append(llama_report.summary_line(report.llama))
     return out
 
 
@@ -259,6 +267,7 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
                       for s in report.sweeps for r in s.rows]
         lines += [*_md_table(("peer", "setting", "tokens/s", "speedup vs HF greedy", "τ", "acceptance",
                               "identical"), sweep_rows), ""]
+    lines += _llama_lines(report)
     lines += [
         "## What the columns mean",
         "",
@@ -278,6 +287,21 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _llama_lines(report: BenchReport) -> list[str]:
+    """The llama.cpp section: its rows on the bench prompts (against HF greedy's row), then its sweep."""
+    if report.llama is None:
+        return []
+    base = report.row(BASELINE)
+    labels = [p.prompt_id for p in report.prompts if p.method == BASELINE]
+    lines = ["## llama.cpp", "", *llama_report.markdown_lines(
+        report.llama, labels=labels, baseline_tokens_per_s=base.tokens_per_s if base else None)]
+    if report.llama_sweep is not None:
+        n = report.settings.sweep_prompts
+        lines += [f"### llama.cpp sweep ({n} prompt{'' if n == 1 else 's'} of the calib split; the chosen setting "
+                  "then ran above)", "", *llama_report.markdown_lines(report.llama_sweep)]
+    return lines
 
 
 def rich_tables(report: BenchReport, *, by_category: bool = False) -> list:

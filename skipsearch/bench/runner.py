@@ -9,7 +9,9 @@ timed whole; its docstring has the rules). What bench adds:
   output gets a verdict from ``equivalence.check`` (the model teacher-forced over it): identical,
   equal up to numerical ties (16-bit dtypes only), or different. A method that is different on any
   prompt is flagged and gets no speedup figure; tie-equal rows get one, with their tie count;
-- each peer runs at its best setting, which ``sweep_peer`` finds on other prompts (the calib split).
+- each peer runs at its best setting, which ``sweep_peer`` finds on other prompts (the calib split);
+- llama.cpp, when asked for (``llamacpp_bench``), runs after every timed round, on the same prompt ids, against
+  HF greedy's outputs of the baseline row.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 import torch
 
 from skipsearch import timing
+from skipsearch.bench.llamacpp import LlamaCppResult
+from skipsearch.bench.llamacpp_bench import LlamaPlan, bench_llamacpp
 from skipsearch.bench.peers import (
     BASELINE,
     HF_COMPILED,
@@ -120,6 +124,8 @@ class BenchReport:
     sweeps: tuple[Sweep, ...]
     prompts: tuple[PromptResult, ...]
     wall_seconds: float
+    llama: LlamaCppResult | None = None  # the llama.cpp peer; None: not asked for
+    llama_sweep: LlamaCppResult | None = None  # its settings on the sweep prompts, where it chose among several
 
     def row(self, method: str) -> BenchRow | None:
         return next((r for r in self.rows if r.method == method), None)
@@ -141,12 +147,14 @@ def bench(
     on_stage: Callable[[str, int], None] | None = None,
     on_progress: Progress | None = None,
     kernel: Kernel | None = None,
+    llama: LlamaPlan | None = None,
 ) -> BenchReport:
     """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
     autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
     ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
     ``on_stage(title, total calls)`` opens each stage. ``kernel`` runs skipsearch's own rows (the profiles and our
-    autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now)."""
+    autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now). ``llama``
+    adds the llama.cpp peer, after every timed round (``llamacpp_bench``)."""
     from skipsearch.data import encode_prompt
     from skipsearch.profile import Environment
 
@@ -228,6 +236,14 @@ def bench(
             per_prompt.append(PromptResult(m.name, labels[i], p.category, len(rs[0].output.token_ids),
                                            statistics.median(r.seconds for r in rs),
                                            all(r.output.token_ids == ref for r in rs), v.kind, v.tie_tokens))
+    # 4. llama.cpp, last: its servers never share the machine with a timed row
+    llama_result = llama_sweep = None
+    if llama is not None:
+        reference = [next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
+                     for i in range(len(ids))]
+        llama_result, llama_sweep = bench_llamacpp(
+            sm, llama, ids, reference, sweep_ids=sweep_ids if sweep else (), max_new_tokens=max_new_tokens,
+            threads=torch.get_num_threads(), profiles=profiles, on_stage=on_stage, on_progress=on_progress)
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
@@ -238,5 +254,5 @@ def bench(
     return BenchReport(
         settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),
         rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=tuple(per_prompt),
-        wall_seconds=timing.now(sm.device) - t0,
+        wall_seconds=timing.now(sm.device) - t0, llama=llama_result, llama_sweep=llama_sweep,
     )

@@ -24,8 +24,14 @@ def bench(
     = None,
     peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
                                             "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
-                                            "generate).")]
+                                            "generate); llama.cpp (llama-server, after the timed rows).")]
     = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
+    llama_server: Annotated[str | None, typer.Option(
+        help="With --peers llama.cpp: the llama-server binary (default: $SKIPSEARCH_LLAMA_SERVER, else PATH).")]
+    = None,
+    llama_settings: Annotated[str | None, typer.Option(
+        help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
+             "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")] = None,
     dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
     = "mtbench,humaneval",
     split: Annotated[str, typer.Option(help="heldout (prompts the search did not see), calib or all.")] = "heldout",
@@ -57,7 +63,8 @@ def bench(
     """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
 
     HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
-    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result).
+    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result). So does
+    a llama.cpp setting whose output differs, and a missing llama-server is one line in the report.
     """
     from rich.console import Console
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
@@ -69,7 +76,7 @@ def bench(
         profiles=(*(profiles or []), *(more_profiles or [])), model=model, peers=peers, dataset=dataset, split=split,
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
         device=device, dtype=dtype, threads=threads, kernel=kernel, report=report, as_json=as_json,
-        write_measured=write_measured, force=force,
+        write_measured=write_measured, force=force, llama_server=llama_server, llama_settings=llama_settings,
     )
     with user_errors():
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
@@ -93,6 +100,7 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
     from rich.console import Console
 
     from skipsearch.bench import report as br
+    from skipsearch.bench.peers import BASELINE
 
     result = run.report
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
@@ -123,3 +131,9 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
         elif row.ties:
             typer.echo(f"note: {row.method} output equals hf-greedy up to numerical ties on {row.ties} of "
                        f"{row.prompts} prompts ({row.tie_tokens} tied tokens; identical on {row.identical})", err=True)
+    labels = [p.prompt_id for p in result.prompts if p.method == BASELINE]
+    for llama in (result.llama_sweep, result.llama):
+        for r in llama.settings if llama is not None else ():
+            if r.error is None and not r.ok:
+                typer.echo(f"warning: llama.cpp {r.setting.name} output differs from hf-greedy "
+                           f"({r.first_mismatch(labels if llama is result.llama else None)})", err=True)
