@@ -244,6 +244,10 @@ FAKE = textwrap.dedent('''\
                 f.write(json.dumps({"argv": argv, "body": body}) + "\\n")
             n = body["n_predict"]
             tokens = [(sum(body["prompt"]) + j) % 50 for j in range(n)]
+            if os.environ.get("FAKE_ANSWERS"):  # {prompt ids as JSON: HF greedy's tokens}, as llama.cpp computes
+                with open(os.environ["FAKE_ANSWERS"]) as f:
+                    tokens = json.load(f)[json.dumps(body["prompt"])][:n]
+                n = len(tokens)
             timings = {"prompt_n": len(body["prompt"]), "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 4.0 * n}
             if "draft-simple" in spec:
                 tokens[1] += 1
@@ -375,3 +379,117 @@ def test_a_real_llama_server_decodes_plain_as_hf_greedy(real_sm, encode_offline,
     assert plain.error is None, plain.error
     assert [list(c.tokens) for c in plain.completions] == [list(w) for w in want]
     assert plain.ok and plain.tokens_per_s is not None
+
+
+# -- inside `skipsearch bench --peers llama.cpp` ---------------------------------------------------------
+@pytest.fixture
+def bench_ckpt(tmp_path, monkeypatch):
+    """A tiny BPE checkpoint to bench by directory (through the loader, as the CLI loads a model); the GGUF cache in
+    tmp_path."""
+    ckpt = tmp_path / "ckpt"
+    _bpe_checkpoint(ckpt)
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path / "cache"))
+    return ckpt
+
+
+BENCH = ["--dataset", "humaneval", "--n-prompts", "2", "--max-new-tokens", "6", "--threads", "1", "--device", "cpu",
+         "--dtype", "float32"]
+
+
+def _bench(ckpt, tmp_path, *args):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    md, js = tmp_path / "bench.md", tmp_path / "bench.json"
+    result = CliRunner().invoke(app, ["bench", "--model", str(ckpt), *BENCH, "--report", str(md), "--json", str(js),
+                                      *args])
+    return result, (md.read_text() if md.exists() else ""), (json.loads(js.read_text()) if js.exists() else None)
+
+
+def test_bench_without_a_llama_server_says_so_in_one_line_and_succeeds(bench_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv(lp.ENV, "")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no llama-server anywhere
+    result, md, doc = _bench(bench_ckpt, tmp_path, "--peers", "hf-greedy,llama.cpp", "--sweep-prompts", "0")
+    assert result.exit_code == 0, result.output
+    line = lp.find_server(None)[1]
+    assert line.startswith("llama.cpp: no llama-server found")
+    assert line in result.stdout and f"## llama.cpp\n\n{line}\n" in md
+    assert doc["llama.cpp"]["unavailable"] == line and doc["llama.cpp"]["settings"] == []
+    assert [r["method"] for r in doc["rows"]] == ["hf-greedy", "skipsearch-ar"]  # the bench's own rows still ran
+
+
+def test_bench_without_llama_cpp_has_no_section_and_its_flags_need_the_peer(bench_ckpt, tmp_path):
+    from conftest import assert_one_line_error
+
+    result, md, doc = _bench(bench_ckpt, tmp_path, "--peers", "hf-greedy", "--sweep-prompts", "0")
+    assert result.exit_code == 0, result.output
+    assert doc["llama.cpp"] is None and "## llama.cpp" not in md and "llama.cpp" not in result.stdout
+    for written in ("bench.md", "bench.json"):  # so that the errors below are the ones the options make
+        (tmp_path / written).unlink()
+    assert_one_line_error(_bench(bench_ckpt, tmp_path, "--llama-settings", "plain")[0], "need --peers llama.cpp")
+    assert_one_line_error(_bench(bench_ckpt, tmp_path, "--peers", "hf-greedy,llama.cpp", "--llama-settings",
+                                 "plain,lookahead")[0], "unknown llama.cpp setting 'lookahead'")
+    assert_one_line_error(_bench(bench_ckpt, tmp_path, "--peers", "hf-warp")[0], "llama.cpp")  # among the choices
+
+
+def _answers(ckpt, tmp_path, max_new_tokens: int) -> Path:
+    """HF greedy's output on every prompt the bench decodes (its bench and sweep prompts), keyed by the prompt's ids,
+    for the stand-in server to answer with."""
+    from skipsearch.data import encode_prompt, load_prompts
+    from skipsearch.decoding import hf_generate
+    from skipsearch.loader import load_model
+
+    sm = load_model(str(ckpt), device="cpu", dtype="float32")
+    prompts = [*load_prompts("humaneval", split="heldout", n=2, seed=0),
+               *load_prompts("humaneval", split="calib", n=1, seed=0)]
+    ids = [encode_prompt(sm.tokenizer, p) for p in prompts]
+    path = tmp_path / "answers.json"
+    path.write_text(json.dumps({json.dumps(i): list(hf_generate(sm, i, max_new_tokens=max_new_tokens)) for i in ids}))
+    return path
+
+
+def test_bench_runs_llama_cpp_after_its_rows_and_keeps_the_sweep_rule(fake_server, bench_ckpt, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setenv("FAKE_ANSWERS", str(_answers(bench_ckpt, tmp_path, 6)))
+    result, md, doc = _bench(bench_ckpt, tmp_path, "--peers", "hf-greedy,llama.cpp", "--llama-server",
+                             str(fake_server), "--sweep-prompts", "1")
+    assert result.exit_code == 0, result.output
+    llama = doc["llama.cpp"]
+    # the sweep: the speculative settings of the default grid on the calib prompt; the draft ones differ there
+    sweep = {s["name"]: s for s in llama["sweep"]["settings"]}
+    assert set(sweep) == {"draft q8_0 n=4", "ngram 3/4", "ngram 3/4 + draft q8_0 n=4"}
+    assert sweep["ngram 3/4"]["differs_at"] == [None] and sweep["draft q8_0 n=4"]["differs_at"] == [1]
+    assert llama["sweep"]["best"] == "ngram 3/4"
+    # the bench prompts: plain and the chosen setting only, each equal to HF greedy's row
+    assert [s["name"] for s in llama["settings"]] == ["plain", "ngram 3/4"] and llama["best"] == "ngram 3/4"
+    assert all(s["differs_at"] == [None, None] and s["error"] is None for s in llama["settings"])
+    assert llama["prompts"] == 2 and llama["max_new_tokens"] == 6
+    sent = _requests(tmp_path)
+    bench_ids = [json.loads(k) for k in json.loads((tmp_path / "answers.json").read_text())][:2]
+    assert [q["body"]["prompt"] for q in sent[-3:]] == [bench_ids[0], *bench_ids]  # warm-up, then the same ids
+    chosen = next(ln for ln in md.splitlines() if ln.startswith("| ngram 3/4 (chosen) |"))
+    assert chosen.endswith("| 2/2 |") and "## llama.cpp" in md
+    assert "### llama.cpp sweep" in md and "DIFFERS (prompt 0, token 1)" in md
+    summary = next(ln for ln in result.stdout.splitlines() if ln.startswith("llama.cpp (server timings)"))
+    assert "best ngram 3/4" in summary
+    assert "warning: llama.cpp draft q8_0 n=4 output differs from hf-greedy" in result.stderr
+
+
+def test_a_llama_cpp_output_that_differs_is_flagged_and_bench_still_exits_0(fake_server, bench_ckpt, tmp_path,
+                                                                            monkeypatch):
+    # bench exits 0 when one of its own rows differs from HF greedy (the report is the result): llama.cpp's too
+    monkeypatch.setenv("FAKE_ANSWERS", str(_answers(bench_ckpt, tmp_path, 6)))
+    result, md, doc = _bench(bench_ckpt, tmp_path, "--peers", "hf-greedy,llama.cpp", "--llama-server",
+                             str(fake_server), "--llama-settings", "plain,draft q4_0 n=2", "--sweep-prompts", "1")
+    assert result.exit_code == 0, result.output
+    llama = doc["llama.cpp"]
+    assert llama["sweep"] is None  # one speculative setting: nothing to choose among
+    assert [s["name"] for s in llama["settings"]] == ["plain", "draft q4_0 n=2"] and llama["best"] is None
+    assert llama["settings"][1]["differs_at"] == [1, 1]
+    labels = [p["prompt_id"] for p in doc["prompts"] if p["method"] == "hf-greedy"]
+    assert f"DIFFERS (prompt {labels[0]}, token 1)" in md and "no (output differs)" in md
+    assert f"warning: llama.cpp draft q4_0 n=2 output differs from hf-greedy (prompt {labels[0]}, token 1)" in \
+        result.stderr
+    (written,) = (tmp_path / "cache" / "llama.cpp").iterdir()  # the GGUFs these settings need, no other
+    assert sorted(p.name for p in written.iterdir()) == ["draft-q4_0.gguf", "target-f32.gguf"]
