@@ -259,9 +259,9 @@ def test_study_show_on_trials_skipsearch_did_not_write(tmp_path):
 
 # -- cause 4: output paths are checked before the work -----------------------------------------------------
 def test_plan_out_is_checked_before_measuring(tmp_path, monkeypatch):
-    from skipsearch import models
+    from skipsearch import loader
 
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("must not measure"))
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("must not measure"))
     notes = tmp_path / "notes.txt"
     notes.write_text("keep me")
     base = ["plan", "--medium", EXAMPLE, "--small", EXAMPLE]
