@@ -224,10 +224,15 @@ def test_cli_plan_json_plot_and_report(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--alpha", "1.2", "--beta", "0.6", "--c", "0.5", "--cs", "0.5"], "alpha must be in [0, 1]"),
-        (["--alpha", "0.8", "--beta", "-0.1", "--c", "0.5", "--cs", "0.5"], "beta must be in [0, 1]"),
-        (["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--max-m", "0"], "m (medium"),
-        (["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--max-n", "-1"], "n (small"),
+        # bounds declared with the options (typer's min/max, shown in --help): typer's own one-line message
+        (["--alpha", "1.2", "--beta", "0.6", "--c", "0.5", "--cs", "0.5"],
+         "'--alpha': Input should be less than or equal to 1"),
+        (["--alpha", "0.8", "--beta", "-0.1", "--c", "0.5", "--cs", "0.5"],
+         "'--beta': Input should be greater than or equal to 0"),
+        (["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--max-m", "0"],
+         "'--max-m': Input should be greater than or equal to 1"),
+        (["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--max-n", "-1"],
+         "'--max-n': Input should be greater than or equal to 0"),
         (["--alpha", "0.8", "--beta", "0.6"], "analysis needs --c, --cs"),
         (["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--validate"], "give either"),
         (["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--verify", "1,x"], "separated by commas"),
