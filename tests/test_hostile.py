@@ -266,10 +266,10 @@ def test_a_profile_for_a_model_of_another_depth_is_one_line(tmp_path, tiny):
 
 def _no_model(monkeypatch) -> None:
     """Any model load fails the test: what is checked must be refused before one."""
-    from skipsearch import models
+    from skipsearch import loader
     from skipsearch.api import loading
 
-    for module in (models, loading):
+    for module in (loader, loading):
         monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
 
 
