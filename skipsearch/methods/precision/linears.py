@@ -191,10 +191,7 @@ def weight_bytes(module: nn.Module) -> int:
     total = 0
     seen: set[int] = set()
     for m in module.modules():
-        if isinstance(m, (Int8WoLinear, Int4WoLinear)):  # packed weights and scales are buffers, not parameters
-            total += m.weight_bytes + (m.bias.numel() * 4 if m.bias is not None else 0)
-            continue
-        if isinstance(m, Fp16Linear):
+        if isinstance(m, (Fp16Linear, Int8WoLinear, Int4WoLinear)):  # packed weights: opaque, or buffers
             total += m.weight_bytes + (m.bias.numel() * 4 if m.bias is not None else 0)
             continue
         for p in m.parameters(recurse=False):
