@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
@@ -33,6 +34,8 @@ from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_
 from skipsearch.kv_cache import LayerFrame, PrefixKV
 from skipsearch.placement import Placement
 from skipsearch.stand_ins import SkippedLayer, SkippedSublayer, SubsetHead
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "SkippableModel", "arch_fingerprint"]
 
@@ -196,7 +199,13 @@ class SkippableModel:
         if self._runner is not None and self._runner.fits(kernel, capacity):
             return
         check_kernel(kernel, self.device.type)
+        # a step of a minute or more: the CLI shows it on stderr with the seconds it is taking (its "step" marks)
+        if kernel.compiled:
+            _log.info("compiling %s graphs ...", kernel.label, extra={"step": "start"})
         self._runner = kernel.spec.build(self, kernel, capacity)  # None: eager, this adapter's own forwards
+        if self._runner is not None:
+            _log.info("compiling %s graphs ... %.0f s", kernel.label, self._runner.report().compile_seconds,
+                      extra={"step": "end"})
 
     def decode_cache(self, positions: int | None = None):
         """The KV cache one sequence decodes in: with a compiled kernel its StaticCache, rewound to empty

@@ -132,7 +132,7 @@ def bench_profiles(
     command += ["--llama-server", o.llama_server] if llama and o.llama_server else []
     command += ["--llama-settings", ",".join(llama.settings)] if llama and o.llama_settings else []
     command += ["--report", str(o.report)] if o.report else []
-    command += ["--json", str(o.as_json)] if o.as_json else []
+    command += ["--json-out", str(o.as_json)] if o.as_json else []
     return BenchRun(report, tuple(profs), tuple(command))
 
 

@@ -46,7 +46,7 @@ app = typer.Typer(
     help="Search, ship and run self-speculative decoding draft profiles.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion: bash, zsh, fish, PowerShell
 )
 
 

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
+from skipsearch.cli import options
+from skipsearch.cli.options import renamed
 from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
-from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
 
@@ -20,8 +21,7 @@ def bench(
     profiles: Annotated[
         list[str] | None, typer.Option(help="Profiles to bench: repeat, comma-separate or give a glob.")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model alias, directory or hub id (default: the profiles').")]
-    = None,
+    model: options.Model = None,
     peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
                                             "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
                                             "generate); llama.cpp (llama-server, after the timed rows).")]
@@ -32,39 +32,37 @@ def bench(
     llama_settings: Annotated[str | None, typer.Option(
         help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
              "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")] = None,
-    dataset: Annotated[str, typer.Option(help="mtbench, humaneval, a .jsonl/.json/.csv/.parquet file, hf:...")]
-    = "mtbench,humaneval",
-    split: Annotated[str, typer.Option(help="heldout (prompts the search did not see), calib or all.")] = "heldout",
-    n_prompts: Annotated[int, typer.Option(min=1, help="Prompts to bench.")] = 16,
-    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt and method (median).")] = 1,
+    dataset: options.Dataset = options.DATASET,
+    split: options.Split = options.SPLIT,
+    n_prompts: options.NPrompts = options.N_PROMPTS,
+    max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
+    repeats: options.Repeats = options.REPEATS,
     sweep_prompts: Annotated[
         int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
     ] = 2,
-    seed: Annotated[int, typer.Option(help="Which prompts are drawn.")] = 0,
-    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
-                                             "cuda, cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
-                                            "float16.")] = "auto",
-    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads.")] = None,
-    kernel: Annotated[str | None, typer.Option(
-        help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels/). "
-             "Default: the profiles' kernel when they share one, else eager.")] = None,
-    report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
-    as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
+    seed: options.Seed = options.SEED,
+    device: options.Device = options.DEVICE,
+    dtype: options.DType = options.DTYPE,
+    threads: options.Threads = None,
+    kernel: options.Kernel = options.KERNEL,
+    report: options.Report = None,
+    as_json: options.Json = False,
+    json_out: options.JsonOut = None,
     by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
     write_measured: Annotated[
         bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
     ] = False,
     force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch, and replace --report "
-                                             "and --json where they hold an earlier bench report (another kind of "
-                                             "file is never replaced).")] = False,
+                                             "and --json-out where they hold an earlier bench report (another kind "
+                                             "of file is never replaced).")] = False,
 ) -> None:
     """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
 
-    HF greedy and skipsearch's own autoregressive loop always run. A method whose output differs from
-    HF greedy gets no speedup and a warning on stderr; the exit code stays 0 (the report is the result). So does
-    a llama.cpp setting whose output differs, and a missing llama-server is one line in the report.
+    HF greedy and skipsearch's own autoregressive loop always run. Exit code 1 (after the tables and every report are
+    written, with one line on stderr naming the rows) when any of skipsearch's outputs (a profile, in skipsearch's
+    engine or inside HF generate) differs from HF greedy; such a row gets no speedup. An HF peer's or a llama.cpp
+    setting's differences are reported but leave the exit code alone: another runtime's numerics, not
+    skipsearch's. Bad input is exit code 2. A missing llama-server is one line in the report.
     """
     from rich.console import Console
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
@@ -72,29 +70,61 @@ def bench(
     from skipsearch import api
 
     warnings_to_stderr()
-    options = api.BenchOptions(
-        profiles=(*(profiles or []), *(more_profiles or [])), model=model, peers=peers, dataset=dataset, split=split,
+    more_profiles, json_out, as_json = _old_json_spelling(as_json, list(more_profiles or []), json_out)
+    with user_errors():
+        kernel = options.reject_fastest(kernel)
+    options_ = api.BenchOptions(
+        profiles=(*(profiles or []), *more_profiles), model=model, peers=peers, dataset=dataset, split=split,
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
-        device=device, dtype=dtype, threads=threads, kernel=kernel, report=report, as_json=as_json,
-        write_measured=write_measured, force=force, llama_server=llama_server, llama_settings=llama_settings,
+        device=device, dtype=dtype, threads=threads, kernel=None if kernel == "auto" else kernel, report=report,
+        as_json=json_out, write_measured=write_measured, force=force, llama_server=llama_server,
+        llama_settings=llama_settings,
     )
     with user_errors():
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
         with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                            TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
             run = api.bench_profiles(
-                options, on_stage=lambda title, total: bar.stage(title, total, last=""),
+                options_, on_stage=lambda title, total: bar.stage(title, total, last=""),
                 on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
                 on_note=lambda note: typer.echo(f"warning: {note}", err=True),
             )
-    # 3. print and write at the edge
-    _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured,
-                 replace=force)
+    # 3. print and write at the edge; 4. the verdict as the exit code
+    _print_bench(run, by_category=by_category, report=report, json_out=json_out, as_json=as_json,
+                 write_measured=write_measured, replace=force)
+    differing = differs_from_hf_greedy(run.report)
+    if differing:
+        typer.echo(f"error: output differs from hf-greedy in {len(differing)} of skipsearch's rows: "
+                   f"{', '.join(differing)} (exit code 1)", err=True)
+        raise typer.Exit(1)
 
 
-def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool,
-                 replace: bool) -> None:
-    """The bench's tables and summary; its reports and measured blocks written; a line per flagged or tied row."""
+def differs_from_hf_greedy(result) -> tuple[str, ...]:
+    """The rows of skipsearch's own output (a profile, in its engine or inside HF generate) that differ from HF
+    greedy; an HF peer's row is HF's own numerics, and llama.cpp's settings are not rows."""
+    from skipsearch.bench.peers import BASELINE
+
+    return tuple(r.method for r in result.rows if r.flagged and r.family != "hf" and r.method != BASELINE)
+
+
+def _old_json_spelling(as_json: bool, more: list[str],
+                       json_out: Path | None) -> tuple[list[str], Path | None, bool]:
+    """``--json PATH``, the old spelling of ``--json-out PATH``: ``--json`` is a flag now, so the path arrives among
+    the profiles; a ``.json`` file there (never a profile) is taken as before, with a notice."""
+    if not as_json or json_out is not None:
+        return more, json_out, as_json
+    old = [p for p in more if p.lower().endswith(".json")]
+    if len(old) != 1:
+        return more, json_out, as_json
+    renamed("--json PATH", "--json-out PATH (--json alone: the JSON report on stdout)")
+    more.remove(old[0])
+    return more, Path(old[0]), False
+
+
+def _print_bench(run, *, by_category: bool, report: Path | None, json_out: Path | None, as_json: bool,
+                 write_measured: bool, replace: bool) -> None:
+    """The bench's tables and summary (on stderr with ``--json``, whose report alone goes to stdout); its reports
+    and measured blocks written; a line per flagged or tied row."""
     import shlex
 
     from rich.console import Console
@@ -103,19 +133,24 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
     from skipsearch.bench.peers import BASELINE
 
     result = run.report
-    out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
+    say = (lambda text: typer.echo(text, err=True)) if as_json else typer.echo
+    stream = sys.stderr if as_json else sys.stdout
+    out = Console(file=stream, width=None if stream.isatty() else 200)  # piped: wide enough not to wrap the table
     for table in br.rich_tables(result, by_category=by_category):
         out.print(table)
     for line in br.summary_lines(result):
-        typer.echo(line)
+        say(line)
     with user_errors():
         if report:
             write_text(report, br.render_markdown(result, command=shlex.join(run.command)), kind=BENCH_REPORT,
                        replace=replace)
-            typer.echo(f"wrote {report}")
-        if as_json:
-            write_text(as_json, br.report_json(result), kind=BENCH_JSON, replace=replace)
-            typer.echo(f"wrote {as_json}")
+            say(f"wrote {report}")
+        if json_out:
+            write_text(json_out, br.report_json(result), kind=BENCH_JSON, replace=replace)
+            say(f"wrote {json_out}")
+    if as_json:
+        sys.stdout.write(br.report_json(result).rstrip("\n") + "\n")
+        sys.stdout.flush()
     if write_measured:
         for path, updated in br.measured_updates(result, run.profiles):
             if updated is None:
@@ -124,7 +159,7 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
                 continue
             with user_errors():  # --write-measured is the ask to replace each profile (a profile only)
                 save_profile_kept(updated, Path(path), replace=True)
-            typer.echo(f"updated the measured block of {path}")
+            say(f"updated the measured block of {path}")
     for row in result.rows:
         if row.flagged:
             typer.echo(f"warning: {row.method} output differs from hf-greedy ({row.first_mismatch})", err=True)

@@ -9,34 +9,33 @@ from typing import Annotated
 
 import typer
 
+import click
+from click.core import ParameterSource
+
+from skipsearch.cli import options
+from skipsearch.cli.options import renamed
 from skipsearch.cli.edge import line, save_costs_checked, user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
-from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.files.targets import COSTS, check_target
+from skipsearch.loader import DEFAULT_MODEL
 
 
 def costs_command(
-    model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
-    device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
-                                            "float16.")] = "auto",
+    model: options.Model = None,
+    device: options.Device = options.DEVICE,
+    dtype: options.DType = options.DTYPE,
     out: Annotated[Path | None, typer.Option(help="Cost file to write (default costs/<device>-<dtype>.yaml).")]
     = None,
-    dataset: Annotated[str, typer.Option(help="Prompts the context is taken from, as optimize's calibration.")]
-    = "mtbench",
-    max_new_tokens: Annotated[int, typer.Option(min=2, help="As optimize's: the context is the first calibration "
-                                                            "prompt plus half as many generated tokens.")] = 64,
-    repeats: Annotated[int, typer.Option(min=1, help="Samples per quantity (medians).")] = 9,
-    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS,
-                                                 help="torch intra-op threads (costs depend on them).")]
-    = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    dataset: options.Dataset = options.DATASET,
+    max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
+    samples: Annotated[int, typer.Option(min=1, help="Samples per quantity (the median is kept).")] = 9,
+    repeats: Annotated[int | None, typer.Option(hidden=True, min=1, help="The old spelling of --samples.")] = None,
+    threads: options.Threads = None,
+    seed: options.Seed = options.SEED,
     force: Annotated[bool, typer.Option(help="Replace the cost file at --out (or the default path); another kind of "
                                              "file is never replaced.")] = False,
-    kernel: Annotated[str, typer.Option(
-        help="What the step and v(k) run through: eager, inductor[-c<block>], or auto (the compiled kernel where it "
-             "runs here and is faster than eager in the same rounds; skipsearch/kernels/).")] = "eager",
+    kernel: options.CostsKernel = options.KERNEL,
     schemes: Annotated[str | None, typer.Option(
         help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
              "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
@@ -64,6 +63,20 @@ def costs_command(
     from skipsearch.loader import load_model
 
     warnings_to_stderr()
+    kernel_given = click.get_current_context().get_parameter_source("kernel") is ParameterSource.COMMANDLINE
+    model = model or DEFAULT_MODEL
+    if repeats is not None:
+        renamed("costs --repeats", "--samples")
+        samples = repeats
+    if kernel == "auto" and kernel_given:  # costs' old auto, the timed choice: fastest now
+        renamed("costs --kernel auto (the timed choice)", "--kernel fastest")
+        kernel = "fastest"
+    # auto: a cost file reads no profile, so eager; fastest: measure_cost_profile's timed choice (its "auto")
+    kernel = {"auto": "eager", "fastest": "auto"}.get(kernel, kernel)
+    if max_new_tokens < 2:
+        with user_errors():
+            raise ConfigError(f"--max-new-tokens must be >= 2 for costs (the context is the first calibration prompt "
+                              f"plus half as many generated tokens), got {max_new_tokens}")
     figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,
                    context_tokens=context_tokens)
     if roofline is not None or any(v is not None for v in figures.values()):  # modelled: nothing is timed
@@ -80,7 +93,7 @@ def costs_command(
             if threads:
                 torch.set_num_threads(threads)
             cp = rl.roofline_cost_profile(
-                device=roofline, model=model, dtype=dtype, repeats=repeats, command=shlex.join(
+                device=roofline, model=model, dtype=dtype, repeats=samples, command=shlex.join(
                     ["skipsearch", *sys.argv[1:]]), schemes=None if schemes is None else tuple(
                     x.strip() for x in schemes.split(",") if x.strip()), **figures)
             path = out or rl.default_path(cp)
@@ -106,14 +119,14 @@ def costs_command(
             check_target(path, COSTS, replace=force)  # the default path, before the timing
         typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
         context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
-        cp = measure_cost_profile(sm, context, repeats=repeats, command=shlex.join(["skipsearch", *sys.argv[1:]]),
+        cp = measure_cost_profile(sm, context, repeats=samples, command=shlex.join(["skipsearch", *sys.argv[1:]]),
                                   kernel=kernel)
         if choice is None:
             choice = default_schemes((model, sm.name), str(sm.device))
             for note in choice.notes:
                 typer.echo(f"warning: {line(note)}", err=True)
         typer.echo(choice.describe(), err=True)
-        measured = measure_schemes(sm, context, choice, repeats=repeats,
+        measured = measure_schemes(sm, context, choice, repeats=samples,
                                    warn=lambda text: typer.echo(f"warning: {line(text)}", err=True))
         if measured:
             from dataclasses import replace

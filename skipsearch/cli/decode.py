@@ -10,37 +10,33 @@ from typing import Annotated
 
 import typer
 
+from skipsearch.cli import options
 from skipsearch.cli.edge import finite, user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import MAX_PROMPTS_BYTES, DataError, Prompt, read_prompts_file
-from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.kernels import choose_kernel
+from skipsearch.loader import DEFAULT_MODEL
 
 
 def decode(
     prompt: Annotated[str | None, typer.Option(help="Text to continue (or a user message with --chat).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model alias, local HF directory or hub id.")] = None,
+    model: options.Model = None,
     profile: Annotated[str | None, typer.Option(help="Draft profile (YAML); it names its model.")] = None,
     prompts_file: Annotated[
         Path | None, typer.Option(help='JSONL, one {"prompt": ..., "chat": bool} per line.')
     ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt with the model's chat template.")] = False,
-    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
     temperature: Annotated[float, typer.Option(min=0.0, callback=finite, help="0 is greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite, help="Above 0.")] = 1.0,
     top_k: Annotated[int, typer.Option(min=0)] = 0,
-    seed: Annotated[int, typer.Option()] = 0,
-    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
-                                             "cuda, cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto (float32 on CPU; on GPU the profile's, else the checkpoint's), "
-                                            "float32, bfloat16, float16.")] = "auto",
+    seed: options.Seed = options.SEED,
+    device: options.Device = options.DEVICE,
+    dtype: options.DType = options.DTYPE,
     force: Annotated[bool, typer.Option(help="Use a profile despite a model fingerprint mismatch.")] = False,
-    kernel: Annotated[str | None, typer.Option(
-        help="What runs the full model's forwards: eager, or inductor[-c<block>] (compiled once per process, "
-             "about a minute on a CPU; skipsearch/kernels/). Default: the profile's kernel, else eager.")] = None,
-    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads (default: "
-                                                "torch's); a profile planned for another count says so.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per prompt on stdout.")] = False,
+    kernel: options.Kernel = options.KERNEL,
+    threads: options.Threads = None,
+    as_json: options.Json = False,
     check: Annotated[bool, typer.Option("--check", help="Greedy only: also decode with HF greedy and print each "
                                                         "output's verdict (identical, equal up to numerical ties, "
                                                         "different) on stderr; with --json, as \"check\".")] = False,
@@ -62,17 +58,19 @@ def decode(
             read_prompts_file(prompts_file, chat_default=chat, limit=MAX_PROMPTS_BYTES) if prompts_file
             else (Prompt("", prompt, chat, "", "--prompt"),)
         )
+        kernel = options.reject_fastest(kernel)
+        if model is None and profile is None:
+            model = DEFAULT_MODEL
         api.check_model_arg(model)
         if threads:
             import torch
 
             torch.set_num_threads(threads)
+        kernel = None if kernel == "auto" else kernel  # auto: the profile's kernel, else eager
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force,
                                   kernel=kernel)
         drafters = api.drafter_factory(prof, sm)
-        chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)
-        if chosen.compiled:
-            typer.echo(f"building kernel {chosen.label} (compiled once per process)", err=True)
+        chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)  # its compile shows on stderr
 
         def show(_: int, text: str) -> None:
             sys.stdout.write(text)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from skipsearch.cli import options
 from skipsearch.cli.edge import user_errors
 from skipsearch.profile import load_profile
 from skipsearch.study import StudyError
@@ -33,8 +34,8 @@ def profile_show(path: Annotated[str, typer.Argument(help="Profile YAML to descr
 @study_app.command("show")
 def study_show(
     study: Annotated[str | None, typer.Argument(help="Study directory.")] = None,
-    storage: Annotated[str | None, typer.Option(help="Optuna RDB URL instead of a directory.")] = None,
-    study_name: Annotated[str | None, typer.Option()] = None,
+    storage: options.Storage = None,
+    study_name: options.StudyName = None,
     top: Annotated[int, typer.Option(help="Rows to list, best first.")] = 10,
 ) -> None:
     """Trials, best so far, and status of a study."""

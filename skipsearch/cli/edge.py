@@ -56,13 +56,65 @@ def user_errors():
 
 class _CurrentStderr(logging.Handler):
     """A log line to whatever sys.stderr is when it is logged (a StreamHandler keeps the stream it was made with,
-    which a second in-process run, e.g. typer's CliRunner, may have closed since)."""
+    which a second in-process run, e.g. typer's CliRunner, may have closed since).
+
+    A long step the library marks (``extra={"step": "start"}`` ... ``"end"``, e.g. compiling a kernel) shows its
+    seconds as they pass on a terminal (one line, rewritten each second), and its total when it ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ticker: Elapsed | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            step = getattr(record, "step", None)
+            if self._ticker is not None:
+                self._ticker.stop()
+                self._ticker = None
+            if step == "start":
+                self._ticker = Elapsed(self.format(record))
+                self._ticker.start()
+            else:
+                sys.stderr.write(self.format(record) + "\n")
         except Exception:  # noqa: BLE001 - logging must never fail a run
             self.handleError(record)
+
+
+class Elapsed:
+    """``what`` on stderr, followed on a terminal by the seconds since it began, rewritten in place each second
+    (elsewhere, a log or a pipe, the line alone: the step's end says its total)."""
+
+    def __init__(self, what: str, *, every: float = 1.0) -> None:
+        import threading
+
+        self.what, self.every = what, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._stream = sys.stderr
+        self._live = bool(getattr(self._stream, "isatty", lambda: False)())
+
+    def start(self) -> None:
+        if not self._live:
+            self._stream.write(self.what + "\n")
+            return
+        self._stream.write(self.what)
+        self._stream.flush()
+        self._thread.start()
+
+    def _tick(self) -> None:
+        import time
+
+        began = time.monotonic()
+        while not self._stop.wait(self.every):
+            self._stream.write(f"\r{self.what} {time.monotonic() - began:.0f} s")
+            self._stream.flush()
+
+    def stop(self) -> None:
+        if self._live:
+            self._stop.set()
+            self._thread.join()
+            self._stream.write("\r\x1b[2K")  # the live line gives way to the step's own end line
+            self._stream.flush()
 
 
 VERBOSE = False  # set by `skipsearch --verbose` (the app's callback), for every command of that run

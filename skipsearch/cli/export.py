@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 
+from skipsearch.cli import options
 from skipsearch.cli.edge import user_errors
 
 
 def export_command(
     profile: Annotated[str, typer.Option(help="The draft profile to export.")],
-    engine: Annotated[str, typer.Option(help="hf (transformers' generate), vllm, sglang or llama.cpp.")],
+    engine: options.Engine,
     out: Annotated[Path, typer.Option(help="The export directory (replaced whole, with --force; its manifest is "
                                            "export.yaml).")],
     costs: Annotated[str | None, typer.Option(help="Re-plan K for this cost file (the target's) first.")] = None,

@@ -9,27 +9,27 @@ from typing import Annotated, Any
 
 import typer
 
+from skipsearch.cli import options
 from skipsearch.cli.edge import LazyProgress, finite, save_profile_kept, user_errors, warnings_to_stderr
 from skipsearch.cli.strategy_flags import strategy_options, with_strategy_flags
 from skipsearch.config import ConfigError
-from skipsearch.files.bounds import MAX_DRAFT_TOKENS, MAX_THREADS
+from skipsearch.files.bounds import MAX_DRAFT_TOKENS
+from skipsearch.loader import DEFAULT_MODEL
 
 
 @with_strategy_flags  # a flag for each option the registered strategies declare, in panels named after them
 def optimize(
-    model: Annotated[str, typer.Option(help="Model alias, local HF directory or hub id.")] = "smollm2-135m",
+    model: options.Model = None,
     # its help lists the registered strategies (with_strategy_flags)
     strategy: Annotated[str, typer.Option(help="Search strategy.")] = "tpe",
     budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")]
     = 100,
-    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
-    n_prompts: Annotated[int, typer.Option(help="Calibration prompts (calib split).")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens decoded per calibration prompt.")] = 64,
-    objective: Annotated[str, typer.Option(
-        help="auto (two-stage where the method has a surrogate, else timed), two-stage (surrogate, then time a "
-             "shortlist), surrogate, timed.")] = "auto",
+    dataset: options.Dataset = options.DATASET,
+    n_prompts: options.NPrompts = options.N_PROMPTS,
+    max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
+    objective: options.Objective = "auto",
     shortlist: Annotated[int, typer.Option(help="Candidates timed after a surrogate search.")] = 5,
-    repeats: Annotated[int, typer.Option(help="Timed runs per prompt (median).")] = 1,
+    repeats: options.Repeats = options.REPEATS,
     max_k: Annotated[int, typer.Option(max=MAX_DRAFT_TOKENS, help="Largest max_draft_tokens searched (>= 1; the "
                                                                    "engine's limit above).")] = 8,
     max_skip_ratio: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite,
@@ -38,8 +38,8 @@ def optimize(
     study: Annotated[
         str | None, typer.Option(help="Study directory (SQLite inside); default studies/<model>-<strategy>.")
     ] = None,
-    storage: Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")] = None,
-    study_name: Annotated[str | None, typer.Option(help="Study name inside --storage.")] = None,
+    storage: options.Storage = None,
+    study_name: options.StudyName = None,
     out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
     force: Annotated[bool, typer.Option(help="Replace the profile at --out (the study's own default path is "
                                              "replaced as it resumes); another kind of file is never replaced.")]
@@ -47,20 +47,16 @@ def optimize(
     warm_start: Annotated[
         list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
     ] = None,
-    seed: Annotated[int, typer.Option()] = 0,
-    device: Annotated[str, typer.Option(help="auto (CUDA if available, else cpu), cpu, cuda, cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
-                                            "float16.")] = "auto",
+    seed: options.Seed = options.SEED,
+    device: options.Device = options.DEVICE,
+    dtype: options.DType = options.DTYPE,
     costs: Annotated[str | None, typer.Option(
         help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
              "no new trials.")] = None,
     time_shortlist: Annotated[bool, typer.Option(
         help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
-    kernel: Annotated[str, typer.Option(
-        help="What runs the full model's forwards while timing, recorded in the profile: eager, or "
-             "inductor[-c<block>] (compiled once per process; skipsearch/kernels/).")] = "eager",
-    threads: Annotated[int | None, typer.Option(min=1, max=MAX_THREADS,
-                                                help="torch intra-op threads (default: torch's).")] = None,
+    kernel: options.Kernel = options.KERNEL,
+    threads: options.Threads = None,
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
@@ -80,6 +76,9 @@ def optimize(
         counts = (("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens), ("--shortlist", shortlist),
                   ("--repeats", repeats))
         _at_least_one(counts if rerank else (("--budget", budget), *counts, ("--max-k", max_k)))
+        # auto: nothing here records a kernel, so eager (as before; a warm-start profile's kernel is not assumed)
+        kernel = "eager" if options.reject_fastest(kernel) == "auto" else kernel
+        model = model or DEFAULT_MODEL
         settings = api.SearchSettings(
             model=model, strategy=strategy, budget=budget, dataset=dataset, n_prompts=n_prompts,
             max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
@@ -96,6 +95,7 @@ def optimize(
 
 def _search(settings):
     """``optimize``'s search: ``api.optimize_study`` with its progress bar, opened once the model is loaded."""
+    from rich.console import Console
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from skipsearch import api
@@ -103,7 +103,7 @@ def _search(settings):
     budget = settings.budget
     with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                       transient=False, console=None) as bar:
+                       transient=False, console=Console(stderr=True)) as bar:  # stdout: the results only
 
         def trials():  # the one task, opened at the search's first report
             return bar.task if bar.task is not None else bar.stage("trials", budget, best="-")
@@ -158,12 +158,13 @@ def _at_least_one(values) -> None:
 
 def _rerank(settings):
     """``optimize --budget 0 --costs C``: ``api.rerank_study`` with its progress bars and its hardware note."""
+    from rich.console import Console
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from skipsearch import api
 
     with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                       TimeElapsedColumn()) as bar:
+                       TimeElapsedColumn(), console=Console(stderr=True)) as bar:
         return api.rerank_study(settings, on_stage=bar.stage,
                                 on_progress=lambda done, total: bar.update(bar.task, completed=done, total=total),
                                 on_note=lambda note: typer.echo(f"warning: {note}", err=True))

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from skipsearch.cli import options
 from skipsearch.cli.edge import draw_plot, finite, save_profile_kept, user_errors, warnings_to_stderr, write_text
 from skipsearch.config import ConfigError
 from skipsearch.files.bounds import MAX_PLAN_M, MAX_PLAN_N
@@ -28,8 +29,7 @@ def plan(
     verify: Annotated[
         str | None, typer.Option(help="Analysis: v(1),v(2),...: a k-token forward / one step (default: free).")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model (default: the --medium profile's; smollm2-135m with "
-                                                   "--study).")] = None,
+    model: options.Model = None,
     medium: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_q.")] = None,
     small: Annotated[str | None, typer.Option(help="Profile whose draft skip sets are M_s.")] = None,
     profile: Annotated[str | None, typer.Option(
@@ -40,9 +40,9 @@ def plan(
         help="A cost file (skipsearch costs): the device --profile or --study is planned for.")] = None,
     study: Annotated[str | None, typer.Option(
         help="Choose M_q and M_s from this study's α/c Pareto front, plan (m, n), validate.")] = None,
-    dataset: Annotated[str, typer.Option(help="Calibration prompts: mtbench, humaneval, a file, hf:...")] = "mtbench",
-    n_prompts: Annotated[int, typer.Option(min=1, help="Calibration prompts (calib split).")] = 4,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens decoded per prompt.")] = 64,
+    dataset: options.Dataset = options.DATASET,
+    n_prompts: options.NPrompts = options.N_PROMPTS,
+    max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
     max_m: Annotated[int, typer.Option(min=1, max=MAX_PLAN_M, help="Largest m (medium tokens per cycle) planned "
                                                                     "(the table grows as its cube).")] = 8,
     max_n: Annotated[int, typer.Option(min=0, max=MAX_PLAN_N, help="Largest n (small tokens per medium token) "
@@ -50,19 +50,17 @@ def plan(
     validate: Annotated[bool | None, typer.Option(
         "--validate/--no-validate",
         help="Decode the best three- and two-level pairs and time them (default: with --study only).")] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per prompt when validating (median).")] = 1,
-    seed: Annotated[int, typer.Option()] = 0,
-    device: Annotated[str, typer.Option(help="auto (CUDA if available, spread over several GPUs; else cpu), cpu, "
-                                             "cuda, cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's on GPU, float32 on CPU), float32, bfloat16, "
-                                            "float16.")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    repeats: options.Repeats = options.REPEATS,
+    seed: options.Seed = options.SEED,
+    device: options.Device = options.DEVICE,
+    dtype: options.DType = options.DTYPE,
+    as_json: options.Json = False,
     plot: Annotated[Path | None, typer.Option(help="Draw predicted speedup over (m, n) to this PNG.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write a hierarchical profile of the chosen (m, n).")] = None,
     force: Annotated[bool, typer.Option(help="Replace --out, --plot and --report where each holds a file of its kind "
                                              "already (a profile, a PNG plot, a plan report); another file is never "
                                              "replaced.")] = False,
-    report: Annotated[Path | None, typer.Option(help="Write the run as Markdown, e.g. studies/hier-x.md.")] = None,
+    report: options.Report = None,
 ) -> None:
     """Plan hierarchical speculative decoding: predicted speedup over (m, n), from given or measured inputs."""
     from skipsearch import api

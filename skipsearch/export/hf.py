@@ -16,16 +16,18 @@ from pathlib import Path
 
 import yaml
 
-from skipsearch.export.base import Engine, Written, write_text
+from skipsearch.export.base import Engine, Written, served_model, write_text
 from skipsearch.files.yamlio import Dumper
 from skipsearch.profile import Profile, profile_to_dict
 
 USAGE = """\
 from transformers import AutoModelForCausalLM, AutoTokenizer
-model, tok = AutoModelForCausalLM.from_pretrained(MODEL), AutoTokenizer.from_pretrained(MODEL)
-out = model.generate(**tok(PROMPT, return_tensors="pt"), custom_generate="{dir}", trust_remote_code=True,
+model_id = {model!r}
+model, tok = AutoModelForCausalLM.from_pretrained(model_id), AutoTokenizer.from_pretrained(model_id)
+out = model.generate(**tok("def fib(n):", return_tensors="pt"), custom_generate={dir!r}, trust_remote_code=True,
                      max_new_tokens=64)
-"""
+print(tok.decode(out[0]))
+"""  # model_id: as transformers loads it (export.base.served_model), never skipsearch's alias
 
 
 def profile_text(profile: Profile) -> str:
@@ -72,7 +74,11 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
         write_text(directory, "README.md", readme(profile, directory)),
     )
     return Written(files, {"custom_generate": str(directory), "method": profile.method,
-                           "max_draft_tokens": profile.draft.max_draft_tokens}, USAGE.format(dir=directory))
+                           "max_draft_tokens": profile.draft.max_draft_tokens}, _usage(profile, directory))
+
+
+def _usage(profile: Profile, directory: Path) -> str:
+    return USAGE.format(model=served_model(profile).hf, dir=str(directory))
 
 
 def readme(profile: Profile, directory: Path) -> str:
@@ -80,7 +86,7 @@ def readme(profile: Profile, directory: Path) -> str:
     return ("---\ntags:\n- custom_generate\n---\n\n"
             f"# skipsearch draft profile for {profile.model.name} ({profile.method})\n\n"
             "Decodes inside transformers' `generate` with skipsearch's engine; greedy output is the model's own.\n\n"
-            f"```python\n{USAGE.format(dir=directory)}```\n\nNeeds `pip install skipsearch` where it runs.\n")
+            f"```python\n{_usage(profile, directory)}```\n\nNeeds `pip install skipsearch` where it runs.\n")
 
 
 ENGINE = Engine(

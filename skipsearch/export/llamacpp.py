@@ -16,10 +16,11 @@ threshold, fp8 (no GGUF type), layer-skip, CLaSp, fractal and hierarchical draft
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Engine, Gap, Written, plain, write_text
+from skipsearch.export.base import Engine, Gap, Written, plain, served_model, write_text
 from skipsearch.export.gguf_draft import TYPES
 from skipsearch.methods import DraftModel
 from skipsearch.profile import Profile
@@ -123,7 +124,12 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     args = flags(profile, gguf_name=str(directory / name) if name else "draft.gguf")
     setting["flags"] = args
     files.append(write_text(directory, ARGS, " ".join(args) + "\n"))
-    usage = f"llama-server -m TARGET.gguf {' '.join(args)}".rstrip()
+    served = served_model(profile)
+    if served.gguf is None:  # llama.cpp loads GGUF only: the target must be converted first, and the line says so
+        notes.append(f"llama.cpp loads a GGUF: convert {served.hf} to TARGET.gguf first (llama.cpp's "
+                     "convert_hf_to_gguf.py), then run the line as printed with that path")
+    target = shlex.quote(served.gguf or "TARGET.gguf")
+    usage = f"llama-server -m {target} {' '.join(shlex.quote(a) for a in args)}".rstrip()
     return Written(tuple(files), setting, usage, tuple(notes))
 
 

@@ -15,13 +15,14 @@ a hybrid's fallback and layer-skip drafts are not expressible, as for vLLM (``vl
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import yaml
 
 from skipsearch.export import ct_draft
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Engine, Gap, Written, plain, write_text
+from skipsearch.export.base import Engine, Gap, Written, plain, served_model, write_text
 from skipsearch.profile import Profile
 
 CONFIG = "sglang.yaml"
@@ -79,8 +80,9 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
         notes = ("SGLang's NGRAM trie is filled by every request it serves, not only this one's text; the predicted "
                  "speedup is prompt lookup's in skipsearch's engine",)
     setting = {**cfg, "draft_checkpoint": info} if info else cfg
-    return Written(files, setting, f"python -m sglang.launch_server --model-path MODEL --config {directory / CONFIG}",
-                   notes)
+    target = shlex.quote(served_model(profile).hf)  # the hub id or directory SGLang loads, never skipsearch's alias
+    return Written(files, setting, f"python -m sglang.launch_server --model-path {target} --config "
+                                   f"{shlex.quote(str(directory / CONFIG))}", notes)
 
 
 ENGINE = Engine(name="sglang", describe=describe, gap=gap, write=write,

@@ -18,11 +18,12 @@ What it cannot express:
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from skipsearch.export import ct_draft
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Engine, Gap, Written, plain, write_text
+from skipsearch.export.base import Engine, Gap, Written, plain, served_model, write_text
 from skipsearch.profile import Profile
 
 CONFIG = "speculative_config.json"
@@ -70,8 +71,9 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     files = (write_text(directory, CONFIG, json.dumps(cfg, indent=2) + "\n"),)
     if draft is not None:
         files = (*files, Path(draft).name)
-    usage = (f"vllm serve {profile.model.name} --speculative-config \"$(cat {directory / CONFIG})\"" if cfg
-             else f"vllm serve {profile.model.name}")
+    target = shlex.quote(served_model(profile).hf)  # the hub id or directory vLLM loads, never skipsearch's alias
+    usage = (f"vllm serve {target} --speculative-config \"$(cat {shlex.quote(str(directory / CONFIG))})\"" if cfg
+             else f"vllm serve {target}")
     if cfg and draft is None:  # a lookup
         notes = ("vLLM's ngram proposer takes the latest earlier match of the longest suffix in "
                  "prompt_lookup_min..max, as skipsearch's lookup does; the predicted speedup is skipsearch's engine's",)

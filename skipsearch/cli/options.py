@@ -1,0 +1,191 @@
+"""The options several commands share, declared once: one spelling, one default, one help text each, and the
+choices of every option that has a fixed set of values (listed in ``--help``, offered by shell completion, checked
+while the command line is parsed, by the library's own check so that a bad value reads as it always has).
+
+A command takes a shared option as ``max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS``;
+``tests/test_cli_consistency.py`` walks every command and fails where a shared option has another default or help.
+Options whose meaning is each command's own (``--out``: a profile, a cost file or a directory) are listed in
+``OWN`` with the reason.
+
+An old spelling keeps working for one release, with one ``notice:`` line on stderr (``renamed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skipsearch.files.bounds import DTYPES, MAX_THREADS
+from skipsearch.loader import DEFAULT_MODEL
+
+# -- the defaults (a default changed here was another command's before: the old value is still accepted) ---------
+MAX_NEW_TOKENS = 128  # decode and bench had 128; optimize, costs and plan 64 (pass --max-new-tokens 64 for that)
+N_PROMPTS = 8  # optimize had 8; bench 16, plan 4 (pass --n-prompts for those)
+DATASET = "mtbench,humaneval"  # bench had both; optimize, costs and plan mtbench (costs reads its first prompt:
+# mtbench's either way, as the sets are interleaved)
+REPEATS = 1
+SEED = 0
+DEVICE = "auto"
+DTYPE = "auto"
+KERNEL = "auto"  # decode and bench read the profiles' kernel by default already; optimize and costs had eager
+SPLIT = "heldout"
+
+# Options each command means its own way: not held to one default or help (the consistency test reads this).
+OWN = {
+    "out": "what is written differs: a profile (optimize, plan), a cost file (costs), a directory (export)",
+    "force": "each command says which of its files it replaces",
+    "profile": "the profile a command reads; what it does with it (decode, re-plan, export) is the command's",
+    "costs": "a cost file, used as each command says (re-rank, re-plan, export for)",
+    "schemes": "costs: schemes to cost; optimize: a strategy's search space (the strategy's own flag)",
+    "study": "optimize: where the study is written; plan: the study to read",
+    "help": "click's own",
+}
+
+
+def _choices(values: Sequence[str], check: Callable[[str], object] | None = None):
+    """A parser that accepts ``values`` (or, with ``check``, whatever the library's own check passes: the kernels'
+    block sizes), rejecting anything else with the library's own message where it has one."""
+
+    def parse(text: str) -> str:
+        word = str(text).strip()
+        if check is not None:
+            check(word)
+        elif word not in values:
+            raise typer.BadParameter(f"{word!r:.60} is not one of {', '.join(values)}")
+        return word
+
+    return parse
+
+
+def _complete(values: Sequence[str]):
+    return lambda ctx, param, incomplete: [v for v in values if v.startswith(incomplete)]
+
+
+def choice(*values: str, help: str, check: Callable[[str], object] | None = None, **kwargs) -> typer.models.OptionInfo:
+    """A ``typer.Option`` over a fixed set of values, listed in ``--help`` and offered by shell completion."""
+    return typer.Option(parser=_choices(values, check), metavar="[" + "|".join(values) + "]", help=help,
+                        shell_complete=_complete(values), **kwargs)
+
+
+# -- kernels: eager, each compiled kernel with each block it takes, and auto ----------------------------------------
+def kernel_values(*, costs: bool = False) -> tuple[str, ...]:
+    from skipsearch.kernels import REGISTRY
+
+    forms = [name for name, spec in REGISTRY.items() for name in
+             (spec.name, *(f"{spec.name}-c{b}" for b in spec.blocks))]
+    return (*forms, "auto", *(("fastest",) if costs else ()))
+
+
+def _check_kernel(word: str) -> None:
+    if word not in ("auto", "fastest"):
+        from skipsearch.kernels import parse_kernel
+
+        parse_kernel(word)  # the library's own one-line message
+
+
+KERNEL_HELP = ("What runs the full model's forwards: eager (HF's own), inductor[-c<block>] (compiled once per process, "
+               "about a minute on a CPU; skipsearch/kernels/), or auto: the kernel the profile(s) record, else eager. "
+               "costs also takes fastest: the compiled kernel where it runs here and its step is faster than eager's, "
+               "timed in the same rounds.")
+# `--kernel fastest` is costs' own; the parser of the other commands refuses it (``reject_fastest``)
+Kernel = Annotated[str, choice(*kernel_values(), help=KERNEL_HELP, check=_check_kernel)]
+CostsKernel = Annotated[str, choice(*kernel_values(costs=True), help=KERNEL_HELP, check=_check_kernel)]
+
+
+def reject_fastest(kernel: str) -> str:
+    if kernel == "fastest":
+        from skipsearch.config import ConfigError
+
+        raise ConfigError("--kernel fastest times the compiled kernel against eager: skipsearch costs does that; "
+                          "here give auto, eager or inductor[-c<block>]")
+    return kernel
+
+
+# -- the shared options ------------------------------------------------------------------------------------------
+Model = Annotated[str | None, typer.Option(
+    help=f"Model alias, local HF directory or hub id (default: the profile's where one is read, else {DEFAULT_MODEL}; "
+         "`skipsearch models` lists the aliases).")]
+def _positive(ctx: typer.Context, param: typer.CallbackParam, value: int) -> int:
+    """The bound of a count, said as the library says it (``--max-new-tokens must be >= 1, got 0``), inside typer's
+    own ``Invalid value for '--max-new-tokens'``."""
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"{param.opts[0]} must be >= 1, got {value}")
+    return value
+
+
+MaxNewTokens = Annotated[int, typer.Option(callback=_positive, help="Tokens decoded per prompt (>= 1).")]
+NPrompts = Annotated[int, typer.Option(callback=_positive, help="Prompts drawn from --dataset (by --seed; >= 1).")]
+Dataset = Annotated[str, typer.Option(
+    help="Prompts: mtbench, humaneval (comma-separate to mix them), a .jsonl/.json/.csv/.parquet file, hf:...")]
+Repeats = Annotated[int, typer.Option(callback=_positive, help="Timed runs per prompt (the median is kept; >= 1).")]
+Seed = Annotated[int, typer.Option(help="Seed of every random choice: which prompts are drawn, the search's "
+                                        "proposals, sampling (recorded in what is written).")]
+Device = Annotated[str, typer.Option(help="auto (CUDA if available, a model too large for one GPU spread over "
+                                          "several; else cpu), cpu, cuda, cuda:N.")]
+DType = Annotated[str, choice("auto", *DTYPES, help="auto: float32 on a CPU; on a GPU the checkpoint's own (decode: "
+                                                    "the profile's where it names one).")]
+Threads = Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads (default: torch's; "
+                                                                         "timings and costs depend on them).")]
+Json = Annotated[bool, typer.Option("--json", help="JSON on stdout, and nothing else there (messages and progress "
+                                                   "go to stderr).")]
+JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Write the JSON report to this file.")]
+Report = Annotated[Path | None, typer.Option(help="Write the Markdown report to this file.")]
+Split = Annotated[str, choice("heldout", "calib", "all", check=lambda word: _check_split(word),
+                              help="heldout (prompts the search did not see), calib (the search's) or all.")]
+Storage = Annotated[str | None, typer.Option(help="Optuna RDB URL shared by workers, e.g. postgresql://...")]
+StudyName = Annotated[str | None, typer.Option(help="Study name inside --storage.")]
+
+
+def _check_split(word: str) -> None:
+    from skipsearch.data import DataError
+
+    if word not in ("heldout", "calib", "all"):
+        raise DataError(f"unknown split {word!r:.40}: use calib, heldout or all")
+
+
+def objective_values() -> tuple[str, ...]:
+    from skipsearch.optimize import OBJECTIVES
+
+    return OBJECTIVES
+
+
+def engine_values() -> tuple[str, ...]:
+    from skipsearch.export import engines
+
+    return tuple(engines())
+
+
+def _check_engine(word: str) -> None:
+    from skipsearch.export import get_engine
+
+    get_engine(word)  # the library's own one-line message
+
+
+Objective = Annotated[str, choice(*objective_values(), help="auto (two-stage where the method has a surrogate, else "
+                                                            "timed), two-stage (surrogate, then time a shortlist), "
+                                                            "surrogate, timed.",
+                                  check=lambda word: _check_objective(word))]
+Engine = Annotated[str, choice(*engine_values(), help="The engine: hf (transformers' generate), vllm, sglang or "
+                                                      "llama.cpp.", check=_check_engine)]
+
+
+def _check_objective(word: str) -> None:
+    from skipsearch.config import ConfigError
+
+    if word not in objective_values():
+        raise ConfigError(f"unknown objective '{word:.40}': use {', '.join(objective_values())}")
+
+
+# -- old spellings ------------------------------------------------------------------------------------------------
+def renamed(old: str, new: str) -> None:
+    """The one-line notice of an old spelling that still works for this release."""
+    typer.echo(f"notice: {old} is now {new}; {old} still works in this release and goes in the next", err=True)
+
+
+__all__ = ["DATASET", "DEVICE", "DTYPE", "KERNEL", "MAX_NEW_TOKENS", "N_PROMPTS", "OWN", "REPEATS", "SEED", "SPLIT",
+           "CostsKernel", "DType", "Dataset", "Device", "Engine", "Json", "JsonOut", "Kernel", "MaxNewTokens", "Model",
+           "NPrompts", "Objective", "Repeats", "Report", "Seed", "Split", "Storage", "StudyName", "Threads", "choice",
+           "kernel_values", "reject_fastest", "renamed"]
