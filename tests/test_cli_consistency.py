@@ -8,8 +8,8 @@ import dataclasses
 import json
 import shlex
 from types import SimpleNamespace
+from typing import Annotated
 
-import click
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -19,12 +19,12 @@ from skipsearch.cli import app, options
 runner = CliRunner()
 
 
-def _commands() -> dict[str, click.Command]:
+def _commands() -> dict:
     """Every command, by its path (``study show``), as click builds it."""
-    out: dict[str, click.Command] = {}
+    out: dict = {}
 
-    def walk(cmd: click.Command, path: str) -> None:
-        if isinstance(cmd, click.Group):
+    def walk(cmd, path: str) -> None:
+        if hasattr(cmd, "commands"):  # a group (typer's own group class)
             for name, sub in cmd.commands.items():
                 walk(sub, f"{path} {name}".strip())
         else:
@@ -34,21 +34,18 @@ def _commands() -> dict[str, click.Command]:
     return out
 
 
-def _shared() -> dict[str, list[tuple[str, click.Option]]]:
+def _shared(commands: dict) -> dict[str, list]:
     """Each option name shown in --help (hidden old spellings left out) -> the commands that take it."""
-    seen: dict[str, list[tuple[str, click.Option]]] = {}
-    for path, cmd in _commands().items():
+    seen: dict[str, list] = {}
+    for path, cmd in commands.items():
         for p in cmd.params:
-            if isinstance(p, click.Option) and not p.hidden:
+            if p.param_type_name == "option" and not p.hidden:
                 seen.setdefault(p.name, []).append((path, p))
     return {name: users for name, users in seen.items() if len(users) > 1}
 
 
-def test_every_shared_option_has_one_default_and_one_meaning():
-    shared = _shared()
-    assert {"max_new_tokens", "n_prompts", "kernel", "dataset", "seed", "threads", "device", "dtype", "model",
-            "as_json", "repeats"} <= set(shared)  # the walk sees what several commands share
-    for name, users in shared.items():
+def _check_one_default_and_meaning(commands: dict) -> None:
+    for name, users in _shared(commands).items():
         if name in options.OWN:
             continue
         defaults = {(path, repr(p.default)) for path, p in users}
@@ -58,23 +55,28 @@ def test_every_shared_option_has_one_default_and_one_meaning():
         assert len({tuple(p.opts) for _, p in users}) == 1, f"--{name} is spelt several ways"
 
 
-def test_the_walk_catches_a_second_default(monkeypatch):
-    """The check above can fail: a command whose --max-new-tokens defaulted to 64 again is caught."""
-    from skipsearch.cli import listing
+def test_every_shared_option_has_one_default_and_one_meaning():
+    commands = _commands()
+    assert {"max_new_tokens", "n_prompts", "kernel", "dataset", "seed", "threads", "device", "dtype", "model",
+            "as_json", "repeats"} <= set(_shared(commands))  # the walk sees what several commands share
+    _check_one_default_and_meaning(commands)
 
-    def odd(max_new_tokens: options.MaxNewTokens = 64) -> None:  # the drift the issue found
+
+def test_the_walk_catches_a_second_default_and_a_second_meaning():
+    """The check above can fail: a command whose --max-new-tokens defaults to 64 again, or whose --seed says
+    something else, is caught."""
+    def drifted(max_new_tokens: options.MaxNewTokens = 64) -> None:  # the drift the issue found
         """A command out of step."""
 
-    monkeypatch.setattr(listing, "models_command", odd)
-    extra = typer.Typer()
-    extra.command("odd")(odd)
-    group = typer.main.get_command(app)
-    group.add_command(typer.main.get_command(extra), "odd")
-    try:
-        with pytest.raises(AssertionError, match="--max_new_tokens has several defaults"):
-            test_every_shared_option_has_one_default_and_one_meaning()
-    finally:
-        del group.commands["odd"]
+    def reworded(seed: Annotated[int, typer.Option(help="Which prompts.")] = options.SEED) -> None:
+        """Another."""
+
+    for odd, fragment in ((drifted, "--max_new_tokens has several defaults"), (reworded, "--seed has several meanings")):
+        extra = typer.Typer()
+        extra.command("odd")(odd)
+        extra.command("other")(lambda: None)
+        with pytest.raises(AssertionError, match=fragment):
+            _check_one_default_and_meaning({**_commands(), "odd": typer.main.get_command(extra).commands["odd"]})
 
 
 def _help(*command: str) -> str:

@@ -61,13 +61,13 @@ def _choices(values: Sequence[str], check: Callable[[str], object] | None = None
 
 
 def _complete(values: Sequence[str]):
-    return lambda ctx, param, incomplete: [v for v in values if v.startswith(incomplete)]
+    return lambda incomplete: [v for v in values if v.startswith(incomplete)]
 
 
 def choice(*values: str, help: str, check: Callable[[str], object] | None = None, **kwargs) -> typer.models.OptionInfo:
     """A ``typer.Option`` over a fixed set of values, listed in ``--help`` and offered by shell completion."""
     return typer.Option(parser=_choices(values, check), metavar="[" + "|".join(values) + "]", help=help,
-                        shell_complete=_complete(values), **kwargs)
+                        autocompletion=_complete(values), **kwargs)
 
 
 # -- kernels: eager, each compiled kernel with each block it takes, and auto ----------------------------------------

@@ -142,7 +142,7 @@ class _WithStrategyFlags:
         info.help = f"Search strategy: {', '.join(REGISTRY)} (`skipsearch methods` says which searches what)."
         names = tuple(REGISTRY)  # listed, and offered by shell completion; an unknown name is the registry's error
         info.metavar = "[" + "|".join(names) + "]"
-        info.shell_complete = lambda ctx, param, incomplete: [n for n in names if n.startswith(incomplete)]
+        info.autocompletion = lambda incomplete: [n for n in names if n.startswith(incomplete)]
         return p.replace(annotation=Annotated[kind, info])
 
     def __call__(self, **kwargs: Any) -> Any:
