@@ -71,7 +71,8 @@ def test_the_walk_catches_a_second_default_and_a_second_meaning():
     def reworded(seed: Annotated[int, typer.Option(help="Which prompts.")] = options.SEED) -> None:
         """Another."""
 
-    for odd, fragment in ((drifted, "--max_new_tokens has several defaults"), (reworded, "--seed has several meanings")):
+    for odd, fragment in ((drifted, "--max_new_tokens has several defaults"),
+                          (reworded, "--seed has several meanings")):
         extra = typer.Typer()
         extra.command("odd")(odd)
         extra.command("other")(lambda: None)

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from skipsearch.cli import options
-from skipsearch.cli.options import renamed
 from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.cli.options import renamed
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
 

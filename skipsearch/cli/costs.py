@@ -7,14 +7,13 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 import click
+import typer
 from click.core import ParameterSource
 
 from skipsearch.cli import options
-from skipsearch.cli.options import renamed
 from skipsearch.cli.edge import line, save_costs_checked, user_errors, warnings_to_stderr
+from skipsearch.cli.options import renamed
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.files.targets import COSTS, check_target
