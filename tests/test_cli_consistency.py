@@ -235,3 +235,15 @@ def test_the_use_line_names_the_embedded_model_as_its_converted_directory_and_gg
         assert Path(llama[2]).is_file()  # the file llama-server loads is there, as printed
     else:
         assert llama[2] == "TARGET.gguf"
+
+
+def test_costs_old_spellings_work_with_one_notice_each():
+    """``costs --kernel auto`` (the timed choice, now ``fastest``) and ``--repeats`` (now ``--samples``); a bad
+    figure stops the command right after, before anything loads."""
+    result = runner.invoke(app, ["costs", "--kernel", "auto", "--repeats", "3", "--bandwidth", "100"])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert [ln.split(" is now ")[1].split(";")[0] for ln in lines[:2]] == ["--samples", "--kernel fastest"]
+    assert lines[2].startswith("error: ") and len(lines) == 3
+    quiet = runner.invoke(app, ["costs", "--bandwidth", "100"])  # the default auto: no notice
+    assert [ln for ln in quiet.stderr.splitlines() if ln.strip()][0].startswith("error: ")

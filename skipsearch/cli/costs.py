@@ -21,6 +21,7 @@ from skipsearch.loader import DEFAULT_MODEL
 
 
 def costs_command(
+    ctx: typer.Context,
     model: options.Model = None,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
@@ -62,7 +63,8 @@ def costs_command(
     from skipsearch.loader import load_model
 
     warnings_to_stderr()
-    kernel_given = click.get_current_context().get_parameter_source("kernel") is ParameterSource.COMMANDLINE
+    source = ctx.get_parameter_source("kernel")
+    kernel_given = source is not None and source.name == "COMMANDLINE"
     model = model or DEFAULT_MODEL
     if repeats is not None:
         renamed("costs --repeats", "--samples")
