@@ -7,9 +7,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
-from click.core import ParameterSource
 
 from skipsearch.cli import options
 from skipsearch.cli.edge import line, save_costs_checked, user_errors, warnings_to_stderr
