@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.figures import check_plot_target
 from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
@@ -52,6 +53,9 @@ def bench(
              "Default: the profiles' kernel when they share one, else eager.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Draw each method's and peer's speedup over HF greedy, by workload, to this PNG (--force replaces an "
+             "earlier plot). Earlier --json reports draw with scripts/plot_bench.py.")] = None,
     by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
     write_measured: Annotated[
         bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
@@ -70,6 +74,7 @@ def bench(
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from skipsearch import api
+    from skipsearch.bench.plot import plot_reports
 
     warnings_to_stderr()
     options = api.BenchOptions(
@@ -79,6 +84,8 @@ def bench(
         write_measured=write_measured, force=force, llama_server=llama_server, llama_settings=llama_settings,
     )
     with user_errors():
+        if plot:
+            check_plot_target(plot, replace=force)
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
         with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                            TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
@@ -90,6 +97,10 @@ def bench(
     # 3. print and write at the edge
     _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured,
                  replace=force)
+    if plot:
+        with user_errors():
+            plot_reports([run.report], plot)
+        typer.echo(f"wrote {plot}")
 
 
 def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path | None, write_measured: bool,
