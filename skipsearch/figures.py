@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import secrets
 from pathlib import Path
@@ -29,6 +30,20 @@ def check_plot_target(path: str | os.PathLike, *, replace: bool) -> Path:
     except ImportError:
         raise ConfigError(NO_MATPLOTLIB) from None
     return target
+
+
+def finite(value) -> bool:
+    """A number a plot can place: a hostile or broken record may hold NaN, infinity, a string or nothing."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@contextlib.contextmanager
+def drawing(out: str | os.PathLike):
+    """Whatever matplotlib refuses about the values being drawn (limits out of range) as one line (ConfigError)."""
+    try:
+        yield
+    except (ValueError, OverflowError) as e:
+        raise ConfigError(f"cannot draw {out}: {' '.join(str(e).split())}") from None
 
 
 def new_figure(*, figsize: tuple[float, float]):

@@ -201,3 +201,25 @@ def test_committed_study_draws_as_a_png(tmp_path):
     from skipsearch.study.plot import plot_study
 
     assert_png(plot_study(recs, tmp_path / "s.png", title=label))
+
+
+@pytest.mark.parametrize(("figures", "drawn"), [
+    ({"speedup": float("inf"), "predicted_speedup": float("nan"), "cost_ratio": float("inf"), "alpha": 0.5}, True),
+    ({"speedup": 1e308, "predicted_speedup": -1e308, "cost_ratio": 1e308, "alpha": -1e308}, False),
+])
+def test_a_study_with_figures_no_plot_can_place_draws_without_them_or_is_one_line(tmp_path, figures, drawn):
+    """A trial another machine wrote with infinite or absurd figures: left out of the picture, or one line."""
+    folder = _tiny_study(tmp_path / "tiny")
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{folder / 'study.db'}")
+    attrs = study.trials[0].user_attrs
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.COMPLETE, value=1.0, params={}, distributions={},
+        user_attrs={**attrs, MEASUREMENT_ATTR: {"kind": "timed", **figures}}))
+    out = tmp_path / "study.png"
+    result = runner.invoke(app, ["study", "show", str(folder), "--plot", str(out)])
+    if drawn:
+        assert result.exit_code == 0, result.output
+        assert_png(out)
+    else:
+        assert_one_line_error(result, "cannot draw")
+        assert not out.exists()

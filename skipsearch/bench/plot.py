@@ -12,7 +12,7 @@ from pathlib import Path
 from skipsearch.bench.report import JSON_FORMAT, report_to_dict
 from skipsearch.bench.runner import BenchReport
 from skipsearch.config import ConfigError
-from skipsearch.figures import new_figure, save_png
+from skipsearch.figures import drawing, finite, new_figure, save_png
 
 ALL = "all prompts"
 FAMILY_COLOURS = {"hf": "tab:gray", "skipsearch": "tab:blue", "hf-profile": "tab:orange"}
@@ -77,6 +77,8 @@ def bench_figure(docs: Sequence[dict], *, labels: Sequence[str], title: str | No
                 if row.get("speedup") is None:
                     ax.text(0.03, y, "output differs", va="center", fontsize=7, color="tab:red")
                     continue
+                if not finite(row["speedup"]):  # a broken report: nothing to place
+                    continue
                 ax.barh(y, row["speedup"], height=height, color=colour)
                 ax.text(row["speedup"], y, f" {row['speedup']:.2f}x", va="center", fontsize=7)
                 top = max(top, row["speedup"])
@@ -116,4 +118,5 @@ def plot_reports(reports: Sequence[str | Path | dict | BenchReport], out: str | 
                              for i, p in enumerate(reports)])
     if len(labels) != len(docs):
         raise ConfigError(f"{len(labels)} labels for {len(docs)} reports")
-    return save_png(bench_figure(docs, labels=labels, title=title), out)
+    with drawing(out):
+        return save_png(bench_figure(docs, labels=labels, title=title), out)

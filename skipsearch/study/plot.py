@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from skipsearch.figures import new_figure, save_png
+from skipsearch.figures import drawing, finite, new_figure, save_png
 from skipsearch.study.record import TrialRecord
 
 MARKERS = {"surrogate": "o", "timed": "s"}
@@ -60,7 +60,7 @@ def _history(ax, done: list[TrialRecord]) -> None:
 
 def _predicted_vs_measured(ax, done: list[TrialRecord]) -> None:
     pts = [(r.measurement.predicted_speedup, r.measurement.speedup, r.number) for r in done
-           if r.measurement.kind == "timed" and r.measurement.predicted_speedup is not None]
+           if r.measurement.kind == "timed" and finite(r.measurement.predicted_speedup)]
     ax.set_title("predicted vs measured (timed trials)", fontsize=9)
     ax.set_xlabel("surrogate's predicted speedup")
     ax.set_ylabel("measured speedup")
@@ -82,7 +82,7 @@ def _predicted_vs_measured(ax, done: list[TrialRecord]) -> None:
 
 def _cost_acceptance(fig, ax, done: list[TrialRecord]) -> None:
     pts = [(r.measurement.cost_ratio, r.measurement.alpha, r.measurement.speedup, r.measurement.kind) for r in done
-           if r.measurement.cost_ratio is not None and r.measurement.alpha is not None]
+           if finite(r.measurement.cost_ratio) and finite(r.measurement.alpha)]
     ax.set_title("cost-acceptance front", fontsize=9)
     ax.set_xlabel("draft cost c (draft step / full step)")
     ax.set_ylabel("acceptance α (agreement with the full model)")
@@ -106,8 +106,10 @@ def _cost_acceptance(fig, ax, done: list[TrialRecord]) -> None:
 
 
 def study_figure(recs: Sequence[TrialRecord], *, title: str | None = None):
-    """The three panels (a matplotlib ``Figure``) of a study's trial records (``study.load_records``)."""
-    done = sorted((r for r in recs if r.measurement is not None), key=lambda r: r.number)
+    """The three panels (a matplotlib ``Figure``) of a study's trial records (``study.load_records``). A figure that is
+    not a finite number (a hostile or broken record) is left out of every panel."""
+    done = sorted((r for r in recs if r.measurement is not None and finite(r.measurement.speedup)),
+                  key=lambda r: r.number)
     fig = new_figure(figsize=(15, 4.3))
     history, versus, front = fig.subplots(1, 3, width_ratios=(1.25, 1, 1.2))
     _history(history, done)
@@ -120,4 +122,5 @@ def study_figure(recs: Sequence[TrialRecord], *, title: str | None = None):
 
 def plot_study(recs: Sequence[TrialRecord], out: str | os.PathLike, *, title: str | None = None) -> Path:
     """Draw ``study_figure`` and write it as a PNG to ``out``."""
-    return save_png(study_figure(recs, title=title), out)
+    with drawing(out):
+        return save_png(study_figure(recs, title=title), out)
