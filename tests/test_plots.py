@@ -171,6 +171,8 @@ def test_the_study_figure_draws_every_trial_in_its_panel(tmp_path):
     (timed,) = versus.collections
     assert sorted(map(tuple, timed.get_offsets().tolist())) == [(1.05, 1.02), (1.12, 1.09)]  # (predicted, measured)
     assert sum(len(c.get_offsets()) for c in front.collections) == 6
+    empty = study_figure([])  # a study whose first trial has not finished yet
+    assert ["no trial measured yet" in [t.get_text() for t in ax.texts] for ax in empty.axes[:1]] == [True]
     # the front: the trials no other beats on both lower cost and higher acceptance
     assert cost_acceptance_front([(0.9, 0.8), (0.8, 0.75), (0.7, 0.5), (0.85, 0.7), (0.8, 0.75)]) == [
         (0.7, 0.5), (0.8, 0.75), (0.9, 0.8)]

@@ -22,6 +22,7 @@ from skipsearch.study.record import TrialRecord
 
 MARKERS = {"surrogate": "o", "timed": "s"}
 COLOURS = {"surrogate": "tab:blue", "timed": "tab:red"}
+NO_COST_ACCEPTANCE = "no trial recorded both c and α\n(their method's surrogate does not model them)"
 
 
 def cost_acceptance_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -33,8 +34,14 @@ def cost_acceptance_front(points: Sequence[tuple[float, float]]) -> list[tuple[f
     return front
 
 
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8, color="grey", wrap=True, transform=ax.transAxes)
+def _framed(ax, title: str, xlabel: str, ylabel: str, *, empty: str | None = None) -> bool:
+    """A panel's title and axis labels; with ``empty``, the panel says that instead of drawing (False)."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if empty:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", fontsize=8, color="grey", transform=ax.transAxes)
+    return not empty
 
 
 def _history(ax, done: list[TrialRecord]) -> None:
@@ -52,20 +59,16 @@ def _history(ax, done: list[TrialRecord]) -> None:
         ax.step(*zip(*curve, strict=True), where="post", color=COLOURS[kind], linewidth=1.2,
                 label="best predicted so far" if kind == "surrogate" else "best measured so far")
     ax.axhline(1.0, color="black", linewidth=0.7, linestyle="--")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("speedup over autoregressive decoding")
-    ax.set_title("search history", fontsize=9)
-    ax.legend(fontsize=7)
+    if _framed(ax, "search history", "trial", "speedup over autoregressive decoding",
+               empty=None if done else "no trial measured yet"):
+        ax.legend(fontsize=7)
 
 
 def _predicted_vs_measured(ax, done: list[TrialRecord]) -> None:
     pts = [(r.measurement.predicted_speedup, r.measurement.speedup, r.number) for r in done
            if r.measurement.kind == "timed" and finite(r.measurement.predicted_speedup)]
-    ax.set_title("predicted vs measured (timed trials)", fontsize=9)
-    ax.set_xlabel("surrogate's predicted speedup")
-    ax.set_ylabel("measured speedup")
-    if not pts:
-        _empty(ax, "no timed trial with a surrogate prediction")
+    if not _framed(ax, "predicted vs measured (timed trials)", "surrogate's predicted speedup", "measured speedup",
+                   empty=None if pts else "no timed trial with a surrogate prediction"):
         return
     xs, ys, numbers = zip(*pts, strict=True)
     lo, hi = min(*xs, *ys), max(*xs, *ys)
@@ -83,11 +86,9 @@ def _predicted_vs_measured(ax, done: list[TrialRecord]) -> None:
 def _cost_acceptance(fig, ax, done: list[TrialRecord]) -> None:
     pts = [(r.measurement.cost_ratio, r.measurement.alpha, r.measurement.speedup, r.measurement.kind) for r in done
            if finite(r.measurement.cost_ratio) and finite(r.measurement.alpha)]
-    ax.set_title("cost-acceptance front", fontsize=9)
-    ax.set_xlabel("draft cost c (draft step / full step)")
-    ax.set_ylabel("acceptance α (agreement with the full model)")
-    if not pts:
-        _empty(ax, "no trial recorded both c and α\n(their method's surrogate does not model them)")
+    if not _framed(ax, "cost-acceptance front", "draft cost c (draft step / full step)",
+                   "acceptance α (agreement with the full model)",
+                   empty=None if pts else NO_COST_ACCEPTANCE):
         return
     speeds = [s for _, _, s, _ in pts]
     scatter = None
