@@ -1,4 +1,6 @@
-"""Draw bench reports (``skipsearch bench --json`` files) as one picture of speedups over HF greedy.
+"""Draw bench reports (``skipsearch bench --json`` files) as one picture of speedups over HF greedy, by workload.
+
+The picture ``skipsearch bench --plot`` draws of its own run, here for reports of earlier runs, side by side:
 
     python scripts/plot_bench.py studies/bench-smollm2-cpu-2threads.json studies/bench-smollm2-cpu-2threads-run2.json \\
         --labels "run A" "run B" --out docs/img/bench.png
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from skipsearch.bench.plot import plot_reports
+from skipsearch.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.labels is not None and len(a.labels) != len(a.reports):
         raise SystemExit(f"--labels: {len(a.labels)} labels for {len(a.reports)} reports")
-    print(f"wrote {plot_reports(a.reports, a.out, labels=a.labels, title=a.title)}")
+    try:
+        print(f"wrote {plot_reports(a.reports, a.out, labels=a.labels, title=a.title)}")
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     return 0
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -332,13 +331,3 @@ def test_writing_a_measured_block_keeps_what_the_search_recorded(tmp_path):
     path = save_profile(dataclasses.replace(load_profile(EXAMPLE), measured=measured), tmp_path / "p.yaml")
     again = br.measured_for(report, report.row("layer-skip:example"), load_profile(path).measured)
     assert dict(again.extra)["grid"] == [[3, 3, 0.83]]  # a second bench keeps it too
-
-
-def test_a_bench_report_draws_as_a_png(tmp_path):
-    """scripts/plot_bench.py and the README's figure: every row of a committed report, drawn from its JSON."""
-    from skipsearch.bench.plot import plot_reports
-
-    reports = sorted(Path(__file__).resolve().parents[1].glob("studies/bench-*.json"))[:2]
-    assert reports, "no committed bench report to draw"
-    out = plot_reports(reports, tmp_path / "bench.png", labels=["a", "b"][: len(reports)])
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -11,6 +11,7 @@ import typer
 from skipsearch.cli import options
 from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
 from skipsearch.cli.options import renamed
+from skipsearch.figures import check_plot_target
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
 
@@ -48,6 +49,9 @@ def bench(
     report: options.Report = None,
     as_json: options.Json = False,
     json_out: options.JsonOut = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Draw each method's and peer's speedup over HF greedy, by workload, to this PNG (--force replaces an "
+             "earlier plot). Earlier --json-out reports draw with scripts/plot_bench.py.")] = None,
     by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
     write_measured: Annotated[
         bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
@@ -68,6 +72,7 @@ def bench(
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from skipsearch import api
+    from skipsearch.bench.plot import plot_reports
 
     warnings_to_stderr()
     more_profiles, json_out, as_json = _old_json_spelling(as_json, list(more_profiles or []), json_out)
@@ -81,6 +86,8 @@ def bench(
         llama_settings=llama_settings,
     )
     with user_errors():
+        if plot:
+            check_plot_target(plot, replace=force)
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
         with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                            TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
@@ -92,6 +99,10 @@ def bench(
     # 3. print and write at the edge; 4. the verdict as the exit code
     _print_bench(run, by_category=by_category, report=report, json_out=json_out, as_json=as_json,
                  write_measured=write_measured, replace=force)
+    if plot:
+        with user_errors():
+            plot_reports([run.report], plot)
+        typer.echo(f"wrote {plot}", err=as_json)
     differing = differs_from_hf_greedy(run.report)
     if differing:
         typer.echo(f"error: output differs from hf-greedy in {len(differing)} of skipsearch's rows: "

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from skipsearch.cli import options
 from skipsearch.cli.edge import user_errors
+from skipsearch.figures import check_plot_target
 from skipsearch.profile import load_profile
 from skipsearch.study import StudyError
 
@@ -37,18 +39,28 @@ def study_show(
     storage: options.Storage = None,
     study_name: options.StudyName = None,
     top: Annotated[int, typer.Option(help="Rows to list, best first.")] = 10,
+    plot: Annotated[Path | None, typer.Option(
+        help="Draw the search history, predicted against measured speedup, and the trials' cost-acceptance front "
+             "to this PNG.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace --plot where it holds a PNG plot already.")] = False,
 ) -> None:
-    """Trials, best so far, and status of a study."""
+    """Trials, best so far, and status of a study.
+
+    To browse a study in a browser: optuna-dashboard sqlite:///path/to/study.db (pip install optuna-dashboard).
+    """
     import optuna
     from rich.console import Console
     from rich.table import Table
 
     from skipsearch.study import STUDY_COLUMNS, load_records, study_table
+    from skipsearch.study.plot import plot_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
         if top < 0:
             raise StudyError(f"--top must be >= 0, got {top}")
+        if plot:
+            check_plot_target(plot, replace=force)
         info, recs = load_records(study_dir=study, storage=storage, study_name=study_name)
     states: dict[str, int] = {}
     for r in recs:
@@ -61,3 +73,7 @@ def study_show(
     for r in recs:
         if r.error:
             typer.echo(f"trial {r.number} failed: {r.error}")
+    if plot:
+        with user_errors():
+            plot_study(recs, plot, title=info)
+        typer.echo(f"wrote {plot}")
