@@ -25,6 +25,8 @@ from skipsearch.methods.base import (
     Speculation,
     Traced,
     Tracing,
+    batch_drafter,
+    batch_methods,
     build_drafter,
     candidate_for,
     check_keys,
@@ -44,7 +46,8 @@ from skipsearch.methods.base import (
 )
 
 __all__ = ["PLAIN", "REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError",
-           "Record", "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "build_drafter",
+           "Record", "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "batch_drafter",
+           "batch_methods", "build_drafter",
            "candidate_for", "check_keys", "choice_param", "get", "int_param", "is_plain", "layers_param",
            "measure_scheme_costs", "names", "record_keys", "record_reader", "register", "replan_schemes",
            "scheme_method", "setting_of", "unregister"]
