@@ -367,13 +367,17 @@ def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:
 def batch_drafter(candidate: Candidate, sm: SkippableModel) -> BatchDrafter | None:
     """A fresh batch drafter for ``candidate`` on ``sm`` (None: plain batched decoding, a K = 0 candidate); a
     one-line ConfigError for a method that cannot decode a batch."""
-    if candidate.is_autoregressive:
-        return None
+    check_batchable(candidate)
+    return None if candidate.is_autoregressive else get(candidate.method).batch_drafter(candidate, sm)
+
+
+def check_batchable(candidate: Candidate) -> None:
+    """A one-line ConfigError for a candidate whose method cannot decode a batch (no model needed: a command checks
+    it before the model loads). A K = 0 candidate decodes any batch plainly."""
     method = get(candidate.method)
-    if method.batch_drafter is None:
+    if method.batch_drafter is None and not candidate.is_autoregressive:
         raise ConfigError(f"method {_shown(method.name)} cannot decode a batch (batched decoding covers: "
                           f"{', '.join(batch_methods())})")
-    return method.batch_drafter(candidate, sm)
 
 
 def batch_methods() -> tuple[str, ...]:
@@ -432,6 +436,6 @@ def layers_param(method: str, value: Any, key: str, num_layers: int) -> tuple[in
 
 __all__ = ["REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError", "Record",
            "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "batch_drafter", "batch_methods",
-           "build_drafter", "candidate_for",
+           "build_drafter", "check_batchable", "candidate_for",
            "check_keys", "choice_param", "get", "int_param", "layers_param", "names", "record_keys", "record_reader",
            "register", "setting_of", "unregister"]
