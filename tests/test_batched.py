@@ -220,6 +220,11 @@ def test_a_method_without_a_batch_drafter_is_refused_in_one_line(sm):
                             f"{', '.join(methods.batch_methods())})")
     assert {"ngram", "precision", "hybrid"} <= set(methods.batch_methods())
     assert methods.batch_drafter(Candidate("fractal", DraftConfig(max_draft_tokens=0, exit=NO_EXIT)), sm) is None
+    # a hybrid asks the registry for its fallback's batch drafter: a fallback that cannot batch is one line too
+    layer_skip = HybridParams(min_n=1, max_n=2, fallback="layer-skip")
+    hybrid = Candidate("hybrid", DraftConfig(skip_attn=(1,), max_draft_tokens=3, exit=NO_EXIT), layer_skip.to_pairs())
+    with pytest.raises(ConfigError, match=r"^hybrid: fallback method 'layer-skip' cannot decode a batch \("):
+        methods.batch_drafter(hybrid, sm)
 
 
 def test_a_batch_that_does_not_fit_is_refused_before_any_forward(sm, monkeypatch):

@@ -202,17 +202,6 @@ class HybridDrafter(Drafter):
         return (*self.lookup.report(), *own, *theirs)
 
 
-def _drafter(candidate: Candidate, sm) -> HybridDrafter:
-    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
-    fb = params.fallback_candidate(candidate.draft)
-    fallback = None
-    if fb is not None:
-        try:
-            fallback = get(fb.method).drafter(fb, sm)
-        except ParamsError as e:
-            raise ParamsError(f"hybrid: fallback {e}") from None
-    return HybridDrafter(params, candidate.draft.max_draft_tokens, fallback,
-                         fb.draft.max_draft_tokens if fb is not None else 0)
 
 
 class HybridBatchDrafter(BatchDrafter):
@@ -255,19 +244,24 @@ class HybridBatchDrafter(BatchDrafter):
         return self._single()
 
 
-def _batch_drafter(candidate: Candidate, sm) -> HybridBatchDrafter:
-    """The fallback's own batch drafter, from the registry (a fallback that cannot batch: one line)."""
+def _drafter(candidate: Candidate, sm, *, batch: bool = False) -> HybridDrafter | HybridBatchDrafter:
+    """A ``HybridDrafter``, or with ``batch`` the batched engine's ``HybridBatchDrafter``, over the fallback's own
+    drafter from the registry (with ``batch``, a fallback that cannot batch is one line)."""
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)
     fallback = None
     if fb is not None:
         try:
-            fallback = batch_drafter(fb, sm)
+            fallback = batch_drafter(fb, sm) if batch else get(fb.method).drafter(fb, sm)
         except ConfigError as e:
+            if not (batch or isinstance(e, ParamsError)):
+                raise
             raise ParamsError(f"hybrid: fallback {e}") from None
-    return HybridBatchDrafter(params, candidate.draft.max_draft_tokens, fallback,
-                              fb.draft.max_draft_tokens if fb is not None else 0,
-                              single=lambda: _drafter(candidate, sm))
+    fallback_k = fb.draft.max_draft_tokens if fb is not None else 0
+    if batch:
+        return HybridBatchDrafter(params, candidate.draft.max_draft_tokens, fallback, fallback_k,
+                                  single=lambda: _drafter(candidate, sm))
+    return HybridDrafter(params, candidate.draft.max_draft_tokens, fallback, fallback_k)
 
 
 class LookupThenFallback:
@@ -495,5 +489,5 @@ METHOD = Method(
     replan=replan,
     replan_schemes=_replan_schemes,
     speculation=Speculation(setting=_setting, candidate=_candidate),
-    batch_drafter=_batch_drafter,
+    batch_drafter=lambda candidate, sm: _drafter(candidate, sm, batch=True),
 )
