@@ -1,15 +1,18 @@
 """What the engine asks of a draft source: the ``Draft`` it returns and the ``Drafter`` base every method's
-drafter subclasses. No torch at import, so a method's record and params module can name its drafter's
-base without loading it; the engine itself (``skipsearch.decoding``, which re-exports both) does."""
+drafter subclasses; and, for the batched engine (``skipsearch.batched``), the ``BatchDrafter`` base. No torch at
+import, so a method's record and params module can name its drafter's base without loading it; the engines
+themselves (``skipsearch.decoding``, ``skipsearch.batched``) do."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
+    from skipsearch.batched import BatchStep
     from skipsearch.config import SamplingParams
     from skipsearch.models import SkippableModel
 
@@ -59,4 +62,36 @@ class Drafter:
         draft_seconds nor verify_seconds."""
 
 
-__all__ = ["Draft", "Drafter"]
+class BatchDrafter:
+    """A batched draft source: proposes up to ``limits[i]`` tokens for each row i of a batch (greedy only).
+
+    Only ``draft`` is required; the other hooks have no-op defaults. A batch drafter is built for one batch
+    (``begin`` tells it the number of rows) and drafts for every row each cycle; a row may get fewer tokens
+    than its limit, or none (that row verifies its pending token alone). A draft model runs through ``step``,
+    one batched one-token forward of the model as it stands (inside the drafter's own contexts: skipped
+    sublayers, stand-ins), which leaves draft-only KV in the batch's cache; the engine crops it.
+    """
+
+    # With ``wants_tokens`` the engine passes ``history=``: per row, the sequence so far (prompt, output, ending
+    # with the pending token), as lists the drafter must not change (e.g. prompt lookup).
+    wants_tokens: bool = False
+
+    def begin(self, rows: int) -> None:
+        """A batch of ``rows`` sequences starts (called once, before its first ``draft``)."""
+
+    def draft(self, sm: SkippableModel, step: BatchStep, *, pending: Sequence[int], limits: Sequence[int],
+              **kwargs) -> tuple[tuple[int, ...], ...]:
+        """Per row, up to ``limits[i]`` tokens after ``pending[i]`` (a limit of 0: that row drafts nothing, it is
+        finished or at its last token). ``kwargs`` holds ``history`` with ``wants_tokens``."""
+        raise NotImplementedError
+
+    def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """Per row, what the full model kept of the last draft (called after every cycle that drafted)."""
+
+    def single(self) -> Drafter | None:
+        """The same draft as a one-sequence ``Drafter``: a batch of one decodes through ``decoding.generate`` with
+        it (today's path and speed, the compiled kernel included). None: a batch of one runs the batched loop."""
+        return None
+
+
+__all__ = ["BatchDrafter", "Draft", "Drafter"]

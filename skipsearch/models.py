@@ -279,6 +279,17 @@ class SkippableModel:
         return out.logits[0].float()  # [T, V]
 
     @torch.inference_mode()
+    def forward_rows(self, ids: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor, cache,
+                     last_only: bool = False) -> torch.Tensor:
+        """Run a batch: ``ids`` and ``positions`` [B, T] over ``cache``'s S slots, ``mask`` [B, 1, T, S + T] bool
+        (True = attend), which transformers takes as it is. Eager always (the batched engine). Returns logits
+        [B, T, V] float (or [B, 1, V] with ``last_only``)."""
+        out = self.hf(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                      attention_mask=mask.to(self.device), **self.cache_kwargs(cache), use_cache=True,
+                      logits_to_keep=1 if last_only else 0)
+        return out.logits.float()
+
+    @torch.inference_mode()
     def forward_hidden(self, token_ids: torch.Tensor, *, start: int, cache) -> tuple[torch.Tensor, torch.Tensor]:
         """``forward`` that also returns the residual stream: logits [T, V] and hidden [L+1, T, H].
 

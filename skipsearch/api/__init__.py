@@ -1,7 +1,8 @@
 """The Python API that mirrors the CLI: every command parses its options, calls one function here, and prints
 what it returns (a frozen dataclass); progress and notes come back through callbacks.
 
-- here: decode prompts (``skipsearch decode``); ``loading``: open a model from a name or a profile;
+- here: decode prompts (``skipsearch decode``), one at a time or in batches (``decode --batch-size``);
+  ``loading``: open a model from a name or a profile;
 - ``search``: ``optimize_study`` (``skipsearch optimize``) and ``rerank_study`` (``optimize --budget 0 --costs``);
 - ``benchmark``: ``bench_profiles`` (``skipsearch bench``);
 - ``planning``: one function per mode of ``skipsearch plan``: ``plan_given``, ``plan_profiles``,
@@ -20,12 +21,13 @@ from skipsearch.api.checks import check_model_arg, hardware_note, profile_hardwa
 from skipsearch.api.loading import open_model
 from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
 from skipsearch.api.search import Reranked, SearchRun, SearchSettings, optimize_study, rerank_study
+from skipsearch.batched import BatchRefused, BatchResult, check_fits, generate_batch
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
 from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
 from skipsearch.kernels import Kernel
 from skipsearch.models import SkippableModel
-from skipsearch.profile import Profile
+from skipsearch.profile import Profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,58 @@ def _decode_each(sm: SkippableModel, work: list[tuple[Prompt, list[int]]], *, co
         yield Decoded(prompt, tuple(ids), result, text)
 
 
+@dataclass(frozen=True)
+class DecodedBatch:
+    """One batch's prompts, their outputs (``result.token_ids``, row for row) and texts, and the batch's stats."""
+
+    prompts: tuple[Prompt, ...]
+    prompt_token_ids: tuple[tuple[int, ...], ...]
+    result: BatchResult
+    texts: tuple[str, ...]
+
+
+def check_batch_profile(path: str) -> None:
+    """``decode --batch-size`` with a profile whose method cannot decode a batch: one line, before the model
+    loads."""
+    methods.check_batchable(load_profile(path).candidate)
+
+
+def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Profile | None, batch_size: int,
+                   sampling: SamplingParams = GREEDY, max_new_tokens: int = 128) -> Iterator[DecodedBatch]:
+    """Decode ``prompts`` in batches of ``batch_size`` (the last may be smaller), each yielded when it is done.
+
+    Everything that can be refused is refused here, in one line, before the first forward: sampling (batched
+    decoding is greedy), a profile whose method cannot decode a batch, a prompt that is empty or too long, and a
+    batch that does not fit the memory available. The draft length is the profile's K (0 without a profile)."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not sampling.greedy:
+        raise BatchRefused("batched decoding is greedy only: leave --temperature at 0, or decode with --batch-size 1")
+    candidate = profile.candidate if profile is not None else None
+    if candidate is not None:
+        methods.batch_drafter(candidate, sm)  # a method that cannot batch is refused here
+    k = 0 if candidate is None or candidate.is_autoregressive else candidate.draft.max_draft_tokens
+    work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
+    batches = [work[i : i + batch_size] for i in range(0, len(work), batch_size)]
+    for batch in batches:
+        check_fits(sm, batch_size=len(batch), prompt_tokens=max(len(ids) for _, ids in batch),
+                   max_new_tokens=max_new_tokens, k=k)
+    return _decode_batches(sm, batches, candidate=candidate, k=k, max_new_tokens=max_new_tokens)
+
+
+def _decode_batches(sm: SkippableModel, batches: list[list[tuple[Prompt, list[int]]]], *, candidate, k: int,
+                    max_new_tokens: int) -> Iterator[DecodedBatch]:
+    for batch in batches:
+        drafter = methods.batch_drafter(candidate, sm) if candidate is not None else None  # fresh state per batch
+        ids = [ids for _, ids in batch]
+        result = generate_batch(sm, ids, drafter=drafter, k=k if drafter is not None else 0,
+                                max_new_tokens=max_new_tokens, check_memory=False)
+        texts = tuple(sm.tokenizer.decode(list(out), skip_special_tokens=True) for out in result.token_ids)
+        yield DecodedBatch(tuple(p for p, _ in batch), tuple(tuple(i) for i in ids), result, texts)
+
+
 def prompt_label(prompt: Prompt) -> str:
     """How messages name a prompt: ``<source>:<id>`` (a file and its line), or the source alone."""
     return f"{prompt.source}:{prompt.id}" if prompt.id else prompt.source
@@ -151,8 +205,8 @@ class _TextStream:
             self.shown = end
 
 
-__all__ = ["BenchOptions", "BenchRun", "Decoded", "PlanOutcome", "Reranked", "SearchRun", "SearchSettings",
-           "bench_profiles", "check_model_arg", "context_length", "decode_prompts", "drafter_factory",
-           "encode_checked", "hardware_note", "open_model", "optimize_study", "plan_given", "plan_profiles",
-           "plan_study", "profile_hardware_note", "profile_paths", "prompt_label", "replan_profile_file",
-           "rerank_study"]
+__all__ = ["BenchOptions", "BenchRun", "Decoded", "DecodedBatch", "PlanOutcome", "Reranked", "SearchRun",
+           "SearchSettings", "bench_profiles", "check_model_arg", "check_batch_profile", "context_length",
+           "decode_batches", "decode_prompts", "drafter_factory", "encode_checked", "hardware_note", "open_model",
+           "optimize_study", "plan_given", "plan_profiles", "plan_study", "profile_hardware_note", "profile_paths",
+           "prompt_label", "replan_profile_file", "rerank_study"]

@@ -40,6 +40,9 @@ def decode(
     check: Annotated[bool, typer.Option("--check", help="Greedy only: also decode with HF greedy and print each "
                                                         "output's verdict (identical, equal up to numerical ties, "
                                                         "different) on stderr; with --json, as \"check\".")] = False,
+    batch_size: Annotated[int, typer.Option(min=1, help="Decode the prompts B at a time in one batch (greedy, eager; "
+                                                        "the profile's method must batch: ngram, precision, hybrid). "
+                                                        "1: one at a time, as always.")] = 1,
 ) -> None:
     """Decode with a draft profile (lossless), or plainly with --model."""
     from skipsearch import api
@@ -67,8 +70,17 @@ def decode(
 
             torch.set_num_threads(threads)
         kernel = None if kernel == "auto" else kernel  # auto: the profile's kernel, else eager
+        if batch_size > 1 and not sampling.greedy:
+            raise ConfigError("batched decoding is greedy only: leave --temperature at 0, or decode with "
+                              "--batch-size 1")
+        if batch_size > 1 and profile is not None:
+            api.check_batch_profile(profile)
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force,
                                   kernel=kernel)
+        if batch_size > 1:
+            _decode_batched(sm, prof, prompts, profile=profile, kernel=kernel, batch_size=batch_size,
+                            max_new_tokens=max_new_tokens, as_json=as_json, check=check)
+            return
         drafters = api.drafter_factory(prof, sm)
         chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)  # its compile shows on stderr
 
@@ -113,6 +125,40 @@ def decode(
                 )
             if verdict is not None:
                 typer.echo(f"[check: {verdict.describe()}]", err=True)
+
+
+def _decode_batched(sm, prof, prompts, *, profile: str | None, kernel: str | None, batch_size: int,
+                    max_new_tokens: int, as_json: bool, check: bool) -> None:
+    """``decode --batch-size B`` (B > 1): each batch's outputs, row by row, then the batch's stats on stderr."""
+    from skipsearch import api
+    from skipsearch.equivalence import check_against_hf
+
+    chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)
+    batches = api.decode_batches(sm, prompts, profile=prof, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    if chosen.compiled:  # the input is all checked: now the notes, before any output
+        typer.echo(f"note: batched decoding runs eager; kernel {chosen.label} is left out", err=True)
+    note = api.profile_hardware_note(prof, sm.device, source=profile)
+    if note:
+        typer.echo(f"warning: {note}", err=True)
+    for batch in batches:
+        s = batch.result.stats
+        for prompt, ids, out, text in zip(batch.prompts, batch.prompt_token_ids, batch.result.token_ids, batch.texts,
+                                          strict=True):
+            verdict = check_against_hf(sm, ids, out, max_new_tokens=max_new_tokens) if check else None
+            if as_json:
+                row = {"prompt": prompt.text, "prompt_token_ids": list(ids), "token_ids": list(out), "text": text,
+                       "batch_stats": dataclasses.asdict(s),
+                       **({"check": verdict.to_dict()} if verdict is not None else {})}
+                typer.echo(json.dumps(row))
+            else:
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+            if verdict is not None:
+                typer.echo(f"[check: {verdict.describe()}]", err=True)
+        acc = f"{s.accepted_tokens / s.drafted_tokens:.2f}" if s.drafted_tokens else "-"
+        typer.echo(f"[batch of {s.batch_size}: {s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s "
+                   f"together, k {s.k}, {s.verify_steps} verify steps, {s.draft_steps} draft steps, acceptance {acc}]",
+                   err=True)
 
 
 def _check_decoded(sm, decoded, max_new_tokens: int):

@@ -25,8 +25,11 @@ from skipsearch.methods.base import (
     Speculation,
     Traced,
     Tracing,
+    batch_drafter,
+    batch_methods,
     build_drafter,
     candidate_for,
+    check_batchable,
     check_keys,
     choice_param,
     get,
@@ -44,10 +47,10 @@ from skipsearch.methods.base import (
 )
 
 __all__ = ["PLAIN", "REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError",
-           "Record", "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "build_drafter",
-           "candidate_for", "check_keys", "choice_param", "get", "int_param", "is_plain", "layers_param",
-           "measure_scheme_costs", "names", "record_keys", "record_reader", "register", "replan_schemes",
-           "scheme_method", "setting_of", "unregister"]
+           "Record", "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "batch_drafter",
+           "batch_methods", "build_drafter", "candidate_for", "check_batchable", "check_keys", "choice_param", "get",
+           "int_param", "is_plain", "layers_param", "measure_scheme_costs", "names", "record_keys", "record_reader",
+           "register", "replan_schemes", "scheme_method", "setting_of", "unregister"]
 
 # The registry: one line per method (its package, then its record).
 from skipsearch.methods import layer_skip; register(layer_skip.METHOD)  # noqa: E402, E702, I001

@@ -8,6 +8,8 @@ A *method* is what a profile's ``method:`` key names. Each package (or light mod
 - ``params``: its ``method_params`` type, a frozen dataclass with one validation path,
   ``parse(raw, draft=..., num_layers=...)``, whose every problem is one ``ParamsError`` line;
 - ``drafter``: ``(candidate, model) -> Drafter | None``, a fresh drafter per sequence (None: plain decoding);
+- ``batch_drafter``: ``(candidate, model) -> BatchDrafter``, a fresh one per batch (``skipsearch.batched``, greedy);
+  None: its candidates cannot decode a batch (``batch_drafter`` below refuses them in one line);
 - ``strategy``: its search entry, the name of the registered ``Strategy`` that searches it (None: none);
 - ``example``: ``num_layers -> Candidate``, a small valid candidate (docs, and the shared test suite that
   every registered method passes: tests/test_methods.py);
@@ -42,6 +44,7 @@ from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, Exit
 
 if TYPE_CHECKING:
     from skipsearch.decoding import Drafter
+    from skipsearch.draft import BatchDrafter
     from skipsearch.models import SkippableModel
 
 
@@ -256,6 +259,8 @@ class Method:
     # it) or hierarchical (its K is m·(n+1), fixed by its params).
     drafts_alone: bool = False
     traces: Tracing | None = None  # a traced draft's hooks (see Tracing); None: where it drafts it can only be timed
+    # (candidate, model) -> a fresh BatchDrafter for one batch (skipsearch.batched, greedy); None: it cannot batch
+    batch_drafter: Callable[[Candidate, SkippableModel], BatchDrafter] | None = None
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -359,6 +364,27 @@ def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:
     return get(candidate.method).drafter(candidate, sm)
 
 
+def batch_drafter(candidate: Candidate, sm: SkippableModel) -> BatchDrafter | None:
+    """A fresh batch drafter for ``candidate`` on ``sm`` (None: plain batched decoding, a K = 0 candidate); a
+    one-line ConfigError for a method that cannot decode a batch."""
+    check_batchable(candidate)
+    return None if candidate.is_autoregressive else get(candidate.method).batch_drafter(candidate, sm)
+
+
+def check_batchable(candidate: Candidate) -> None:
+    """A one-line ConfigError for a candidate whose method cannot decode a batch (no model needed: a command checks
+    it before the model loads). A K = 0 candidate decodes any batch plainly."""
+    method = get(candidate.method)
+    if method.batch_drafter is None and not candidate.is_autoregressive:
+        raise ConfigError(f"method {_shown(method.name)} cannot decode a batch (batched decoding covers: "
+                          f"{', '.join(batch_methods())})")
+
+
+def batch_methods() -> tuple[str, ...]:
+    """The registered methods that decode a batch (``Method.batch_drafter``), in registry order."""
+    return tuple(m.name for m in REGISTRY.values() if m.batch_drafter is not None)
+
+
 def _shown(value: Any) -> str:
     text = repr(value) if isinstance(value, str) else f"of type {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."
@@ -409,6 +435,7 @@ def layers_param(method: str, value: Any, key: str, num_layers: int) -> tuple[in
 
 
 __all__ = ["REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError", "Record",
-           "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "build_drafter", "candidate_for",
+           "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "batch_drafter", "batch_methods",
+           "build_drafter", "check_batchable", "candidate_for",
            "check_keys", "choice_param", "get", "int_param", "layers_param", "names", "record_keys", "record_reader",
            "register", "setting_of", "unregister"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.draft import Drafter
+from skipsearch.draft import BatchDrafter, Drafter
 from skipsearch.files.errors import ProfileError
 from skipsearch.methods import ngram
 from skipsearch.methods.base import (
@@ -51,6 +51,7 @@ from skipsearch.methods.base import (
     Speculation,
     Traced,
     Tracing,
+    batch_drafter,
     candidate_for,
     get,
     int_param,
@@ -60,6 +61,7 @@ from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.ngram import (
     LOOKUP_KEY,
     LookupRecord,
+    NgramBatchDrafter,
     NgramDrafter,
     NgramIndex,
     NgramParams,
@@ -200,17 +202,66 @@ class HybridDrafter(Drafter):
         return (*self.lookup.report(), *own, *theirs)
 
 
-def _drafter(candidate: Candidate, sm) -> HybridDrafter:
+
+
+class HybridBatchDrafter(BatchDrafter):
+    """The batched engine's BatchDrafter: every row's lookup, then the fallback's batch drafter for the rows whose
+    lookup missed (the others get a limit of 0, so it runs the draft model only if some row missed)."""
+
+    wants_tokens = True  # the lookup reads the sequences
+
+    def __init__(self, params: HybridParams, max_draft_tokens: int, fallback: BatchDrafter | None, fallback_k: int,
+                 *, single) -> None:
+        self.lookup = NgramBatchDrafter(NgramParams(params.min_n, params.max_n), max_draft_tokens)
+        self.fallback, self.fallback_k = fallback, fallback_k
+        self._single = single  # () -> the one-sequence HybridDrafter
+        self._missed: list[bool] = []  # per row: the last draft was the fallback's
+
+    def begin(self, rows: int) -> None:
+        self.lookup.begin(rows)
+        if self.fallback is not None:
+            self.fallback.begin(rows)
+
+    def draft(self, sm, step, *, pending, limits, history: Sequence[Sequence[int]]):
+        # 1a. every row looks its suffix up; a hit is that row's draft
+        found = self.lookup.draft(sm, step, pending=pending, limits=limits, history=history)
+        misses = [0 if hit or self.fallback is None else min(limit, self.fallback_k)
+                  for hit, limit in zip(found, limits, strict=True)]
+        self._missed = [bool(m) for m in misses]
+        if not any(misses):
+            return found
+        # 1b. the rows that missed: the fallback drafts for them (its draft KV is cropped by the engine)
+        extra = {"history": history} if self.fallback.wants_tokens else {}
+        theirs = self.fallback.draft(sm, step, pending=pending, limits=misses, **extra)
+        return tuple(t if m else f for f, t, m in zip(found, theirs, self._missed, strict=True))
+
+    def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        if self.fallback is not None and any(self._missed):  # its adaptive exit learns from its own rows only
+            self.fallback.observe([d if m else 0 for d, m in zip(drafted, self._missed, strict=True)],
+                                  [a if m else 0 for a, m in zip(accepted, self._missed, strict=True)])
+
+    def single(self) -> Drafter:
+        return self._single()
+
+
+def _drafter(candidate: Candidate, sm, *, batch: bool = False) -> HybridDrafter | HybridBatchDrafter:
+    """A ``HybridDrafter``, or with ``batch`` the batched engine's ``HybridBatchDrafter``, over the fallback's own
+    drafter from the registry (with ``batch``, a fallback that cannot batch is one line)."""
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)
     fallback = None
     if fb is not None:
         try:
-            fallback = get(fb.method).drafter(fb, sm)
-        except ParamsError as e:
+            fallback = batch_drafter(fb, sm) if batch else get(fb.method).drafter(fb, sm)
+        except ConfigError as e:
+            if not (batch or isinstance(e, ParamsError)):
+                raise
             raise ParamsError(f"hybrid: fallback {e}") from None
-    return HybridDrafter(params, candidate.draft.max_draft_tokens, fallback,
-                         fb.draft.max_draft_tokens if fb is not None else 0)
+    fallback_k = fb.draft.max_draft_tokens if fb is not None else 0
+    if batch:
+        return HybridBatchDrafter(params, candidate.draft.max_draft_tokens, fallback, fallback_k,
+                                  single=lambda: _drafter(candidate, sm))
+    return HybridDrafter(params, candidate.draft.max_draft_tokens, fallback, fallback_k)
 
 
 class LookupThenFallback:
@@ -438,4 +489,5 @@ METHOD = Method(
     replan=replan,
     replan_schemes=_replan_schemes,
     speculation=Speculation(setting=_setting, candidate=_candidate),
+    batch_drafter=lambda candidate, sm: _drafter(candidate, sm, batch=True),
 )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from skipsearch.config import AUTOREGRESSIVE, NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.draft import Draft, Drafter
+from skipsearch.draft import BatchDrafter, Draft, Drafter
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.records import MATCH_ENCODING, NO_HIT, known_keys, match_sequences, optional_strings, read_record
 from skipsearch.methods.base import (
@@ -145,6 +145,27 @@ class NgramDrafter(Drafter):
         return (("lookups", float(self.lookups)), ("lookup_hits", float(self.hits)),
                 ("ngram_drafted", float(self.drafted)), ("ngram_accepted", float(self.accepted)),
                 ("ngram_seconds", self.seconds))
+
+
+class NgramBatchDrafter(BatchDrafter):
+    """The batched engine's BatchDrafter for prompt lookup: one index per row, no model runs."""
+
+    wants_tokens = True  # batched.generate_batch passes history=: per row, the sequence so far
+
+    def __init__(self, params: NgramParams, max_draft_tokens: int) -> None:
+        self.params = params
+        self.k = max_draft_tokens
+        self.indexes: list[NgramIndex] = []
+
+    def begin(self, rows: int) -> None:
+        self.indexes = [NgramIndex(self.params.min_n, self.params.max_n) for _ in range(rows)]
+
+    def draft(self, sm, step, *, pending, limits, history: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+        return tuple(index.lookup(seq, min(limit, self.k)) if limit else ()
+                     for index, seq, limit in zip(self.indexes, history, limits, strict=True))
+
+    def single(self) -> NgramDrafter:
+        return NgramDrafter(self.params, self.k)
 
 
 # -- the surrogate ---------------------------------------------------------------------------------
@@ -394,6 +415,11 @@ def _drafter(candidate: Candidate, sm) -> NgramDrafter:
     return NgramDrafter(params, candidate.draft.max_draft_tokens)
 
 
+def _batch_drafter(candidate: Candidate, sm) -> NgramBatchDrafter:
+    params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
+    return NgramBatchDrafter(params, candidate.draft.max_draft_tokens)
+
+
 def _example(num_layers: int) -> Candidate:
     return Candidate(NgramParams.method, DraftConfig(max_draft_tokens=3, exit=NO_EXIT),
                      NgramParams(min_n=1, max_n=2).to_pairs())
@@ -410,4 +436,5 @@ METHOD = Method(
     record=Record(formats=((LOOKUP_KEY, lookup_from_dict),), build=keep_lookup),
     replan=replan,
     speculation=SPECULATION,
+    batch_drafter=_batch_drafter,
 )

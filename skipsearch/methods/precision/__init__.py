@@ -35,9 +35,10 @@ def check_device(candidate: Candidate, device: str) -> None:
         check_scheme(candidate.param("scheme", ""), "cuda:0" if device == "auto" else device)
 
 
-def _drafter(candidate: Candidate, sm):
+def _drafter(candidate: Candidate, sm, *, batch: bool = False):
+    """The candidate's drafter: a ``PrecisionDrafter``, or with ``batch`` the batched engine's
+    ``PrecisionBatchDrafter`` (None: plain decoding)."""
     from skipsearch.methods.precision.copy import quantized_copy
-    from skipsearch.methods.precision.drafter import PrecisionDrafter
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=sm.num_layers)
     candidate.draft.check_layers(sm.num_layers)
@@ -49,8 +50,12 @@ def _drafter(candidate: Candidate, sm):
         raise
     except ConfigError as e:
         raise ParamsError(f"precision: {e}") from None
+    if batch:
+        from skipsearch.methods.precision.batch import PrecisionBatchDrafter as make
+    else:
+        from skipsearch.methods.precision.drafter import PrecisionDrafter as make
     try:
-        return PrecisionDrafter(candidate.draft, params, qcopy, sm)
+        return make(candidate.draft, params, qcopy, sm)
     except ParamsError:
         raise
     except ConfigError as e:
@@ -142,6 +147,7 @@ METHOD = Method(
     speculation=Speculation(setting=_setting, candidate=_candidate),
     drafts_alone=True,
     traces=Tracing(measure=_traces, keep=keep_traced, read=read_draft),
+    batch_drafter=lambda candidate, sm: _drafter(candidate, sm, batch=True),
 )
 
 __all__ = ["METHOD", "PRECISION_KEY", "SCHEMES", "PrecisionParams", "PrecisionRecord", "Scheme", "check_device",
