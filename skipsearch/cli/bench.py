@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.cli.edge import LazyProgress, line, save_profile_kept, user_errors, warnings_to_stderr, write_text
 from skipsearch.files.bounds import MAX_THREADS
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
@@ -50,6 +50,15 @@ def bench(
     kernel: Annotated[str | None, typer.Option(
         help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels/). "
              "Default: the profiles' kernel when they share one, else eager.")] = None,
+    batch_sizes: Annotated[str | None, typer.Option(
+        help="Also bench by batch size, e.g. 1,2,4,8,16 (one profile): per B, plain batched decoding, the profile's "
+             "schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")] = None,
+    batch_ks: Annotated[str | None, typer.Option(
+        help="With --batch-sizes: the fixed K to bench, e.g. 1,2,3,4 (default: those the profile's schedule "
+             "considered, else 1,2,3,4).")] = None,
+    strict: Annotated[bool, typer.Option(
+        help="With --batch-sizes: stop at the first batch whose output differs from plain batched decoding "
+             "(exit 1).")] = False,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     as_json: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
     by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
@@ -70,6 +79,7 @@ def bench(
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from skipsearch import api
+    from skipsearch.harness import LosslessnessError
 
     warnings_to_stderr()
     options = api.BenchOptions(
@@ -77,16 +87,22 @@ def bench(
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
         device=device, dtype=dtype, threads=threads, kernel=kernel, report=report, as_json=as_json,
         write_measured=write_measured, force=force, llama_server=llama_server, llama_settings=llama_settings,
+        batch_sizes=batch_sizes, batch_ks=batch_ks, strict=strict,
     )
     with user_errors():
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
-        with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                           TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
-            run = api.bench_profiles(
-                options, on_stage=lambda title, total: bar.stage(title, total, last=""),
-                on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
-                on_note=lambda note: typer.echo(f"warning: {note}", err=True),
-            )
+        try:
+            with LazyProgress(TextColumn("{task.description}"), BarColumn(),
+                              TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[last]}"),
+                              TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+                run = api.bench_profiles(
+                    options, on_stage=lambda title, total: bar.stage(title, total, last=""),
+                    on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
+                    on_note=lambda note: typer.echo(f"warning: {note}", err=True),
+                )
+        except LosslessnessError as exc:  # --strict: a wrong output is no result to report
+            typer.echo(f"error: {line(exc)}", err=True)
+            raise typer.Exit(1) from None
     # 3. print and write at the edge
     _print_bench(run, by_category=by_category, report=report, as_json=as_json, write_measured=write_measured,
                  replace=force)
@@ -99,6 +115,7 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
 
     from rich.console import Console
 
+    from skipsearch.bench import batched_report
     from skipsearch.bench import report as br
     from skipsearch.bench.peers import BASELINE
 
@@ -106,8 +123,11 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: wide enough not to wrap the table
     for table in br.rich_tables(result, by_category=by_category):
         out.print(table)
-    for line in br.summary_lines(result):
-        typer.echo(line)
+    for text in br.summary_lines(result):
+        typer.echo(text)
+    if result.batched is not None:
+        for text in batched_report.summary_lines(result.batched):
+            typer.echo(text)
     with user_errors():
         if report:
             write_text(report, br.render_markdown(result, command=shlex.join(run.command)), kind=BENCH_REPORT,
@@ -131,6 +151,8 @@ def _print_bench(run, *, by_category: bool, report: Path | None, as_json: Path |
         elif row.ties:
             typer.echo(f"note: {row.method} output equals hf-greedy up to numerical ties on {row.ties} of "
                        f"{row.prompts} prompts ({row.tie_tokens} tied tokens; identical on {row.identical})", err=True)
+    for text in batched_report.flagged_lines(result.batched.rows if result.batched is not None else ()):
+        typer.echo(text, err=True)
     labels = [p.prompt_id for p in result.prompts if p.method == BASELINE]
     for llama in (result.llama_sweep, result.llama):
         for r in llama.settings if llama is not None else ():
