@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from conftest import assert_one_line_error, make_tiny_model
+from conftest import assert_one_line_error, make_tiny_model, tiny_tokenizer
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
@@ -26,27 +26,17 @@ EXAMPLE = "profiles/smollm2-135m/example.yaml"
 runner = CliRunner()
 
 
-class _CharTokenizer:
-    """Enough of a tokenizer for encode_prompt on plain prompts: one id per character."""
-
-    eos_token_id = None
-    chat_template = None
-
-    def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [1] + [2 + ord(c) % 60 for c in text]}
-
-
 @pytest.fixture(scope="module")
 def sm():
     torch.set_num_threads(1)
     model = make_tiny_model(name="tiny-bench")
-    model.tokenizer = _CharTokenizer()
+    model.tokenizer = tiny_tokenizer()  # word-level, over TINY_WORDS
     return model
 
 
 # Prompts of different lengths (the batch is padded, each row at its own positions), repetitive so that lookup drafts.
-PROMPTS = [Prompt("a", "abcabcabcabc", False, "x", "t"), Prompt("b", "hello hello", False, "y", "t"),
-           Prompt("c", "zzzz", False, "x", "t")]
+PROMPTS = [Prompt("a", "def fib ( n ) : return fib ( n - 1 ) + fib ( n - 2 )", False, "x", "t"),
+           Prompt("b", "what is it what is it", False, "y", "t"), Prompt("c", "how why", False, "x", "t")]
 
 
 @dataclass(frozen=True)
@@ -171,7 +161,8 @@ def test_a_row_per_batch_size_and_contender_and_the_drafts_equal_plain(sm):
     # batches: 3 of one row, 2 of two (the second cycles back to the first prompt), 1 of four
     assert stages[-3:] == [("batched B=1", 3 * 5), ("batched B=2", 2 * 5), ("batched B=4", 1 * 5)]
     for r in section.rows:
-        assert r.rows == r.batches * r.batch_size and r.new_tokens == 8 * r.rows  # no EOS: every row runs out
+        assert r.rows == r.batches * r.batch_size and 0 < r.new_tokens <= 8 * r.rows
+        assert r.new_tokens == section.row(r.batch_size, bb.PLAIN).new_tokens
         assert r.identical == r.rows and not r.flagged and r.speedup is not None, r
     assert [section.row(b, bb.SCHEDULE).k for b in (1, 2, 4)] == [2, 1, 1]
     assert section.row(1, bb.PLAIN).speedup == pytest.approx(1.0)

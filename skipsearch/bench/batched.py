@@ -178,10 +178,11 @@ def hf_generate_batch(sm: SkippableModel, batch: Sequence[Sequence[int]], *, max
     ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in batch], device=sm.device)  # [B, T]
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=sm.device)  # [B, T]
     with torch.inference_mode():
+        # it stops at the EOS ids our engine stops at; a finished row is padded with one of them
         out = sm.hf.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=eos[0] if eos else 0)  # out: [B, T + new]
+                             pad_token_id=eos[0] if eos else 0, **({"eos_token_id": list(eos)} if eos else {}))
     rows = []
-    for row in out[:, width:].tolist():  # a finished row is padded on to the longest: cut at its EOS
+    for row in out[:, width:].tolist():  # out: [B, T + new]; a finished row runs on as padding: cut at its EOS
         end = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
         rows.append(tuple(row[:end]))
     return tuple(rows)

@@ -51,8 +51,8 @@ def bench(
         help="What runs skipsearch's own rows: eager, or inductor[-c<block>] (compiled once; skipsearch/kernels/). "
              "Default: the profiles' kernel when they share one, else eager.")] = None,
     batch_sizes: Annotated[str | None, typer.Option(
-        help="Also bench by batch size, e.g. 1,2,4,8,16 (one profile): per B, plain batched decoding, the profile's "
-             "schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")] = None,
+        help="Also bench by batch size, e.g. 1,2,4,8,16 (each 1 to 1024; one profile): per B, plain batched decoding, "
+             "the profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")] = None,
     batch_ks: Annotated[str | None, typer.Option(
         help="With --batch-sizes: the fixed K to bench, e.g. 1,2,3,4 (default: those the profile's schedule "
              "considered, else 1,2,3,4).")] = None,
