@@ -8,7 +8,9 @@ rules:
    Spec-Bench's per-method contract; the word "method" stays with the registry (``skipsearch.methods``),
    whose drafts are only some of the contenders. ``engine_method`` wraps our engine
    (``decoding.generate`` with a fresh drafter per call); the HF ``generate`` modes live in ``bench``,
-   which is the only place that needs them.
+   which is the only place that needs them. A *batched* contender (``bench.batched``) decodes a batch: its
+   "prompt" is a tuple of prompt ids, one per row, and its ``token_ids`` a tuple of the rows' tokens
+   (``Batch``); every rule below holds for it as written, a round being every contender once on the same batch.
 2. Warm-up: every method decodes the first prompt once, briefly, before anything is timed. First
    calls pay for allocation, lazy imports, packed kernels and HF's generation set-up; that cost
    must land on no one's figure.
@@ -54,11 +56,15 @@ class LosslessnessError(RuntimeError):
 
 
 # -- the contender contract -------------------------------------------------------------------------
+Batch = tuple[tuple[int, ...], ...]  # a batched contender's output: each row's generated tokens, in row order
+
+
 @dataclass(frozen=True)
 class ContenderOutput:
-    """What one decode produced. Counts are None where a contender cannot report them."""
+    """What one decode produced. Counts are None where a contender cannot report them (summed over the rows of a
+    batch)."""
 
-    token_ids: tuple[int, ...]  # generated tokens only
+    token_ids: tuple[int, ...] | Batch  # generated tokens only (a batched contender's: per row)
     verify_steps: int | None = None  # full-model forwards after the one that gave the first token
     drafted: int | None = None  # draft tokens proposed to the full model
     accepted: int | None = None  # draft tokens it kept
@@ -68,7 +74,8 @@ class ContenderOutput:
     drafter_stats: tuple[tuple[str, float], ...] = ()  # the drafter's own report (DecodeStats.drafter_stats)
 
 
-Decode = Callable[[Sequence[int], int], ContenderOutput]  # (prompt ids, max_new_tokens) -> output
+# (prompt ids, max_new_tokens) -> output; a batched contender gets a batch's prompt ids, one sequence per row
+Decode = Callable[[Sequence[int] | Sequence[Sequence[int]], int], ContenderOutput]
 DrafterFactory = Callable[[Sequence[int]], Drafter | None]  # prompt ids -> a fresh drafter; None: plain decoding
 
 
@@ -187,10 +194,8 @@ def run_rounds(
                 for m in methods:
                     got = outputs[m.name].token_ids
                     if got != want and not (same is not None and same(ids, got, want)):
-                        raise LosslessnessError(
-                            f"greedy output of {m.name} differs from {reference} "
-                            f"(prompt {i}, token {first_difference(got, want)})"
-                        )
+                        raise LosslessnessError(f"greedy output of {m.name} differs from {reference} "
+                                                f"(prompt {i}, {where_differs(got, want)})")
     return tuple(runs)
 
 
@@ -219,6 +224,16 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
         if x != y:
             return j
     return min(len(a), len(b))
+
+
+def where_differs(got: tuple[int, ...] | Batch, want: tuple[int, ...] | Batch) -> str:
+    """Where two outputs part, for people: "token j", or "row r, token j" for a batch (a tuple of rows)."""
+    if (got and isinstance(got[0], tuple)) or (want and isinstance(want[0], tuple)):
+        r = first_difference(got, want)
+        if r >= min(len(got), len(want)):
+            return f"{len(got)} rows where the reference has {len(want)}"
+        return f"row {r}, token {first_difference(got[r], want[r])}"
+    return f"token {first_difference(got, want)}"
 
 
 def _by_prompt(runs: Sequence[Run]) -> dict[str, dict[int, list[Run]]]:

@@ -22,6 +22,7 @@ from skipsearch.profile import Profile, check_model, load_profile
 
 if TYPE_CHECKING:
     from skipsearch.bench import BenchReport
+    from skipsearch.bench.batched import BatchedPlan
     from skipsearch.harness import Progress
 
 DEFAULT_PEERS = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized"
@@ -51,6 +52,9 @@ class BenchOptions:
     force: bool = False  # use profiles despite a model fingerprint mismatch
     llama_server: str | None = None  # with --peers llama.cpp: the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, PATH)
     llama_settings: str | None = None  # with --peers llama.cpp: comma-separated setting names (None: a small grid)
+    batch_sizes: str | None = None  # comma-separated batch sizes: adds the section by batch size (one profile)
+    batch_ks: str | None = None  # with batch_sizes: the fixed K to bench (None: the schedule's considered K, else 1-4)
+    strict: bool = False  # with batch_sizes: stop at the first batch whose output differs from plain's
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ def bench_profiles(
     elif o.llama_server is not None or o.llama_settings is not None:
         raise ConfigError(f"--llama-server and --llama-settings need --peers {lb.PEER}")
     hf_peers = [p for p in peers if p != lb.PEER]
+    batched = _batched_plan(o, profs)
     prompts = load_prompts(o.dataset, split=o.split, n=o.n_prompts, seed=o.seed)
     sweeping = o.sweep_prompts > 0 and (any(bn.PEERS[p].option for p in hf_peers) or llama is not None)
     sweep_set = load_prompts(o.dataset, split="calib", n=o.sweep_prompts, seed=o.seed) if sweeping else ()
@@ -119,7 +124,7 @@ def bench_profiles(
     report = bn.bench(
         sm, prompts, profiles=profs, peers=hf_peers, max_new_tokens=o.max_new_tokens, repeats=o.repeats,
         sweep_prompts=sweep_set, sweep=o.sweep_prompts > 0, dataset=o.dataset, split=o.split,
-        on_stage=on_stage, on_progress=on_progress, kernel=kernel, llama=llama,
+        on_stage=on_stage, on_progress=on_progress, kernel=kernel, llama=llama, batched=batched,
     )
     command = ["skipsearch", "bench", "--model", name]
     if paths:
@@ -131,9 +136,36 @@ def bench_profiles(
     command += ["--kernel", kernel.label]
     command += ["--llama-server", o.llama_server] if llama and o.llama_server else []
     command += ["--llama-settings", ",".join(llama.settings)] if llama and o.llama_settings else []
+    command += ["--batch-sizes", ",".join(map(str, batched.batch_sizes))] if batched else []
+    command += ["--batch-ks", ",".join(map(str, batched.ks))] if batched and batched.ks is not None else []
+    command += ["--strict"] if batched and batched.strict else []
     command += ["--report", str(o.report)] if o.report else []
     command += ["--json-out", str(o.as_json)] if o.as_json else []
     return BenchRun(report, tuple(profs), tuple(command))
+
+
+def _batched_plan(o: BenchOptions, profs: list[tuple[str, Profile]]) -> BatchedPlan | None:
+    """``--batch-sizes``, ``--batch-ks`` and ``--strict`` checked and read, before the model loads."""
+    from skipsearch import methods
+    from skipsearch.bench.batched import MAX_BATCH_SIZE, BatchedPlan, parse_sizes
+    from skipsearch.files.bounds import MAX_DRAFT_TOKENS
+
+    if o.batch_sizes is None:
+        for given, option in ((o.batch_ks is not None, "--batch-ks"), (o.strict, "--strict")):
+            if given:
+                raise ConfigError(f"{option} goes with --batch-sizes")
+        return None
+    if len(profs) != 1:
+        raise ConfigError(f"--batch-sizes benches one profile (its schedule and fixed K); got {len(profs)}")
+    sizes = parse_sizes(o.batch_sizes, option="--batch-sizes", low=1, high=MAX_BATCH_SIZE)
+    ks = None if o.batch_ks is None else parse_sizes(o.batch_ks, option="--batch-ks", low=0, high=MAX_DRAFT_TOKENS)
+    path, prof = profs[0]
+    if prof.method not in methods.batch_methods():  # the registry refuses it too, but only once the model is loaded
+        raise ConfigError(f"--batch-sizes: method '{prof.method}' cannot decode a batch (batched decoding covers: "
+                          f"{', '.join(methods.batch_methods())})")
+    # Profile.schedule is issue 41's schedule key; read it where the profile reader has it (absent: no schedule)
+    return BatchedPlan(profile=path, candidate=prof.candidate, batch_sizes=sizes,
+                       schedule=getattr(prof, "schedule", None), ks=ks, strict=o.strict)
 
 
 __all__ = ["DEFAULT_PEERS", "BenchOptions", "BenchRun", "bench_profiles"]

@@ -18,11 +18,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from skipsearch.bench import batched_report
 from skipsearch.bench import llamacpp_report as llama_report
+from skipsearch.bench.batched import BatchedBench
 from skipsearch.bench.peers import BASELINE, PROFILE_IN_HF
 from skipsearch.bench.rows import BenchRow
 from skipsearch.bench.runner import BenchReport
-from skipsearch.equivalence import tolerance_rule
+from skipsearch.equivalence import DIFFERENT, IDENTICAL, tolerance_rule
 from skipsearch.harness import OURS_AR
 from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured, Profile
 
@@ -34,7 +36,9 @@ JSON_FORMAT = "skipsearch-bench"
 #    summary gains inside_hf.
 # 4: "llama.cpp": the llama.cpp peer (bench.llamacpp_report.result_to_dict, with its "sweep" beside; null when not
 #    asked for). Every version-3 field is as it was.
-JSON_VERSION = 4
+# 5: "batched": the section by batch size (bench.batched_report.to_dict; null without --batch-sizes). Every
+#    version-4 field is as it was.
+JSON_VERSION = 5
 WITHIN = 0.05  # a profile inside HF generate is meant to run within 5% of the same profile in skipsearch's engine
 
 
@@ -109,11 +113,50 @@ def report_to_dict(report: BenchReport) -> dict:
         "llama.cpp": None if report.llama is None else {
             **llama_report.result_to_dict(report.llama),
             "sweep": None if report.llama_sweep is None else llama_report.result_to_dict(report.llama_sweep)},
+        "batched": None if report.batched is None else batched_report.to_dict(report.batched),
     }
 
 
 def report_json(report: BenchReport) -> str:
     return json.dumps(report_to_dict(report), indent=2) + "\n"
+
+
+def read_report_json(text: str) -> dict:
+    """A bench JSON document of any version, upgraded to this one (``upgrade``); ValueError for what is not one."""
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
+        raise ValueError(f"not a skipsearch bench JSON report (its format is not {JSON_FORMAT!r})")
+    return upgrade(doc)
+
+
+def upgrade(doc: dict) -> dict:
+    """An older document as this version writes it: what later versions added, at its absent value (a version-1 row
+    has no ties and its verdict follows its flag). Raises ValueError on a version this reader does not know."""
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= JSON_VERSION:
+        raise ValueError(f"bench JSON version {version!r} is not one this skipsearch reads (1 to {JSON_VERSION})")
+    doc = dict(doc)
+    if version < 2:
+        def rows(rs: list) -> list:
+            return [{"ties": 0, "tie_tokens": 0, "verdict": DIFFERENT if r.get("flagged") else IDENTICAL, **r}
+                    for r in rs]
+
+        doc["rows"] = rows(doc.get("rows", []))
+        doc["categories"] = {c: rows(rs) for c, rs in doc.get("categories", {}).items()}
+        doc["summary"] = {"tie_equal": [], **doc.get("summary", {})}
+    if version < 3:
+        doc["summary"] = {"inside_hf": [], **doc.get("summary", {})}
+    if version < 4:
+        doc.setdefault("llama.cpp", None)
+    if version < 5:
+        doc.setdefault("batched", None)
+    doc["version"] = JSON_VERSION
+    return doc
+
+
+def batched_section(doc: dict) -> BatchedBench | None:
+    """The batched section of a document ``read_report_json`` read (None: the run had no --batch-sizes)."""
+    return None if doc.get("batched") is None else batched_report.from_dict(doc["batched"])
 
 
 # -- formatting ------------------------------------------------------------------------------------
@@ -268,6 +311,11 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
         lines += [*_md_table(("peer", "setting", "tokens/s", "speedup vs HF greedy", "τ", "acceptance",
                               "identical"), sweep_rows), ""]
     lines += _llama_lines(report)
+    if report.batched is not None:
+        b = report.batched
+        lines += ["## By batch size", "", batched_report.intro(b), "",
+                  *_md_table(batched_report.COLUMNS, [batched_report.cells(r) for r in b.rows]), "",
+                  *(f"- {line}" for line in (*batched_report.summary_lines(b), *batched_report.NOTES)), ""]
     lines += [
         "## What the columns mean",
         "",
@@ -320,6 +368,8 @@ def rich_tables(report: BenchReport, *, by_category: bool = False) -> list:
             for r in rows:
                 t.add_row(*category_cells(r), style="red" if r.flagged else None)
             tables.append(t)
+    if report.batched is not None:
+        tables.append(batched_report.rich_table(report.batched))
     return tables
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from skipsearch import timing
+from skipsearch.bench.batched import BatchedBench, BatchedPlan, bench_batched, prepare
 from skipsearch.bench.llamacpp import LlamaCppResult
 from skipsearch.bench.llamacpp_bench import LlamaPlan, bench_llamacpp
 from skipsearch.bench.peers import (
@@ -126,6 +127,7 @@ class BenchReport:
     wall_seconds: float
     llama: LlamaCppResult | None = None  # the llama.cpp peer; None: not asked for
     llama_sweep: LlamaCppResult | None = None  # its settings on the sweep prompts, where it chose among several
+    batched: BatchedBench | None = None  # the section by batch size (bench --batch-sizes); None: not asked for
 
     def row(self, method: str) -> BenchRow | None:
         return next((r for r in self.rows if r.method == method), None)
@@ -148,13 +150,15 @@ def bench(
     on_progress: Progress | None = None,
     kernel: Kernel | None = None,
     llama: LlamaPlan | None = None,
+    batched: BatchedPlan | None = None,
 ) -> BenchReport:
     """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
     autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
     ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
     ``on_stage(title, total calls)`` opens each stage. ``kernel`` runs skipsearch's own rows (the profiles and our
     autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now). ``llama``
-    adds the llama.cpp peer, after every timed round (``llamacpp_bench``)."""
+    adds the llama.cpp peer, after every timed round (``llamacpp_bench``). ``batched`` adds the section by batch size
+    (``bench.batched``), timed after the main rounds on the same prompts; what it refuses, it refuses first."""
     from skipsearch.data import encode_prompt
     from skipsearch.profile import Environment
 
@@ -170,6 +174,8 @@ def bench(
     capacity = max(map(len, [*ids, *sweep_ids])) + max_new_tokens
     if kernel is not None:
         sm.use_kernel(kernel, capacity=capacity)
+    # a method that cannot batch, or a batch that does not fit, is refused before anything is timed
+    sizes = prepare(sm, batched, ids, max_new_tokens=max_new_tokens) if batched is not None else None
     # 1. each peer with a knob: sweep it on the sweep prompts and keep its best value
     sweeps, methods = [], [peer_method(sm, BASELINE), ours_autoregressive(sm)]
     for peer in dict.fromkeys(peers):
@@ -236,7 +242,12 @@ def bench(
             per_prompt.append(PromptResult(m.name, labels[i], p.category, len(rs[0].output.token_ids),
                                            statistics.median(r.seconds for r in rs),
                                            all(r.output.token_ids == ref for r in rs), v.kind, v.tie_tokens))
-    # 4. llama.cpp, last: its servers never share the machine with a timed row
+    # 4. by batch size: the engine's batched decoding, its schedule and each fixed K, and HF's batched generate
+    section = None
+    if batched is not None:
+        section = bench_batched(sm, batched, ids, labels, max_new_tokens=max_new_tokens, repeats=repeats,
+                                prepared=sizes, on_stage=on_stage, on_progress=on_progress)
+    # 5. llama.cpp, last: its servers never share the machine with a timed row
     llama_result = llama_sweep = None
     if llama is not None:
         reference = [next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
@@ -254,5 +265,5 @@ def bench(
     return BenchReport(
         settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),
         rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=tuple(per_prompt),
-        wall_seconds=timing.now(sm.device) - t0, llama=llama_result, llama_sweep=llama_sweep,
+        wall_seconds=timing.now(sm.device) - t0, llama=llama_result, llama_sweep=llama_sweep, batched=section,
     )

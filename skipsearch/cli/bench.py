@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from skipsearch.cli import options
-from skipsearch.cli.edge import LazyProgress, save_profile_kept, user_errors, warnings_to_stderr, write_text
+from skipsearch.cli.edge import LazyProgress, line, save_profile_kept, user_errors, warnings_to_stderr, write_text
 from skipsearch.cli.options import renamed
 from skipsearch.figures import check_plot_target
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
@@ -46,6 +46,15 @@ def bench(
     dtype: options.DType = options.DTYPE,
     threads: options.Threads = None,
     kernel: options.Kernel = options.KERNEL,
+    batch_sizes: Annotated[str | None, typer.Option(
+        help="Also bench by batch size, e.g. 1,2,4,8,16 (each 1 to 1024; one profile): per B, plain batched decoding, "
+             "the profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")] = None,
+    batch_ks: Annotated[str | None, typer.Option(
+        help="With --batch-sizes: the fixed K to bench, e.g. 1,2,3,4 (default: those the profile's schedule "
+             "considered, else 1,2,3,4).")] = None,
+    strict: Annotated[bool, typer.Option(
+        help="With --batch-sizes: stop at the first batch whose output differs from plain batched decoding "
+             "(exit 1).")] = False,
     report: options.Report = None,
     as_json: options.Json = False,
     json_out: options.JsonOut = None,
@@ -73,6 +82,7 @@ def bench(
 
     from skipsearch import api
     from skipsearch.bench.plot import plot_reports
+    from skipsearch.harness import LosslessnessError
 
     warnings_to_stderr()
     more_profiles, json_out, as_json = _old_json_spelling(as_json, list(more_profiles or []), json_out)
@@ -83,19 +93,24 @@ def bench(
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
         device=device, dtype=dtype, threads=threads, kernel=None if kernel == "auto" else kernel, report=report,
         as_json=json_out, write_measured=write_measured, force=force, llama_server=llama_server,
-        llama_settings=llama_settings,
+        llama_settings=llama_settings, batch_sizes=batch_sizes, batch_ks=batch_ks, strict=strict,
     )
     with user_errors():
         if plot:
             check_plot_target(plot, replace=force)
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
-        with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                           TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
-            run = api.bench_profiles(
-                options_, on_stage=lambda title, total: bar.stage(title, total, last=""),
-                on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
-                on_note=lambda note: typer.echo(f"warning: {note}", err=True),
-            )
+        try:
+            with LazyProgress(TextColumn("{task.description}"), BarColumn(),
+                              TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[last]}"),
+                              TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+                run = api.bench_profiles(
+                    options_, on_stage=lambda title, total: bar.stage(title, total, last=""),
+                    on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
+                    on_note=lambda note: typer.echo(f"warning: {note}", err=True),
+                )
+        except LosslessnessError as exc:  # --strict: a wrong output is no result to report
+            typer.echo(f"error: {line(exc)}", err=True)
+            raise typer.Exit(1) from None
     # 3. print and write at the edge; 4. the verdict as the exit code
     _print_bench(run, by_category=by_category, report=report, json_out=json_out, as_json=as_json,
                  write_measured=write_measured, replace=force)
@@ -140,6 +155,7 @@ def _print_bench(run, *, by_category: bool, report: Path | None, json_out: Path 
 
     from rich.console import Console
 
+    from skipsearch.bench import batched_report
     from skipsearch.bench import report as br
     from skipsearch.bench.peers import BASELINE
 
@@ -149,8 +165,11 @@ def _print_bench(run, *, by_category: bool, report: Path | None, json_out: Path 
     out = Console(file=stream, width=None if stream.isatty() else 200)  # piped: wide enough not to wrap the table
     for table in br.rich_tables(result, by_category=by_category):
         out.print(table)
-    for line in br.summary_lines(result):
-        say(line)
+    for text in br.summary_lines(result):
+        say(text)
+    if result.batched is not None:
+        for text in batched_report.summary_lines(result.batched):
+            say(text)
     with user_errors():
         if report:
             write_text(report, br.render_markdown(result, command=shlex.join(run.command)), kind=BENCH_REPORT,
@@ -177,6 +196,8 @@ def _print_bench(run, *, by_category: bool, report: Path | None, json_out: Path 
         elif row.ties:
             typer.echo(f"note: {row.method} output equals hf-greedy up to numerical ties on {row.ties} of "
                        f"{row.prompts} prompts ({row.tie_tokens} tied tokens; identical on {row.identical})", err=True)
+    for text in batched_report.flagged_lines(result.batched.rows if result.batched is not None else ()):
+        typer.echo(text, err=True)
     labels = [p.prompt_id for p in result.prompts if p.method == BASELINE]
     for llama in (result.llama_sweep, result.llama):
         for r in llama.settings if llama is not None else ():

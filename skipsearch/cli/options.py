@@ -41,7 +41,7 @@ OWN = {
     "costs": "a cost file, used as each command says (re-rank, re-plan, export for)",
     "schemes": "costs: schemes to cost; optimize: a strategy's search space (the strategy's own flag)",
     "study": "optimize: where the study is written; plan: the study to read",
-    "plot": "a PNG each command draws of its own results (bench: speedups; plan: the (m, n) surface; study show: the search)",
+    "plot": "a PNG of each command's own results (bench: speedups; plan: the (m, n) surface; study show: the search)",
     "help": "click's own",
 }
 
