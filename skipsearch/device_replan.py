@@ -39,6 +39,7 @@ from skipsearch.methods.layer_skip import (
     record_acceptance,
 )
 from skipsearch.profile import BASELINE_OURS_AR, BASELINE_PREDICTED, Measured, Profile
+from skipsearch.schedule import MARGIN, DraftPoint, Schedule, plan_schedule
 
 if TYPE_CHECKING:
     from skipsearch.measure import Measurement
@@ -166,7 +167,40 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     plan = method.replan(job)
     said = traced and f"acceptance traced by plan on the model ({traced}): the profile kept no record"
     new = _replanned_profile(profile, target, plan, costs_source=costs_source, said=said)
+    if target.batched is not None:  # a draft length per batch size, for the same draft
+        new = replace(new, schedule=plan_batch_schedule(job, new.draft, K_VALUES if k_values is None else k_values))
     return new, replace(plan, note=f"{said}; {plan.note}" if plan.note else said) if said else plan
+
+
+def batch_points(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> tuple[DraftPoint, ...]:
+    """tau(K) and c per fixed K for ``draft``'s skip set, as the method's own re-plan predicts them under the job's
+    cost file (``Method.replan`` asked for one K at a time; a re-plan that weighs several K at once answers for all
+    of them): the inputs of ``schedule.plan_schedule``, with the draft's weight format where it has one."""
+    method = methods.get(job.profile.method)
+    schemes = methods.replan_schemes(job.profile.candidate, job.target.device)
+    scheme = schemes[0] if len(schemes) == 1 else None
+    skip = (draft.skip_attn, draft.skip_mlp)
+    wanted = sorted({*k_values, job.profile.draft.max_draft_tokens, draft.max_draft_tokens} - {0})
+    best: dict[int, DraftPoint] = {}
+    for k in wanted:
+        if k in best:
+            continue
+        options = method.replan(replace(job, k_values=(k,))).options
+        same = [(c, m) for c, m in options if (c.skip_attn, c.skip_mlp) == skip] or list(options)
+        for c, m in same:
+            if c.max_draft_tokens >= 1 and m.tau is not None and m.cost_ratio is not None and (
+                    c.max_draft_tokens not in best or m.speedup > best[c.max_draft_tokens][1]):
+                best[c.max_draft_tokens] = (DraftPoint(c.max_draft_tokens, m.tau, m.cost_ratio, scheme), m.speedup)
+    return tuple(p for p, _ in (best[k] for k in sorted(best)))
+
+
+def plan_batch_schedule(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> Schedule:
+    """The profile's draft length per batch size under the job's cost file's batched grid (``schedule``)."""
+    grid = job.target.batched
+    basis = (f"{job.costs_source}: batched grid B = {', '.join(map(str, grid.batch_sizes))} ({grid.kernel}); tau and "
+             f"c per K from the profile's {job.profile.method} re-plan; K = 0 unless a K beats plain batched "
+             f"decoding by {MARGIN:.0%}")
+    return plan_schedule(batch_points(job, draft, k_values), grid, basis=basis)
 
 
 def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *, costs_source: str,
@@ -219,6 +253,10 @@ def replan_to_dict(new: Profile, plan: Replanned) -> dict:
            "options": [row(c, m) for c, m in plan.options], "notes": new.measured.notes}
     if plan.note:
         out["approximation"] = plan.note
+    if new.schedule is not None:
+        from skipsearch.schedule import schedule_to_dict
+
+        out["schedule"] = schedule_to_dict(new.schedule)
     return out
 
 
@@ -234,7 +272,10 @@ def format_replan(old: Profile, new: Profile, plan: Replanned, target: CostProfi
     lines += [f"| {m.speedup:.3f}x | {m.tau or 0:.2f} | {m.cost_ratio or 0:.3f} | {config_summary(c)} |"
               for c, m in plan.options]
     lines += ["", f"note: {plan.note}"] if plan.note else []
-    return "\n".join([*lines, "", f"ships: {config_summary(new.draft)}", new.measured.notes or ""])
+    ships = [f"ships: {config_summary(new.draft)}", new.measured.notes or ""]
+    if new.schedule is not None:
+        ships.append(f"schedule (draft length per batch size): {new.schedule.describe()}")
+    return "\n".join([*lines, "", *ships])
 
 
 # -- re-ranking a study ---------------------------------------------------------------------------------------
