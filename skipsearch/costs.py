@@ -475,7 +475,7 @@ def check_kernel_agrees(sm: SkippableModel, context: Sequence[int], *, tokens: i
     return tail
 
 
-__all__ = ["DEFAULT_BATCH_SIZES", "MEASURED", "ROOFLINE", "SCHEMA_VERSION", "describe_batched", "measure_batched", "CostKernel", "CostModelRef", "CostProfile", "CostRun",
-           "architecture_of", "calibration_context", "check_costs_for", "check_costs_model", "check_costs_whole",
-           "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_model",
-           "kernel_of", "load_costs", "measure_cost_profile", "planned_costs_of", "save_costs"]
+__all__ = ["DEFAULT_BATCH_SIZES", "MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef", "CostProfile",
+           "CostRun", "architecture_of", "calibration_context", "check_costs_for", "check_costs_model",
+           "check_costs_whole", "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict", "cost_profile_to_dict",
+           "costs_from_model", "describe_batched", "measure_batched", "kernel_of", "load_costs", "measure_cost_profile", "planned_costs_of", "save_costs"]

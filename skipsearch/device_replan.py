@@ -173,33 +173,45 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
 
 
 def batch_points(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> tuple[DraftPoint, ...]:
-    """tau(K) and c per fixed K for ``draft``'s skip set, as the method's own re-plan predicts them under the job's
-    cost file (``Method.replan`` asked for one K at a time; a re-plan that weighs several K at once answers for all
-    of them): the inputs of ``schedule.plan_schedule``, with the draft's weight format where it has one."""
+    """tau(K) and one cycle's drafting cost per fixed K for ``draft``'s skip set, as the method's own re-plan predicts
+    them under the job's cost file (``Method.replan`` asked for one K at a time; a re-plan that weighs several K at
+    once answers for all of them): the inputs of ``schedule.plan_schedule``, with the draft's weight format where it
+    has one. The drafting cost is what the method's prediction charges beyond the verify: tau / speedup less
+    v(d + 1), d = (tau - 1) / acceptance the tokens a cycle drafts on average (exit rules, lookup misses and
+    fallbacks included, as the method's replay counts them)."""
     method = methods.get(job.profile.method)
     schemes = methods.replan_schemes(job.profile.candidate, job.target.device)
     scheme = schemes[0] if len(schemes) == 1 else None
+    cm = job.target.cost_model()
     skip = (draft.skip_attn, draft.skip_mlp)
     wanted = sorted({*k_values, job.profile.draft.max_draft_tokens, draft.max_draft_tokens} - {0})
-    best: dict[int, DraftPoint] = {}
+
+    def verify(tokens: float) -> float:  # v(k) of the cost file, linear between whole k
+        low = int(tokens)
+        return cm.verify(low) + (cm.verify(low + 1) - cm.verify(low)) * (tokens - low)
+
+    best: dict[int, tuple[DraftPoint, float]] = {}
     for k in wanted:
         if k in best:
             continue
         options = method.replan(replace(job, k_values=(k,))).options
         same = [(c, m) for c, m in options if (c.skip_attn, c.skip_mlp) == skip] or list(options)
         for c, m in same:
-            if c.max_draft_tokens >= 1 and m.tau is not None and m.cost_ratio is not None and (
-                    c.max_draft_tokens not in best or m.speedup > best[c.max_draft_tokens][1]):
-                best[c.max_draft_tokens] = (DraftPoint(c.max_draft_tokens, m.tau, m.cost_ratio, scheme), m.speedup)
-    return tuple(p for p, _ in (best[k] for k in sorted(best)))
+            k_c = c.max_draft_tokens
+            if k_c < 1 or m.tau is None or not m.speedup or (k_c in best and m.speedup <= best[k_c][1]):
+                continue
+            drafted = min((m.tau - 1) / m.acceptance_rate, k_c) if m.acceptance_rate else 0.0
+            cost = max(m.tau / m.speedup - verify(max(drafted, 0.0) + 1), 0.0)
+            best[k_c] = (DraftPoint(k_c, m.tau, cost, scheme), m.speedup)
+    return tuple(best[k][0] for k in sorted(best))
 
 
 def plan_batch_schedule(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> Schedule:
     """The profile's draft length per batch size under the job's cost file's batched grid (``schedule``)."""
     grid = job.target.batched
-    basis = (f"{job.costs_source}: batched grid B = {', '.join(map(str, grid.batch_sizes))} ({grid.kernel}); tau and "
-             f"c per K from the profile's {job.profile.method} re-plan; K = 0 unless a K beats plain batched "
-             f"decoding by {MARGIN:.0%}")
+    basis = (f"{job.costs_source}: batched grid B = {', '.join(map(str, grid.batch_sizes))} ({grid.kernel}); tau "
+             f"and the drafting cost per K from the profile's {job.profile.method} re-plan; K = 0 unless a K beats "
+             f"plain batched decoding by {MARGIN:.0%}")
     return plan_schedule(batch_points(job, draft, k_values), grid, basis=basis)
 
 

@@ -6,16 +6,18 @@ compute. So a profile may carry a ``Schedule``: sorted, non-overlapping ranges o
 length K it runs (K = 0: no speculation), what it was predicted at and, once timed, what it measured.
 
 The planner (``plan_schedule``) reads a cost file's batched grid (``files.costs.BatchedCosts``: v(k, B) and c(B))
-and, per fixed K, the expected tokens per cycle tau(K) and the draft step's cost c that the method's own
+and, per fixed K, the expected tokens per cycle tau(K) and what drafting costs per cycle that the method's own
 single-sequence re-plan predicts (skipsearch.device_replan hands them over: no new acceptance model here). At each
 measured B, draft length K is predicted to run at
 
-    tau(K) / ((K x c(K, B) + v(K, B)) / v(0, B))
+    tau(K) / ((d(K) x c(B) + v(K, B)) / v(0, B))
 
-times plain batched decoding, with c(K, B) the draft step at B over plain batched decoding's step v(0, B). The best
-K wins where it beats plain decoding by more than ``MARGIN``; elsewhere K = 0. Neighbouring batch sizes with the
-same K merge into one range: a range covers its grid point up to just before the next; the last ends at the
-largest B measured. Outside every range a schedule runs K = 0.
+times plain batched decoding: d(K) x c(B) is one cycle's drafting at B (K x c for a draft that always drafts K
+tokens; fewer, or none, where an exit rule stops it early or a lookup drafts for free), v(K, B) the verify of
+K + 1 positions per row (a batch verifies every row's K slots, accepted or not), v(0, B) one step of plain batched
+decoding. The best K wins where it beats plain decoding by more than ``MARGIN``; elsewhere K = 0. Neighbouring
+batch sizes with the same K merge into one range: a range covers its grid point up to just before the next; the
+last ends at the largest B measured. Outside every range a schedule runs K = 0.
 
 Every problem of a written schedule is one ``ProfileError`` line. No torch.
 """
@@ -159,21 +161,20 @@ class DraftPoint:
 
     k: int
     tau: float  # expected tokens per cycle (accepted drafts + the verifier's own)
-    c: float  # one draft step / one full step, at batch 1
+    draft_cost: float  # one cycle's drafting at batch 1, in full steps (K x c for a draft that always drafts K)
     scheme: str | None = None  # the weight format the draft runs in, whose c(B) the grid may price
 
 
 def cycle_speedup(point: DraftPoint, grid: BatchedCosts, batch_size: int) -> float:
-    """tau(K) / ((K x c(K, B) + v(K, B)) / v(0, B)): a cycle's tokens over its cost in plain batched steps.
+    """tau(K) / ((d(K) x c(B) + v(K, B)) / v(0, B)): a cycle's tokens over its cost in plain batched steps.
 
-    c(K, B): the draft step at B over v(0, B). A draft in a scheme the grid prices grows with B as that scheme's
-    whole-model step does; any other draft (a skip set of the model, a lookup) grows as the full model's step."""
+    A draft in a scheme the grid prices grows with B as that scheme's whole-model step does; any other draft (a
+    skip set of the model, a lookup) grows as the full model's step, so its share of a step stays as at batch 1."""
     step = grid.step(batch_size)
-    c = point.c
+    drafting = point.draft_cost
     if point.scheme is not None and grid.draft(point.scheme, 1) and grid.draft(point.scheme, batch_size):
-        c *= (grid.draft(point.scheme, batch_size) / grid.draft(point.scheme, 1)) / (step / grid.step(1))
-    cost = (point.k * c * step + grid.verify(point.k, batch_size)) / step
-    return point.tau / cost
+        drafting *= (grid.draft(point.scheme, batch_size) / grid.draft(point.scheme, 1)) / (step / grid.step(1))
+    return point.tau / (drafting + grid.verify(point.k, batch_size) / step)
 
 
 def plan_schedule(points: Sequence[DraftPoint], grid: BatchedCosts, *, margin: float = MARGIN,

@@ -52,8 +52,9 @@ def parse_schemes(text: str | None) -> SchemeChoice | None:
 
 
 def batch_sizes_option(text: str | None) -> tuple[int, ...] | None:
-    """``--batch-sizes`` as given: None (not given), else ascending distinct batch sizes (``schedule.parse_batch_sizes``)
-    that include 1, the unit a draft's growth with the batch is taken from; one ConfigError line otherwise."""
+    """``--batch-sizes`` as given: None (not given), else ascending distinct batch sizes
+    (``schedule.parse_batch_sizes``) that include 1, the unit a draft's growth with the batch is taken from; one
+    ConfigError line otherwise."""
     from skipsearch.schedule import parse_batch_sizes
 
     if text is None:
@@ -121,4 +122,5 @@ def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats
     return tuple(out)
 
 
-__all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_schemes", "model_folders", "parse_schemes"]
+__all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_schemes", "model_folders",
+           "parse_schemes"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Engine, Gap, Written, plain, write_text
+from skipsearch.export.base import Engine, Gap, Written, batch_one_note, plain, write_text
 from skipsearch.export.gguf_draft import TYPES
 from skipsearch.methods import DraftModel
 from skipsearch.profile import Profile
@@ -124,7 +124,7 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     setting["flags"] = args
     files.append(write_text(directory, ARGS, " ".join(args) + "\n"))
     usage = f"llama-server -m TARGET.gguf {' '.join(args)}".rstrip()
-    return Written(tuple(files), setting, usage, tuple(notes))
+    return Written(tuple(files), setting, usage, (*notes, *batch_one_note(profile, "llama.cpp")))
 
 
 ENGINE = Engine(name="llama.cpp", describe=describe, gap=gap, write=write,

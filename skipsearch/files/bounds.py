@@ -98,5 +98,6 @@ def check_dtype(dtype: str, path: str = "model.dtype") -> str | None:
     return None if dtype in DTYPES else f"{path} must be one of {', '.join(DTYPES)}, got {short(dtype)}"
 
 
-__all__ = ["DTYPES", "MAX_BATCH_SIZE", "MAX_DRAFT_TOKENS", "MAX_LAYERS", "MAX_PLAN_M", "MAX_PLAN_N", "MAX_THREADS", "PROFILE_BOUNDS",
+__all__ = ["DTYPES", "MAX_BATCH_SIZE", "MAX_DRAFT_TOKENS", "MAX_LAYERS", "MAX_PLAN_M", "MAX_PLAN_N", "MAX_THREADS",
+           "PROFILE_BOUNDS",
            "check_dtype", "check_section", "out_of_bounds", "range_text"]

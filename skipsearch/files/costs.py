@@ -290,7 +290,7 @@ def batched_from_dict(raw: Any, *, path: str = "batched", source: str = "<costs>
         raise _err(source, f"{path}.context_tokens must be an integer >= 0, got {str(context)[:40]!r}")
     tokens = raw.get("tokens")
     if (not isinstance(tokens, list) or not tokens or not all(_positive_int(t) for t in tokens)
-            or tokens[0] != 1 or any(b <= a for a, b in zip(tokens, tokens[1:]))):
+            or tokens[0] != 1 or any(b <= a for a, b in zip(tokens, tokens[1:], strict=False))):
         raise _err(source, f"{path}.tokens must list ascending integers T from 1 (a forward of B x T tokens), got "
                            f"{str(tokens)[:60]}")
     listed = raw.get("rows")
