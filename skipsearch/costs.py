@@ -410,7 +410,7 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
         for b in batch_sizes:  # 1. prefill B identical rows once per batch size
             cache = sm.new_cache()
             ids = torch.tensor([list(context)] * b, device=sm.device)  # [B, n]
-            sm.hf(input_ids=ids, past_key_values=cache, use_cache=True)
+            sm.hf(input_ids=ids, **sm.cache_kwargs(cache), use_cache=True)
             caches[b] = cache
 
     def forward(b: int, t: int):
@@ -419,9 +419,9 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
 
         def once() -> None:  # 2. one verify-sized forward, every row's logits read back, then the cache cropped
             with torch.inference_mode():
-                out = sm.hf(input_ids=ids, past_key_values=caches[b], position_ids=positions, use_cache=True)
+                out = sm.hf(input_ids=ids, **sm.cache_kwargs(caches[b]), position_ids=positions, use_cache=True)
                 out.logits.argmax(-1).tolist()  # [B, T]
-                caches[b].crop(n)
+                sm.crop(caches[b], n)
 
         return once
 
@@ -475,7 +475,8 @@ def check_kernel_agrees(sm: SkippableModel, context: Sequence[int], *, tokens: i
     return tail
 
 
-__all__ = ["DEFAULT_BATCH_SIZES", "MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef", "CostProfile",
-           "CostRun", "architecture_of", "calibration_context", "check_costs_for", "check_costs_model",
-           "check_costs_whole", "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict", "cost_profile_to_dict",
-           "costs_from_model", "describe_batched", "measure_batched", "kernel_of", "load_costs", "measure_cost_profile", "planned_costs_of", "save_costs"]
+__all__ = ["DEFAULT_BATCH_SIZES", "MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef",
+           "CostProfile", "CostRun", "architecture_of", "calibration_context", "check_costs_for", "check_costs_model",
+           "check_costs_whole", "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict",
+           "cost_profile_to_dict", "costs_from_model", "describe_batched", "kernel_of", "load_costs",
+           "measure_batched", "measure_cost_profile", "planned_costs_of", "save_costs"]

@@ -124,6 +124,6 @@ def costs_of(s: Shapes, m: Machine, *, context: int, act_bytes: float,
     return Costs(step, attn, ffn, fixed, curve, lm_head_seconds=lm_head, schemes=priced)
 
 
-__all__ = ["ATTN_KERNELS", "BATCHED_TOKENS", "DTYPE_BYTES", "EMBED_KERNELS", "HEAD_KERNELS", "MLP_KERNELS", "VERIFY_MAX",
-           "Machine", "Piece", "attention", "batched_of", "costs_of", "embedding", "forward_seconds", "head",
-           "mlp"]
+__all__ = ["ATTN_KERNELS", "BATCHED_TOKENS", "DTYPE_BYTES", "EMBED_KERNELS", "HEAD_KERNELS", "MLP_KERNELS",
+           "VERIFY_MAX", "Machine", "Piece", "attention", "batched_of", "costs_of", "embedding", "forward_seconds",
+           "head", "mlp"]
