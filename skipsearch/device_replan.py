@@ -432,6 +432,11 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
                           objective=f"surrogate replay under {rr.costs_source}" + (" + timed" if timed else ""),
                           seed=seed),
     )
+    if target.batched is not None and pays:  # the shipped draft's length per batch size, from the kept traces
+        from skipsearch.surrogate import K_VALUES
+
+        job = Replanning(profile, target, study, rr.costs_source, tuple(K_VALUES), lambda _architecture: None)
+        profile = replace(profile, schedule=plan_batch_schedule(job, profile.draft, K_VALUES))
     return profile, verdict
 
 

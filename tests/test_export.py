@@ -298,7 +298,8 @@ def test_a_schedule_that_never_drafts_exports_plain_decoding_and_a_bad_one_is_on
     prof = dataclasses.replace(_profile(sm, "ngram"), schedule=Schedule((BatchRange(1, 32, 0),), (0, 2)))
     assert vllm.config(prof) == {}
     for entries, top, fragment in [([[1, 4, 2], [4, 8, 1]], 2, "overlap"), ([[1, 4, -1]], 2, "k must be >= 0"),
-                                   ([[3, 2, 1]], 2, "start 3 is after end 2"), ([[2, 4, 1]], 2, "must start at batch size 1"),
+                                   ([[3, 2, 1]], 2, "start 3 is after end 2"),
+                                   ([[2, 4, 1]], 2, "must start at batch size 1"),
                                    ([[1, 4, 5]], 2, "above num_speculative_tokens"), ([], 2, "non-empty list"),
                                    ([[1, 4, 1]], 0, "num_speculative_tokens must be an integer > 0")]:
         with pytest.raises(ExportError) as e:
