@@ -28,9 +28,13 @@ import yaml
 
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.files.costs import (
+    BatchCosts,
+    BatchedCosts,
     Costs,
     PlannedCosts,
     RooflineInfo,
+    batched_from_dict,
+    batched_to_dict,
     costs_from_dict,
     costs_to_dict,
     roofline_from_dict,
@@ -57,12 +61,17 @@ if TYPE_CHECKING:
 #      were timed through and whether drafts ran compiled; costs.eager_step_seconds (the eager step the
 #      per-sublayer parts split, when the step is a compiled kernel's) and costs.schemes.<s>.whole_seconds (the
 #      compiled whole-model draft). A version-1 file is a version-2 file timed with the eager kernel.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#   3: optional ``batched`` {kernel, context_tokens, tokens, batch_sizes: {B: {verify_seconds, draft_seconds}}}
+#      (``costs --batch-sizes``, and every roofline file): per batch size B, a forward of B x T tokens at each T and
+#      each draft scheme's one-token step at B (files.costs.BatchedCosts), what the schedule planner reads
+#      (skipsearch.schedule). A version-2 file is a version-3 file without the grid.
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)  # the grid a roofline file models when no --batch-sizes is given
 VERIFY_SIZES = (1, 2, 3, 4, 6, 9, 13)  # v(k) is timed at these k (13: a K = 12 draft's verify), interpolated between
 _HEADER = "# skipsearch cost profile"
 _TOP_KEYS = ("schema_version", "source", "model", "device", "dtype", "environment", "run", "roofline", "kernel",
-             "costs")
+             "costs", "batched")
 MEASURED, ROOFLINE = "measured", "roofline"  # a cost file's source: timed here, or modelled
 
 
@@ -114,6 +123,7 @@ class CostProfile:
     run: CostRun | None = None
     roofline: RooflineInfo | None = None  # set: the figures are a roofline model (skipsearch.roofline), not timed
     kernel: CostKernel = CostKernel()
+    batched: BatchedCosts | None = None  # v(k, B) and c(B) per batch size (``costs --batch-sizes``); None: none
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -143,6 +153,8 @@ class CostProfile:
             lines.append(f"  of which LM head: {share(c.lm_head_seconds)}, the rest: {share(c.overhead_seconds)}")
         lines.append("v(k): " + ", ".join(f"{v:.2f}" for v in c.verify_ratio))
         lines.append(f"c of a draft that skips nothing: {self.cost_model().draft_ratio(DraftConfig()):.3f}")
+        if self.batched is not None:
+            lines += describe_batched(self.batched)
         for s in c.schemes:  # c of a draft with every sublayer and the head in the scheme
             lines.append(f"scheme {s.scheme}: attention x {L}: {share(L * s.attn_seconds)}, MLP x {L}: "
                          f"{share(L * s.mlp_seconds)}, head saves {s.head_saving_seconds * 1e3:.3f} ms; c of the "
@@ -191,6 +203,8 @@ def cost_profile_to_dict(cp: CostProfile) -> dict:
     if cp.kernel != CostKernel():
         out["kernel"] = {k: v for k, v in plain(cp.kernel).items() if v is not None}
     out["costs"] = costs_to_dict(cp.costs)
+    if cp.batched is not None:
+        out["batched"] = batched_to_dict(cp.batched)
     return out
 
 
@@ -237,8 +251,24 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
     costs = costs_from_dict(raw["costs"], source=source)
     check_costs_whole(costs, model.num_layers, source=source)
     _check_kernel_names(kernel, source)
+    batched = batched_from_dict(raw["batched"], source=source) if raw.get("batched") is not None else None
+    if batched is not None and 1 not in batched.batch_sizes:
+        raise _err(source, "batched.rows must include batch size 1: a draft's growth with the batch is taken from it")
     return CostProfile(model=model, device=raw["device"], dtype=raw["dtype"], costs=costs, environment=environment,
-                       run=run, roofline=roofline, kernel=kernel)
+                       run=run, roofline=roofline, kernel=kernel, batched=batched)
+
+
+def describe_batched(b: BatchedCosts) -> list[str]:
+    """For people: per batch size, plain batched decoding's step and v(k, B) / v(0, B) at the timed k."""
+    ks = [t - 1 for t in b.tokens if t > 1]
+    lines = [f"batched ({b.kernel}" + (f", {b.context_tokens} cached positions per row" if b.context_tokens else "")
+             + f"): v(k, B) / v(0, B) at k = {', '.join(map(str, ks))}"]
+    for r in b.rows:
+        step = b.step(r.batch_size)
+        drafts = "".join(f", c({s}) {v / step:.3f}" for s, v in r.draft_seconds)
+        lines.append(f"  B {r.batch_size}: step {step * 1e3:.3f} ms; "
+                     + ", ".join(f"{b.verify(k, r.batch_size) / step:.2f}" for k in ks) + drafts)
+    return lines
 
 
 def _check_kernel_names(k: CostKernel, source: str) -> None:
@@ -361,6 +391,47 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
     )
 
 
+def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Sequence[int], *, repeats: int = 9,
+                    tokens: Sequence[int] = VERIFY_SIZES) -> BatchedCosts:
+    """The batched grid: at each batch size B, one full-model forward of B x T tokens after ``context`` (B identical
+    rows of it in a DynamicCache, cropped back after each call), all rows' logits read back as a verifier reads
+    them, for each T of ``tokens`` (T = 1 is plain batched decoding's step, T = K + 1 a K-token draft's verify).
+    Timed eagerly (the HF model itself, whatever kernel ``sm`` runs), every (B, T) in the same interleaved rounds
+    (``harness.time_interleaved``), medians. Draft schemes' c(B) are not timed here: the planner grows such a
+    draft with B as the full step grows (``schedule.cycle_speedup``), and a roofline file models them."""
+    import torch
+
+    from skipsearch.harness import time_interleaved
+
+    tokens = sorted({1, *tokens})
+    n = len(context)
+    caches = {}
+    with torch.inference_mode():
+        for b in batch_sizes:  # 1. prefill B identical rows once per batch size
+            cache = sm.new_cache()
+            ids = torch.tensor([list(context)] * b, device=sm.device)  # [B, n]
+            sm.hf(input_ids=ids, **sm.cache_kwargs(cache), use_cache=True)
+            caches[b] = cache
+
+    def forward(b: int, t: int):
+        ids = torch.tensor([(list(context) * t)[:t]] * b, device=sm.device)  # [B, T]
+        positions = torch.arange(n, n + t, device=sm.device).expand(b, t)  # [B, T]
+
+        def once() -> None:  # 2. one verify-sized forward, every row's logits read back, then the cache cropped
+            with torch.inference_mode():
+                out = sm.hf(input_ids=ids, **sm.cache_kwargs(caches[b]), position_ids=positions, use_cache=True)
+                out.logits.argmax(-1).tolist()  # [B, T]
+                sm.crop(caches[b], n)
+
+        return once
+
+    calls = {(b, t): forward(b, t) for b in batch_sizes for t in tokens}
+    timed = time_interleaved({f"{b}x{t}": call for (b, t), call in calls.items()}, rounds=repeats,
+                             device=sm.device, warmup=2)
+    rows = tuple(BatchCosts(b, tuple(timed[f"{b}x{t}"].median for t in tokens)) for b in batch_sizes)
+    return BatchedCosts(tuple(tokens), rows, kernel="eager", context_tokens=n)
+
+
 def _auto_kernel(sm: SkippableModel) -> Kernel:
     """``--kernel auto``'s candidate: the compiled kernel where this device can run it, else eager."""
     try:
@@ -404,7 +475,8 @@ def check_kernel_agrees(sm: SkippableModel, context: Sequence[int], *, tokens: i
     return tail
 
 
-__all__ = ["MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef", "CostProfile", "CostRun",
-           "architecture_of", "calibration_context", "check_costs_for", "check_costs_model", "check_costs_whole",
-           "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_model",
-           "kernel_of", "load_costs", "measure_cost_profile", "planned_costs_of", "save_costs"]
+__all__ = ["DEFAULT_BATCH_SIZES", "MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef",
+           "CostProfile", "CostRun", "architecture_of", "calibration_context", "check_costs_for", "check_costs_model",
+           "check_costs_whole", "check_kernel_agrees", "cost_model_of", "cost_profile_from_dict",
+           "cost_profile_to_dict", "costs_from_model", "describe_batched", "kernel_of", "load_costs",
+           "measure_batched", "measure_cost_profile", "planned_costs_of", "save_costs"]

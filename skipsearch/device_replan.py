@@ -39,6 +39,7 @@ from skipsearch.methods.layer_skip import (
     record_acceptance,
 )
 from skipsearch.profile import BASELINE_OURS_AR, BASELINE_PREDICTED, Measured, Profile
+from skipsearch.schedule import MARGIN, DraftPoint, Schedule, plan_schedule
 
 if TYPE_CHECKING:
     from skipsearch.measure import Measurement
@@ -166,7 +167,52 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     plan = method.replan(job)
     said = traced and f"acceptance traced by plan on the model ({traced}): the profile kept no record"
     new = _replanned_profile(profile, target, plan, costs_source=costs_source, said=said)
+    if target.batched is not None:  # a draft length per batch size, for the same draft
+        new = replace(new, schedule=plan_batch_schedule(job, new.draft, K_VALUES if k_values is None else k_values))
     return new, replace(plan, note=f"{said}; {plan.note}" if plan.note else said) if said else plan
+
+
+def batch_points(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> tuple[DraftPoint, ...]:
+    """tau(K) and one cycle's drafting cost per fixed K for ``draft``'s skip set, as the method's own re-plan predicts
+    them under the job's cost file (``Method.replan`` asked for one K at a time; a re-plan that weighs several K at
+    once answers for all of them): the inputs of ``schedule.plan_schedule``, with the draft's weight format where it
+    has one. The drafting cost is what the method's prediction charges beyond the verify: tau / speedup less
+    v(d + 1), d = (tau - 1) / acceptance the tokens a cycle drafts on average (exit rules, lookup misses and
+    fallbacks included, as the method's replay counts them)."""
+    method = methods.get(job.profile.method)
+    schemes = methods.replan_schemes(job.profile.candidate, job.target.device)
+    scheme = schemes[0] if len(schemes) == 1 else None
+    cm = job.target.cost_model()
+    skip = (draft.skip_attn, draft.skip_mlp)
+    wanted = sorted({*k_values, job.profile.draft.max_draft_tokens, draft.max_draft_tokens} - {0})
+
+    def verify(tokens: float) -> float:  # v(k) of the cost file, linear between whole k
+        low = int(tokens)
+        return cm.verify(low) + (cm.verify(low + 1) - cm.verify(low)) * (tokens - low)
+
+    best: dict[int, tuple[DraftPoint, float]] = {}
+    for k in wanted:
+        if k in best:
+            continue
+        options = method.replan(replace(job, k_values=(k,))).options
+        same = [(c, m) for c, m in options if (c.skip_attn, c.skip_mlp) == skip] or list(options)
+        for c, m in same:
+            k_c = c.max_draft_tokens
+            if k_c < 1 or m.tau is None or not m.speedup or (k_c in best and m.speedup <= best[k_c][1]):
+                continue
+            drafted = min((m.tau - 1) / m.acceptance_rate, k_c) if m.acceptance_rate else 0.0
+            cost = max(m.tau / m.speedup - verify(max(drafted, 0.0) + 1), 0.0)
+            best[k_c] = (DraftPoint(k_c, m.tau, cost, scheme), m.speedup)
+    return tuple(best[k][0] for k in sorted(best))
+
+
+def plan_batch_schedule(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> Schedule:
+    """The profile's draft length per batch size under the job's cost file's batched grid (``schedule``)."""
+    grid = job.target.batched
+    basis = (f"{job.costs_source}: batched grid B = {', '.join(map(str, grid.batch_sizes))} ({grid.kernel}); tau "
+             f"and the drafting cost per K from the profile's {job.profile.method} re-plan; K = 0 unless a K beats "
+             f"plain batched decoding by {MARGIN:.0%}")
+    return plan_schedule(batch_points(job, draft, k_values), grid, basis=basis)
 
 
 def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *, costs_source: str,
@@ -219,6 +265,10 @@ def replan_to_dict(new: Profile, plan: Replanned) -> dict:
            "options": [row(c, m) for c, m in plan.options], "notes": new.measured.notes}
     if plan.note:
         out["approximation"] = plan.note
+    if new.schedule is not None:
+        from skipsearch.schedule import schedule_to_dict
+
+        out["schedule"] = schedule_to_dict(new.schedule)
     return out
 
 
@@ -234,7 +284,10 @@ def format_replan(old: Profile, new: Profile, plan: Replanned, target: CostProfi
     lines += [f"| {m.speedup:.3f}x | {m.tau or 0:.2f} | {m.cost_ratio or 0:.3f} | {config_summary(c)} |"
               for c, m in plan.options]
     lines += ["", f"note: {plan.note}"] if plan.note else []
-    return "\n".join([*lines, "", f"ships: {config_summary(new.draft)}", new.measured.notes or ""])
+    ships = [f"ships: {config_summary(new.draft)}", new.measured.notes or ""]
+    if new.schedule is not None:
+        ships.append(f"schedule (draft length per batch size): {new.schedule.describe()}")
+    return "\n".join([*lines, "", *ships])
 
 
 # -- re-ranking a study ---------------------------------------------------------------------------------------
@@ -379,6 +432,11 @@ def reranked_profile(sm: SkippableModel, rr: Reranking, target: CostProfile, *, 
                           objective=f"surrogate replay under {rr.costs_source}" + (" + timed" if timed else ""),
                           seed=seed),
     )
+    if target.batched is not None and pays:  # the shipped draft's length per batch size, from the kept traces
+        from skipsearch.surrogate import K_VALUES
+
+        job = Replanning(profile, target, study, rr.costs_source, tuple(K_VALUES), lambda _architecture: None)
+        profile = replace(profile, schedule=plan_batch_schedule(job, profile.draft, K_VALUES))
     return profile, verdict
 
 

@@ -27,6 +27,7 @@ from .files.yamlio import MAX_BYTES, build, coerce, mapping, read_yaml, section,
 from .files.yamlio import Dumper as _Dumper
 from .files.yamlio import plain as _plain
 from .files.yamlio import short as _short
+from .schedule import Schedule, schedule_from_dict, schedule_to_dict
 
 # Schema versions. Bump SCHEMA_VERSION whenever a key changes shape or meaning, and add a step
 # to _UPGRADES that takes a dict of the previous version to the new one, so old files still load.
@@ -49,7 +50,10 @@ from .files.yamlio import short as _short
 #   4: optional top-level ``kernel``: the kernel (skipsearch.kernels: eager, inductor-c4, ...) the profile was timed or
 #      planned with, which ``decode`` and ``bench`` run it through unless told otherwise; a version-3 file names none
 #      and decodes on the eager kernel, as before (_v3_to_v4 changes nothing).
-SCHEMA_VERSION = 4
+#   5: optional top-level ``schedule`` (skipsearch.schedule): a draft length per batch-size range, planned from a cost
+#      file's batched grid; a version-4 file has none and runs its own K at every batch size (_v4_to_v5 changes
+#      nothing).
+SCHEMA_VERSION = 5
 
 # What a measured speedup is relative to (Measured.baseline): the value, and what it means for people.
 BASELINE_OURS_AR = "skipsearch-ar"
@@ -71,7 +75,7 @@ OLD_BASELINE_KEY = "baseline_text"  # measured.<key>: a schema-1/2 baseline text
 
 
 def _v1_to_v2(raw: dict) -> dict:
-    return dict(raw)  # version 2 (and 4, from 3) only adds optional keys
+    return dict(raw)  # version 2 (and 4 from 3, 5 from 4) only adds optional keys
 
 
 def _old_baseline(text: str) -> str | None:
@@ -101,9 +105,9 @@ def _v2_to_v3(raw: dict) -> dict:
 
 
 # version v -> one returning v+1
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v1_to_v2}
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v1_to_v2, 4: _v1_to_v2}
 
-_TOP_KEYS = ("schema_version", "model", "method", "draft", "kernel", "measured", "environment", "search",
+_TOP_KEYS = ("schema_version", "model", "method", "draft", "kernel", "schedule", "measured", "environment", "search",
              "method_params")
 
 
@@ -195,6 +199,7 @@ class Profile:
     search: SearchInfo | None = None
     method_params: tuple[tuple[str, Any], ...] = ()  # the method's own; skipsearch.methods validates them
     kernel: str | None = None  # the kernel it was timed or planned with (skipsearch.kernels); None: eager
+    schedule: Schedule | None = None  # K per batch-size range (skipsearch.schedule); None: its own K at every size
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -223,6 +228,7 @@ class Profile:
             "method": self.method,
             "max draft": f"K={d.max_draft_tokens}" if d.max_draft_tokens else "0 (plain autoregressive decoding)",
             "kernel": self.kernel or "eager (none recorded)",
+            "schedule": self.schedule and self.schedule.describe(),
             "exit rule": exit_rule,
             "skip attn": f"{', '.join(map(str, d.skip_attn)) or 'none'} ({len(d.skip_attn)} of {n})",
             "skip mlp": f"{', '.join(map(str, d.skip_mlp)) or 'none'} ({len(d.skip_mlp)} of {n})",
@@ -371,8 +377,9 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
             kernel = parse_kernel(kernel).label
         except ConfigError as e:
             raise _err(source, f"kernel: {e}") from None
+    schedule = schedule_from_dict(raw["schedule"], source=source) if raw.get("schedule") is not None else None
     return Profile(model=model, method=method.name, draft=draft, measured=measured, environment=environment,
-                   search=search, method_params=tuple(params.items()), kernel=kernel)
+                   search=search, method_params=tuple(params.items()), kernel=kernel, schedule=schedule)
 
 
 def _check_records(extra: tuple[tuple[str, Any], ...], *, source: str) -> None:
@@ -390,6 +397,8 @@ def profile_to_dict(p: Profile) -> dict:
     for key in ("model", "method", "draft", "kernel", "measured", "environment", "search"):
         if getattr(p, key) is not None:
             out[key] = _plain(getattr(p, key))
+        if key == "kernel" and p.schedule is not None:
+            out["schedule"] = schedule_to_dict(p.schedule)
     if p.method_params:
         out["method_params"] = {k: _plain(v) for k, v in p.method_params}
     return out

@@ -3,6 +3,8 @@ and refused for another model."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 from clocks import work_clock
@@ -12,17 +14,19 @@ from typer.testing import CliRunner
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
 from skipsearch.costs import (
+    SCHEMA_VERSION,
     CostModelRef,
     CostProfile,
     architecture_of,
     check_costs_for,
     check_costs_model,
+    cost_profile_from_dict,
     cost_profile_to_dict,
     load_costs,
     measure_cost_profile,
     save_costs,
 )
-from skipsearch.files.costs import Costs
+from skipsearch.files.costs import BatchCosts, BatchedCosts, Costs
 from skipsearch.files.errors import CostsError
 
 runner = CliRunner()
@@ -38,7 +42,7 @@ def synthetic(*, num_layers: int = 30, name: str = "smollm2-135m", verify=(1.0, 
 def test_round_trip_and_the_cost_model(tmp_path):
     cp = synthetic()
     path = save_costs(cp, tmp_path / "c.yaml")
-    assert path.read_text().startswith("# skipsearch cost profile (schema v2)")
+    assert path.read_text().startswith(f"# skipsearch cost profile (schema v{SCHEMA_VERSION})")
     back = load_costs(path)
     assert back == cp
     cm = back.cost_model()
@@ -56,6 +60,53 @@ def test_the_shipped_cpu_file_loads_and_fits_the_default_model():
     eager = cp.costs.eager_step_seconds or cp.costs.step_seconds
     assert cp.cost_model().draft_ratio(DraftConfig()) == pytest.approx(eager / cp.costs.step_seconds, rel=0.25)
     assert (cp.kernel.verify != "eager") == (cp.costs.eager_step_seconds is not None)
+
+
+def _batched() -> BatchedCosts:
+    return BatchedCosts((1, 2, 5), (BatchCosts(1, (0.05, 0.051, 0.052), (("int8", 0.03),)),
+                                    BatchCosts(4, (0.052, 0.06, 0.09), (("int8", 0.031),))), context_tokens=64)
+
+
+def test_a_batched_grid_round_trips_and_an_old_file_reads_without_one(tmp_path):
+    cp = dataclasses.replace(synthetic(), batched=_batched())
+    back = load_costs(save_costs(cp, tmp_path / "b.yaml"))
+    assert back == cp and back.batched.step(4) == 0.052 and back.batched.verify(1, 4) == 0.06
+    assert back.batched.verify(3, 4) == pytest.approx(0.08)  # T = 4: two thirds of the way from T = 2 to T = 5
+    assert back.batched.draft("int8", 4) == 0.031 and back.batched.draft("fp16", 4) is None
+    assert "B 4: step 0.052 ms" not in back.describe() and "B 4: step 52.000 ms" in back.describe()
+    old = cost_profile_to_dict(synthetic())
+    old["schema_version"] = 2  # a file written before the grid
+    assert cost_profile_from_dict(old).batched is None
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda b: b.update(tokens=[2, 3]), "batched.tokens must list ascending integers T from 1"),
+    (lambda b: b.update(tokens=[1, 1, 5]), "batched.tokens must list ascending integers T from 1"),
+    (lambda b: b["rows"][1].update(batch_size=1), "rows ascend by batch size"),
+    (lambda b: b["rows"][0].update(batch_size=0), "batched.rows[0].batch_size must be an integer in 1..4096"),
+    (lambda b: b["rows"][0].update(verify_seconds=[0.1]), "batched.rows[0].verify_seconds must hold 3 positive"),
+    (lambda b: b["rows"][0].update(verify_seconds=[0.1, -1, 0.2]), "must hold 3 positive numbers"),
+    (lambda b: b["rows"][0].update(draft_seconds={"int8": 0}), "draft_seconds.int8 must be a positive number"),
+    (lambda b: b["rows"][0].update(typo=1), "unknown key 'typo'"),
+    (lambda b: b.update(rows=[]), "batched.rows must list at least one"),
+    (lambda b: b["rows"].pop(0), "batched.rows must include batch size 1"),
+])
+def test_a_bad_batched_grid_is_one_line(edit, fragment):
+    raw = cost_profile_to_dict(dataclasses.replace(synthetic(), batched=_batched()))
+    edit(raw["batched"])
+    with pytest.raises(CostsError) as e:
+        cost_profile_from_dict(raw, source="bad.yaml")
+    assert fragment in str(e.value) and "bad.yaml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_batched_forwards_are_measured_on_the_tiny_model():
+    """Each (B, T) forward is timed through the harness: positive medians, nothing asserted about speed."""
+    from skipsearch.costs import measure_batched
+
+    sm = make_tiny_model()
+    grid = measure_batched(sm, list(range(3, 19)), (1, 2), repeats=1, tokens=(1, 2))
+    assert grid.batch_sizes == (1, 2) and grid.tokens == (1, 2) and grid.context_tokens == 16
+    assert all(v > 0 for r in grid.rows for v in r.verify_seconds) and grid.kernel == "eager"
 
 
 @pytest.mark.parametrize(("edit", "fragment"), [

@@ -152,7 +152,8 @@ def test_shipped_profiles_inside_hf_generate_on_the_real_model(real_sm, encode_o
 # -- the serving engines' settings, against their schemas ------------------------------------------------------
 # vLLM 0.33.0, vllm/config/speculative.py (SpeculativeConfig): the keys an ngram export uses, their types and
 # bounds, and the check SpeculativeConfig makes between them (no CPU wheel of vLLM on PyPI to parse with).
-VLLM_NGRAM = {"method": str, "num_speculative_tokens": int, "prompt_lookup_min": int, "prompt_lookup_max": int}
+VLLM_NGRAM = {"method": str, "num_speculative_tokens": int, "prompt_lookup_min": int, "prompt_lookup_max": int,
+              "num_speculative_tokens_per_batch_size": list}
 VLLM_METHODS = ("ngram", "ngram_gpu", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "mtp")
 # vllm/model_executor/layers/quantization/__init__.py (0.33.0): the QuantizationMethods a draft checkpoint may name
 VLLM_QUANTIZATIONS = ("compressed-tensors", "fp8", "gptq", "awq", "torchao", "int8_per_channel_weight_only")
@@ -176,9 +177,26 @@ LLAMA_SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "ngram-
                     "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
+def check_vllm_batch_sizes(entries: list, num_speculative_tokens: int) -> None:
+    """vLLM 0.33.0's ``validate_and_normalize_dynamic_sd_schedule``, restated: a non-empty list of three-integer
+    (start, end, k), start and end >= 1, start <= end, k >= 0, sorted and non-overlapping, the first starting at 1;
+    and no k above num_speculative_tokens, which vLLM would clamp."""
+    assert isinstance(entries, list) and entries
+    previous_end = 0
+    for entry in entries:
+        assert isinstance(entry, list) and len(entry) == 3 and all(type(x) is int for x in entry)
+        start, end, k = entry
+        assert 1 <= start <= end and 0 <= k <= num_speculative_tokens
+        assert start > previous_end
+        previous_end = end
+    assert entries[0][0] == 1
+
+
 def check_vllm(cfg: dict) -> None:
     """An ngram or draft_model --speculative-config against SpeculativeConfig's keys and checks."""
     assert cfg["method"] in VLLM_METHODS and cfg["num_speculative_tokens"] > 0
+    if "num_speculative_tokens_per_batch_size" in cfg:
+        check_vllm_batch_sizes(cfg["num_speculative_tokens_per_batch_size"], cfg["num_speculative_tokens"])
     if cfg["method"] == "draft_model":
         assert set(cfg) == set(VLLM_DRAFT) and all(isinstance(cfg[k], VLLM_DRAFT[k]) for k in cfg)
         assert cfg["quantization"] in VLLM_QUANTIZATIONS
@@ -240,6 +258,73 @@ def test_a_lookup_profile_exports_to_each_engine_and_parses_with_its_schema(sm, 
     assert done.exit_code == 0, done.output
     check_sglang(yaml.safe_load((tmp_path / "s" / "sglang.yaml").read_text()))
     assert yaml.safe_load((tmp_path / "s" / MANIFEST).read_text())["exact"] is False
+
+
+SCHEDULES = [
+    ((1, 3, 4), (4, 15, 2), (16, 32, 0)),  # the planner's shape: contiguous from 1, K = 0 where speculation loses
+    ((1, 8, 3),),  # one range that drafts: vLLM would carry K = 3 to every larger batch
+    ((2, 4, 2), (9, 16, 5)),  # hand-written: starts past 1, with a gap
+    ((1, 1, 6), (2, 2, 6), (3, 64, 1)),  # neighbours of one K
+]
+
+
+@pytest.mark.parametrize("ranges", SCHEDULES)
+def test_a_schedule_exports_to_vllm_as_its_rules_take_it_and_runs_the_same_k_everywhere(sm, tmp_path, ranges):
+    from skipsearch.schedule import BatchRange, Schedule
+
+    sched = Schedule(tuple(BatchRange(*r) for r in ranges), considered=(0, 1, 2, 3))
+    prof = dataclasses.replace(_profile(sm, "ngram", min_n=2, max_n=2), schedule=sched)
+    path = _saved(tmp_path, prof, "scheduled")
+    done = _export("--profile", path, "--engine", "vllm", "--out", str(tmp_path / "v"))
+    assert done.exit_code == 0, done.output
+    cfg = json.loads((tmp_path / "v" / "speculative_config.json").read_text())
+    check_vllm(cfg)
+    entries = cfg["num_speculative_tokens_per_batch_size"]
+    assert cfg["num_speculative_tokens"] == max(r[2] for r in ranges)
+
+    def vllm_k(b: int) -> int:  # vLLM's dense lookup: a gap or the tail carries the K before it, clamped
+        k = next((e[2] for e in reversed(entries) if e[0] <= b), 0)
+        return min(k, cfg["num_speculative_tokens"])
+
+    assert all(vllm_k(b) == sched.k_for(b) for b in range(1, 200))
+    man = yaml.safe_load((tmp_path / "v" / MANIFEST).read_text())
+    assert any("schedule" in note for note in man["notes"])
+
+
+def test_a_schedule_that_never_drafts_exports_plain_decoding_and_a_bad_one_is_one_line(sm):
+    from skipsearch.export import ExportError, vllm
+    from skipsearch.schedule import BatchRange, Schedule
+
+    prof = dataclasses.replace(_profile(sm, "ngram"), schedule=Schedule((BatchRange(1, 32, 0),), (0, 2)))
+    assert vllm.config(prof) == {}
+    for entries, top, fragment in [([[1, 4, 2], [4, 8, 1]], 2, "overlap"), ([[1, 4, -1]], 2, "k must be >= 0"),
+                                   ([[3, 2, 1]], 2, "start 3 is after end 2"),
+                                   ([[2, 4, 1]], 2, "must start at batch size 1"),
+                                   ([[1, 4, 5]], 2, "above num_speculative_tokens"), ([], 2, "non-empty list"),
+                                   ([[1, 4, 1]], 0, "num_speculative_tokens must be an integer > 0")]:
+        with pytest.raises(ExportError) as e:
+            vllm.check_batch_ranges(entries, top)
+        assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_sglang_llamacpp_and_hf_say_in_one_line_what_they_run_for_a_schedule(sm, tmp_path):
+    from skipsearch.schedule import BatchRange, Schedule
+
+    sched = Schedule((BatchRange(1, 3, 4), BatchRange(4, 32, 0)), considered=(0, 4))
+    prof = dataclasses.replace(_profile(sm, "ngram", min_n=2, max_n=2), schedule=sched)
+    path = _saved(tmp_path, prof, "scheduled")
+    done = _export("--profile", path, "--engine", "sglang", "--out", str(tmp_path / "s"), "--nearest")
+    assert done.exit_code == 0, done.output
+    text = (tmp_path / "s" / "sglang.yaml").read_text()
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert len(comments) == 1 and "no per-batch-size draft length" in comments[0]
+    assert f"K = {prof.draft.max_draft_tokens}" in comments[0]
+    check_sglang(yaml.safe_load(text))
+    for engine, word in (("llama.cpp", "llama.cpp runs batch 1"), ("hf", "runs batch 1")):
+        done = _export("--profile", path, "--engine", engine, "--out", str(tmp_path / engine))
+        assert done.exit_code == 0, done.output
+        notes = yaml.safe_load((tmp_path / engine / MANIFEST).read_text())["notes"]
+        assert sum(word in note and f"K = {prof.draft.max_draft_tokens}" in note for note in notes) == 1
 
 
 def test_a_method_says_what_it_drafts_as_a_serving_engine_setting_and_the_registry_rebuilds_it():

@@ -277,6 +277,14 @@ def test_rerank_under_the_studys_own_costs_reproduces_its_predictions(tiny_study
                                                       max_new_tokens=16, seed=0)
     assert verdict.startswith("ships") and profile.draft == free.rows[0].config
     assert profile.measured.notes.startswith("predicted, not timed") and profile.measured.baseline == "predicted"
+    assert profile.schedule is None  # a cost file without a batched grid plans no schedule
+    from skipsearch.files.costs import BatchCosts, BatchedCosts
+
+    flat = BatchedCosts((1, 2), tuple(BatchCosts(b, (0.05, 0.05)) for b in (1, 8)))  # memory-bound at both sizes
+    batched = dataclasses.replace(free_costs(6), batched=flat)
+    profile, _ = device_replan.reranked_profile(sm, free, batched, study="s", dataset="tiny", n_prompts=2,
+                                                max_new_tokens=16, seed=0)
+    assert profile.schedule is not None and profile.schedule.k_for(1) > 0 and profile.schedule.ranges[-1].end == 8
 
 
 def test_keep_portable_records_traces_that_replay_to_the_objectives_prediction(tiny_study, tmp_path):

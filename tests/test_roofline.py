@@ -133,11 +133,28 @@ def test_a_broken_roofline_file_is_one_line(tiny_checkpoint, tmp_path, edit, fra
     assert fragment in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_roofline_models_the_batched_grid_and_the_verify_turns_compute_bound_at_large_batches():
+    """A forward of B x T tokens reads the weights once and each row's KV cache: memory-bound at small B x T, it
+    costs about one step whatever T; at large B x T its FLOPs pass the bandwidth and a verify costs real compute."""
+    cp = roofline.roofline_cost_profile(device="h100-sxm", model="llama-3-8b", batch_sizes=(1, 8, 256))
+    grid = cp.batched
+    assert grid.batch_sizes == (1, 8, 256) and grid.kernel == "roofline" and grid.context_tokens == 512
+    assert grid.verify(12, 1) / grid.step(1) == pytest.approx(1.0, abs=0.02)  # 13 tokens: weights dominate
+    assert grid.verify(12, 256) / grid.step(256) > 2.0  # 3328 rows: past the ridge, priced by FLOPs
+    ratios = [grid.verify(4, b) / grid.step(b) for b in grid.batch_sizes]
+    assert ratios == sorted(ratios)  # a longer verify costs relatively more as the batch grows
+    assert {s for s, _ in grid.rows[0].draft_seconds} == {s.scheme for s in cp.costs.schemes}
+    assert grid.draft("int4", 1) < grid.step(1)  # a 4-bit copy reads fewer bytes than the model
+    default = roofline.roofline_cost_profile(device="h100-sxm", model="smollm2-135m").batched
+    assert default.batch_sizes == (1, 2, 4, 8, 16, 32)
+
+
 def test_the_shipped_h100_file_is_what_the_roofline_makes_now():
     shipped = load_costs(ROOT / "costs" / "roofline-h100-sxm-bfloat16.yaml")
     assert shipped.source == "roofline" and shipped.roofline.key == "h100-sxm" and shipped.model.num_layers == 30
     fresh = roofline.roofline_cost_profile(device="h100-sxm", model="smollm2-135m")
     assert cost_profile_to_dict(fresh)["costs"] == cost_profile_to_dict(shipped)["costs"]  # remake it if this fails
+    assert cost_profile_to_dict(fresh)["batched"] == cost_profile_to_dict(shipped)["batched"]
     assert fresh.roofline == shipped.roofline
 
 

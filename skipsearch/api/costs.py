@@ -51,6 +51,23 @@ def parse_schemes(text: str | None) -> SchemeChoice | None:
     return SchemeChoice(names, asked=True)
 
 
+def batch_sizes_option(text: str | None) -> tuple[int, ...] | None:
+    """``--batch-sizes`` as given: None (not given), else ascending distinct batch sizes
+    (``schedule.parse_batch_sizes``) that include 1, the unit a draft's growth with the batch is taken from; one
+    ConfigError line otherwise."""
+    from skipsearch.schedule import parse_batch_sizes
+
+    if text is None:
+        return None
+    try:
+        sizes = parse_batch_sizes(text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if sizes[0] != 1:
+        raise ConfigError(f"--batch-sizes must include 1 (the schedule planner measures growth from it), got {text!r}")
+    return sizes
+
+
 def model_folders(models: Sequence[str], *, root: str | Path = PROFILES) -> tuple[Path, ...]:
     """The folders under ``root`` that hold profiles shipped for ``models`` (an alias, a hub id, a directory: the
     last part of each names the folder, so nothing outside ``root`` is read)."""
@@ -105,4 +122,5 @@ def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats
     return tuple(out)
 
 
-__all__ = ["PROFILES", "SchemeChoice", "default_schemes", "measure_schemes", "model_folders", "parse_schemes"]
+__all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_schemes", "model_folders",
+           "parse_schemes"]

@@ -50,13 +50,17 @@ def costs_command(
     launch_us: Annotated[float | None, typer.Option(help="With --roofline: microseconds per kernel launch.")] = None,
     context_tokens: Annotated[int | None, typer.Option(
         help="With --roofline: KV-cache positions a step reads (default 512).")] = None,
+    batch_sizes: Annotated[str | None, typer.Option(
+        help="Also cost batched decoding at these batch sizes, e.g. 1,2,4,8,16,32: v(k, B) and c(B), which plan "
+             "--profile P --costs C turns into a draft length per batch size. A roofline models them (default "
+             "1,2,4,8,16,32); measured, one eager forward of B x (k + 1) tokens each.")] = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
 
     import torch
 
-    from skipsearch.api.costs import default_schemes, measure_schemes, parse_schemes
+    from skipsearch.api.costs import batch_sizes_option, default_schemes, measure_schemes, parse_schemes
     from skipsearch.costs import calibration_context, measure_cost_profile
     from skipsearch.loader import load_model
 
@@ -91,10 +95,11 @@ def costs_command(
                 check_target(out, COSTS, replace=force)
             if threads:
                 torch.set_num_threads(threads)
+            sizes = batch_sizes_option(batch_sizes)
             cp = rl.roofline_cost_profile(
                 device=roofline, model=model, dtype=dtype, repeats=samples, command=shlex.join(
                     ["skipsearch", *sys.argv[1:]]), schemes=None if schemes is None else tuple(
-                    x.strip() for x in schemes.split(",") if x.strip()), **figures)
+                    x.strip() for x in schemes.split(",") if x.strip()), batch_sizes=sizes, **figures)
             path = out or rl.default_path(cp)
             save_costs_checked(cp, path, replace=force)
         typer.echo(cp.describe())
@@ -103,6 +108,7 @@ def costs_command(
     with user_errors():
         if out:
             check_target(out, COSTS, replace=force)
+        sizes = batch_sizes_option(batch_sizes)  # bad input fails before the model loads
         load_prompts(dataset, split="calib", n=1, seed=seed)
         choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
         if kernel != "auto":
@@ -131,6 +137,13 @@ def costs_command(
             from dataclasses import replace
 
             cp = replace(cp, costs=replace(cp.costs, schemes=measured))
+        if sizes:
+            from dataclasses import replace
+
+            from skipsearch.costs import measure_batched
+
+            typer.echo(f"timing batched forwards at B = {', '.join(map(str, sizes))} (eager)", err=True)
+            cp = replace(cp, batched=measure_batched(sm, context, sizes, repeats=repeats))
         save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")

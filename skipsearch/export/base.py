@@ -93,6 +93,14 @@ def plain(profile: Profile) -> Profile:
     return replace(profile, draft=replace(profile.draft, max_draft_tokens=0))
 
 
+def batch_one_note(profile: Profile, engine: str) -> tuple[str, ...]:
+    """The one line an engine that decodes one sequence at a time writes for a profile with a schedule."""
+    if profile.schedule is None:
+        return ()
+    return (f"{engine} runs batch 1 here with the profile's K = {profile.draft.max_draft_tokens}; the profile's "
+            f"draft length per batch size ({profile.schedule.describe()}) is not exported",)
+
+
 def write_text(directory: Path, name: str, text: str) -> str:
     """One file of an export, written atomically; returns its name relative to ``directory``."""
     from skipsearch.files.yamlio import write_atomic
@@ -101,5 +109,6 @@ def write_text(directory: Path, name: str, text: str) -> str:
     return name
 
 
-__all__ = ["MANIFEST", "MANIFEST_SCHEMA", "Engine", "ExportError", "Gap", "Served", "Written", "plain", "served_model",
+__all__ = ["MANIFEST", "MANIFEST_SCHEMA", "Engine", "ExportError", "Gap", "Served", "Written", "batch_one_note",
+           "plain", "served_model",
            "write_text"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from skipsearch.export.base import Engine, Written, served_model, write_text
+from skipsearch.export.base import Engine, Written, batch_one_note, served_model, write_text
 from skipsearch.files.yamlio import Dumper
 from skipsearch.profile import Profile, profile_to_dict
 
@@ -74,7 +74,8 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
         write_text(directory, "README.md", readme(profile, directory)),
     )
     return Written(files, {"custom_generate": str(directory), "method": profile.method,
-                           "max_draft_tokens": profile.draft.max_draft_tokens}, _usage(profile, directory))
+                           "max_draft_tokens": profile.draft.max_draft_tokens}, _usage(profile, directory),
+                   batch_one_note(profile, "HF generate (custom_generate)"))
 
 
 def _usage(profile: Profile, directory: Path) -> str:

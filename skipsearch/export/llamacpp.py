@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Engine, Gap, Written, plain, served_model, write_text
+from skipsearch.export.base import Engine, Gap, Written, batch_one_note, plain, served_model, write_text
 from skipsearch.export.gguf_draft import TYPES
 from skipsearch.methods import DraftModel
 from skipsearch.profile import Profile
@@ -130,7 +130,7 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
                      "convert_hf_to_gguf.py), then run the line as printed with that path")
     target = shlex.quote(served.gguf or "TARGET.gguf")
     usage = f"llama-server -m {target} {' '.join(shlex.quote(a) for a in args)}".rstrip()
-    return Written(tuple(files), setting, usage, tuple(notes))
+    return Written(tuple(files), setting, usage, (*notes, *batch_one_note(profile, "llama.cpp")))
 
 
 ENGINE = Engine(name="llama.cpp", describe=describe, gap=gap, write=write,

@@ -62,6 +62,13 @@ def config(profile: Profile, *, draft_path: str | None = None) -> dict:
             "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 1}
 
 
+def no_schedule(profile: Profile) -> str:
+    """The one line an SGLang export of a profile with a schedule carries."""
+    return (f"SGLang 0.5.23 has no per-batch-size draft length: this exports the single K = "
+            f"{profile.draft.max_draft_tokens} (the profile's own, its batch-1 draft) at every batch size; the "
+            f"profile's schedule is {profile.schedule.describe()}")
+
+
 def describe(profile: Profile) -> str:
     cfg = config(profile)
     if not cfg:
@@ -73,12 +80,16 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     draft, info, notes = ct_draft.write_draft(directory, profile, model)
     cfg = config(profile, draft_path=draft)
     body = yaml.safe_dump({k.replace("_", "-"): v for k, v in cfg.items()}, sort_keys=False) if cfg else "{}\n"
+    if profile.schedule is not None:  # SGLang 0.5.23 has no draft length per batch size
+        body = f"# {no_schedule(profile)}\n{body}"
     files = (write_text(directory, CONFIG, body),)
     if draft is not None:
         files = (*files, Path(draft).name)
     if cfg and draft is None:  # the nearest of a lookup
         notes = ("SGLang's NGRAM trie is filled by every request it serves, not only this one's text; the predicted "
                  "speedup is prompt lookup's in skipsearch's engine",)
+    if profile.schedule is not None:
+        notes = (*notes, no_schedule(profile))
     setting = {**cfg, "draft_checkpoint": info} if info else cfg
     target = shlex.quote(served_model(profile).hf)  # the hub id or directory SGLang loads, never skipsearch's alias
     return Written(files, setting, f"python -m sglang.launch_server --model-path {target} --config "
@@ -89,4 +100,4 @@ ENGINE = Engine(name="sglang", describe=describe, gap=gap, write=write,
                 checked="parsed with SGLang 0.5.23's own ServerArgs where it installs, else against a schema kept in "
                         "the tests")
 
-__all__ = ["CONFIG", "ENGINE", "config", "describe", "gap", "write"]
+__all__ = ["CONFIG", "ENGINE", "config", "describe", "gap", "no_schedule", "write"]

@@ -13,6 +13,14 @@ What it cannot express:
   so a 16-bit copy of the served model runs as the served model;
 - a draft exit threshold, skipped sublayers or a trimmed head on the copy (``ct_draft.copy_problem``);
 - layer-skip, CLaSp, fractal and hierarchical drafts: no such method.
+
+A profile's schedule (skipsearch.schedule) becomes ``num_speculative_tokens_per_batch_size``: inclusive ``[start,
+end, k]`` ranges, as vLLM validates them (``validate_and_normalize_dynamic_sd_schedule``): a non-empty list, each
+start and end >= 1, start <= end, k >= 0, sorted and non-overlapping, the first range starting at 1. vLLM fills a gap
+between ranges, and every batch size past the last, with the K before it, and clamps each k to
+``num_speculative_tokens`` (which must be > 0); a schedule runs K = 0 outside its ranges, so the export writes those
+K = 0 ranges out (before the first, in gaps, and one after the last) and sets ``num_speculative_tokens`` to the
+largest k.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ from pathlib import Path
 
 from skipsearch.export import ct_draft
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Engine, Gap, Written, plain, served_model, write_text
+from skipsearch.export.base import Engine, ExportError, Gap, Written, plain, served_model, write_text
 from skipsearch.profile import Profile
+from skipsearch.schedule import Schedule
 
 CONFIG = "speculative_config.json"
 
@@ -45,6 +54,74 @@ def gap(profile: Profile) -> Gap | None:
                describe(plain(profile)))
 
 
+def batch_ranges(schedule: Schedule) -> list[list[int]]:
+    """``num_speculative_tokens_per_batch_size`` of ``schedule``: its ranges with K = 0 written out where vLLM would
+    otherwise carry a K forward (before the first range, in gaps, after the last), neighbours of one K merged."""
+    out: list[list[int]] = []
+
+    def add(start: int, end: int, k: int) -> None:
+        if out and out[-1][2] == k and out[-1][1] + 1 == start:
+            out[-1][1] = end
+        else:
+            out.append([start, end, k])
+
+    nxt = 1
+    for r in schedule.ranges:
+        if r.start > nxt:
+            add(nxt, r.start - 1, 0)
+        add(r.start, r.end, r.k)
+        nxt = r.end + 1
+    if out[-1][2] != 0:  # vLLM carries the last K to every larger batch; the schedule runs 0 there
+        add(nxt, nxt, 0)
+    return out
+
+
+def check_batch_ranges(entries: object, num_speculative_tokens: object) -> None:
+    """vLLM 0.33's rules for ``num_speculative_tokens_per_batch_size`` beside ``num_speculative_tokens``; one
+    ExportError line for a schedule vLLM would refuse or silently change."""
+    what = "num_speculative_tokens_per_batch_size"
+    if not isinstance(entries, list) or not entries:
+        raise ExportError(f"{what} must be a non-empty list of [start, end, k]")
+    if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int) or \
+            num_speculative_tokens < 1:
+        raise ExportError(f"num_speculative_tokens must be an integer > 0 beside {what}, got {num_speculative_tokens}")
+    before = 0
+    for i, e in enumerate(entries):
+        if not isinstance(e, list | tuple) or len(e) != 3 or any(isinstance(x, bool) or not isinstance(x, int)
+                                                                for x in e):
+            raise ExportError(f"{what}[{i}] must be three integers [start, end, k], got {e!r}")
+        start, end, k = e
+        if start < 1 or end < 1:
+            raise ExportError(f"{what}[{i}]: batch sizes {start}..{end} must be positive")
+        if start > end:
+            raise ExportError(f"{what}[{i}]: start {start} is after end {end}")
+        if k < 0:
+            raise ExportError(f"{what}[{i}]: k must be >= 0, got {k}")
+        if k > num_speculative_tokens:
+            raise ExportError(f"{what}[{i}]: k {k} is above num_speculative_tokens {num_speculative_tokens} "
+                              f"(vLLM would clamp it)")
+        if start <= before:
+            raise ExportError(f"{what}[{i}]: batch sizes {start}..{end} overlap or precede the range before; ranges "
+                              f"must be sorted and must not overlap")
+        before = end
+    if entries[0][0] != 1:
+        raise ExportError(f"{what} must start at batch size 1, got {entries[0][0]}")
+
+
+def _scheduled(profile: Profile, cfg: dict) -> dict:
+    """``cfg`` with the profile's schedule, checked; a schedule that never drafts is plain decoding."""
+    schedule = profile.schedule
+    if not cfg or schedule is None:
+        return cfg
+    entries = batch_ranges(schedule)
+    top = max(k for _, _, k in entries)
+    if top == 0:
+        return {}
+    cfg = {**cfg, "num_speculative_tokens": top, "num_speculative_tokens_per_batch_size": entries}
+    check_batch_ranges(entries, top)
+    return cfg
+
+
 def config(profile: Profile, *, draft_path: str | None = None) -> dict:
     """The ``--speculative-config`` mapping; empty for plain decoding. ``draft_path``: where the draft checkpoint
     of a copy lies (default: its directory's name, as inside the export)."""
@@ -52,12 +129,12 @@ def config(profile: Profile, *, draft_path: str | None = None) -> dict:
         return {}
     lk, dm = sh.setting(profile).lookup, ct_draft.exported_copy(profile)
     if dm is not None:
-        return {"method": "draft_model", "model": draft_path or ct_draft.draft_dir(dm.scheme),
-                "quantization": "compressed-tensors", "num_speculative_tokens": dm.k}
+        return _scheduled(profile, {"method": "draft_model", "model": draft_path or ct_draft.draft_dir(dm.scheme),
+                                    "quantization": "compressed-tensors", "num_speculative_tokens": dm.k})
     if lk is None:
         return {}
-    return {"method": "ngram", "num_speculative_tokens": lk.k, "prompt_lookup_min": lk.min_n,
-            "prompt_lookup_max": lk.max_n}
+    return _scheduled(profile, {"method": "ngram", "num_speculative_tokens": lk.k, "prompt_lookup_min": lk.min_n,
+                                "prompt_lookup_max": lk.max_n})
 
 
 def describe(profile: Profile) -> str:
@@ -77,6 +154,9 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     if cfg and draft is None:  # a lookup
         notes = ("vLLM's ngram proposer takes the latest earlier match of the longest suffix in "
                  "prompt_lookup_min..max, as skipsearch's lookup does; the predicted speedup is skipsearch's engine's",)
+    if "num_speculative_tokens_per_batch_size" in cfg:
+        notes = (*notes, f"draft length per batch size from the profile's schedule ({profile.schedule.describe()}); "
+                         f"num_speculative_tokens is its largest K")
     setting = {**cfg, "draft_checkpoint": info} if info else cfg
     return Written(files, setting, usage, notes)
 
@@ -85,4 +165,4 @@ ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write,
                 checked="against a schema of vLLM 0.33.0's SpeculativeConfig kept in the tests (no CPU wheel); the "
                         "draft checkpoint decompressed with compressed-tensors and loaded by transformers")
 
-__all__ = ["CONFIG", "ENGINE", "config", "describe", "gap", "write"]
+__all__ = ["CONFIG", "ENGINE", "batch_ranges", "check_batch_ranges", "config", "describe", "gap", "write"]

@@ -37,6 +37,10 @@ MAX_THREADS = 1024
 MAX_PLAN_M = 64
 MAX_PLAN_N = 16
 
+# A batch size (``costs --batch-sizes``, a schedule's ranges): far above the sequences any server batches in one
+# forward; a value past it is a typo, or a hostile file sizing loops.
+MAX_BATCH_SIZE = 4096
+
 INF = math.inf
 
 # path -> (lowest, highest) allowed, inclusive; every numeric field of a profile is also finite. A path not here (a
@@ -94,5 +98,6 @@ def check_dtype(dtype: str, path: str = "model.dtype") -> str | None:
     return None if dtype in DTYPES else f"{path} must be one of {', '.join(DTYPES)}, got {short(dtype)}"
 
 
-__all__ = ["DTYPES", "MAX_DRAFT_TOKENS", "MAX_LAYERS", "MAX_PLAN_M", "MAX_PLAN_N", "MAX_THREADS", "PROFILE_BOUNDS",
+__all__ = ["DTYPES", "MAX_BATCH_SIZE", "MAX_DRAFT_TOKENS", "MAX_LAYERS", "MAX_PLAN_M", "MAX_PLAN_N", "MAX_THREADS",
+           "PROFILE_BOUNDS",
            "check_dtype", "check_section", "out_of_bounds", "range_text"]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from skipsearch.files.bounds import MAX_BATCH_SIZE
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import mapping, plain, section
 
@@ -193,6 +194,137 @@ def check_verify_curve(curve: Sequence[float], *, path: str = "costs", source: s
                                f"{curve[k]:.4g}: a longer forward cannot cost that much less")
 
 
+# -- a cost file's batched grid: v(k, B) and c(B) per batch size ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchCosts:
+    """One batch size B of the grid: what a forward of B rows costs, in seconds."""
+
+    batch_size: int
+    verify_seconds: tuple[float, ...]  # one forward of B x T tokens, for each T of BatchedCosts.tokens
+    draft_seconds: tuple[tuple[str, float], ...] = ()  # (scheme, one whole-model draft step of B x 1 tokens)
+
+
+@dataclass(frozen=True)
+class BatchedCosts:
+    """A cost file's ``batched`` section (``skipsearch costs --batch-sizes``): per batch size B, the full model's
+    forward over B x T tokens at each T (v(K, B) is T = K + 1; plain batched decoding's step v(0, B) is T = 1), and
+    per draft scheme the cost file prices, a one-token step of the whole model in that scheme at B (c(B))."""
+
+    tokens: tuple[int, ...]  # the T each row's verify_seconds is timed at, ascending, starting at 1
+    rows: tuple[BatchCosts, ...]  # ascending batch sizes
+    kernel: str = "eager"  # what the forwards ran through (batched forwards are measured eagerly)
+    context_tokens: int | None = None  # the KV length of every row
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(r.batch_size for r in self.rows)
+
+    def row(self, batch_size: int) -> BatchCosts:
+        return next(r for r in self.rows if r.batch_size == batch_size)
+
+    def forward(self, batch_size: int, t: int) -> float:
+        """A forward of ``batch_size`` x ``t`` tokens, seconds: linear between the timed T, and past the last
+        along its last segment (as the single-sequence v(k))."""
+        v, ts = self.row(batch_size).verify_seconds, self.tokens
+        if t <= ts[0]:
+            return v[0]
+        for i in range(1, len(ts)):
+            if t <= ts[i]:
+                return v[i - 1] + (v[i] - v[i - 1]) * (t - ts[i - 1]) / (ts[i] - ts[i - 1])
+        if len(ts) == 1:
+            return v[0] * t
+        slope = (v[-1] - v[-2]) / (ts[-1] - ts[-2])
+        return v[-1] + slope * (t - ts[-1])
+
+    def step(self, batch_size: int) -> float:
+        """v(0, B): one step of plain batched decoding (B x 1 tokens)."""
+        return self.forward(batch_size, 1)
+
+    def verify(self, k: int, batch_size: int) -> float:
+        """v(k, B): the verify of k drafted tokens per row (B x (k + 1) tokens)."""
+        return self.forward(batch_size, k + 1)
+
+    def draft(self, scheme: str, batch_size: int) -> float | None:
+        """c(B) of ``scheme`` in seconds; None where the grid has no such scheme."""
+        return dict(self.row(batch_size).draft_seconds).get(scheme)
+
+
+def batched_to_dict(b: BatchedCosts) -> dict:
+    out: dict[str, Any] = {"kernel": b.kernel}
+    if b.context_tokens is not None:
+        out["context_tokens"] = b.context_tokens
+    out["tokens"] = list(b.tokens)
+    out["rows"] = []
+    for r in b.rows:
+        row: dict[str, Any] = {"batch_size": r.batch_size,
+                               "verify_seconds": [float(f"{v:.5g}") for v in r.verify_seconds]}
+        if r.draft_seconds:
+            row["draft_seconds"] = {s: float(f"{v:.5g}") for s, v in r.draft_seconds}
+        out["rows"].append(row)
+    return out
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _seconds(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and value > 0)
+
+
+def batched_from_dict(raw: Any, *, path: str = "batched", source: str = "<costs>") -> BatchedCosts:
+    """Validate a cost file's ``batched`` section; every problem is one CostsError line."""
+    raw = dict(mapping(raw, path, source, error=CostsError))
+    known = ("kernel", "context_tokens", "tokens", "rows")
+    for key in raw:
+        if key not in known:
+            raise _err(source, f"{path}: unknown key {str(key)[:40]!r} (known: {', '.join(known)})")
+    kernel = raw.get("kernel", "eager")
+    if not isinstance(kernel, str) or not kernel.strip():
+        raise _err(source, f"{path}.kernel must name a kernel (eager, inductor-c4, ...), got {str(kernel)[:40]!r}")
+    context = raw.get("context_tokens")
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 0):
+        raise _err(source, f"{path}.context_tokens must be an integer >= 0, got {str(context)[:40]!r}")
+    tokens = raw.get("tokens")
+    if (not isinstance(tokens, list) or not tokens or not all(_positive_int(t) for t in tokens)
+            or tokens[0] != 1 or any(b <= a for a, b in zip(tokens, tokens[1:], strict=False))):
+        raise _err(source, f"{path}.tokens must list ascending integers T from 1 (a forward of B x T tokens), got "
+                           f"{str(tokens)[:60]}")
+    listed = raw.get("rows")
+    if not isinstance(listed, list) or not listed:
+        raise _err(source, f"{path}.rows must list at least one batch size's costs")
+    rows: list[BatchCosts] = []
+    for i, entry in enumerate(listed):
+        where = f"{path}.rows[{i}]"
+        entry = dict(mapping(entry, where, source, error=CostsError))
+        for key in entry:
+            if key not in ("batch_size", "verify_seconds", "draft_seconds"):
+                raise _err(source, f"{where}: unknown key {str(key)[:40]!r} (known: batch_size, verify_seconds, "
+                                   f"draft_seconds)")
+        b = entry.get("batch_size")
+        if not _positive_int(b) or b > MAX_BATCH_SIZE:
+            raise _err(source, f"{where}.batch_size must be an integer in 1..{MAX_BATCH_SIZE}, got {str(b)[:40]}")
+        if rows and b <= rows[-1].batch_size:
+            raise _err(source, f"{where}.batch_size {b} must be above the row before it ({rows[-1].batch_size}): "
+                               f"rows ascend by batch size")
+        verify = entry.get("verify_seconds")
+        if not isinstance(verify, list) or len(verify) != len(tokens) or not all(_seconds(v) for v in verify):
+            raise _err(source, f"{where}.verify_seconds must hold {len(tokens)} positive numbers of seconds (one per "
+                               f"T of {path}.tokens), got {str(verify)[:60]}")
+        drafts = mapping(entry.get("draft_seconds") or {}, f"{where}.draft_seconds", source, error=CostsError)
+        for scheme, value in drafts.items():
+            if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", scheme):
+                raise _err(source, f"{where}.draft_seconds must be keyed by scheme names, got {scheme[:40]!r}")
+            if not _seconds(value):
+                raise _err(source, f"{where}.draft_seconds.{scheme} must be a positive number of seconds, got "
+                                   f"{str(value)[:40]}")
+        rows.append(BatchCosts(b, tuple(float(v) for v in verify), tuple((s, float(v)) for s, v in drafts.items())))
+    return BatchedCosts(tuple(tokens), tuple(rows), kernel=kernel, context_tokens=context)
+
+
 # -- a draft profile's measured.costs: the cost profile it was planned with ---------------------------------
 COSTS_KEY = "costs"
 
@@ -232,6 +364,7 @@ def planned_costs_from_dict(raw: Any, *, source: str = "<profile>") -> PlannedCo
     return PlannedCosts(costs_from_dict(raw, path=path, source=source), **head)
 
 
-__all__ = ["COSTS_KEY", "VERIFY_DIP", "VERIFY_ONE", "Costs", "PlannedCosts", "RooflineInfo", "SchemeCosts",
-           "check_verify_curve", "costs_from_dict", "costs_to_dict", "planned_costs_from_dict", "planned_costs_to_dict",
+__all__ = ["COSTS_KEY", "VERIFY_DIP", "VERIFY_ONE", "BatchCosts", "BatchedCosts", "Costs", "PlannedCosts",
+           "RooflineInfo", "SchemeCosts", "batched_from_dict", "batched_to_dict", "check_verify_curve",
+           "costs_from_dict", "costs_to_dict", "planned_costs_from_dict", "planned_costs_to_dict",
            "roofline_from_dict", "roofline_to_dict"]

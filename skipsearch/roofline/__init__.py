@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from skipsearch.config import ConfigError
-from skipsearch.costs import CostModelRef, CostProfile, CostRun
+from skipsearch.costs import DEFAULT_BATCH_SIZES, CostModelRef, CostProfile, CostRun
 from skipsearch.files.costs import RooflineInfo
 from skipsearch.roofline import devices
-from skipsearch.roofline.arithmetic import DTYPE_BYTES, Machine, costs_of
+from skipsearch.roofline.arithmetic import DTYPE_BYTES, Machine, batched_of, costs_of
 from skipsearch.roofline.devices import DEFAULT_LAUNCH_US, GPUS, Device
 from skipsearch.roofline.shapes import ARCHITECTURES, Shapes, resolve_shapes
 
@@ -47,10 +47,12 @@ def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: st
                           bandwidth_gb_s: float | None = None, tflops: float | None = None,
                           efficiency: float | None = None, launch_us: float | None = None,
                           context_tokens: int | None = None, schemes: Sequence[str] | None = None,
-                          repeats: int = 9, command: str | None = None) -> CostProfile:
+                          repeats: int = 9, command: str | None = None,
+                          batch_sizes: Sequence[int] | None = None) -> CostProfile:
     """A roofline cost profile of ``model`` on ``device`` (a key of ``devices.GPUS``, ``cpu`` for this CPU with its
     figures probed, or any name with ``bandwidth_gb_s`` and ``tflops`` given). Figures given override the table's
-    or the probe's. Every bad input is one ConfigError (or ModelError) line, before anything is probed."""
+    or the probe's. ``batch_sizes``: the batched grid it models (default ``costs.DEFAULT_BATCH_SIZES``). Every bad
+    input is one ConfigError (or ModelError) line, before anything is probed."""
     _check_figures(bandwidth=bandwidth_gb_s, tflops=tflops, efficiency=efficiency)
     if launch_us is not None and not 0 <= launch_us < float("inf"):
         raise ConfigError(f"--launch-us must be a number >= 0, got {launch_us}")
@@ -111,6 +113,9 @@ def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: st
     machine = Machine(bandwidth * 1e9 * eff, peak * 1e12, launch * 1e-6)
     costs = costs_of(shapes, machine, context=context, act_bytes=DTYPE_BYTES[dtype],
                      schemes={n: scheme_bytes[n] for n in names})
+    batched = batched_of(shapes, machine, context=context, act_bytes=DTYPE_BYTES[dtype],
+                         batch_sizes=DEFAULT_BATCH_SIZES if batch_sizes is None else batch_sizes,
+                         schemes={n: scheme_bytes[n] for n in names})
     figures = table.source + (f"; {' and '.join(given)} given on the command line" if given and table.source
                               and not table.source.startswith("given") else "")
     info = RooflineInfo(device=table.name, key=table.key, bandwidth_gb_s=round(bandwidth, 3),
@@ -122,7 +127,7 @@ def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: st
         run=CostRun(context_tokens=context, repeats=probed.repeats if probed else None,
                     threads=probed.threads if probed else None, seconds=probe_seconds if probed else None,
                     command=command),
-        roofline=info)
+        roofline=info, batched=batched)
 
 
 def _environment(device: Device, on_cpu: bool):
