@@ -46,9 +46,7 @@ def bench(
     dtype: options.DType = options.DTYPE,
     threads: options.Threads = None,
     kernel: options.Kernel = options.KERNEL,
-    batch_sizes: Annotated[str | None, typer.Option(
-        help="Also bench by batch size, e.g. 1,2,4,8,16 (each 1 to 1024; one profile): per B, plain batched decoding, "
-             "the profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")] = None,
+    batch_sizes: options.BatchSizes = None,
     batch_ks: Annotated[str | None, typer.Option(
         help="With --batch-sizes: the fixed K to bench, e.g. 1,2,3,4 (default: those the profile's schedule "
              "considered, else 1,2,3,4).")] = None,

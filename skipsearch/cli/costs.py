@@ -50,10 +50,7 @@ def costs_command(
     launch_us: Annotated[float | None, typer.Option(help="With --roofline: microseconds per kernel launch.")] = None,
     context_tokens: Annotated[int | None, typer.Option(
         help="With --roofline: KV-cache positions a step reads (default 512).")] = None,
-    batch_sizes: Annotated[str | None, typer.Option(
-        help="Also cost batched decoding at these batch sizes, e.g. 1,2,4,8,16,32: v(k, B) and c(B), which plan "
-             "--profile P --costs C turns into a draft length per batch size. A roofline models them (default "
-             "1,2,4,8,16,32); measured, one eager forward of B x (k + 1) tokens each.")] = None,
+    batch_sizes: options.BatchSizes = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
