@@ -17,9 +17,11 @@ This module needs no torch until a cost model is built or measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,10 +63,12 @@ if TYPE_CHECKING:
 #      were timed through and whether drafts ran compiled; costs.eager_step_seconds (the eager step the
 #      per-sublayer parts split, when the step is a compiled kernel's) and costs.schemes.<s>.whole_seconds (the
 #      compiled whole-model draft). A version-1 file is a version-2 file timed with the eager kernel.
-#   3: optional ``batched`` {kernel, context_tokens, tokens, batch_sizes: {B: {verify_seconds, draft_seconds}}}
+#   3: optional ``batched`` {kernel, context_tokens, tokens, rows: [{batch_size, verify_seconds, draft_seconds}]}
 #      (``costs --batch-sizes``, and every roofline file): per batch size B, a forward of B x T tokens at each T and
 #      each draft scheme's one-token step at B (files.costs.BatchedCosts), what the schedule planner reads
-#      (skipsearch.schedule). A version-2 file is a version-3 file without the grid.
+#      (skipsearch.schedule). A version-2 file is a version-3 file without the grid. draft_seconds is optional per
+#      row: the first measured grids had none (c(B) was modelled by roofline files only), and the planner grows a
+#      draft with no c(B) as the full step (its schedule's basis says so).
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)  # the grid a roofline file models when no --batch-sizes is given
@@ -392,18 +396,23 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
 
 
 def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Sequence[int], *, repeats: int = 9,
-                    tokens: Sequence[int] = VERIFY_SIZES) -> BatchedCosts:
+                    tokens: Sequence[int] = VERIFY_SIZES,
+                    drafts: Mapping[str, Callable[[], AbstractContextManager[None]]] | None = None) -> BatchedCosts:
     """The batched grid: at each batch size B, one full-model forward of B x T tokens after ``context`` (B identical
     rows of it in a DynamicCache, cropped back after each call), all rows' logits read back as a verifier reads
-    them, for each T of ``tokens`` (T = 1 is plain batched decoding's step, T = K + 1 a K-token draft's verify).
-    Timed eagerly (the HF model itself, whatever kernel ``sm`` runs), every (B, T) in the same interleaved rounds
-    (``harness.time_interleaved``), medians. Draft schemes' c(B) are not timed here: the planner grows such a
-    draft with B as the full step grows (``schedule.cycle_speedup``), and a roofline file models them."""
+    them, for each T of ``tokens`` (T = 1 is plain batched decoding's step, T = K + 1 a K-token draft's verify);
+    and for each scheme of ``drafts`` (scheme -> a factory of contexts in which the model's forward is that scheme's
+    whole-model draft, its method's: ``methods.scheme_draft``) the same B x 1 forward inside that context, its c(B).
+    Timed eagerly (the HF model itself, whatever kernel ``sm`` runs), every (B, T) and every (B, scheme) on the same
+    cache in the same interleaved rounds (``harness.time_interleaved``), medians, so c(B) / v(0, B) is a ratio of
+    one round's timings. A scheme left out of ``drafts`` has no c(B): the planner grows such a draft with B as the
+    full step grows (``schedule.cycle_speedup``)."""
     import torch
 
     from skipsearch.harness import time_interleaved
 
     tokens = sorted({1, *tokens})
+    drafts = dict(drafts or {})
     n = len(context)
     caches = {}
     with torch.inference_mode():
@@ -413,22 +422,25 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
             sm.hf(input_ids=ids, **sm.cache_kwargs(cache), use_cache=True)
             caches[b] = cache
 
-    def forward(b: int, t: int):
+    def forward(b: int, t: int, draft: Callable[[], AbstractContextManager[None]] | None = None):
         ids = torch.tensor([(list(context) * t)[:t]] * b, device=sm.device)  # [B, T]
         positions = torch.arange(n, n + t, device=sm.device).expand(b, t)  # [B, T]
 
-        def once() -> None:  # 2. one verify-sized forward, every row's logits read back, then the cache cropped
+        def once() -> None:  # 2. one verify-sized forward (or draft step), every row's logits read back, then the crop
             with torch.inference_mode():
-                out = sm.hf(input_ids=ids, **sm.cache_kwargs(caches[b]), position_ids=positions, use_cache=True)
-                out.logits.argmax(-1).tolist()  # [B, T]
+                with draft() if draft is not None else contextlib.nullcontext():
+                    out = sm.hf(input_ids=ids, **sm.cache_kwargs(caches[b]), position_ids=positions, use_cache=True)
+                    out.logits.argmax(-1).tolist()  # [B, T]
                 sm.crop(caches[b], n)
 
         return once
 
-    calls = {(b, t): forward(b, t) for b in batch_sizes for t in tokens}
-    timed = time_interleaved({f"{b}x{t}": call for (b, t), call in calls.items()}, rounds=repeats,
-                             device=sm.device, warmup=2)
-    rows = tuple(BatchCosts(b, tuple(timed[f"{b}x{t}"].median for t in tokens)) for b in batch_sizes)
+    calls = {f"{b}x{t}": forward(b, t) for b in batch_sizes for t in tokens}
+    calls |= {f"{b}:{scheme}": forward(b, 1, draft) for b in batch_sizes for scheme, draft in drafts.items()}
+    timed = time_interleaved(calls, rounds=repeats, device=sm.device, warmup=2)
+    rows = tuple(BatchCosts(b, tuple(timed[f"{b}x{t}"].median for t in tokens),
+                            tuple((scheme, timed[f"{b}:{scheme}"].median) for scheme in drafts))
+                 for b in batch_sizes)
     return BatchedCosts(tuple(tokens), rows, kernel="eager", context_tokens=n)
 
 

@@ -4,6 +4,7 @@ and refused for another model."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import yaml
@@ -107,6 +108,37 @@ def test_batched_forwards_are_measured_on_the_tiny_model():
     grid = measure_batched(sm, list(range(3, 19)), (1, 2), repeats=1, tokens=(1, 2))
     assert grid.batch_sizes == (1, 2) and grid.tokens == (1, 2) and grid.context_tokens == 16
     assert all(v > 0 for r in grid.rows for v in r.verify_seconds) and grid.kernel == "eager"
+
+
+def test_a_schemes_draft_step_is_timed_in_the_batched_rounds_on_the_tiny_model():
+    """c(B) per scheme, through the method's own whole-model draft: positive, and the model is whole again after."""
+    from skipsearch import methods
+    from skipsearch.api.costs import measure_batched_costs
+
+    sm = make_tiny_model()
+    modules = [(layer.self_attn, layer.mlp) for layer in sm.layers] + [sm.lm_head]
+    said: list[str] = []
+    grid = measure_batched_costs(sm, list(range(3, 19)), (1, 2), ("fp16", "int8-dynamic"), repeats=1,
+                                 warn=said.append)
+    for b in (1, 2):
+        assert math.isfinite(grid.draft("fp16", b)) and grid.draft("fp16", b) > 0
+        assert grid.draft("int8-dynamic", b) is None  # its method (fractal) times no batched whole-model draft
+    assert len(said) == 1 and "int8-dynamic" in said[0] and methods.scheme_draft(sm, "int8-dynamic") is None
+    assert [(layer.self_attn, layer.mlp) for layer in sm.layers] + [sm.lm_head] == modules
+
+
+def test_costs_batch_sizes_writes_c_of_b_for_each_scheme(tiny_checkpoint, tmp_path):
+    out = tmp_path / "c.yaml"
+    result = runner.invoke(app, ["costs", "--model", str(tiny_checkpoint), "--device", "cpu", "--samples", "1",
+                                 "--max-new-tokens", "4", "--schemes", "fp16", "--batch-sizes", "1,2",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    grid = load_costs(out).batched
+    assert grid.batch_sizes == (1, 2) and [s for s, _ in grid.rows[0].draft_seconds] == ["fp16"]
+    for b in grid.batch_sizes:
+        c = grid.draft("fp16", b)
+        assert c is not None and math.isfinite(c) and c > 0
+    assert "c(fp16)" in result.output  # describe shows c(B) / v(0, B)
 
 
 @pytest.mark.parametrize(("edit", "fragment"), [

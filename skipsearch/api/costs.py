@@ -122,5 +122,24 @@ def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats
     return tuple(out)
 
 
-__all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_schemes", "model_folders",
-           "parse_schemes"]
+def measure_batched_costs(sm, context: Sequence[int], batch_sizes: Sequence[int], schemes: Sequence[str], *,
+                          repeats: int = 9, warn: Callable[[str], None] = lambda _line: None):
+    """The cost file's batched grid (``costs.measure_batched``): v(k, B) at each B and, for each of ``schemes`` (those
+    the cost file prices), c(B), its whole-model draft step at B as its method runs that draft
+    (``methods.scheme_draft``), timed in the same rounds. A scheme whose method has no such draft gets one ``warn``
+    line and no c(B) column (the planner then grows its drafts with B as the full step)."""
+    from skipsearch.costs import measure_batched
+
+    drafts = {}
+    for scheme in schemes:
+        draft = methods.scheme_draft(sm, scheme)
+        if draft is None:
+            warn(f"no c(B) for scheme {scheme}: its method ({methods.scheme_method(scheme).name}) times no batched "
+                 f"draft; the planner grows its drafts with B as the full step")
+            continue
+        drafts[scheme] = draft
+    return measure_batched(sm, context, batch_sizes, repeats=repeats, drafts=drafts)
+
+
+__all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_batched_costs",
+           "measure_schemes", "model_folders", "parse_schemes"]

@@ -137,10 +137,14 @@ def costs_command(
         if sizes:
             from dataclasses import replace
 
-            from skipsearch.costs import measure_batched
+            from skipsearch.api.costs import measure_batched_costs
 
-            typer.echo(f"timing batched forwards at B = {', '.join(map(str, sizes))} (eager)", err=True)
-            cp = replace(cp, batched=measure_batched(sm, context, sizes, repeats=repeats))
+            priced = tuple(s.scheme for s in cp.costs.schemes)
+            typer.echo(f"timing batched forwards at B = {', '.join(map(str, sizes))} (eager)"
+                       + (f" and the draft step of {', '.join(priced)}" if priced else ""), err=True)
+            cp = replace(cp, batched=measure_batched_costs(
+                sm, context, sizes, priced, repeats=samples,
+                warn=lambda text: typer.echo(f"warning: {line(text)}", err=True)))
         save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")

@@ -41,6 +41,7 @@ from skipsearch.methods.base import (
     record_reader,
     register,
     replan_schemes,
+    scheme_draft,
     scheme_method,
     setting_of,
     unregister,
@@ -50,7 +51,7 @@ __all__ = ["PLAIN", "REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Meth
            "Record", "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "batch_drafter",
            "batch_methods", "build_drafter", "candidate_for", "check_batchable", "check_keys", "choice_param", "get",
            "int_param", "is_plain", "layers_param", "measure_scheme_costs", "names", "record_keys", "record_reader",
-           "register", "replan_schemes", "scheme_method", "setting_of", "unregister"]
+           "register", "replan_schemes", "scheme_draft", "scheme_method", "setting_of", "unregister"]
 
 # The registry: one line per method (its package, then its record).
 from skipsearch.methods import layer_skip; register(layer_skip.METHOD)  # noqa: E402, E702, I001

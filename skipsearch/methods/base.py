@@ -37,6 +37,7 @@ stays light.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -261,6 +262,10 @@ class Method:
     traces: Tracing | None = None  # a traced draft's hooks (see Tracing); None: where it drafts it can only be timed
     # (candidate, model) -> a fresh BatchDrafter for one batch (skipsearch.batched, greedy); None: it cannot batch
     batch_drafter: Callable[[Candidate, SkippableModel], BatchDrafter] | None = None
+    # (model, scheme) -> a context factory: inside each context the model's own forward is the whole-model draft in
+    # that scheme (every sublayer and the head in it), as the method's batched draft runs it; ``skipsearch costs
+    # --batch-sizes`` times one B x 1 forward inside it as the scheme's c(B). None: its schemes get no c(B).
+    scheme_draft: Callable[[Any, str], Callable[[], AbstractContextManager[None]]] | None = None
 
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
@@ -312,6 +317,14 @@ def measure_scheme_costs(sm: Any, context: Sequence[int], schemes: Sequence[str]
     owners = [scheme_method(s) for s in schemes]
     return tuple(m for owner, scheme in zip(owners, schemes, strict=True)
                  for m in owner.measure_schemes(sm, context, (scheme,), repeats=repeats))
+
+
+def scheme_draft(sm: Any, scheme: str) -> Callable[[], AbstractContextManager[None]] | None:
+    """The whole-model draft in ``scheme`` on ``sm`` as its owner runs it (``Method.scheme_draft``): a factory of
+    contexts in which the model's forward is that draft, its copy built here, before anything is timed; None where
+    the owner has no such draft (its scheme gets no c(B) column)."""
+    owner = scheme_method(scheme)
+    return owner.scheme_draft(sm, scheme) if owner.scheme_draft is not None else None
 
 
 def replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:

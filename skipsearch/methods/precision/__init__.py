@@ -97,6 +97,14 @@ def measure_scheme_costs(sm, context, schemes, *, repeats: int = 9):
     return tuple(out)
 
 
+def _scheme_draft(sm, scheme: str):
+    """The whole-model draft in ``scheme``, as the batched precision draft runs it (``Method.scheme_draft``)."""
+    from skipsearch.methods.precision.batch import whole_draft
+
+    check_scheme(scheme, sm.device)
+    return whole_draft(sm, scheme)
+
+
 def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:
     # the draft's own scheme, also where it ships K = 0: re-planned elsewhere it may pay
     scheme = candidate.param("scheme", None)
@@ -148,6 +156,7 @@ METHOD = Method(
     drafts_alone=True,
     traces=Tracing(measure=_traces, keep=keep_traced, read=read_draft),
     batch_drafter=lambda candidate, sm: _drafter(candidate, sm, batch=True),
+    scheme_draft=_scheme_draft,
 )
 
 __all__ = ["METHOD", "PRECISION_KEY", "SCHEMES", "PrecisionParams", "PrecisionRecord", "Scheme", "check_device",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from skipsearch.batched import LayerSkipBatchDrafter
 from skipsearch.config import DraftConfig
-from skipsearch.methods.precision.copy import QuantizedCopy, draft_head
+from skipsearch.methods.precision.copy import QuantizedCopy, draft_head, quantized_copy
 from skipsearch.methods.precision.drafter import PrecisionDrafter
 from skipsearch.methods.precision.params import PrecisionParams
 
@@ -29,3 +29,18 @@ class PrecisionBatchDrafter(LayerSkipBatchDrafter):
 
     def single(self) -> PrecisionDrafter:
         return PrecisionDrafter(self.config, self.params, self.qcopy, self.sm)
+
+
+def whole_draft(sm, scheme: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The whole model in ``scheme`` as ``PrecisionBatchDrafter`` drafts with it (every sublayer's stand-in and the
+    scheme's head, nothing skipped), for ``Method.scheme_draft``: a factory of contexts inside which the model's
+    forward is that draft step. The quantized copy is built here, once, so no context times its building."""
+    drafter = PrecisionBatchDrafter(DraftConfig(max_draft_tokens=1), PrecisionParams(scheme=scheme),
+                                    quantized_copy(sm, scheme), sm)
+
+    @contextlib.contextmanager
+    def drafting() -> Iterator[None]:
+        with drafter.contexts(sm), sm.draft_head(drafter.head):
+            yield
+
+    return drafting
