@@ -177,11 +177,30 @@ def cycle_speedup(point: DraftPoint, grid: BatchedCosts, batch_size: int) -> flo
     return point.tau / (drafting + grid.verify(point.k, batch_size) / step)
 
 
+def draft_growth(points: Sequence[DraftPoint], grid: BatchedCosts) -> str:
+    """For a schedule's basis: how ``cycle_speedup`` grows the drafts of ``points`` with B on ``grid``, from the
+    grid's c(B) of their scheme, or (no scheme, or none priced) as the full step grows."""
+    schemes = sorted({p.scheme for p in points if p.scheme is not None and p.k >= 1})
+    if not schemes:
+        return "the draft grows with B as the full step does"
+    said = []
+    for scheme in schemes:
+        priced = [b for b in grid.batch_sizes if grid.draft(scheme, b)]
+        if 1 in priced and len(priced) == len(grid.batch_sizes):
+            said.append(f"the {scheme} draft grows with B as the grid's c(B) of {scheme}")
+        elif 1 in priced and len(priced) > 1:
+            said.append(f"the {scheme} draft grows as the grid's c(B) of {scheme} at B = "
+                        f"{', '.join(map(str, priced))}, elsewhere as the full step (no c(B) there)")
+        else:
+            said.append(f"the grid has no c(B) of {scheme}: its draft grows with B as the full step does")
+    return "; ".join(said)
+
+
 def plan_schedule(points: Sequence[DraftPoint], grid: BatchedCosts, *, margin: float = MARGIN,
                   basis: str = "") -> Schedule:
     """The best K per batch size of ``grid`` (K = 0 where none beats plain batched decoding by ``margin``), with
     neighbouring batch sizes of the same K merged into ranges. ``grid`` must hold batch size 1 (the unit a draft's
-    growth is taken from)."""
+    growth is taken from). The schedule's basis is ``basis`` and how the drafts grew with B (``draft_growth``)."""
     if 1 not in grid.batch_sizes:
         raise ValueError("the batched grid must include batch size 1")
     by_k: dict[int, DraftPoint] = {}
@@ -203,7 +222,8 @@ def plan_schedule(points: Sequence[DraftPoint], grid: BatchedCosts, *, margin: f
             ranges[-1] = BatchRange(last.start, end, k, low)  # a merged range is predicted at its worst point
         else:
             ranges.append(BatchRange(b, end, k, round(speedup, 4)))
-    return Schedule(tuple(ranges), tuple(sorted({0, *by_k})), basis)
+    growth = draft_growth(list(by_k.values()), grid)
+    return Schedule(tuple(ranges), tuple(sorted({0, *by_k})), f"{basis}; {growth}" if basis else growth)
 
 
 def predicted_table(points: Sequence[DraftPoint], grid: BatchedCosts) -> dict[int, dict[int, float]]:
@@ -239,5 +259,6 @@ def merge_measured(schedule: Schedule, measured: Mapping[int, float]) -> Schedul
     return replace(schedule, ranges=tuple(out))
 
 
-__all__ = ["KEY", "MARGIN", "BatchRange", "DraftPoint", "Schedule", "check_ranges", "cycle_speedup", "merge_measured",
-           "parse_batch_sizes", "plan_schedule", "predicted_table", "schedule_from_dict", "schedule_to_dict"]
+__all__ = ["KEY", "MARGIN", "BatchRange", "DraftPoint", "Schedule", "check_ranges", "cycle_speedup", "draft_growth",
+           "merge_measured", "parse_batch_sizes", "plan_schedule", "predicted_table", "schedule_from_dict",
+           "schedule_to_dict"]

@@ -119,6 +119,25 @@ def test_a_draft_in_a_priced_scheme_grows_as_that_scheme_does():
     assert cycle_speedup(cheap, dearer, 16) < cycle_speedup(cheap, dearer, 1)
 
 
+def test_the_planner_uses_a_measured_c_of_b_and_an_old_grid_without_one_keeps_the_fallback(tmp_path):
+    points = [DraftPoint(2, 2.2, 2 * 0.1, scheme="fp16"), DraftPoint(4, 2.8, 4 * 0.1, scheme="fp16")]
+    # an old schema-3 file: a memory-bound grid with no draft column; it loads, and the draft keeps its batch-1
+    # share of a step at every B (the fallback), so speculation pays everywhere and the basis says why
+    old = dataclasses.replace(load_costs(SHIPPED_COSTS), batched=grid())
+    raw = yaml.safe_load(save_costs(old, tmp_path / "old.yaml").read_text())
+    assert raw["schema_version"] == 3 and all("draft_seconds" not in r for r in raw["batched"]["rows"])
+    fallback = plan_schedule(points, load_costs(tmp_path / "old.yaml").batched, basis="old.yaml")
+    assert fallback.k_for(1) > 0 and fallback.k_for(32) > 0
+    assert fallback.basis.startswith("old.yaml; ") and "the grid has no c(B) of fp16" in fallback.basis
+    # the same grid with a measured c(B) that grows with B while the full step does not: drafting stops paying
+    measured = dataclasses.replace(old.batched, rows=tuple(dataclasses.replace(
+        r, draft_seconds=(("fp16", 0.001 * r.batch_size),)) for r in old.batched.rows))
+    sched = plan_schedule(points, measured)
+    assert sched.k_for(1) > 0 and sched.k_for(32) == 0
+    assert "as the grid's c(B) of fp16" in sched.basis
+    assert sched.ranges[0].predicted == pytest.approx(2.8 / (1 + 4 * 0.1), rel=1e-3)  # at B = 1, c(1) is the unit
+
+
 @pytest.mark.parametrize("text", ["1,,2", "a,b", "4,2", "0,1", "1,1", "1,2.5", ""])
 def test_bad_batch_sizes_are_one_value_error(text):
     with pytest.raises(ValueError) as e:
