@@ -218,7 +218,7 @@ def test_an_unknown_gpu_is_refused_in_one_line_naming_the_known_ones_and_the_fla
     (["--bandwidth", "100"], "use them with --roofline GPU"),
     (["--roofline", "h100-sxm", "--device", "cpu"], "a roofline names its device"),
     (["--roofline", "h100-sxm", "--schemes", "fp16"], "not fp16"),
-    (["--roofline", "a100-40gb", "--dtype", "float64"], "float64"),  # refused while the command line is parsed, naming the value
+    (["--roofline", "a100-40gb", "--dtype", "float64"], "float64"),  # the parser names the value
     (["--roofline", "l4", "--efficiency", "-1"], "--efficiency must be a positive number"),
     (["--roofline", "l4", "--model", "no-such-model"], "the roofline also knows these architectures"),
 ])
