@@ -28,7 +28,7 @@ from skipsearch.methods.hierarchical.planner import choose_pairs
 from skipsearch.methods.hybrid import replay_recorded
 from skipsearch.methods.layer_skip import acceptance_to_dict, record_acceptance
 from skipsearch.methods.ngram import lookup_to_dict, record_lookup, replay_lookup
-from skipsearch.methods.precision import PRECISION_KEY
+from skipsearch.methods.precision import PRECISION_KEY, precision_from_dict
 from skipsearch.methods.precision.replan import precision_ratio, record_precision
 from skipsearch.objective import ModelObjective
 from skipsearch.profile import load_profile, save_profile
@@ -417,38 +417,44 @@ def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm,
 
 
 # -- re-planning a precision draft, and a hybrid with a precision fallback -----------------------------------------
-def scheme_costs(verify, *, num_layers: int = 30, device: str = "dev", schemes: bool = True) -> CostProfile:
+def scheme_costs(verify, *, num_layers: int = 30, device: str = "dev", schemes: bool = True,
+                 speedups: tuple[tuple[str, float], ...] = (("fp16", 8.0),)) -> CostProfile:
     """A made-up device whose sublayers are most of a step and whose fp16 copy runs them 8x faster (a precision
-    draft's c ≈ 0.16 at 30 layers), with the verify curve ``verify``."""
+    draft's c ≈ 0.16 at 30 layers), with the verify curve ``verify``; ``speedups``: (scheme, how much faster its
+    copy runs a sublayer) for each scheme it prices."""
     from skipsearch.files.costs import SchemeCosts
 
     sub = 0.048 / (2 * num_layers)
     return CostProfile(CostModelRef("smollm2-135m", num_layers), device, "float32",
                        Costs(0.05, sub, sub, 0.002, tuple(verify), 0.001,
-                             (SchemeCosts("fp16", sub / 8, sub / 8, 0.0),) if schemes else ()))
+                             tuple(SchemeCosts(s, sub / x, sub / x, 0.0) for s, x in speedups) if schemes else ()))
 
 
 FREE_V = (1.0,) * 13  # verification free: long drafts pay
 STEEP_V = tuple(float(k) for k in range(1, 14))  # a k-token verify costs k steps: long drafts never pay
 
 
-def write_precision_profile(path, *, method: str = "precision", record: bool = True, k: int = 4) -> str:
+def write_precision_profile(path, *, method: str = "precision", record: bool = True, k: int = 4,
+                            others: tuple[tuple[str, float], ...] = ()) -> str:
     """A 30-layer precision profile (or hybrid with a precision fallback) as optimize writes it: the precision
-    draft's traces (and, for the hybrid, the lookup record over the same sequences)."""
+    draft's traces (and, for the hybrid, the lookup record over the same sequences); ``others``: (scheme, α) of the
+    same draft traced in other schemes (on a CPU), as optimize keeps them since it traces those too."""
     from skipsearch.methods.precision import PrecisionParams, precision_to_dict
 
     pp = PrecisionParams(scheme="fp16")
     params = dict(pp.to_pairs())
     measured = {"source": "optimize", "device": "cpu", "speedup": 1.1}
+    shape = {}
     if method == "hybrid":
         cal = lookup_calibration()
         params = {"min_n": 1, "max_n": 3, "fallback": "precision", **params}
         measured["lookup"] = lookup_to_dict(record_lookup(cal, min_n=1, max_n=3, workload="synthetic"))
-        traces = synthetic_traces(0.9, sequences=len(cal.prompts), length=len(cal.continuations[0]))
-    else:
-        traces = synthetic_traces(0.9)
+        shape = {"sequences": len(cal.prompts), "length": len(cal.continuations[0])}
+    traces = synthetic_traces(0.9, **shape)
     if record:
-        rec = record_precision(traces, DraftConfig(), pp, workload="s")
+        rec = record_precision(traces, DraftConfig(), pp, workload="s",
+                               others=tuple((s, synthetic_traces(a, seed=i + 1, **shape), "cpu")
+                                            for i, (s, a) in enumerate(others)))
         measured[PRECISION_KEY] = precision_to_dict(rec)
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": method,
            "draft": {"max_draft_tokens": k, "exit": {"threshold": None}}, "measured": measured,
@@ -522,6 +528,68 @@ def test_cli_plan_a_precision_profile_needs_the_scheme_in_the_cost_file(tmp_path
                           "no costs for precision scheme fp16")
 
 
+# -- a draft traced in several schemes re-plans in the best one the cost file prices ------------------------------
+@pytest.mark.parametrize("method", ["precision", "hybrid"])
+def test_a_draft_traced_in_several_schemes_re_plans_in_the_best_one_the_cost_file_prices(tmp_path, method):
+    src = write_precision_profile(tmp_path / "p.yaml", method=method, others=(("int8", 0.8), ("int4", 0.5)))
+    prof = load_profile(src)
+    rec = precision_from_dict(dict(prof.measured.extra)[PRECISION_KEY])
+    assert rec.schemes() == ("fp16", "int8", "int4") and rec.other("int8").device == "cpu"
+    assert load_profile(save_profile(prof, tmp_path / "again.yaml")) == prof  # other_schemes round-trips
+    # a GPU-like file: no fp16 (no CUDA kernel), int8 and int4 priced alike: the better-accepting int8 ships
+    gpu = scheme_costs(FREE_V, device="cuda", speedups=(("int8", 8.0), ("int4", 8.0), ("fp8", 8.0)))
+    new, plan = device_replan.replan_profile(prof, gpu, source="p", costs_source="gpu")
+    assert dict(new.method_params)["scheme"] == "int8" and plan.predicted.speedup > 1.0
+    assert "int8" in plan.basis and "int4" in plan.basis and "the best predicted" in plan.basis
+    assert ("no costs for fp16" in plan.basis) == (method == "precision")
+    assert "traced through the cpu kernel" in plan.note and "torchao Int8WeightOnlyConfig" in plan.note
+    others = dict(new.method_params)
+    assert {k: v for k, v in others.items() if k != "scheme"} == {
+        k: v for k, v in dict(prof.method_params).items() if k != "scheme"}
+    # int8 as the draft's scheme now: the record still fits it, so the re-planned profile re-plans again
+    saved = load_profile(save_profile(new, tmp_path / "gpu.yaml"))
+    assert dict(device_replan.replan_profile(saved, gpu, source="g", costs_source="gpu")[0].method_params)[
+        "scheme"] == "int8"
+    # where a scheme runs far cheaper it wins over better acceptance; where the searched one is priced and best, it
+    # stays (the searched scheme first on a tie)
+    def replanned(*speedups):
+        new, plan = device_replan.replan_profile(prof, scheme_costs(FREE_V, device="cuda", speedups=speedups),
+                                                 source="p", costs_source="c")
+        return dict(new.method_params)["scheme"], plan.predicted.speedup
+
+    both = replanned(("int8", 1.2), ("int4", 60.0))
+    assert both == ("int4", replanned(("int4", 60.0))[1]) and both[1] > replanned(("int8", 1.2))[1]
+    alike = scheme_costs(FREE_V, speedups=(("fp16", 8.0), ("int8", 8.0), ("int4", 8.0)))
+    assert dict(device_replan.replan_profile(prof, alike, source="p", costs_source="c")[0].method_params)[
+        "scheme"] == "fp16"
+
+
+def test_a_draft_traced_in_several_schemes_is_refused_in_one_line_where_none_is_priced(tmp_path):
+    src = write_precision_profile(tmp_path / "p.yaml", others=(("int8", 0.8),))
+    fp8 = save_costs(scheme_costs(FREE_V, device="cuda", speedups=(("fp8", 8.0),)), tmp_path / "fp8.yaml")
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", src, "--costs", str(fp8)]),
+                          f"{fp8}: no costs for any precision scheme this draft was traced in (fp16, int8): "
+                          "measure one with `skipsearch costs --schemes int8`")
+    # a record of one scheme (written before records traced others) is refused as it always was
+    old = write_precision_profile(tmp_path / "old.yaml")
+    assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(fp8)]),
+                          "no costs for precision scheme fp16: it has no draft kernel on cuda")
+
+
+def test_other_schemes_must_line_up_with_the_records_own_traces(tmp_path):
+    path = tmp_path / "p.yaml"
+    write_precision_profile(path, others=(("int8", 0.8),))
+    raw = yaml.safe_load(path.read_text())
+    raw["measured"][PRECISION_KEY]["other_schemes"]["int8"]["traces"].pop()
+    path.write_text(yaml.safe_dump(raw))
+    assert_one_line_error(runner.invoke(app, ["profile", "validate", str(path)]),
+                          "measured.precision_traces.other_schemes.int8.traces are not lined up with")
+    raw["measured"][PRECISION_KEY]["other_schemes"] = {"fp16": raw["measured"][PRECISION_KEY]["other_schemes"]["int8"]}
+    path.write_text(yaml.safe_dump(raw))
+    assert_one_line_error(runner.invoke(app, ["profile", "validate", str(path)]),
+                          "other_schemes has 'fp16': it must name a precision scheme other than the record's own")
+
+
 def test_a_broken_precision_record_is_one_line_on_load(tmp_path):
     path = tmp_path / "p.yaml"
     write_precision_profile(path)
@@ -560,6 +628,12 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
     assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
     own = device_replan.replan_profile(prof, device_replan.own_costs(prof, source="p"), source="p", costs_source="p")[1]
     assert own.options  # its own costs carry the scheme's
+    # the draft was traced in the other schemes this CPU runs too, so a file without fp16 still prices it
+    rec = precision_from_dict(extra[PRECISION_KEY])
+    assert rec.schemes() == ("fp16", "int8", "int4") and extra["costs"]["schemes"].keys() == {"fp16"}
+    gpu = scheme_costs(FREE_V, num_layers=L, device="cuda", speedups=(("int8", 8.0),))
+    on_gpu, plan_gpu = device_replan.replan_profile(prof, gpu, source="p", costs_source="gpu")
+    assert dict(on_gpu.method_params)["scheme"] == "int8" and "int8" in plan_gpu.basis
 
 
 def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_sm, monkeypatch, tmp_path):
@@ -606,10 +680,28 @@ def _flat_verify(costs: CostProfile) -> CostProfile:
     return dataclasses.replace(costs, device="flat-verify", costs=flat)
 
 
+@pytest.fixture(scope="module")
+def h100_roofline(tmp_path_factory):
+    """A roofline H100 cost file for the default model, made by the command (its shapes from its config)."""
+    out = tmp_path_factory.mktemp("roofline") / "h100.yaml"
+    result = runner.invoke(app, ["costs", "--roofline", "h100-sxm", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return str(out)
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_every_shipped_draft_profile_re_plans(path, tmp_path):
+def test_every_shipped_draft_profile_re_plans(path, tmp_path, h100_roofline):
     prof = load_profile(path, num_layers=30)
     flat = save_costs(_flat_verify(load_costs(CPU)), tmp_path / "flat.yaml")
+    # a GPU roofline too: no shipped draft is refused there (a precision draft re-plans in a traced GPU scheme)
+    gpu = tmp_path / f"{path.stem}-h100.yaml"
+    result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", h100_roofline, "--out", str(gpu),
+                                 *QUICK_TRACE])
+    assert result.exit_code == 0, result.output
+    on_gpu = load_profile(gpu, num_layers=30)
+    assert on_gpu.method == prof.method and on_gpu.measured.notes.startswith("predicted, not timed")
+    was, now = dict(prof.method_params).get("scheme"), dict(on_gpu.method_params).get("scheme")
+    assert (now in ("int8", "int4")) if was == "fp16" else (now == was)  # fbgemm's fp16 has no CUDA kernel
     for costs in (CPU, str(flat)):
         out = tmp_path / f"{path.stem}-{Path(costs).stem}.yaml"
         result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out),

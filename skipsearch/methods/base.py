@@ -133,6 +133,7 @@ class Traced:
     c: float  # one draft step / one full step
     note: str | None = None  # for people: an approximation c makes (e.g. a trimmed head's cost)
     key: str | None = None  # the measured key a profile keeps them under, for messages (read back only)
+    label: str | None = None  # for people: which of the draft's kept variants these are (e.g. a scheme)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,10 @@ class Tracing:
     # (job, candidate) -> its kept traces and its c under the job's cost file; one ProfileError line when the profile
     # keeps none of this draft
     read: Callable[[Replanning, Candidate], Traced]
+    # (job, candidate) -> the draft as each variant its record kept traces of that the job's cost file prices (e.g.
+    # the same draft in another weight format), its own first, for ``read``; one line when the cost file prices
+    # none. Default: the draft alone.
+    variants: Callable[[Replanning, Candidate], tuple[Candidate, ...]] = lambda _job, cand: (cand,)
 
 
 # -- a candidate as the speculative settings serving engines have (``skipsearch export``) ---------------------------

@@ -409,31 +409,47 @@ def replan(job: Replanning) -> Replanned:
     lookup = ngram.kept_lookup(job)
     cand = HybridParams.parse(params, draft=profile.draft, num_layers=profile.model.num_layers).fallback_candidate(
         profile.draft)
-    theirs = tracing.read(job, cand)
-    traces = theirs.traces
-    if len(traces) != len(lookup.sequences) or any(
-            tr.matches and len(tr.matches) != len(seq) + 1 for tr, seq in zip(traces, lookup.positions(), strict=True)):
-        raise ProfileError(f"{job.source}: measured.{theirs.key} and measured.{LOOKUP_KEY} were not recorded over "
-                           f"the same calibration sequences; run optimize again")
     costs, fallback_k = job.target.cost_model(), params.get("fallback_k")
     searched = profile.draft.max_draft_tokens
     ks = sorted({k for k in (*ngram.LOOKUP_K_VALUES, searched) if 1 <= k <= lookup.max_k})
 
-    def predicted(k: int):
-        fallback = replace(cand.draft, max_draft_tokens=min(fallback_k or k, k))
-        return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=theirs.c, source=cand.method)
+    def weighed(variant: Candidate):
+        # the fallback as one variant its record keeps (e.g. a precision draft in one scheme): each K, best first
+        theirs = tracing.read(job, variant)
+        traces = theirs.traces
+        if len(traces) != len(lookup.sequences) or any(
+                tr.matches and len(tr.matches) != len(seq) + 1
+                for tr, seq in zip(traces, lookup.positions(), strict=True)):
+            raise ProfileError(f"{job.source}: measured.{theirs.key} and measured.{LOOKUP_KEY} were not recorded "
+                               f"over the same calibration sequences; run optimize again")
 
-    scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
-    options = tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)
+        def predicted(k: int):
+            fallback = replace(variant.draft, max_draft_tokens=min(fallback_k or k, k))
+            return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=theirs.c,
+                                   source=variant.method)
+
+        scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
+        return variant, theirs, tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)
+
+    # the fallback in each variant the cost file prices (its own first); the best predicted ships, the first of equals
+    weighings = [weighed(v) for v in tracing.variants(job, cand)]
+    chosen, theirs, options = max(weighings, key=lambda w: w[2][0][1].speedup if w[2] else 0.0)
     draft, m = options[0] if options else (None, None)
     k = draft.max_draft_tokens if draft is not None and m.speedup > 1.0 else 0
-    lowered = None
+    new_params = dict(profile.method_params)
+    new_params.update((n, v) for n, v in chosen.params if n in new_params)  # e.g. another scheme than searched
     if k and fallback_k is not None and fallback_k > k:
-        lowered = tuple((n, k if n == "fallback_k" else v) for n, v in profile.method_params)
+        new_params["fallback_k"] = k  # a fallback_k above the new K is lowered to it
+    changed = tuple((n, new_params[n]) for n, _ in profile.method_params)
     shown = ", ".join(str(c.max_draft_tokens) for c, _ in options)
+    label = f" ({theirs.label})" if theirs.label else ""
+    if len(weighings) > 1:
+        label = (f" in {theirs.label or 'its best variant'}, the best predicted of the variants its record keeps "
+                 f"that the cost file prices ("
+                 + ", ".join(f"{t.label or v.method} {o[0][1].speedup:.3f}x" for v, t, o in weighings if o) + ")")
     return Replanned(replace(profile.draft, max_draft_tokens=k), m, draft, options, theirs.note,
-                     basis=f"its lookup record and its {cand.method} fallback's traces, K of {shown}",
-                     method_params=lowered)
+                     basis=f"its lookup record and its {cand.method} fallback's traces{label}, K of {shown}",
+                     method_params=changed if changed != tuple(profile.method_params) else None)
 
 
 def _replan_schemes(candidate: Candidate, device: str) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
 from skipsearch.methods.base import DraftModel, Method, ParamsError, Setting, Speculation, Traced, Tracing
 from skipsearch.methods.precision.params import SCHEMES, PrecisionParams, Scheme, device_scheme
 from skipsearch.methods.precision.record import PRECISION_KEY, PrecisionRecord, precision_from_dict, precision_to_dict
-from skipsearch.methods.precision.replan import RECORD, keep_traced, read_draft, replan
+from skipsearch.methods.precision.replan import RECORD, keep_traced, read_draft, replan, variants
 
 
 def check_scheme(scheme: str, device) -> None:
@@ -154,7 +154,7 @@ METHOD = Method(
     replan_schemes=_replan_schemes,
     speculation=Speculation(setting=_setting, candidate=_candidate),
     drafts_alone=True,
-    traces=Tracing(measure=_traces, keep=keep_traced, read=read_draft),
+    traces=Tracing(measure=_traces, keep=keep_traced, read=read_draft, variants=variants),
     batch_drafter=lambda candidate, sm: _drafter(candidate, sm, batch=True),
     scheme_draft=_scheme_draft,
 )

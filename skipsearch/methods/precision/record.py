@@ -5,7 +5,13 @@ its scheme's numerics, not to the device's speed: its teacher-forced traces, enc
 (files.records.ENCODING), with the roles they were traced with so that a profile edited since is refused. The
 scheme's per-sublayer costs on the searching device go in measured.costs.schemes (files.costs.SchemeCosts), beside
 the rest of its costs. For a hybrid, the traces line up with measured.lookup's sequences, one per calibration
-sequence ("" where the sequence's continuation is empty). No torch.
+sequence ("" where the sequence's continuation is empty).
+
+The same draft is also traced in the other schemes the searching device has kernels for (``other_schemes``: e.g.
+int8 and int4 beside a CPU search's fp16), over the same calibration sequences, so that a cost file that prices
+none of the searched scheme (a GPU's, where fbgemm's fp16 has no kernel) still prices the draft in one of them.
+Each keeps the device type it was traced on: its kernel's rounding is in the traces. Records written before
+(no ``other_schemes``) read as the searched scheme alone. No torch.
 """
 
 from __future__ import annotations
@@ -23,11 +29,30 @@ from skipsearch.files.records import (
     matched,
     optional_strings,
     read_record,
+    record_mapping,
 )
 
 PRECISION_KEY = "precision_traces"  # measured.<key> of a precision profile, or of a hybrid with a precision fallback
 _PRECISION_KEYS = ("encoding", "scheme", "skip_attn", "skip_mlp", "full_attn", "full_mlp", "quant_head",
-                   "vocab_subset", "vocab_size", "workload", "architecture", "alpha", "traces")
+                   "vocab_subset", "vocab_size", "workload", "architecture", "alpha", "traces", "other_schemes")
+_OTHER_KEYS = ("device", "alpha", "traces")
+
+
+@dataclass(frozen=True)
+class SchemeTraces:
+    """The draft's traces in another scheme than the searched one, over the same calibration sequences."""
+
+    scheme: str
+    traces: tuple[str, ...]  # encoded, one per calibration sequence, lined up with the record's own
+    device: str | None = None  # the device type whose kernel ran the scheme when it was traced ("cpu")
+
+    def alpha(self) -> float:
+        return _alpha(self.traces)
+
+
+def _alpha(traces: tuple[str, ...]) -> float:
+    bits = [b for t in traces for b in matched(t)]
+    return sum(bits) / len(bits) if bits else 0.0
 
 
 @dataclass(frozen=True)
@@ -43,13 +68,24 @@ class PrecisionRecord:
     vocab_size: int | None = None  # V, the full head's: re-planning prices a trimmed head at V'/V of it
     workload: str | None = None
     architecture: str | None = None  # costs.architecture_of the traced model
+    others: tuple[SchemeTraces, ...] = ()  # the same draft traced in other schemes (none in older records)
 
-    def decoded(self) -> tuple[Trace, ...]:
-        return tuple(decode_trace(t) for t in self.traces)
+    def schemes(self) -> tuple[str, ...]:
+        """Every scheme the draft was traced in, the searched one first."""
+        return (self.scheme, *(o.scheme for o in self.others))
+
+    def other(self, scheme: str) -> SchemeTraces | None:
+        return next((o for o in self.others if o.scheme == scheme), None)
+
+    def decoded(self, scheme: str | None = None) -> tuple[Trace, ...]:
+        """The traces in ``scheme`` (default: the searched one)."""
+        other = None if scheme in (None, self.scheme) else self.other(scheme)
+        if scheme not in (None, self.scheme) and other is None:
+            raise KeyError(scheme)
+        return tuple(decode_trace(t) for t in (other.traces if other is not None else self.traces))
 
     def alpha(self) -> float:
-        bits = [b for t in self.traces for b in matched(t)]
-        return sum(bits) / len(bits) if bits else 0.0
+        return _alpha(self.traces)
 
 
 def precision_to_dict(rec: PrecisionRecord) -> dict:
@@ -60,7 +96,37 @@ def precision_to_dict(rec: PrecisionRecord) -> dict:
                                   ("workload", rec.workload), ("architecture", rec.architecture)) if v is not None})
     out["alpha"] = round(rec.alpha(), 4)
     out["traces"] = list(rec.traces)
+    if rec.others:
+        out["other_schemes"] = {o.scheme: {**({"device": o.device} if o.device else {}), "alpha": round(o.alpha(), 4),
+                                           "traces": list(o.traces)} for o in rec.others}
     return out
+
+
+def _others(raw: Any, scheme: str, traces: list, path: str, source: str) -> tuple[SchemeTraces, ...]:
+    """``other_schemes``: scheme -> {device, alpha, traces}, each lined up with the record's own traces."""
+    if raw is None:
+        return ()
+    where = f"{path}.other_schemes"
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: {where} must map a scheme to its traces")
+    lengths = [len(matched(t)) for t in traces]
+    out = []
+    for name, entry in raw.items():
+        if not isinstance(name, str) or not name.isidentifier() or name == scheme:
+            shown = str(name)[:40]
+            raise ProfileError(f"{source}: {where} has {shown!r}: it must name a precision scheme other than the "
+                               f"record's own ({scheme})")
+        entry = record_mapping(entry, f"{where}.{name}", source)
+        known_keys(entry, _OTHER_KEYS, f"{where}.{name}", source)
+        (device,) = optional_strings(entry, ("device",), f"{where}.{name}", source)
+        theirs = entry.get("traces")
+        if not isinstance(theirs, list) or not all(isinstance(t, str) and is_base64(t) for t in theirs):
+            raise ProfileError(f"{source}: {where}.{name}.traces must list base64 traces")
+        if [len(matched(t)) for t in theirs] != lengths:
+            raise ProfileError(f"{source}: {where}.{name}.traces are not lined up with {path}.traces (one per "
+                               f"calibration sequence, as long)")
+        out.append(SchemeTraces(name, tuple(theirs), device))
+    return tuple(out)
 
 
 def precision_from_dict(raw: Any, *, source: str = "<profile>") -> PrecisionRecord:
@@ -92,9 +158,10 @@ def precision_from_dict(raw: Any, *, source: str = "<profile>") -> PrecisionReco
         raise ProfileError(f"{source}: {path}.traces must list one encoded trace per calibration sequence")
     if not all(is_base64(t) for t in traces):
         raise ProfileError(f"{source}: {path}.traces holds a string that is not base64")
+    others = _others(raw.get("other_schemes"), scheme, traces, path, source)
     return PrecisionRecord(scheme, layers["skip_attn"], layers["skip_mlp"], layers["full_attn"], layers["full_mlp"],
                            raw["quant_head"], tuple(traces), raw.get("vocab_subset"), raw.get("vocab_size"),
-                           raw.get("workload"), raw.get("architecture"))
+                           raw.get("workload"), raw.get("architecture"), others)
 
 
-__all__ = ["PRECISION_KEY", "PrecisionRecord", "precision_from_dict", "precision_to_dict"]
+__all__ = ["PRECISION_KEY", "PrecisionRecord", "SchemeTraces", "precision_from_dict", "precision_to_dict"]
