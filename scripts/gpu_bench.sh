@@ -180,7 +180,7 @@ bench_args() {  # HF greedy, our loop and every profile searched here, on held-o
     echo --model smollm2-135m ${profiles:+--profiles "$profiles"} --peers "$PEERS" --dataset mtbench,humaneval \
         --split heldout --n-prompts "$BENCH_PROMPTS" --max-new-tokens "$BENCH_TOKENS" --repeats "$REPEATS" \
         --sweep-prompts "$SWEEP_PROMPTS" --device "$DEVICE" --dtype "$1" --report "$STATE/bench-$1.md" \
-        --json "$STATE/bench-$1.json"
+        --json-out "$STATE/bench-$1.json"
 }
 
 publish() {  # what comes back: at most 8 plain files in $OUT

@@ -1,4 +1,4 @@
-"""Draw bench reports (``skipsearch bench --json`` files) as one picture of speedups over HF greedy, by workload.
+"""Draw bench reports (``skipsearch bench --json-out`` files) as one picture of speedups over HF greedy, by workload.
 
 The picture ``skipsearch bench --plot`` draws of its own run, here for reports of earlier runs, side by side:
 
