@@ -261,3 +261,15 @@ def test_cli_end_to_end_by_batch_size_on_a_tiny_checkpoint(tiny_checkpoint, tmp_
     assert "--batch-sizes 1,2 --batch-ks 1,2 --strict" in md.read_text()
     assert "B=1: plain" in result.stdout
 
+
+
+def test_write_measured_fills_each_schedule_range_from_the_schedule_rows():
+    from skipsearch.schedule import BatchRange, Schedule
+
+    section = _section()  # benched at B = 2 only: the schedule row ran at 1.3x plain
+    schedule = Schedule((BatchRange(1, 1, 2, 1.5), BatchRange(2, 3, 2, 1.4), BatchRange(4, 16, 0, 1.0)), (0, 1, 2))
+    got = bb.measured_schedule(section, schedule)
+    assert [r.measured for r in got.ranges] == [None, 1.3, None]  # only the range holding a benched size
+    assert [(r.start, r.end, r.k, r.predicted) for r in got.ranges] == [(1, 1, 2, 1.5), (2, 3, 2, 1.4), (4, 16, 0, 1.0)]
+    flagged = dataclasses.replace(section, rows=tuple(dataclasses.replace(r, speedup=None) for r in section.rows))
+    assert bb.measured_schedule(flagged, schedule) == schedule  # output that differs measures nothing

@@ -334,3 +334,17 @@ def _batch_same(sm: SkippableModel) -> Callable[[Sequence[Sequence[int]], Batch,
 __all__ = ["DEFAULT_KS", "HF_BATCHED", "MAX_BATCH_SIZE", "PLAIN", "SCHEDULE", "BatchedBench", "BatchedPlan",
            "BatchedRow", "batches_of", "bench_batched", "engine_batch_method", "fixed_ks", "hf_batched_method",
            "hf_generate_batch", "parse_sizes", "prepare", "schedule_k", "summarize_size", "with_k"]
+
+
+def measured_schedule(bench: BatchedBench, schedule: Schedule) -> Schedule:
+    """``schedule`` with each range's ``measured`` speedup from this bench (``bench --write-measured``): the schedule
+    row's speedup over plain batched decoding at the benched batch sizes inside the range, the lowest of them where
+    it holds several (as a merged range's prediction is its worst point). A range no benched size falls in, or whose
+    rows differ from plain's, keeps what it had."""
+    ranges = []
+    for r in schedule.ranges:
+        rows = [bench.row(b, "schedule") for b in bench.batch_sizes if r.start <= b <= r.end]
+        figures = [row.speedup for row in rows if row is not None and row.speedup is not None]
+        complete = figures and len(figures) == len(rows)
+        ranges.append(dataclasses.replace(r, measured=round(min(figures), 4)) if complete else r)
+    return dataclasses.replace(schedule, ranges=tuple(ranges))

@@ -410,5 +410,16 @@ def measured_updates(report: BenchReport,
     rows = {r.setting: r for r in report.rows if r.family == "skipsearch"}
     return tuple((path, None if rows[path].flagged else
                   dataclasses.replace(prof, measured=measured_for(report, rows[path], prof.measured),
-                                      kernel=report.settings.kernel))
+                                      kernel=report.settings.kernel, schedule=_schedule_of(report, path, prof)))
                  for path, prof in profiles)
+
+
+def _schedule_of(report: BenchReport, path: str, prof: Profile):
+    """The profile's schedule, its ranges' measured speedups filled from the batched section where it benched this
+    profile (``batched.measured_schedule``)."""
+    from skipsearch.bench.batched import measured_schedule
+
+    bench = getattr(report, "batched", None)
+    if prof.schedule is None or bench is None or bench.profile != path:
+        return prof.schedule
+    return measured_schedule(bench, prof.schedule)
