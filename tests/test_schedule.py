@@ -52,6 +52,18 @@ def test_a_schedule_round_trips_through_a_profile(tmp_path):
     assert yaml.safe_load(path.read_text())["schema_version"] == SCHEMA_VERSION
 
 
+def test_decode_batch_size_runs_the_schedules_k_else_the_profiles_own():
+    from skipsearch.api import batch_k
+
+    prof = load_profile(LOOKUP_PROFILE)
+    own = prof.draft.max_draft_tokens
+    assert [batch_k(prof, b) for b in (1, 4, 64)] == [own] * 3  # no schedule: the profile's K at every size
+    sched = Schedule((BatchRange(1, 3, own + 1), BatchRange(4, 16, 0)), considered=(0, own + 1))
+    scheduled = dataclasses.replace(prof, schedule=sched)
+    assert [batch_k(scheduled, b) for b in (1, 3, 4, 16, 17)] == [own + 1, own + 1, 0, 0, 0]
+    assert batch_k(None, 8) == 0
+
+
 def test_a_profile_without_a_schedule_stays_valid(tmp_path):
     raw = yaml.safe_load(open(LOOKUP_PROFILE).read())
     assert "schedule" not in raw

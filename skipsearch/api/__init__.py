@@ -118,7 +118,8 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
 
     Everything that can be refused is refused here, in one line, before the first forward: sampling (batched
     decoding is greedy), a profile whose method cannot decode a batch, a prompt that is empty or too long, and a
-    batch that does not fit the memory available. The draft length is the profile's K (0 without a profile)."""
+    batch that does not fit the memory available. The draft length of a batch of B is the profile's schedule at B
+    (``Schedule.k_for``) where it has one, else the profile's K (0 without a profile)."""
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
@@ -128,18 +129,26 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
     candidate = profile.candidate if profile is not None else None
     if candidate is not None:
         methods.batch_drafter(candidate, sm)  # a method that cannot batch is refused here
-    k = 0 if candidate is None or candidate.is_autoregressive else candidate.draft.max_draft_tokens
     work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
     batches = [work[i : i + batch_size] for i in range(0, len(work), batch_size)]
     for batch in batches:
         check_fits(sm, batch_size=len(batch), prompt_tokens=max(len(ids) for _, ids in batch),
-                   max_new_tokens=max_new_tokens, k=k)
-    return _decode_batches(sm, batches, candidate=candidate, k=k, max_new_tokens=max_new_tokens)
+                   max_new_tokens=max_new_tokens, k=batch_k(profile, len(batch)))
+    return _decode_batches(sm, batches, profile=profile, candidate=candidate, max_new_tokens=max_new_tokens)
 
 
-def _decode_batches(sm: SkippableModel, batches: list[list[tuple[Prompt, list[int]]]], *, candidate, k: int,
-                    max_new_tokens: int) -> Iterator[DecodedBatch]:
+def batch_k(profile: Profile | None, batch_size: int) -> int:
+    """The draft length ``profile`` runs at ``batch_size``: its schedule's where it has one, else its own K."""
+    candidate = profile.candidate if profile is not None else None
+    if candidate is None or candidate.is_autoregressive:
+        return 0
+    return profile.schedule.k_for(batch_size) if profile.schedule is not None else candidate.draft.max_draft_tokens
+
+
+def _decode_batches(sm: SkippableModel, batches: list[list[tuple[Prompt, list[int]]]], *, profile: Profile | None,
+                    candidate, max_new_tokens: int) -> Iterator[DecodedBatch]:
     for batch in batches:
+        k = batch_k(profile, len(batch))
         drafter = methods.batch_drafter(candidate, sm) if candidate is not None else None  # fresh state per batch
         ids = [ids for _, ids in batch]
         result = generate_batch(sm, ids, drafter=drafter, k=k if drafter is not None else 0,
