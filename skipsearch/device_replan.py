@@ -168,19 +168,22 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     said = traced and f"acceptance traced by plan on the model ({traced}): the profile kept no record"
     new = _replanned_profile(profile, target, plan, costs_source=costs_source, said=said)
     if target.batched is not None:  # a draft length per batch size, for the same draft
-        new = replace(new, schedule=plan_batch_schedule(job, new.draft, K_VALUES if k_values is None else k_values))
+        new = replace(new, schedule=plan_batch_schedule(job, new.draft, K_VALUES if k_values is None else k_values,
+                                                        candidate=new.candidate))
     return new, replace(plan, note=f"{said}; {plan.note}" if plan.note else said) if said else plan
 
 
-def batch_points(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> tuple[DraftPoint, ...]:
+def batch_points(job: Replanning, draft: DraftConfig, k_values: Sequence[int], *,
+                 candidate: Candidate | None = None) -> tuple[DraftPoint, ...]:
     """tau(K) and one cycle's drafting cost per fixed K for ``draft``'s skip set, as the method's own re-plan predicts
     them under the job's cost file (``Method.replan`` asked for one K at a time; a re-plan that weighs several K at
     once answers for all of them): the inputs of ``schedule.plan_schedule``, with the draft's weight format where it
     has one. The drafting cost is what the method's prediction charges beyond the verify: tau / speedup less
     v(d + 1), d = (tau - 1) / acceptance the tokens a cycle drafts on average (exit rules, lookup misses and
-    fallbacks included, as the method's replay counts them)."""
+    fallbacks included, as the method's replay counts them). The weight format is ``candidate``'s (the re-planned
+    profile's: a re-plan may ship another traced scheme than the searched one), else the job's profile's."""
     method = methods.get(job.profile.method)
-    schemes = methods.replan_schemes(job.profile.candidate, job.target.device)
+    schemes = methods.replan_schemes(candidate or job.profile.candidate, job.target.device)
     scheme = schemes[0] if len(schemes) == 1 else None
     cm = job.target.cost_model()
     skip = (draft.skip_attn, draft.skip_mlp)
@@ -206,13 +209,14 @@ def batch_points(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -
     return tuple(best[k][0] for k in sorted(best))
 
 
-def plan_batch_schedule(job: Replanning, draft: DraftConfig, k_values: Sequence[int]) -> Schedule:
+def plan_batch_schedule(job: Replanning, draft: DraftConfig, k_values: Sequence[int], *,
+                        candidate: Candidate | None = None) -> Schedule:
     """The profile's draft length per batch size under the job's cost file's batched grid (``schedule``)."""
     grid = job.target.batched
     basis = (f"{job.costs_source}: batched grid B = {', '.join(map(str, grid.batch_sizes))} ({grid.kernel}); tau "
              f"and the drafting cost per K from the profile's {job.profile.method} re-plan; K = 0 unless a K beats "
              f"plain batched decoding by {MARGIN:.0%}")
-    return plan_schedule(batch_points(job, draft, k_values), grid, basis=basis)
+    return plan_schedule(batch_points(job, draft, k_values, candidate=candidate), grid, basis=basis)
 
 
 def _replanned_profile(profile: Profile, target: CostProfile, plan: Replanned, *, costs_source: str,
