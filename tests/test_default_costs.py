@@ -106,7 +106,7 @@ def test_without_the_scheme_plan_still_says_in_one_line_how_to_measure_it(tmp_pa
     from skipsearch.costs import save_costs
 
     bare = save_costs(replace(cp, costs=replace(cp.costs, schemes=())), tmp_path / "bare.yaml")
-    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/cpu-float32-chat.yaml",
+    result = runner.invoke(app, ["plan", "profile", "--profile", "profiles/smollm2-135m/cpu-float32-chat.yaml",
                                  "--costs", str(bare)])
     assert_one_line_error(result, "no costs for precision scheme fp16: measure them with `skipsearch costs "
                                   "--schemes fp16`")

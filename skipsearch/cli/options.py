@@ -12,6 +12,8 @@ An old spelling keeps working for one release, with one ``notice:`` line on stde
 
 from __future__ import annotations
 
+import copy
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
@@ -185,6 +187,15 @@ def _check_objective(word: str) -> None:
         raise ConfigError(f"unknown objective '{word:.40}': use {', '.join(objective_values())}")
 
 
+def in_panel(shared, panel: str):
+    """The shared option ``shared`` (one of the ``Annotated`` declarations above) shown under the help panel
+    ``panel`` of one command: the same spelling, default and help, grouped with the options it goes with."""
+    kind, info = typing.get_args(shared)
+    placed = copy.copy(info)
+    placed.rich_help_panel = panel
+    return Annotated[kind, placed]
+
+
 # -- old spellings ------------------------------------------------------------------------------------------------
 def renamed(old: str, new: str) -> None:
     """The one-line notice of an old spelling that still works for this release."""
@@ -194,4 +205,4 @@ def renamed(old: str, new: str) -> None:
 __all__ = ["DATASET", "DEVICE", "DTYPE", "KERNEL", "MAX_NEW_TOKENS", "N_PROMPTS", "OWN", "REPEATS", "SEED", "SPLIT",
            "CostsKernel", "DType", "Dataset", "Device", "Engine", "Json", "JsonOut", "Kernel", "MaxNewTokens", "Model",
            "NPrompts", "Objective", "Repeats", "Report", "Seed", "Split", "Storage", "StudyName", "Threads", "choice",
-           "kernel_values", "reject_fastest", "renamed"]
+           "in_panel", "kernel_values", "reject_fastest", "renamed"]
