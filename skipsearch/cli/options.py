@@ -137,9 +137,9 @@ Json = Annotated[bool, typer.Option("--json", help="JSON on stdout, and nothing 
 JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Write the JSON report to this file.")]
 BatchSizes = Annotated[str | None, typer.Option(
     help="Batch sizes B, e.g. 1,2,4,8,16 (each 1 to 1024). costs: the verify cost v(k, B) at each (measured: one eager "
-         "forward of B x (k + 1) tokens; a roofline models them, by default at 1,2,4,8,16,32), which plan --profile P "
-         "--costs C turns into a draft length per batch size. bench (one profile): per B, plain batched decoding, the "
-         "profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")]
+         "forward of B x (k + 1) tokens; a roofline models them, by default at 1,2,4,8,16,32), which plan profile "
+         "--profile P --costs C turns into a draft length per batch size. bench (one profile): per B, plain batched "
+         "decoding, the profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")]
 Report = Annotated[Path | None, typer.Option(help="Write the Markdown report to this file.")]
 Split = Annotated[str, choice("heldout", "calib", "all", check=lambda word: _check_split(word),
                               help="heldout (prompts the search did not see), calib (the search's) or all.")]
