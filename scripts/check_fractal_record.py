@@ -77,8 +77,8 @@ def main() -> None:
         f"`{shlex.join(['scripts/check_fractal_record.py', *sys.argv[1:]])}`, {datetime.date.today()}; "
         f"{a.n_prompts} prompts of {a.dataset} (calib split) x {a.max_new_tokens} tokens, fp32, greedy. No timing: "
         "token counts only.", "",
-        "The record (`measured.fractal_matches`, what `plan --profile` re-plans a fractal profile from) runs one "
-        "draft pass per cycle over a teacher-forced KV; the engine's passes read the KV its verify forwards wrote. "
+        "The record (`measured.fractal_matches`, what `plan profile --profile` re-plans a fractal profile from) runs "
+        "one draft pass per cycle over a teacher-forced KV; the engine's passes read the KV its verify forwards wrote. "
         "Where rounding in that KV flips one of the fractal layers' internal argmax choices, a draft token differs, "
         "and from there the cycles of that sequence fall on other positions.", "",
         "| n | w | scheme | cycles (engine) | cycles (replay) | accepted (engine) | accepted (replay) "

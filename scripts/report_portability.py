@@ -5,8 +5,8 @@
    prediction orders the study's timed shortlist as its timed speedups do, Spearman's ρ >= 0.9. With
    ``--retime`` the shortlist is also timed again here, in this run, through the one harness, and with
    ``--time-top N`` the N best re-ranked configs the study never timed join it (a larger sample).
-2. Hierarchical. ``plan --study``'s library call chooses M_q and M_s from the study's α/c front, plans (m, n)
-   and validates its best shapes with the timed decoder; the hand-picked pair (``--medium``/``--small``) is
+2. Hierarchical. ``plan hierarchical --study``'s library call chooses M_q and M_s from the study's α/c front, plans
+   (m, n) and validates its best shapes with the timed decoder; the hand-picked pair (``--medium``/``--small``) is
    planned and validated in the same process. The goals: the study's pick measures at least as fast as the
    hand-picked pair, and its predicted and measured speedups agree within ±10%.
 
@@ -118,7 +118,7 @@ def hierarchical(sm, cal, records, label: str, args) -> tuple[list[str], dict]:
     pick_best = max(sp.report.validation, key=lambda v: v.measured_speedup)
     hand_best = max(hand.validation, key=lambda v: v.measured_speedup)
     errors = [abs(v.predicted_speedup - v.measured_speedup) / v.measured_speedup for v in sp.report.validation]
-    lines = ["## 2. Hierarchical: `plan --study` against the hand-picked pair", "",
+    lines = ["## 2. Hierarchical: `plan hierarchical --study` against the hand-picked pair", "",
              planner.render_study_markdown(sp, num_layers=sm.num_layers), "",
              "### The hand-picked pair, in the same process", "", planner.format_validation(hand.validation), "",
              f"- best measured: study's pick {pick_best.measured_speedup:.3f}x (m={pick_best.m}, n={pick_best.n}) "

@@ -48,7 +48,7 @@ def retrace(path: str, sm, calibrations: dict, *, command: str) -> str:
     profile = load_profile(path, num_layers=sm.num_layers)
     extra = dict(profile.measured.extra) if profile.measured else {}
     if PRECISION_KEY not in extra:
-        return f"{path}: keeps no precision record: nothing to add (plan --profile traces one)"
+        return f"{path}: keeps no precision record: nothing to add (plan profile --profile traces one)"
     kept = precision_from_dict(extra[PRECISION_KEY], source=path)
     if kept.others:
         return f"{path}: already traced in {', '.join(kept.schemes())}"

@@ -66,7 +66,7 @@ def compare(measured: CostProfile, roof: CostProfile, *, command: str) -> str:
         out += ["", "| whole model in scheme | c measured | c roofline |", "|---|---:|---:|"]
         out += [f"| {s} | {m.whole_model_ratio(m.scheme(s), L):.3f} | {r.whole_model_ratio(r.scheme(s), L):.3f} |"
                 for s in both]
-    out += ["", "Shipped profiles re-planned under each file (`plan --profile P --costs C`, no model):", "",
+    out += ["", "Shipped profiles re-planned under each file (`plan profile --profile P --costs C`, no model):", "",
             "| profile | measured: ships | predicted | roofline: ships | predicted |", "|---|---|---:|---|---:|"]
     from skipsearch.methods.summary import config_summary
 

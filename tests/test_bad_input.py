@@ -264,7 +264,7 @@ def test_plan_out_is_checked_before_measuring(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("must not measure"))
     notes = tmp_path / "notes.txt"
     notes.write_text("keep me")
-    base = ["plan", "--medium", EXAMPLE, "--small", EXAMPLE]
+    base = ["plan", "hierarchical", "--medium", EXAMPLE, "--small", EXAMPLE]
     assert_one_line_error(runner.invoke(app, [*base, "--out", str(notes)]), "is not a skipsearch profile")
     assert_one_line_error(runner.invoke(app, [*base, "--out", str(tmp_path)]), "is a directory")
     assert_one_line_error(runner.invoke(app, [*base, "--out", str(notes / "p.yaml")]), "is not a directory")
@@ -293,8 +293,8 @@ def test_plan_analysis_report_in_a_read_only_folder(tmp_path):
     locked.mkdir()
     os.chmod(locked, 0o555)
     try:
-        result = runner.invoke(app, ["plan", "--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5",
-                                     "--report", str(locked / "r.md")])
+        result = runner.invoke(app, ["plan", "hierarchical", "--alpha", "0.8", "--beta", "0.6", "--c", "0.5",
+                                     "--cs", "0.5", "--report", str(locked / "r.md")])
     finally:
         os.chmod(locked, 0o755)
     assert_one_line_error(result, "is not writable")

@@ -62,6 +62,21 @@ def test_every_shared_option_has_one_default_and_one_meaning():
     _check_one_default_and_meaning(commands)
 
 
+def test_the_walk_covers_plan_s_subcommands_and_its_old_spelling():
+    """``plan profile`` and ``plan hierarchical`` are walked like any command (their options placed in help panels
+    keep the shared default and help), and so is the hidden command behind the old ``plan --...`` spelling."""
+    commands = _commands()
+    assert {"plan profile", "plan hierarchical", "plan flat"} <= set(commands) and "plan" not in commands
+    shared = _shared(commands)
+    for name in ("max_new_tokens", "n_prompts", "dataset", "seed", "device", "dtype", "model", "as_json", "report"):
+        assert {"plan profile", "plan hierarchical"} <= {path for path, _ in shared[name]}, name
+    for name in ("max_m", "max_n", "alpha", "validate"):  # declared once for plan hierarchical and the old spelling
+        assert {path for path, _ in shared[name]} == {"plan hierarchical", "plan flat"}, name
+    placed = {p.name: p for p in commands["plan hierarchical"].params}
+    assert placed["max_new_tokens"].rich_help_panel and placed["alpha"].rich_help_panel
+    assert not options.MaxNewTokens.__metadata__[0].rich_help_panel  # in_panel placed a copy, not the shared one
+
+
 def test_the_walk_catches_a_second_default_and_a_second_meaning():
     """The check above can fail: a command whose --max-new-tokens defaults to 64 again, or whose --seed says
     something else, is caught."""
@@ -115,7 +130,8 @@ def test_a_choice_keeps_the_librarys_own_message():
 
 
 def test_json_is_json_on_stdout_alone():
-    result = runner.invoke(app, ["plan", "--alpha", "0.8", "--beta", "0.7", "--c", "0.3", "--cs", "0.1", "--json"])
+    result = runner.invoke(app, ["plan", "hierarchical", "--alpha", "0.8", "--beta", "0.7", "--c", "0.3",
+                                 "--cs", "0.1", "--json"])
     assert result.exit_code == 0, result.output
     assert isinstance(json.loads(result.stdout), dict)
 

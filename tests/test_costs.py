@@ -199,7 +199,7 @@ def test_cli_refuses_a_cost_file_for_another_model_in_one_line(tmp_path):
     from test_replan import write_synthetic_profile
 
     profile = write_synthetic_profile(tmp_path / "p.yaml")
-    result = runner.invoke(app, ["plan", "--profile", str(profile), "--costs", str(other)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(profile), "--costs", str(other)])
     assert_one_line_error(result, "cost file was measured on tiny (4 layers); the profile's model (smollm2-135m) has "
                                   "30 layers")
 

@@ -106,7 +106,7 @@ def test_without_the_scheme_plan_still_says_in_one_line_how_to_measure_it(tmp_pa
     from skipsearch.costs import save_costs
 
     bare = save_costs(replace(cp, costs=replace(cp.costs, schemes=())), tmp_path / "bare.yaml")
-    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/cpu-float32-chat.yaml",
+    result = runner.invoke(app, ["plan", "profile", "--profile", "profiles/smollm2-135m/cpu-float32-chat.yaml",
                                  "--costs", str(bare)])
     # the shipped profile keeps fp16, int8 and int4 traces: the line names them all and how to measure one
     assert_one_line_error(result, "no costs for any precision scheme this draft was traced in (fp16, int8, int4): "

@@ -97,7 +97,7 @@ def test_a_full_disk_on_plan_out_is_one_line_and_says_where_the_profile_went(tmp
                         else real(p, path))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(costs), "--out", str(out)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", src, "--costs", str(costs), "--out", str(out)])
     assert_one_line_error(result, f"cannot write {out}: No space left on device; the profile was written to "
                                   f"{tmp_path / 'tmp' / 'gpu.unsaved.yaml'} instead")
     assert not out.exists() and load_profile(tmp_path / "tmp" / "gpu.unsaved.yaml").method == "ngram"
@@ -180,7 +180,7 @@ def test_rerank_of_a_study_made_for_another_model_is_refused_before_the_model_lo
     result = runner.invoke(app, ["optimize", "--model", str(tiny_checkpoint), "--study", str(study),
                                  "--costs", str(costs), "--budget", "0"])
     assert_one_line_error(result, "was made for a 6-layer model")
-    result = runner.invoke(app, ["plan", "--study", str(study), "--model", str(tiny_checkpoint)])
+    result = runner.invoke(app, ["plan", "hierarchical", "--study", str(study), "--model", str(tiny_checkpoint)])
     assert_one_line_error(result, "was made for a 6-layer model")
 
 
@@ -192,9 +192,9 @@ def test_an_empty_or_one_trial_study_is_refused_before_the_model_loads(tiny_chec
     result = runner.invoke(app, ["optimize", "--model", str(tiny_checkpoint), "--study", str(empty),
                                  "--costs", str(costs), "--budget", "0"])
     assert_one_line_error(result, "has no evaluated layer-skip config to re-rank")
-    result = runner.invoke(app, ["plan", "--study", str(empty), "--model", str(tiny_checkpoint)])
+    result = runner.invoke(app, ["plan", "hierarchical", "--study", str(empty), "--model", str(tiny_checkpoint)])
     assert_one_line_error(result, "has no evaluated layer-skip skip sets")
-    result = runner.invoke(app, ["plan", "--study", str(one), "--model", str(tiny_checkpoint),
+    result = runner.invoke(app, ["plan", "hierarchical", "--study", str(one), "--model", str(tiny_checkpoint),
                                  "--out", str(tmp_path / "h.yaml")])
     assert_one_line_error(result, "planning two levels needs at least two distinct ones")
     assert not (tmp_path / "h.yaml").exists()
@@ -214,7 +214,7 @@ def test_a_cost_file_is_checked_as_a_whole(tmp_path, change, fragment):
     raw["costs"].update({k + ("_seconds" if k != "verify" else "_ratio"): list(v) if k == "verify" else v
                          for k, v in change.items()})
     path.write_text(yaml.safe_dump(raw))
-    result = runner.invoke(app, ["plan", "--profile", write_lookup_profile(tmp_path / "p.yaml"), "--costs",
+    result = runner.invoke(app, ["plan", "profile", "--profile", write_lookup_profile(tmp_path / "p.yaml"), "--costs",
                                  str(path)])
     assert_one_line_error(result, fragment)
 

@@ -61,7 +61,7 @@ def _decode(tiny_checkpoint, tmp_path, environment):
 def test_decode_of_a_profile_made_elsewhere_warns_in_one_line_and_still_decodes(tiny_checkpoint, tmp_path):
     lines = _decode(tiny_checkpoint, tmp_path, Environment(device="cpu", **OTHER_CPU))
     assert len(lines) == 1 and lines[0].startswith("warning: profile ") and "AMD EPYC 7B12" in lines[0]
-    assert "skipsearch plan --profile" in lines[0]
+    assert "skipsearch plan profile --profile" in lines[0]
 
 
 def test_decode_of_a_profile_made_here_is_silent(tiny_checkpoint, tmp_path):

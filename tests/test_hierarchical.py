@@ -312,7 +312,8 @@ def test_cli_plan_refuses_unnested_profiles_before_loading_the_model(tmp_path, m
     # loads (Hierarchy would refuse the pair after loading too, which is the slow path this test rules out)
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model loaded before the levels were "
                                                                            "checked"))
-    result = CliRunner().invoke(app, ["plan", "--medium", "profiles/smollm2-135m/example.yaml", "--small", str(path)])
+    result = CliRunner().invoke(app, ["plan", "hierarchical", "--medium", "profiles/smollm2-135m/example.yaml",
+                                      "--small", str(path)])
     assert_one_line_error(result, "error: hierarchical: the small draft must skip every attention sublayer the "
                                   "medium draft skips (add [13, 17, 21] to the small draft's skip_attn)")
 

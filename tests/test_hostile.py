@@ -55,8 +55,8 @@ ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 # after merging, its readers are one line each here, e.g. ["export", "{}", "--out", "{out}"].
 PROFILE_READERS = [["profile", "validate", "{}"],
                    ["decode", "--profile", "{}", "--prompt", "hi", "--max-new-tokens", "2"],
-                   ["plan", "--profile", "{}", "--costs", str(CPU_COSTS)]]
-COSTS_READERS = [["plan", "--profile", str(TPE_PROFILE), "--costs", "{}"]]
+                   ["plan", "profile", "--profile", "{}", "--costs", str(CPU_COSTS)]]
+COSTS_READERS = [["plan", "profile", "--profile", str(TPE_PROFILE), "--costs", "{}"]]
 STUDY_READERS = [["study", "show", "{}"],
                  ["optimize", "--model", "{model}", "--study", "{}", "--budget", "1", "--objective", "surrogate",
                   "--n-prompts", "1", "--max-new-tokens", "4", "--dataset", "humaneval", "--out", "{out}"]]
@@ -449,8 +449,8 @@ TRIAL_INPUTS = [
 
 
 @pytest.mark.parametrize("attrs", [c[1] for c in TRIAL_INPUTS], ids=[c[0] for c in TRIAL_INPUTS])
-@pytest.mark.parametrize("reader", [["study", "show", "{}"], ["plan", "--model", "{model}", "--study", "{}",
-                                                              "--no-validate", "--n-prompts", "1",
+@pytest.mark.parametrize("reader", [["study", "show", "{}"], ["plan", "hierarchical", "--model", "{model}",
+                                                              "--study", "{}", "--no-validate", "--n-prompts", "1",
                                                               "--max-new-tokens", "4"]], ids=lambda r: r[0])
 def test_a_study_holding_a_trial_another_machine_wrote_is_one_line(tmp_path, tiny, ngram_study, attrs, reader):
     study = _study_copy(_hostile_trial(attrs))(tmp_path, ngram_study)
@@ -603,8 +603,8 @@ def test_a_full_disk_on_plan_out_keeps_the_good_profile_there(tmp_path, monkeypa
     shutil.copy(TPE_PROFILE, out)
     before = out.read_bytes()
     _full_disk(monkeypatch)
-    result = runner.invoke(app, ["plan", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS), "--out", str(out),
-                                 "--force"])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS),
+                                 "--out", str(out), "--force"])
     assert_refused(result, "No space left on device")
     assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["out.yaml"]
 
@@ -631,7 +631,7 @@ def test_an_out_that_cannot_or_must_not_be_written_is_one_line_before_any_work(t
     (tmp_path / "file.txt").write_text("mine")
     (tmp_path / "notes.txt").write_text("my notes, not a profile")
     before = _snapshot(tmp_path)
-    result = runner.invoke(app, ["plan", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS),
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS),
                                  "--out", str(target(tmp_path))])
     assert_refused(result, fragment)
     assert _snapshot(tmp_path) == before
@@ -640,7 +640,8 @@ def test_an_out_that_cannot_or_must_not_be_written_is_one_line_before_any_work(t
 def test_a_temporary_file_left_by_a_killed_writer_is_never_read_and_does_not_block_the_next_write(tmp_path):
     out = tmp_path / "out.yaml"
     (tmp_path / ".out.yaml.4242.deadbeef.tmp").write_text(GOOD[: len(GOOD) // 3])  # killed before its rename
-    result = runner.invoke(app, ["plan", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS), "--out", str(out)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS),
+                                 "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert load_profile(out).method == "layer-skip"
 
@@ -666,7 +667,7 @@ def _there(kind: str) -> Callable[[Path], Path]:
     return make
 
 
-ANALYSIS = ["plan", "--alpha", "0.8", "--beta", "0.7", "--c", "0.3", "--cs", "0.2"]
+ANALYSIS = ["plan", "hierarchical", "--alpha", "0.8", "--beta", "0.7", "--c", "0.3", "--cs", "0.2"]
 # (id, the command around its target, what is there first, a fragment of the one error line)
 WRITER_INPUTS = [
     ("costs-over-a-profile", ["costs", "--model", "{model}", "--device", "cpu", "--out", "{}"], _there("profile"),
@@ -677,11 +678,12 @@ WRITER_INPUTS = [
      _there("profile"), "holds a skipsearch profile, not a skipsearch cost file"),
     ("costs-over-a-cost-file-unasked", ["costs", "--model", "{model}", "--device", "cpu", "--out", "{}"],
      _there("costs"), "holds a skipsearch cost file already; --force replaces it"),
-    ("plan-out-over-a-cost-file", ["plan", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS), "--out", "{}",
-                                   "--force"], _there("costs"),
+    ("plan-out-over-a-cost-file", ["plan", "profile", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS),
+                                   "--out", "{}", "--force"], _there("costs"),
      "holds a skipsearch cost file, not a skipsearch profile"),
-    ("plan-out-over-a-profile-unasked", ["plan", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS), "--out",
-                                         "{}"], _there("profile"), "holds a skipsearch profile already; --force"),
+    ("plan-out-over-a-profile-unasked", ["plan", "profile", "--profile", str(TPE_PROFILE), "--costs",
+                                         str(CPU_COSTS), "--out", "{}"], _there("profile"),
+     "holds a skipsearch profile already; --force"),
     ("plan-report-over-a-profile", [*ANALYSIS, "--report", "{}", "--force"], _there("profile"),
      "holds a skipsearch profile, not a skipsearch plan report"),
     ("plan-plot-over-notes", [*ANALYSIS, "--plot", "{}", "--force"], _there("notes"), "is not a PNG plot"),
@@ -715,8 +717,8 @@ def test_a_file_of_another_kind_or_not_asked_for_is_kept_byte_for_byte(tmp_path,
 
 def test_a_file_of_the_same_kind_is_replaced_when_asked(tmp_path):
     out = _there("profile")(tmp_path)
-    result = runner.invoke(app, ["plan", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS), "--out", str(out),
-                                 "--force"])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(TPE_PROFILE), "--costs", str(CPU_COSTS),
+                                 "--out", str(out), "--force"])
     assert result.exit_code == 0, result.output
     assert load_profile(out).method == "layer-skip" and out.read_bytes() != TPE_PROFILE.read_bytes()
 
@@ -742,8 +744,9 @@ OPTION_INPUTS = [  # (id, the arguments, a fragment of the one error line)
     ("bench-threads-10^9", ["bench", "--model", "{model}", "--threads", "1000000000"], "'--threads'"),
     ("optimize-max-skip-ratio-nan", ["optimize", "--model", "{model}", "--max-skip-ratio", "nan"],
      "'--max-skip-ratio'"),
-    ("plan-alpha-nan", ["plan", "--alpha", "nan", "--beta", "0.7", "--c", "0.3", "--cs", "0.2"], "'--alpha'"),
-    ("plan-c-inf", ["plan", "--alpha", "0.8", "--beta", "0.7", "--c", "inf", "--cs", "0.2"],
+    ("plan-alpha-nan", ["plan", "hierarchical", "--alpha", "nan", "--beta", "0.7", "--c", "0.3", "--cs", "0.2"],
+                        "'--alpha'"),
+    ("plan-c-inf", ["plan", "hierarchical", "--alpha", "0.8", "--beta", "0.7", "--c", "inf", "--cs", "0.2"],
      "'--c': inf is not a finite number"),
     ("decode-kernel-block-10^8", ["decode", "--model", "{model}", "--prompt", "hi", "--kernel", "inductor-c100000000"],
      "unknown kernel 'inductor-c100000000'"),
@@ -764,7 +767,7 @@ def test_a_numeric_option_out_of_its_bound_is_one_line_before_any_work(tmp_path,
 
 
 def test_each_bound_is_shown_in_help():
-    for command, shown in ((["plan"], ("1<=x<=64", "0<=x<=16")), (["optimize"], ("x<=4095",)),
+    for command, shown in ((["plan", "hierarchical"], ("1<=x<=64", "0<=x<=16")), (["optimize"], ("x<=4095",)),
                            (["decode"], ("x>=0", "1<=x<=1024"))):
         text = runner.invoke(app, [*command, "--help"], terminal_width=200).output
         for bound in shown:
@@ -860,7 +863,7 @@ def interrupted(tmp_path_factory, tiny):
                    "--json", "target.json", "--force"], "report"),
         "costs": (["costs", "--model", m, "--device", "cpu", "--repeats", "100000", "--schemes", "none",
                    "--out", "target.yaml", "--force"], "costs"),
-        "plan-tracing": (["plan", "--profile", "tiny.yaml", "--costs", str(tiny_costs), "--n-prompts", "80",
+        "plan-tracing": (["plan", "profile", "--profile", "tiny.yaml", "--costs", str(tiny_costs), "--n-prompts", "80",
                           "--max-new-tokens", "900", "--out", "target.yaml", "--force"], "profile"),
         "decode-many": (["decode", "--model", m, "--prompts-file", str(base / "prompts.jsonl"), "--json",
                          "--max-new-tokens", "200"], "jsonl"),

@@ -200,7 +200,7 @@ def test_bad_inputs_are_one_line_config_errors(call, fragment):
 
 # -- the CLI, analysis mode -------------------------------------------------------------------------------
 def test_cli_plan_analysis_prints_the_table_and_the_verdict():
-    result = runner.invoke(app, ["plan", "--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5",
+    result = runner.invoke(app, ["plan", "hierarchical", "--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5",
                                  "--max-m", "3", "--max-n", "2"])
     assert result.exit_code == 0, result.output
     assert result.stdout.count("\n| ") == 3 * 3 + 1  # header + one row per (m, n)
@@ -209,7 +209,7 @@ def test_cli_plan_analysis_prints_the_table_and_the_verdict():
 
 def test_cli_plan_json_plot_and_report(tmp_path):
     png, md = tmp_path / "f.png", tmp_path / "sub" / "r.md"
-    result = runner.invoke(app, ["plan", "--alpha", "0.7", "--beta", "0.5", "--c", "0.6", "--cs", "0.4",
+    result = runner.invoke(app, ["plan", "hierarchical", "--alpha", "0.7", "--beta", "0.5", "--c", "0.6", "--cs", "0.4",
                                  "--verify", "1,1.2,1.4", "--max-m", "2", "--max-n", "1", "--json",
                                  "--plot", str(png), "--report", str(md)])
     assert result.exit_code == 0, result.output
@@ -241,13 +241,113 @@ def test_cli_plan_json_plot_and_report(tmp_path):
     ],
 )
 def test_cli_plan_bad_input_is_one_line_and_exit_2(args, fragment):
+    assert_one_line_error(runner.invoke(app, ["plan", "hierarchical", *args]), fragment)
+
+
+# -- the CLI: two subcommands, and the old flat spelling for one release ------------------------------------
+TPE = "profiles/smollm2-135m/cpu-float32-tpe.yaml"  # keeps its traces: re-planned with no model
+H100 = "costs/roofline-h100-sxm-bfloat16.yaml"
+ANALYSIS = ["--alpha", "0.8", "--beta", "0.6", "--c", "0.5", "--cs", "0.5", "--max-m", "2", "--max-n", "1"]
+
+
+def _notices(result) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.startswith("notice: ")]
+
+
+@pytest.mark.parametrize("argv", [["plan", "--help"], ["plan"]])
+def test_plan_lists_its_subcommands_and_says_what_each_does(argv):
+    result = runner.invoke(app, argv, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "profile Re-plan a profile for a device's cost file" in text
+    assert "hierarchical Plan hierarchical speculative decoding" in text
+    assert "flat" not in text.split("Commands")[1]  # the old spelling's command is hidden
+
+
+def test_each_subcommand_groups_its_options_into_panels():
+    shown = {cmd: runner.invoke(app, ["plan", cmd, "--help"], env={"COLUMNS": "200"}).stdout
+             for cmd in ("profile", "hierarchical")}
+    for panel in ("Inputs", "Tracing (a profile that kept no record)", "Output"):
+        assert f"─ {panel} ─" in shown["profile"], panel
+    for panel in ("Analysis (given numbers, no model)", "Measured (two hand-picked profiles)", "From a study",
+                  "Model and prompts", "Planner", "Output"):
+        assert f"─ {panel}" in shown["hierarchical"], panel
+    assert "--alpha" not in shown["profile"] and "--plot" not in shown["profile"]
+    assert "--profile" not in shown["hierarchical"]
+
+
+@pytest.mark.parametrize(("argv", "option"), [(["profile", "--profile", TPE, "--plot", "x.png"], "--plot"),
+                                               (["hierarchical", "--profile", TPE], "--profile")])
+def test_a_subcommand_refuses_the_other_s_options(argv, option):
+    assert_one_line_error(runner.invoke(app, ["plan", *argv]), f"No such option: {option}")
+
+
+def _same_but_one_notice(old, new, spelling: str) -> None:
+    """The old spelling's run is the new one's, plus one ``notice:`` line on stderr that names ``spelling``."""
+    assert old.exit_code == new.exit_code
+    assert old.stdout == new.stdout
+    notices = _notices(old)
+    assert len(notices) == 1 and f"is now {spelling}" in notices[0], old.stderr
+    assert [ln for ln in old.stderr.splitlines() if ln != notices[0]] == new.stderr.splitlines()
+    assert _notices(new) == []
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_the_old_analysis_spelling_runs_as_before_with_one_notice(as_json):
+    old = runner.invoke(app, ["plan", *ANALYSIS, *as_json])
+    new = runner.invoke(app, ["plan", "hierarchical", *ANALYSIS, *as_json])
+    assert new.exit_code == 0, new.output
+    _same_but_one_notice(old, new, "plan hierarchical --alpha")
+
+
+def test_the_old_profile_spelling_re_plans_as_before_with_one_notice(tmp_path):
+    args = ["--profile", TPE, "--costs", H100, "--json"]
+    new = runner.invoke(app, ["plan", "profile", *args])
+    assert new.exit_code == 0, new.output
+    assert json.loads(new.stdout)
+    _same_but_one_notice(runner.invoke(app, ["plan", *args]), new, "plan profile --profile")
+    # and both write the same profile
+    from skipsearch.profile import load_profile
+
+    for argv, name in ((["plan"], "old.yaml"), (["plan", "profile"], "new.yaml")):
+        assert runner.invoke(app, [*argv, *args, "--out", str(tmp_path / name)]).exit_code == 0
+    old, new = load_profile(tmp_path / "old.yaml"), load_profile(tmp_path / "new.yaml")
+    assert old.draft == new.draft and old.measured == new.measured
+
+
+def test_the_old_study_and_measured_spellings_reach_their_mode_with_one_notice(tmp_path):
+    """Both fail before any model loads (no study there; --out over a file that is not a profile): the same one
+    error line as the new spelling, after the notice."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for old, new, spelling in (
+            (["--study", str(tmp_path / "none")], ["hierarchical", "--study", str(tmp_path / "none")],
+             "plan hierarchical --study"),
+            (["--medium", TPE, "--small", TPE, "--out", str(notes)],
+             ["hierarchical", "--medium", TPE, "--small", TPE, "--out", str(notes)],
+             "plan hierarchical --medium --small")):
+        was, now = runner.invoke(app, ["plan", *old]), runner.invoke(app, ["plan", *new])
+        assert_one_line_error(now, "no study at" if "--study" in old else "is not a skipsearch profile")
+        _same_but_one_notice(was, now, spelling)
+    assert notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    ([*ANALYSIS, "--profile", TPE], "give either --alpha --beta --c --cs (analysis), --medium and --small (measured), "
+                                    "--profile or --study"),
+    (["--profile", TPE, "--study", "s"], "give one of --profile, --study, or --medium and --small"),
+    (["--medium", TPE], "both --medium and --small (measured), --profile or --study"),
+])
+def test_the_old_spelling_with_a_mix_of_modes_is_its_old_one_line_error_and_no_notice(args, fragment):
+    """A mix names no new spelling: the error line alone, worded as before."""
     assert_one_line_error(runner.invoke(app, ["plan", *args]), fragment)
 
 
 # -- the verdict and its break-evens agree (issue 14, cause 14) -------------------------------------------
 def test_plan_c_zero_never_says_pays_and_not_even_a_free_small_draft_pays():
     """With c = 0 an M_s step is free at any c_s: the c_s line must not contradict the verdict."""
-    result = runner.invoke(app, ["plan", "--alpha", "0.8", "--beta", "0.6", "--c", "0", "--cs", "0.5"])
+    result = runner.invoke(app, ["plan", "hierarchical", "--alpha", "0.8", "--beta", "0.6", "--c", "0", "--cs",
+                                 "0.5"])
     assert result.exit_code == 0, result.output
     assert "the third level pays here" in result.stdout
     assert "not even a free M_s" not in result.stdout

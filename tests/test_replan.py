@@ -140,12 +140,12 @@ def test_cli_plan_profile_writes_the_replanned_profile(tmp_path):
     src = write_synthetic_profile(tmp_path / "p.yaml")
     free = save_costs(free_costs(), tmp_path / "free.yaml")
     out = tmp_path / "gpu.yaml"
-    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(out)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", src, "--costs", str(free), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "re-planned for gpu-synthetic" in result.stdout and f"wrote profile {out}" in result.stderr
     assert load_profile(out).draft.max_draft_tokens >= 3
     # without --costs it re-plans for the costs the profile kept: the CPU's, where K stays short
-    again = runner.invoke(app, ["plan", "--profile", src, "--json"])
+    again = runner.invoke(app, ["plan", "profile", "--profile", src, "--json"])
     assert again.exit_code == 0, again.output
 
 
@@ -155,7 +155,7 @@ def test_cli_plan_refuses_mixed_modes_and_lookup_profiles_without_their_record(t
     raw = {"schema_version": 2, "model": {"name": "smollm2-135m", "num_layers": 30}, "method": "ngram",
            "draft": {"max_draft_tokens": 3}, "method_params": {"min_n": 1, "max_n": 3}}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    result = runner.invoke(app, ["plan", "--profile", str(tmp_path / "old.yaml"), "--costs", CPU])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(tmp_path / "old.yaml"), "--costs", CPU])
     assert_one_line_error(result, "keeps no lookup record")
 
 
@@ -234,11 +234,11 @@ def test_cli_plan_re_plans_a_lookup_profile_and_refuses_one_without_its_record(t
     src = write_lookup_profile(tmp_path / "p.yaml", method="hybrid")
     free = save_costs(free_costs(), tmp_path / "free.yaml")
     out = tmp_path / "gpu.yaml"
-    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(out)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", src, "--costs", str(free), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "its lookup record" in result.stdout and load_profile(out).draft.max_draft_tokens > 4
     old = write_lookup_profile(tmp_path / "old.yaml", method="hybrid", record=False)
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(free)]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", old, "--costs", str(free)]),
                           "keeps no lookup record (measured.lookup): it was written before lookup profiles kept one; "
                           "run optimize again")
 
@@ -379,7 +379,7 @@ def _whole_workflow(tiny_checkpoint, tmp_path):
     rec, planned = device_replan.portable_parts(load_profile(searched), source="p")
     assert rec is not None and rec.skip_sets and planned.source == "measured by optimize"
     # 2. re-plan the profile for the measured costs: no model needed
-    result = runner.invoke(app, ["plan", "--profile", str(searched), "--costs", str(costs),
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(searched), "--costs", str(costs),
                                  "--out", str(tmp_path / "r.yaml")])
     assert result.exit_code == 0, result.output
     assert load_profile(tmp_path / "r.yaml").measured.notes.startswith("predicted, not timed")
@@ -391,7 +391,7 @@ def _whole_workflow(tiny_checkpoint, tmp_path):
     assert "timed here" in result.stdout and load_profile(tmp_path / "rr.yaml").search.strategy == "rerank"
     assert len(load_records(study_dir=study)[1]) == before
     # 4. the hierarchical planner picks its levels from the study, and validates them
-    result = runner.invoke(app, ["plan", *common, "--study", study, "--max-m", "2", "--max-n", "1",
+    result = runner.invoke(app, ["plan", "hierarchical", *common, "--study", study, "--max-m", "2", "--max-n", "1",
                                  "--out", str(tmp_path / "h.yaml")])
     assert result.exit_code == 0, result.output
     hier = load_profile(tmp_path / "h.yaml")
@@ -513,18 +513,19 @@ def test_cli_plan_a_precision_profile_needs_the_scheme_in_the_cost_file(tmp_path
     cpu = load_costs(CPU)
     bare = str(save_costs(dataclasses.replace(cpu, costs=dataclasses.replace(cpu.costs, schemes=())),
                           tmp_path / "bare.yaml"))  # this CPU's costs, measured without --schemes
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", src, "--costs", bare]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", src, "--costs", bare]),
                           f"{bare}: no costs for precision scheme fp16: measure them with "
                           "`skipsearch costs --schemes fp16`")
     free = save_costs(scheme_costs(FREE_V), tmp_path / "free.yaml")
-    result = runner.invoke(app, ["plan", "--profile", src, "--costs", str(free), "--out", str(tmp_path / "o.yaml")])
+    result = runner.invoke(app, ["plan", "profile", "--profile", src, "--costs", str(free), "--out",
+                                 str(tmp_path / "o.yaml")])
     assert result.exit_code == 0, result.output
     assert "precision draft's traces" in result.stdout and load_profile(tmp_path / "o.yaml").draft.max_draft_tokens > 4
     old = write_precision_profile(tmp_path / "old.yaml", record=False)
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(free)]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", old, "--costs", str(free)]),
                           "keeps no precision record (measured.precision_traces)")
     hyb = write_precision_profile(tmp_path / "h.yaml", method="hybrid")
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", hyb, "--costs", bare]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", hyb, "--costs", bare]),
                           "no costs for precision scheme fp16")
 
 
@@ -567,12 +568,12 @@ def test_a_draft_traced_in_several_schemes_re_plans_in_the_best_one_the_cost_fil
 def test_a_draft_traced_in_several_schemes_is_refused_in_one_line_where_none_is_priced(tmp_path):
     src = write_precision_profile(tmp_path / "p.yaml", others=(("int8", 0.8),))
     fp8 = save_costs(scheme_costs(FREE_V, device="cuda", speedups=(("fp8", 8.0),)), tmp_path / "fp8.yaml")
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", src, "--costs", str(fp8)]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", src, "--costs", str(fp8)]),
                           f"{fp8}: no costs for any precision scheme this draft was traced in (fp16, int8): "
                           "measure one with `skipsearch costs --schemes int8`")
     # a record of one scheme (written before records traced others) is refused as it always was
     old = write_precision_profile(tmp_path / "old.yaml")
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", old, "--costs", str(fp8)]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", old, "--costs", str(fp8)]),
                           "no costs for precision scheme fp16: it has no draft kernel on cuda")
 
 
@@ -695,7 +696,7 @@ def test_every_shipped_draft_profile_re_plans(path, tmp_path, h100_roofline):
     flat = save_costs(_flat_verify(load_costs(CPU)), tmp_path / "flat.yaml")
     # a GPU roofline too: no shipped draft is refused there (a precision draft re-plans in a traced GPU scheme)
     gpu = tmp_path / f"{path.stem}-h100.yaml"
-    result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", h100_roofline, "--out", str(gpu),
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", h100_roofline, "--out", str(gpu),
                                  *QUICK_TRACE])
     assert result.exit_code == 0, result.output
     on_gpu = load_profile(gpu, num_layers=30)
@@ -706,7 +707,7 @@ def test_every_shipped_draft_profile_re_plans(path, tmp_path, h100_roofline):
         assert f"the {now} draft grows" in on_gpu.schedule.basis, on_gpu.schedule.basis
     for costs in (CPU, str(flat)):
         out = tmp_path / f"{path.stem}-{Path(costs).stem}.yaml"
-        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out),
+        result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", costs, "--out", str(out),
                                      *QUICK_TRACE])
         assert result.exit_code == 0, result.output
         new = load_profile(out, num_layers=30)
@@ -721,7 +722,7 @@ def test_a_profile_without_a_record_is_traced_once_and_then_re_plans_without_the
     from skipsearch.api import loading
 
     out = tmp_path / "example-cpu.yaml"
-    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", CPU,
+    result = runner.invoke(app, ["plan", "profile", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", CPU,
                                  "--out", str(out), *QUICK_TRACE])
     assert result.exit_code == 0, result.output
     assert "keeps no acceptance record: tracing its draft on the model" in result.stderr
@@ -729,7 +730,7 @@ def test_a_profile_without_a_record_is_traced_once_and_then_re_plans_without_the
     (skip_set,) = device_replan.portable_parts(kept, source="o")[0].skip_sets
     assert (skip_set.skip_attn, skip_set.skip_mlp) == ((5, 9, 13, 17, 21), ())  # example.yaml's draft
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the record is kept: no model needed"))
-    again = runner.invoke(app, ["plan", "--profile", str(out), "--costs", CPU])
+    again = runner.invoke(app, ["plan", "profile", "--profile", str(out), "--costs", CPU])
     assert again.exit_code == 0, again.output
     assert "tracing" not in again.stderr
 
@@ -740,7 +741,8 @@ def test_a_cost_file_for_another_model_fails_before_a_record_is_traced(tmp_path,
     other = dataclasses.replace(load_costs(CPU), model=CostModelRef("other", 12))
     path = save_costs(other, tmp_path / "other.yaml")
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
-    result = runner.invoke(app, ["plan", "--profile", "profiles/smollm2-135m/example.yaml", "--costs", str(path)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", "profiles/smollm2-135m/example.yaml", "--costs",
+                                 str(path)])
     assert_one_line_error(result, "12")
 
 
@@ -784,7 +786,8 @@ def test_a_hierarchical_profile_re_plans_m_and_n_from_its_alpha_and_beta(tmp_pat
     raw = yaml.safe_load(open(src))
     del raw["measured"]["beta"]
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    assert_one_line_error(runner.invoke(app, ["plan", "--profile", str(tmp_path / "old.yaml"), "--costs", CPU]),
+    assert_one_line_error(runner.invoke(app, ["plan", "profile", "--profile", str(tmp_path / "old.yaml"),
+                                              "--costs", CPU]),
                           "keeps no α and β")
 
 
@@ -821,7 +824,7 @@ def test_a_new_method_re_plans_through_its_own_record_and_re_plan(toy, tmp_path)
     src = save_profile(profile, tmp_path / "toy.yaml")  # its record is checked by its own reader, before writing
     assert load_profile(src) == profile
     free, out = save_costs(free_costs(), tmp_path / "free.yaml"), tmp_path / "gpu.yaml"
-    result = runner.invoke(app, ["plan", "--profile", str(src), "--costs", str(free), "--out", str(out)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(src), "--costs", str(free), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "re-planned for gpu-synthetic (bfloat16) from its toy record (α 0.9)" in result.stdout
     new = load_profile(out)

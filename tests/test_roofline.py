@@ -180,7 +180,7 @@ def roofline_files(tmp_path_factory):
 def test_every_shipped_profile_re_plans_under_a_roofline_file(path, roofline_files, tmp_path):
     for kind, costs in roofline_files.items():
         out = tmp_path / f"{kind}.yaml"
-        result = runner.invoke(app, ["plan", "--profile", str(path), "--costs", costs, "--out", str(out)])
+        result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", costs, "--out", str(out)])
         assert result.exit_code == 0, result.output  # fp16 drafts too: they re-plan in a scheme traced beside it
         if kind == "gpu" and path.name in FP16_DRAFTS:
             assert dict(load_profile(out, num_layers=30).method_params)["scheme"] != "fp16"
@@ -193,7 +193,7 @@ def test_every_shipped_profile_re_plans_under_a_roofline_file(path, roofline_fil
 
 def test_a_roofline_file_for_another_model_is_refused_in_one_line(tmp_path):
     other = save_costs(roofline.roofline_cost_profile(device="h100-sxm", model="llama-2-7b"), tmp_path / "l.yaml")
-    result = runner.invoke(app, ["plan", "--profile", str(SHIPPED[0]), "--costs", str(other)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", str(SHIPPED[0]), "--costs", str(other)])
     assert_one_line_error(result, "has 30 layers")
 
 

@@ -172,7 +172,8 @@ def test_plan_writes_a_schedule_from_a_batched_cost_file(tmp_path):
                                                       per_row_token=costs.costs.step_seconds / 16))
     cpath = save_costs(batched, tmp_path / "batched.yaml")
     out = tmp_path / "out.yaml"
-    result = runner.invoke(app, ["plan", "--profile", LOOKUP_PROFILE, "--costs", str(cpath), "--out", str(out)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", LOOKUP_PROFILE, "--costs", str(cpath), "--out",
+                                 str(out)])
     assert result.exit_code == 0, result.output
     sched = load_profile(out).schedule
     assert sched is not None and sched.k_for(32) == 0 and 0 in sched.considered and str(cpath) in sched.basis
@@ -180,7 +181,8 @@ def test_plan_writes_a_schedule_from_a_batched_cost_file(tmp_path):
     assert "schedule (draft length per batch size)" in result.output
     # the same cost file without its grid: today's re-plan, and one line that no schedule was planned
     plain = tmp_path / "plain.yaml"
-    result = runner.invoke(app, ["plan", "--profile", LOOKUP_PROFILE, "--costs", SHIPPED_COSTS, "--out", str(plain)])
+    result = runner.invoke(app, ["plan", "profile", "--profile", LOOKUP_PROFILE, "--costs", SHIPPED_COSTS, "--out",
+                                 str(plain)])
     assert result.exit_code == 0, result.output
     assert load_profile(plain).schedule is None
     assert sum("no schedule planned" in line for line in result.output.splitlines()) == 1

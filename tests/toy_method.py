@@ -1,5 +1,5 @@
 """A toy draft method, whole in this one module, as a plug-in would be: its params, its record and its re-plan.
-tests/test_replan.py registers it with one line and re-plans its profile through ``skipsearch plan --profile``,
+tests/test_replan.py registers it with one line and re-plans its profile through ``skipsearch plan profile --profile``,
 which shows that adding a method touches only its own package and one registry line.
 
 The toy drafts nothing (its drafter is plain decoding); its record is one number, the acceptance α it claims,

@@ -77,7 +77,7 @@ def profile_hardware_note(profile: Profile | None, device, *, source: str) -> st
     if profile is None or (profile.measured is not None and profile.measured.source == "hand"):
         return None
     note = hardware_note(profile.environment, device, what=f"profile {source}",
-                         replan=f"skipsearch costs --out C && skipsearch plan --profile {source} --costs C")
+                         replan=f"skipsearch costs --out C && skipsearch plan profile --profile {source} --costs C")
     roofline = planned_roofline(profile)
     if roofline is None:
         return note

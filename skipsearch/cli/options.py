@@ -12,6 +12,8 @@ An old spelling keeps working for one release, with one ``notice:`` line on stde
 
 from __future__ import annotations
 
+import copy
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
@@ -135,9 +137,9 @@ Json = Annotated[bool, typer.Option("--json", help="JSON on stdout, and nothing 
 JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Write the JSON report to this file.")]
 BatchSizes = Annotated[str | None, typer.Option(
     help="Batch sizes B, e.g. 1,2,4,8,16 (each 1 to 1024). costs: the verify cost v(k, B) at each (measured: one eager "
-         "forward of B x (k + 1) tokens; a roofline models them, by default at 1,2,4,8,16,32), which plan --profile P "
-         "--costs C turns into a draft length per batch size. bench (one profile): per B, plain batched decoding, the "
-         "profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")]
+         "forward of B x (k + 1) tokens; a roofline models them, by default at 1,2,4,8,16,32), which plan profile "
+         "--profile P --costs C turns into a draft length per batch size. bench (one profile): per B, plain batched "
+         "decoding, the profile's schedule, each fixed K and HF's batched generate, in aggregate tokens/s.")]
 Report = Annotated[Path | None, typer.Option(help="Write the Markdown report to this file.")]
 Split = Annotated[str, choice("heldout", "calib", "all", check=lambda word: _check_split(word),
                               help="heldout (prompts the search did not see), calib (the search's) or all.")]
@@ -185,6 +187,15 @@ def _check_objective(word: str) -> None:
         raise ConfigError(f"unknown objective '{word:.40}': use {', '.join(objective_values())}")
 
 
+def in_panel(shared, panel: str):
+    """The shared option ``shared`` (one of the ``Annotated`` declarations above) shown under the help panel
+    ``panel`` of one command: the same spelling, default and help, grouped with the options it goes with."""
+    kind, info = typing.get_args(shared)
+    placed = copy.copy(info)
+    placed.rich_help_panel = panel
+    return Annotated[kind, placed]
+
+
 # -- old spellings ------------------------------------------------------------------------------------------------
 def renamed(old: str, new: str) -> None:
     """The one-line notice of an old spelling that still works for this release."""
@@ -194,4 +205,4 @@ def renamed(old: str, new: str) -> None:
 __all__ = ["DATASET", "DEVICE", "DTYPE", "KERNEL", "MAX_NEW_TOKENS", "N_PROMPTS", "OWN", "REPEATS", "SEED", "SPLIT",
            "CostsKernel", "DType", "Dataset", "Device", "Engine", "Json", "JsonOut", "Kernel", "MaxNewTokens", "Model",
            "NPrompts", "Objective", "Repeats", "Report", "Seed", "Split", "Storage", "StudyName", "Threads", "choice",
-           "kernel_values", "reject_fastest", "renamed"]
+           "in_panel", "kernel_values", "reject_fastest", "renamed"]

@@ -107,7 +107,7 @@ def replan(job: Replanning) -> Replanned:
     if rec is None:  # after the cost file's checks: a caller may trace the draft on the model next
         raise NoRecordError(f"{job.source}: keeps no fractal record (measured.{FRACTAL_KEY}): it was written before "
                             f"fractal profiles kept one, or by hand; plan traces its draft on the model "
-                            f"(`skipsearch plan --profile`), or run optimize again")
+                            f"(`skipsearch plan profile --profile`), or run optimize again")
     cm = target.cost_model()
     c, note = pass_ratio(rec, scheme, cq, cm)
     m = replay_fractal(rec, cm, c)
