@@ -263,13 +263,41 @@ def test_cli_end_to_end_by_batch_size_on_a_tiny_checkpoint(tiny_checkpoint, tmp_
 
 
 
-def test_write_measured_fills_each_schedule_range_from_the_schedule_rows():
+def test_write_measured_keeps_the_fastest_measured_k_per_batch_size_never_a_loss():
     from skipsearch.schedule import BatchRange, Schedule
 
-    section = _section()  # benched at B = 2 only: the schedule row ran at 1.3x plain
-    schedule = Schedule((BatchRange(1, 1, 2, 1.5), BatchRange(2, 3, 2, 1.4), BatchRange(4, 16, 0, 1.0)), (0, 1, 2))
-    got = bb.measured_schedule(section, schedule)
-    assert [r.measured for r in got.ranges] == [None, 1.3, None]  # only the range holding a benched size
-    assert [(r.start, r.end, r.k, r.predicted) for r in got.ranges] == [(1, 1, 2, 1.5), (2, 3, 2, 1.4), (4, 16, 0, 1.0)]
-    flagged = dataclasses.replace(section, rows=tuple(dataclasses.replace(r, speedup=None) for r in section.rows))
-    assert bb.measured_schedule(flagged, schedule) == schedule  # output that differs measures nothing
+    planned = Schedule((BatchRange(1, 3, 2, 1.5), BatchRange(4, 16, 4, 1.2)), (0, 1, 2, 4), basis="plan")
+
+    def row(b, name, k, speedup):
+        return bb.BatchedRow(b, name, "skipsearch", "", k, 1, b, b, 64, 1.0, 64.0, speedup, None, None, None, None)
+
+    rows = (row(1, bb.PLAIN, 0, 1.0), row(1, "k=1", 1, 1.01), row(1, "k=2", 2, 0.9),  # within noise: plain
+            row(2, bb.PLAIN, 0, 1.0), row(2, bb.SCHEDULE, 2, 1.2), row(2, "k=2", 2, 1.2), row(2, "k=1", 1, 1.1),
+            row(4, bb.PLAIN, 0, 1.0), row(4, "k=2", 2, 1.1), row(4, "k=4", 4, None),  # k=4 differed: no figure
+            row(8, bb.PLAIN, 0, 1.0), row(8, "k=1", 1, 0.8), row(8, bb.SCHEDULE, 4, 0.7))
+    bench = dataclasses.replace(_section(), batch_sizes=(1, 2, 4, 8), ks=(1, 2, 4), rows=rows)
+    got = bb.measured_schedule(bench, planned)
+    assert [(r.start, r.end, r.k, r.predicted, r.measured) for r in got.ranges] == [
+        (1, 1, 0, None, 1.0), (2, 7, 2, 1.5, 1.1), (8, 8, 0, None, 1.0)]  # B 2-7 merged at its lowest figure
+    assert [got.k_for(b) for b in (1, 2, 5, 8, 9)] == [0, 2, 2, 0, 0]
+    assert got.considered == (0, 1, 2, 4) and "measured by bench at B = 1, 2, 4, 8" in got.basis and "plan" in got.basis
+    assert all(r.measured >= 1.0 for r in got.ranges)  # every range runs what measured no slower than plain
+    unplanned = bb.measured_schedule(bench, None)  # a profile without a schedule gets one from the bench alone
+    assert [r.k for r in unplanned.ranges] == [0, 2, 0] and all(r.predicted is None for r in unplanned.ranges)
+
+
+def test_the_schedule_script_refuses_a_report_without_a_batched_section_in_one_line(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from schedule_from_bench import main
+
+    report = tmp_path / "r.json"
+    report.write_text(br.report_json(_report(None)))
+    assert main(["profiles/x.yaml", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no batched section" in err[0]
+    report.write_text(br.report_json(_report(_section())))  # benched p/ngram.yaml, not the profile named
+    assert main(["profiles/x.yaml", str(report)]) == 2
+    assert "benched p/ngram.yaml, not profiles/x.yaml" in capsys.readouterr().err

@@ -336,15 +336,36 @@ __all__ = ["DEFAULT_KS", "HF_BATCHED", "MAX_BATCH_SIZE", "PLAIN", "SCHEDULE", "B
            "hf_generate_batch", "parse_sizes", "prepare", "schedule_k", "summarize_size", "with_k"]
 
 
-def measured_schedule(bench: BatchedBench, schedule: Schedule) -> Schedule:
-    """``schedule`` with each range's ``measured`` speedup from this bench (``bench --write-measured``): the schedule
-    row's speedup over plain batched decoding at the benched batch sizes inside the range, the lowest of them where
-    it holds several (as a merged range's prediction is its worst point). A range no benched size falls in, or whose
-    rows differ from plain's, keeps what it had."""
-    ranges = []
-    for r in schedule.ranges:
-        rows = [bench.row(b, "schedule") for b in bench.batch_sizes if r.start <= b <= r.end]
-        figures = [row.speedup for row in rows if row is not None and row.speedup is not None]
-        complete = figures and len(figures) == len(rows)
-        ranges.append(dataclasses.replace(r, measured=round(min(figures), 4)) if complete else r)
-    return dataclasses.replace(schedule, ranges=tuple(ranges))
+def measured_schedule(bench: BatchedBench, planned: Schedule | None, *, margin: float | None = None) -> Schedule:
+    """The schedule ``bench --write-measured`` keeps: at each benched batch size the draft length measured fastest
+    there among plain decoding (K = 0), the schedule's K and every fixed K, K = 0 unless one beat plain batched
+    decoding by ``margin`` (the planner's, 3%: timing noise). A range runs from one benched size to just before the
+    next (the first from batch size 1, the last ends at the largest benched); neighbours with the same K merge, at
+    their lowest measured speedup. A range keeps the planned prediction where it runs the planned K. Rows whose
+    output differs from plain's measure nothing. The figures are the bench's own, from the same runs the choice was
+    made on: another run is what checks them."""
+    from skipsearch.schedule import MARGIN, BatchRange, Schedule
+
+    margin = MARGIN if margin is None else margin
+    sizes = tuple(sorted(bench.batch_sizes))
+    chosen: list[tuple[int, float]] = []  # per benched size: (K, measured speedup over plain)
+    for b in sizes:
+        rows = [r for r in bench.rows if r.batch_size == b and r.k is not None and r.speedup is not None]
+        best = max(rows, key=lambda r: (r.speedup, -r.k), default=None)
+        chosen.append((best.k, best.speedup) if best is not None and best.speedup > 1.0 + margin else (0, 1.0))
+    ranges: list[BatchRange] = []
+    for i, (b, (k, speedup)) in enumerate(zip(sizes, chosen, strict=True)):
+        start, end = (1 if i == 0 else b), (sizes[i + 1] - 1 if i + 1 < len(sizes) else b)
+        if ranges and ranges[-1].k == k:
+            last = ranges[-1]
+            ranges[-1] = dataclasses.replace(last, end=end, measured=round(min(last.measured, speedup), 4))
+            continue
+        predicted = next((r.predicted for r in planned.ranges if r.start <= b <= r.end and r.k == k), None) \
+            if planned is not None else None
+        ranges.append(BatchRange(start, end, k, predicted, round(speedup, 4)))
+    said = (f"measured by bench at B = {', '.join(map(str, sizes))}: the fastest of plain decoding, the schedule and "
+            f"K = {', '.join(map(str, bench.ks))} at each (K = 0 unless one beat plain batched decoding by "
+            f"{margin:.0%})")
+    basis = f"{said}; planned first from {planned.basis}" if planned is not None and planned.basis else said
+    considered = tuple(sorted({0, *bench.ks, *(planned.considered if planned is not None else ())}))
+    return Schedule(tuple(ranges), considered, basis)

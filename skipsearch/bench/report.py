@@ -415,11 +415,11 @@ def measured_updates(report: BenchReport,
 
 
 def _schedule_of(report: BenchReport, path: str, prof: Profile):
-    """The profile's schedule, its ranges' measured speedups filled from the batched section where it benched this
-    profile (``batched.measured_schedule``)."""
+    """The profile's schedule, re-chosen from the batched section's measurements where it benched this profile
+    (``batched.measured_schedule``); else as it was."""
     from skipsearch.bench.batched import measured_schedule
 
     bench = getattr(report, "batched", None)
-    if prof.schedule is None or bench is None or bench.profile != path:
+    if bench is None or bench.profile != path:
         return prof.schedule
     return measured_schedule(bench, prof.schedule)

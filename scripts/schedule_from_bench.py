@@ -1,0 +1,48 @@
+"""Re-choose a profile's schedule from a bench report it already has, with no new timing: what
+``skipsearch bench --batch-sizes ... --write-measured`` keeps (``skipsearch.bench.batched.measured_schedule``), for a
+profile benched before that rule or benched by someone else.
+
+    python scripts/schedule_from_bench.py PROFILE BENCH.json [--out PATH]
+
+PROFILE must be the one the report's batched section benched (its path as the report names it). Without --out the
+profile is replaced (it is the ask to); bad input is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from skipsearch.bench import report as br
+from skipsearch.bench.batched import measured_schedule
+from skipsearch.files.errors import ProfileError
+from skipsearch.profile import load_profile, save_profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("profile")
+    ap.add_argument("report", help="a bench --json-out report with a batched section")
+    ap.add_argument("--out", help="write the profile here (default: replace PROFILE)")
+    args = ap.parse_args(argv)
+    try:
+        section = br.batched_section(br.read_report_json(Path(args.report).read_text()))
+        if section is None:
+            raise ValueError(f"{args.report}: the report has no batched section (bench ran without --batch-sizes)")
+        if Path(section.profile).resolve() != Path(args.profile).resolve():
+            raise ValueError(f"{args.report} benched {section.profile}, not {args.profile}")
+        prof = load_profile(args.profile)
+        schedule = measured_schedule(section, prof.schedule)
+        out = save_profile(dataclasses.replace(prof, schedule=schedule), Path(args.out or args.profile))
+    except (OSError, ValueError, ProfileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"schedule: {schedule.describe()}")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
