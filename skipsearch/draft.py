@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
 
-    from skipsearch.batched import BatchStep
     from skipsearch.config import SamplingParams
     from skipsearch.models import SkippableModel
 
@@ -62,6 +61,14 @@ class Drafter:
         draft_seconds nor verify_seconds."""
 
 
+class DraftStep(Protocol):
+    """What a batch drafter runs its draft model through (``batched.BatchStep`` is the engine's): ``step(tokens)``,
+    one batched one-token forward of the model as it stands, each row's token at its next draft position;
+    logits [B, V]."""
+
+    def __call__(self, tokens: Sequence[int]) -> torch.Tensor: ...
+
+
 class BatchDrafter:
     """A batched draft source: proposes up to ``limits[i]`` tokens for each row i of a batch (greedy only).
 
@@ -79,7 +86,7 @@ class BatchDrafter:
     def begin(self, rows: int) -> None:
         """A batch of ``rows`` sequences starts (called once, before its first ``draft``)."""
 
-    def draft(self, sm: SkippableModel, step: BatchStep, *, pending: Sequence[int], limits: Sequence[int],
+    def draft(self, sm: SkippableModel, step: DraftStep, *, pending: Sequence[int], limits: Sequence[int],
               **kwargs) -> tuple[tuple[int, ...], ...]:
         """Per row, up to ``limits[i]`` tokens after ``pending[i]`` (a limit of 0: that row drafts nothing, it is
         finished or at its last token). ``kwargs`` holds ``history`` with ``wants_tokens``."""
@@ -94,4 +101,4 @@ class BatchDrafter:
         return None
 
 
-__all__ = ["BatchDrafter", "Draft", "Drafter"]
+__all__ = ["BatchDrafter", "Draft", "DraftStep", "Drafter"]
