@@ -295,7 +295,7 @@ def test_cli_end_to_end_on_the_default_model(tmp_path):
     md, js = tmp_path / "bench.md", tmp_path / "bench.json"
     result = runner.invoke(app, [
         "bench", "--profiles", str(prof), "--peers", "hf-greedy", "--dataset", "humaneval", "--n-prompts", "1",
-        "--max-new-tokens", "8", "--threads", "1", "--report", str(md), "--json", str(js), "--write-measured",
+        "--max-new-tokens", "8", "--threads", "1", "--report", str(md), "--json-out", str(js), "--write-measured",
     ])
     assert result.exit_code == 0, result.output
     assert "layer-skip:example" in result.stdout and "Loop overhead gain" in result.stdout

@@ -251,7 +251,7 @@ def test_cli_end_to_end_by_batch_size_on_a_tiny_checkpoint(tiny_checkpoint, tmp_
     result = runner.invoke(app, ["bench", "--model", str(tiny_checkpoint), "--profiles", str(path), "--peers",
                                  "hf-greedy", "--dataset", "humaneval", "--n-prompts", "3", "--max-new-tokens", "4",
                                  "--sweep-prompts", "0", "--batch-sizes", "1,2", "--batch-ks", "1,2", "--strict",
-                                 "--device", "cpu", "--threads", "1", "--json", str(js), "--report", str(md)])
+                                 "--device", "cpu", "--threads", "1", "--json-out", str(js), "--report", str(md)])
     assert result.exit_code == 0, result.output
     doc = br.read_report_json(js.read_text())
     section = br.batched_section(doc)

@@ -615,7 +615,7 @@ def test_a_full_disk_on_costs_out_keeps_the_good_cost_file_there(tmp_path, tiny,
     before = out.read_bytes()
     _full_disk(monkeypatch)
     with work_clock():
-        result = runner.invoke(app, ["costs", "--model", str(tiny), "--device", "cpu", "--repeats", "1",
+        result = runner.invoke(app, ["costs", "--model", str(tiny), "--device", "cpu", "--samples", "1",
                                      "--max-new-tokens", "4", "--schemes", "none", "--out", str(out), "--force"])
     assert_refused(result, "No space left on device")
     assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["costs.yaml"]
@@ -690,7 +690,7 @@ WRITER_INPUTS = [
     ("bench-report-over-a-profile", ["bench", "--model", "{model}", "--peers", "hf-greedy", "--report", "{}",
                                      "--force"], _there("profile"),
      "holds a skipsearch profile, not a skipsearch bench report"),
-    ("bench-json-over-a-cost-file", ["bench", "--model", "{model}", "--peers", "hf-greedy", "--json", "{}",
+    ("bench-json-over-a-cost-file", ["bench", "--model", "{model}", "--peers", "hf-greedy", "--json-out", "{}",
                                      "--force"], _there("costs"),
      "holds a skipsearch cost file, not a skipsearch bench JSON report"),
     ("optimize-out-over-a-cost-file", ["optimize", "--model", "{model}", "--budget", "1", "--out", "{}", "--force"],
@@ -860,8 +860,8 @@ def interrupted(tmp_path_factory, tiny):
                       "--study", "study", "--out", "target.yaml", "--force"], "profile"),
         "bench": (["bench", "--model", m, "--profiles", "tiny.yaml", "--peers", "hf-greedy", "--n-prompts", "80",
                    "--max-new-tokens", "400", "--repeats", "5", "--sweep-prompts", "0", "--report", "target.md",
-                   "--json", "target.json", "--force"], "report"),
-        "costs": (["costs", "--model", m, "--device", "cpu", "--repeats", "100000", "--schemes", "none",
+                   "--json-out", "target.json", "--force"], "report"),
+        "costs": (["costs", "--model", m, "--device", "cpu", "--samples", "100000", "--schemes", "none",
                    "--out", "target.yaml", "--force"], "costs"),
         "plan-tracing": (["plan", "profile", "--profile", "tiny.yaml", "--costs", str(tiny_costs), "--n-prompts", "80",
                           "--max-new-tokens", "900", "--out", "target.yaml", "--force"], "profile"),

@@ -402,7 +402,7 @@ def _bench(ckpt, tmp_path, *args):
     from skipsearch.cli import app
 
     md, js = tmp_path / "bench.md", tmp_path / "bench.json"
-    result = CliRunner().invoke(app, ["bench", "--model", str(ckpt), *BENCH, "--report", str(md), "--json", str(js),
+    result = CliRunner().invoke(app, ["bench", "--model", str(ckpt), *BENCH, "--report", str(md), "--json-out", str(js),
                                       *args])
     return result, (md.read_text() if md.exists() else ""), (json.loads(js.read_text()) if js.exists() else None)
 

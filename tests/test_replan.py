@@ -368,7 +368,7 @@ def _whole_workflow(tiny_checkpoint, tmp_path):
     model, study = str(tiny_checkpoint), str(tmp_path / "study")
     common = ["--model", model, "--n-prompts", "2", "--max-new-tokens", "8", "--dataset", "mtbench"]
     costs = tmp_path / "costs" / "tiny.yaml"
-    result = runner.invoke(app, ["costs", "--model", model, "--device", "cpu", "--repeats", "1", "--max-new-tokens",
+    result = runner.invoke(app, ["costs", "--model", model, "--device", "cpu", "--samples", "1", "--max-new-tokens",
                                  "8", "--out", str(costs)])
     assert result.exit_code == 0, result.output
     assert load_costs(costs).model.num_layers == 4
