@@ -25,6 +25,7 @@ from skipsearch.cli.options import in_panel
 from skipsearch.config import ConfigError
 from skipsearch.files.bounds import MAX_PLAN_M, MAX_PLAN_N
 from skipsearch.files.targets import PLAN_REPORT, PLOT, PROFILE, check_target
+from skipsearch.methods.hierarchical.params import HierarchicalParams
 
 FLAT = "flat"  # the hidden command behind the old spelling `plan --...`; goes in the next release
 
@@ -139,7 +140,7 @@ def plan_profile(
          force=force)
 
 
-@plan_app.command("hierarchical")
+@plan_app.command(HierarchicalParams.method)  # the planner of the hierarchical method, under its name
 def plan_hierarchical(
     alpha: Alpha = None,
     beta: Beta = None,
