@@ -121,13 +121,13 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
                                 max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype,
                                 workload=traced, say=say)
         new, planned = device_replan.replan_profile(prof, target, source=profile, costs_source=source, traced=traced)
-    if target.batched is None:
-        say(f"note: no schedule planned: {source} has no batched grid (skipsearch costs --batch-sizes 1,2,4,8,16 "
-            f"measures one); the profile runs its own K at every batch size")
     modelled = costs_model_note(target, source if costs else f"{profile}'s measured.costs")
     if modelled:  # the plan is as good as the model it priced with (said once it is made: an error stays one line)
         say(f"note: {modelled}")
     text = device_replan.format_replan(prof, new, planned, target)
+    if target.batched is None:  # part of the plan's text, not a stderr line: an error after it stays one line
+        text += (f"\nno schedule planned: {source} has no batched grid (skipsearch costs --batch-sizes 1,2,4,8,16 "
+                 "measures one); the profile runs its own K at every batch size")
     body = f"# Re-planned profile\n\n```\n{command}\n```\n\n{text}\n"
     return PlanOutcome(None, device_replan.replan_to_dict(new, planned), text, body, new)
 
