@@ -165,7 +165,7 @@ def _batched_plan(o: BenchOptions, profs: list[tuple[str, Profile]]) -> BatchedP
                           f"{', '.join(methods.batch_methods())})")
     # Profile.schedule is issue 41's schedule key; read it where the profile reader has it (absent: no schedule)
     return BatchedPlan(profile=path, candidate=prof.candidate, batch_sizes=sizes,
-                       schedule=getattr(prof, "schedule", None), ks=ks, strict=o.strict)
+                       schedule=prof.schedule, ks=ks, strict=o.strict)
 
 
 __all__ = ["DEFAULT_PEERS", "BenchOptions", "BenchRun", "bench_profiles"]

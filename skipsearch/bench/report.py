@@ -419,7 +419,7 @@ def _schedule_of(report: BenchReport, path: str, prof: Profile):
     (``batched.measured_schedule``); else as it was."""
     from skipsearch.bench.batched import measured_schedule
 
-    bench = getattr(report, "batched", None)
+    bench = report.batched
     if bench is None or bench.profile != path:
         return prof.schedule
     return measured_schedule(bench, prof.schedule)
