@@ -76,7 +76,7 @@ def ensure_embedded(name: str) -> Path:
     """
     spec = EMBEDDED[name]
     target = cache_dir() / "models" / name
-    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+    if _complete(target):
         _drop_quantization_config(target / "config.json")  # mends a cache converted before this was done
         return target
     found = importlib.util.find_spec(spec.package)  # locate without importing (it imports `llm`)
@@ -102,12 +102,22 @@ def ensure_embedded(name: str) -> Path:
         plain.save_pretrained(tmp)
         _drop_quantization_config(tmp / "config.json")
         tokenizer.save_pretrained(tmp)
-        if target.exists():
+        if _complete(target):  # another process (a second worker, a parallel test) converted it meanwhile
+            return target
+        if target.exists():  # a half cache left by an older version
             shutil.rmtree(target)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not _complete(target):  # lost the rename to another process only if that one finished
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _complete(target: Path) -> bool:
+    return (target / "config.json").exists() and any(target.glob("*.safetensors"))
 
 
 def _drop_quantization_config(config_json: Path) -> None:

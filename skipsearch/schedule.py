@@ -69,6 +69,12 @@ class Schedule:
         return "; ".join(one(r) for r in self.ranges) + "; K 0 outside"
 
 
+def draft_length(schedule: Schedule | None, own_k: int, batch_size: int) -> int:
+    """The one rule for what a profile runs at ``batch_size``: its schedule's K where it has a schedule, else its
+    own K (``own_k``: its max_draft_tokens; 0 for plain decoding) at every size."""
+    return schedule.k_for(batch_size) if schedule is not None else own_k
+
+
 # -- YAML -------------------------------------------------------------------------------------------------------
 def _err(source: str, problem: str) -> ProfileError:
     return ProfileError(f"{source}: {problem}")
@@ -165,15 +171,32 @@ class DraftPoint:
     scheme: str | None = None  # the weight format the draft runs in, whose c(B) the grid may price
 
 
-def cycle_speedup(point: DraftPoint, grid: BatchedCosts, batch_size: int) -> float:
-    """tau(K) / ((d(K) x c(B) + v(K, B)) / v(0, B)): a cycle's tokens over its cost in plain batched steps.
+def batch_draft_steps(steps: float, k: int, batch_size: int) -> float:
+    """Draft forwards a batch runs per cycle when each row runs ``steps`` of its K on average: a batched draft step
+    runs while any row still drafts, so the batch drafts as long as its longest-drafting row. Only the mean is
+    known (a profile's trace is one sequence's), and among spreads of that mean over [0, K] the two-point one (a
+    row drafts all K or none: a lookup hit, a hybrid's fallback) has the longest maximum, K x (1 - (1 - steps/K)^B):
+    the planner prices that bound, so a draft that may not pay is not predicted to."""
+    if k < 1 or steps <= 0:
+        return 0.0
+    share = min(steps / k, 1.0)
+    return k * (1.0 - (1.0 - share) ** batch_size)
 
-    A draft in a scheme the grid prices grows with B as that scheme's whole-model step does; any other draft (a
-    skip set of the model, a lookup) grows as the full model's step, so its share of a step stays as at batch 1."""
+
+def cycle_speedup(point: DraftPoint, grid: BatchedCosts, batch_size: int) -> float:
+    """tau(K) / (drafting(B) + v(K, B) / v(0, B)): a cycle's tokens over its cost in plain batched steps.
+
+    A draft in a scheme the grid prices costs c(B) per batched draft step (the grid's own figure at B), for as many
+    steps as its longest-drafting row runs (``batch_draft_steps``; the steps per row are the point's drafting cost
+    over c(1)). Any other draft (a skip set of the model, a lookup) grows as the full model's step, so its share of
+    a step stays as at batch 1."""
     step = grid.step(batch_size)
     drafting = point.draft_cost
-    if point.scheme is not None and grid.draft(point.scheme, 1) and grid.draft(point.scheme, batch_size):
-        drafting *= (grid.draft(point.scheme, batch_size) / grid.draft(point.scheme, 1)) / (step / grid.step(1))
+    c_1 = grid.draft(point.scheme, 1) if point.scheme is not None else None
+    c_b = grid.draft(point.scheme, batch_size) if point.scheme is not None else None
+    if c_1 and c_b:
+        per_row = drafting / (c_1 / grid.step(1))  # draft forwards one sequence runs per cycle
+        drafting = batch_draft_steps(per_row, point.k, batch_size) * c_b / step
     return point.tau / (drafting + grid.verify(point.k, batch_size) / step)
 
 
@@ -184,13 +207,14 @@ def draft_growth(points: Sequence[DraftPoint], grid: BatchedCosts) -> str:
     if not schemes:
         return "the draft grows with B as the full step does"
     said = []
+    longest = "for as many steps as the batch's longest-drafting row (bound K(1 - (1 - d/K)^B))"
     for scheme in schemes:
         priced = [b for b in grid.batch_sizes if grid.draft(scheme, b)]
         if 1 in priced and len(priced) == len(grid.batch_sizes):
-            said.append(f"the {scheme} draft grows with B as the grid's c(B) of {scheme}")
+            said.append(f"the {scheme} draft costs the grid's c(B) of {scheme} per step, {longest}")
         elif 1 in priced and len(priced) > 1:
-            said.append(f"the {scheme} draft grows as the grid's c(B) of {scheme} at B = "
-                        f"{', '.join(map(str, priced))}, elsewhere as the full step (no c(B) there)")
+            said.append(f"the {scheme} draft costs the grid's c(B) of {scheme} per step at B = "
+                        f"{', '.join(map(str, priced))}, {longest}; elsewhere it grows as the full step (no c(B))")
         else:
             said.append(f"the grid has no c(B) of {scheme}: its draft grows with B as the full step does")
     return "; ".join(said)
@@ -259,6 +283,6 @@ def merge_measured(schedule: Schedule, measured: Mapping[int, float]) -> Schedul
     return replace(schedule, ranges=tuple(out))
 
 
-__all__ = ["KEY", "MARGIN", "BatchRange", "DraftPoint", "Schedule", "check_ranges", "cycle_speedup", "draft_growth",
-           "merge_measured", "parse_batch_sizes", "plan_schedule", "predicted_table", "schedule_from_dict",
-           "schedule_to_dict"]
+__all__ = ["KEY", "MARGIN", "BatchRange", "DraftPoint", "Schedule", "batch_draft_steps", "check_ranges",
+           "cycle_speedup", "draft_growth", "draft_length", "merge_measured", "parse_batch_sizes", "plan_schedule",
+           "predicted_table", "schedule_from_dict", "schedule_to_dict"]

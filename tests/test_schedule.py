@@ -20,6 +20,7 @@ from skipsearch.schedule import (
     BatchRange,
     DraftPoint,
     Schedule,
+    batch_draft_steps,
     cycle_speedup,
     parse_batch_sizes,
     plan_schedule,
@@ -131,6 +132,24 @@ def test_a_draft_in_a_priced_scheme_grows_as_that_scheme_does():
     assert cycle_speedup(cheap, dearer, 16) < cycle_speedup(cheap, dearer, 1)
 
 
+def test_a_batch_drafts_as_long_as_its_longest_drafting_row():
+    # a draft that always runs all K steps: a batch of any size runs K too
+    assert batch_draft_steps(3.0, 3, 1) == pytest.approx(3.0) and batch_draft_steps(3.0, 3, 16) == pytest.approx(3.0)
+    # a hybrid whose rows draft with the model in a quarter of the cycles (a lookup hit: none): at B = 1 the mean,
+    # then the bound K(1 - (1 - 1/4)^B) of a batch's longest row, which grows towards K and never past it
+    runs = [batch_draft_steps(1.0, 4, b) for b in (1, 2, 4, 8, 16, 64)]
+    assert runs[0] == pytest.approx(1.0) and runs[1] == pytest.approx(4 * (1 - 0.75 ** 2))
+    assert all(a < b for a, b in zip(runs, runs[1:], strict=False)) and runs[-1] <= 4.0
+    assert batch_draft_steps(0.0, 4, 8) == 0.0 and batch_draft_steps(1.0, 0, 8) == 0.0  # a lookup drafts nothing
+    # priced: at B = 1 the point's own cost; at B = 8 the longest row's steps at c(8) (flat here: c(B) = c(1))
+    flat = grid(drafts=(("fp16", 0.5),))
+    hybrid = DraftPoint(4, 2.5, 1.0 * 0.5, scheme="fp16")  # one model step per cycle on average, c = 0.5
+    assert cycle_speedup(hybrid, flat, 1) == pytest.approx(2.5 / (0.5 + 1.0))
+    assert cycle_speedup(hybrid, flat, 8) == pytest.approx(2.5 / (batch_draft_steps(1.0, 4, 8) * 0.5 + 1.0))
+    always = DraftPoint(4, 2.5, 4 * 0.5, scheme="fp16")  # drafts all K every cycle: no growth from the batch
+    assert cycle_speedup(always, flat, 8) == pytest.approx(cycle_speedup(always, flat, 1))
+
+
 def test_the_planner_uses_a_measured_c_of_b_and_an_old_grid_without_one_keeps_the_fallback(tmp_path):
     points = [DraftPoint(2, 2.2, 2 * 0.1, scheme="fp16"), DraftPoint(4, 2.8, 4 * 0.1, scheme="fp16")]
     # an old schema-3 file: a memory-bound grid with no draft column; it loads, and the draft keeps its batch-1
@@ -146,7 +165,7 @@ def test_the_planner_uses_a_measured_c_of_b_and_an_old_grid_without_one_keeps_th
         r, draft_seconds=(("fp16", 0.001 * r.batch_size),)) for r in old.batched.rows))
     sched = plan_schedule(points, measured)
     assert sched.k_for(1) > 0 and sched.k_for(32) == 0
-    assert "as the grid's c(B) of fp16" in sched.basis
+    assert "the grid's c(B) of fp16 per step" in sched.basis and "longest-drafting row" in sched.basis
     assert sched.ranges[0].predicted == pytest.approx(2.8 / (1 + 4 * 0.1), rel=1e-3)  # at B = 1, c(1) is the unit
 
 

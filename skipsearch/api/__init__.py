@@ -28,6 +28,7 @@ from skipsearch.decoding import DecodeResult, Drafter, generate
 from skipsearch.kernels import Kernel
 from skipsearch.models import SkippableModel
 from skipsearch.profile import Profile, load_profile
+from skipsearch.schedule import draft_length
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def batch_k(profile: Profile | None, batch_size: int) -> int:
     candidate = profile.candidate if profile is not None else None
     if candidate is None or candidate.is_autoregressive:
         return 0
-    return profile.schedule.k_for(batch_size) if profile.schedule is not None else candidate.draft.max_draft_tokens
+    return draft_length(profile.schedule, candidate.draft.max_draft_tokens, batch_size)
 
 
 def _decode_batches(sm: SkippableModel, batches: list[list[tuple[Prompt, list[int]]]], *, profile: Profile | None,

@@ -29,6 +29,7 @@ from skipsearch.config import Candidate, ConfigError
 from skipsearch.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, lossless_check, worst
 from skipsearch.harness import Batch, Contender, ContenderOutput, Progress, Run, method_seconds, run_rounds
 from skipsearch.models import SkippableModel
+from skipsearch.schedule import draft_length
 
 if TYPE_CHECKING:
     from skipsearch.draft import BatchDrafter
@@ -82,10 +83,9 @@ def fixed_ks(plan: BatchedPlan) -> tuple[tuple[int, ...], str]:
 
 def schedule_k(plan: BatchedPlan, batch_size: int) -> tuple[int, str]:
     """The schedule row's k at ``batch_size``, and its setting."""
+    k = draft_length(plan.schedule, plan.candidate.draft.max_draft_tokens, batch_size)
     if plan.schedule is not None:
-        k = plan.schedule.k_for(batch_size)
         return k, f"k={k} at B={batch_size} (the profile's schedule)" + (": no speculation" if k == 0 else "")
-    k = plan.candidate.draft.max_draft_tokens
     return k, f"k={k} (the profile's max_draft_tokens; it has no schedule)"
 
 
