@@ -1,10 +1,11 @@
 """Re-choose a profile's schedule from a bench report it already has, with no new timing: what
 ``skipsearch bench --batch-sizes ... --write-measured`` keeps (``skipsearch.bench.batched.measured_schedule``), for a
-profile benched before that rule or benched by someone else.
+profile benched before that rule or benched by someone else, or for several runs of the same bench: then each K
+counts at its worst run, and a K ships only where it beat plain batched decoding in every run.
 
-    python scripts/schedule_from_bench.py PROFILE BENCH.json [--out PATH]
+    python scripts/schedule_from_bench.py PROFILE BENCH.json [BENCH2.json ...] [--out PATH]
 
-PROFILE must be the one the report's batched section benched (its path as the report names it). Without --out the
+PROFILE must be the one each report's batched section benched (its path as the report names it). Without --out the
 profile is replaced (it is the ask to); bad input is one line and exit 2.
 """
 
@@ -24,17 +25,21 @@ from skipsearch.profile import load_profile, save_profile
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("profile")
-    ap.add_argument("report", help="a bench --json-out report with a batched section")
+    ap.add_argument("reports", nargs="+", metavar="report",
+                    help="bench --json-out reports with a batched section (several: runs of the same bench)")
     ap.add_argument("--out", help="write the profile here (default: replace PROFILE)")
     args = ap.parse_args(argv)
     try:
-        section = br.batched_section(br.read_report_json(Path(args.report).read_text()))
-        if section is None:
-            raise ValueError(f"{args.report}: the report has no batched section (bench ran without --batch-sizes)")
-        if Path(section.profile).resolve() != Path(args.profile).resolve():
-            raise ValueError(f"{args.report} benched {section.profile}, not {args.profile}")
+        sections = []
+        for report in args.reports:
+            section = br.batched_section(br.read_report_json(Path(report).read_text()))
+            if section is None:
+                raise ValueError(f"{report}: the report has no batched section (bench ran without --batch-sizes)")
+            if Path(section.profile).resolve() != Path(args.profile).resolve():
+                raise ValueError(f"{report} benched {section.profile}, not {args.profile}")
+            sections.append(section)
         prof = load_profile(args.profile)
-        schedule = measured_schedule(section, prof.schedule)
+        schedule = measured_schedule(sections, prof.schedule)
         out = save_profile(dataclasses.replace(prof, schedule=schedule), Path(args.out or args.profile))
     except (OSError, ValueError, ProfileError) as e:
         print(f"error: {e}", file=sys.stderr)

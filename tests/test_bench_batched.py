@@ -286,6 +286,29 @@ def test_write_measured_keeps_the_fastest_measured_k_per_batch_size_never_a_loss
     assert [r.k for r in unplanned.ranges] == [0, 2, 0] and all(r.predicted is None for r in unplanned.ranges)
 
 
+def test_over_several_runs_a_k_ships_only_where_it_beat_plain_in_every_run():
+    def row(b, name, k, speedup):
+        return bb.BatchedRow(b, name, "skipsearch", "", k, 1, b, b, 64, 1.0, 64.0, speedup, None, None, None, None)
+
+    # run A: K 2 wins at B = 2 and K 3 at B = 4; run B: K 2 holds at B = 2, but K 3 at B = 4 was noise and K 1 held
+    a = (row(2, bb.PLAIN, 0, 1.0), row(2, "k=2", 2, 1.20), row(2, "k=3", 3, 1.10),
+         row(4, bb.PLAIN, 0, 1.0), row(4, "k=1", 1, 1.06), row(4, "k=3", 3, 1.26))
+    b = (row(2, bb.PLAIN, 0, 1.0), row(2, "k=2", 2, 1.08), row(2, "k=3", 3, 1.05),
+         row(4, bb.PLAIN, 0, 1.0), row(4, "k=1", 1, 1.05), row(4, "k=3", 3, 0.93))
+    run_a = dataclasses.replace(_section(), batch_sizes=(2, 4), ks=(1, 2, 3), rows=a)
+    run_b = dataclasses.replace(run_a, rows=b)
+    assert [r.k for r in bb.measured_schedule(run_a, None).ranges] == [2, 3]  # one run: its own fastest
+    both = bb.measured_schedule([run_a, run_b], None)
+    assert [(r.start, r.end, r.k, r.measured) for r in both.ranges] == [(1, 3, 2, 1.08), (4, 4, 1, 1.05)]
+    assert "over 2 runs" in both.basis and "in every run" in both.basis
+    # a K that beat plain in one run only, and lost in the other, is K = 0
+    worse = dataclasses.replace(run_b, rows=tuple(dataclasses.replace(r, speedup=0.95) if r.k else r for r in b))
+    assert [r.k for r in bb.measured_schedule([run_a, worse], None).ranges] == [0]
+    # a K without a figure in one run (its output differed there) does not count
+    missing = dataclasses.replace(run_b, rows=tuple(r for r in b if r.k != 2))
+    assert bb.measured_schedule([run_a, missing], None).k_for(2) == 3
+
+
 def test_the_schedule_script_refuses_a_report_without_a_batched_section_in_one_line(tmp_path, capsys):
     import sys
     from pathlib import Path

@@ -336,23 +336,35 @@ __all__ = ["DEFAULT_KS", "HF_BATCHED", "MAX_BATCH_SIZE", "PLAIN", "SCHEDULE", "B
            "hf_generate_batch", "parse_sizes", "prepare", "schedule_k", "summarize_size", "with_k"]
 
 
-def measured_schedule(bench: BatchedBench, planned: Schedule | None, *, margin: float | None = None) -> Schedule:
+def measured_schedule(bench: BatchedBench | Sequence[BatchedBench], planned: Schedule | None, *,
+                      margin: float | None = None) -> Schedule:
     """The schedule ``bench --write-measured`` keeps: at each benched batch size the draft length measured fastest
     there among plain decoding (K = 0), the schedule's K and every fixed K, K = 0 unless one beat plain batched
-    decoding by ``margin`` (the planner's, 3%: timing noise). A range runs from one benched size to just before the
-    next (the first from batch size 1, the last ends at the largest benched); neighbours with the same K merge, at
-    their lowest measured speedup. A range keeps the planned prediction where it runs the planned K. Rows whose
-    output differs from plain's measure nothing. The figures are the bench's own, from the same runs the choice was
-    made on: another run is what checks them."""
+    decoding by ``margin`` (the planner's, 3%: timing noise). Given several runs of the same bench (``bench`` a
+    sequence), each K counts at its *worst* run, and only where every run that benched that batch size has a figure
+    for it: a K ships only if it beat plain decoding in every run. A range runs from one benched size to just before
+    the next (the first from batch size 1, the last ends at the largest benched); neighbours with the same K merge,
+    at their lowest measured speedup. A range keeps the planned prediction where it runs the planned K. Rows whose
+    output differs from plain's measure nothing. The figures come from the runs the choice was made on: another run
+    is what checks them."""
     from skipsearch.schedule import MARGIN, BatchRange, Schedule
 
+    runs = (bench,) if isinstance(bench, BatchedBench) else tuple(bench)
+    if not runs:
+        raise ValueError("a measured schedule needs at least one bench run")
     margin = MARGIN if margin is None else margin
-    sizes = tuple(sorted(bench.batch_sizes))
-    chosen: list[tuple[int, float]] = []  # per benched size: (K, measured speedup over plain)
+    sizes = tuple(sorted({b for run in runs for b in run.batch_sizes}))
+    chosen: list[tuple[int, float]] = []  # per benched size: (K, its worst measured speedup over plain)
     for b in sizes:
-        rows = [r for r in bench.rows if r.batch_size == b and r.k is not None and r.speedup is not None]
-        best = max(rows, key=lambda r: (r.speedup, -r.k), default=None)
-        chosen.append((best.k, best.speedup) if best is not None and best.speedup > 1.0 + margin else (0, 1.0))
+        timed = [run for run in runs if b in run.batch_sizes]
+        worst: dict[int, float] = {}
+        for k in {r.k for run in timed for r in run.rows if r.batch_size == b and r.k is not None}:
+            figures = [[r.speedup for r in run.rows if r.batch_size == b and r.k == k and r.speedup is not None]
+                       for run in timed]
+            if all(figures):  # a figure in every run (a row of the schedule and one of a fixed K may both run k)
+                worst[k] = min(max(f) for f in figures)
+        best = max(worst.items(), key=lambda ks: (ks[1], -ks[0]), default=None)
+        chosen.append(best if best is not None and best[1] > 1.0 + margin else (0, 1.0))
     ranges: list[BatchRange] = []
     for i, (b, (k, speedup)) in enumerate(zip(sizes, chosen, strict=True)):
         start, end = (1 if i == 0 else b), (sizes[i + 1] - 1 if i + 1 < len(sizes) else b)
@@ -363,9 +375,11 @@ def measured_schedule(bench: BatchedBench, planned: Schedule | None, *, margin: 
         predicted = next((r.predicted for r in planned.ranges if r.start <= b <= r.end and r.k == k), None) \
             if planned is not None else None
         ranges.append(BatchRange(start, end, k, predicted, round(speedup, 4)))
-    said = (f"measured by bench at B = {', '.join(map(str, sizes))}: the fastest of plain decoding, the schedule and "
-            f"K = {', '.join(map(str, bench.ks))} at each (K = 0 unless one beat plain batched decoding by "
-            f"{margin:.0%})")
+    ks = sorted({k for run in runs for k in run.ks})
+    fastest = "the fastest" if len(runs) == 1 else f"over {len(runs)} runs, the fastest at its worst run"
+    said = (f"measured by bench at B = {', '.join(map(str, sizes))}: {fastest} of plain decoding, the schedule and "
+            f"K = {', '.join(map(str, ks))} at each (K = 0 unless one beat plain batched decoding by {margin:.0%}"
+            + (")" if len(runs) == 1 else " in every run)"))
     basis = f"{said}; planned first from {planned.basis}" if planned is not None and planned.basis else said
-    considered = tuple(sorted({0, *bench.ks, *(planned.considered if planned is not None else ())}))
+    considered = tuple(sorted({0, *ks, *(planned.considered if planned is not None else ())}))
     return Schedule(tuple(ranges), considered, basis)
