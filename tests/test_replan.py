@@ -704,7 +704,7 @@ def test_every_shipped_draft_profile_re_plans(path, tmp_path, h100_roofline):
     was, now = dict(prof.method_params).get("scheme"), dict(on_gpu.method_params).get("scheme")
     assert (now in ("int8", "int4")) if was == "fp16" else (now == was)  # fbgemm's fp16 has no CUDA kernel
     if now is not None and on_gpu.schedule is not None:  # the schedule prices the scheme that ships, not the searched
-        assert f"the {now} draft grows" in on_gpu.schedule.basis, on_gpu.schedule.basis
+        assert f"the {now} draft costs the grid's c(B) of {now}" in on_gpu.schedule.basis, on_gpu.schedule.basis
     for costs in (CPU, str(flat)):
         out = tmp_path / f"{path.stem}-{Path(costs).stem}.yaml"
         result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", costs, "--out", str(out),
