@@ -164,6 +164,37 @@ def test_eager_forwards_on_the_compiled_cache_match_the_compiled_ones(compiled):
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
 
 
+def test_one_token_and_a_block_plus_one_run_the_one_token_graph_unpadded(compiled):
+    from torch._dynamo.utils import counters
+
+    runner = compiled._runner
+    seen: list[int] = []
+    real = runner._logits
+
+    def spy(ids, positions):
+        seen.append(ids.shape[1])
+        return real(ids, positions)
+
+    cache = compiled.decode_cache(20)
+    compiled.forward(torch.tensor([4, 8, 15, 16]), start=0, cache=cache)  # the prompt: eager
+    before = counters["stats"]["unique_graphs"]
+    runner._logits = spy
+    try:
+        one = compiled.forward(torch.tensor([23]), start=4, cache=cache)  # a plain step
+        five = compiled.forward(torch.tensor([42, 7, 9, 11, 13]), start=5, cache=cache)  # a block, then one token
+    finally:
+        del runner._logits
+    assert seen == [1, 4, 1]  # no padded block for a lone token
+    assert counters["stats"]["unique_graphs"] == before  # both graphs were compiled when the kernel was built
+    assert compiled.cache_lengths(cache) == (10,) * 4
+    compiled.crop(cache, 4)
+    with compiled.eager():
+        slow = compiled.forward(torch.tensor([23, 42, 7, 9, 11, 13]), start=4, cache=cache)
+    fast = torch.cat([one, five])
+    assert torch.equal(fast.argmax(-1), slow.argmax(-1))
+    assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+
+
 def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):
     from skipsearch import methods as registry
     from skipsearch.costs import load_costs, measure_cost_profile, save_costs

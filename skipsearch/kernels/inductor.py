@@ -1,17 +1,21 @@
-"""``inductor``: ``torch.compile`` of the whole model over a transformers ``StaticCache``, in blocks of ``chunk``
-tokens.
+"""``inductor``: ``torch.compile`` of the whole model over a transformers ``StaticCache``: one graph for a
+one-token step and one for a block of ``chunk`` tokens.
 
 TorchInductor runs with ``freezing`` and ``max_autotune``: weights frozen as constants, every linear offered to
-inductor's CPU GEMM templates and kept there where autotuning finds them faster. One graph of ``chunk`` tokens
-serves every forward of the full model that the decoder runs after the prompt: a forward over k tokens runs
-ceil(k / chunk) blocks, the last one padded, so plain steps, verifies of any length and the cost timing share it,
-and nothing recompiles while decoding (the shapes are fixed: the block and the cache's capacity). The prompt (any
-length) and every partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend
-the full model's KV exactly as they do on a DynamicCache.
+inductor's CPU GEMM templates and kept there where autotuning finds them faster. Two graphs serve every forward
+of the full model that the decoder runs after the prompt: a one-token forward (a plain step, a verify with
+nothing drafted) runs the one-token graph, and a forward over k tokens runs k // chunk blocks plus its rest, the
+rest as one token where it is one token, else as a block padded to ``chunk``. So plain steps, verifies of any
+length and the cost timing share them, and nothing recompiles while decoding (the shapes are fixed: the two
+graphs and the cache's capacity). ``inductor-c1`` compiles the one graph. The prompt (any length) and every
+partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend the full
+model's KV exactly as they do on a DynamicCache.
 
-Why a block of ``chunk`` tokens and not one graph per verify length: each graph costs a minute or more of
-compilation per thread count, and on the CPUs measured here a 4-token block costs about what a 1-token one
-does while longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``).
+Why a one-token graph beside the block: a one-token step through a padded 4-token block costs the whole block,
+about 1.4 one-token steps on the Zen 1 EPYC measured in ``studies/compiled-step-smollm2-cpu.md``, and HF's own
+compiled greedy runs one-token graphs. Why a block of ``chunk`` tokens and not one graph per verify length: each
+graph costs two to four minutes of compilation per thread count on that machine (a minute on a Zen 4), and
+longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``).
 
 Compilation happens once per process and thread count (the generated code has the thread count baked in).
 Inductor's on-disk caches live under ``~/.cache/skipsearch/inductor/torch-<version>-<threads>t`` (C++
@@ -106,8 +110,8 @@ def _rewind(cache, length: int) -> None:
 
 
 class _CompiledBlocks:
-    """The inductor kernel: the whole HF model compiled for one block of ``kernel.chunk`` tokens on one
-    StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block.
+    """The inductor kernel: the whole HF model compiled for one token and for one block of ``kernel.chunk``
+    tokens on one StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block.
 
     Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
     that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
@@ -135,10 +139,11 @@ class _CompiledBlocks:
         graphs_before = counters["stats"]["unique_graphs"]
         t0 = time.perf_counter()
         with torch.inference_mode():
-            pad = torch.zeros(kernel.chunk, dtype=torch.long, device=sm.device)
-            for _ in range(2):  # the first call compiles; the second checks the graph is reused
-                _rewind(self.cache, 0)
-                self.forward(pad, 1)
+            for size in sorted({1, kernel.chunk}):  # the one-token graph, then the block's
+                pad = torch.zeros(size, dtype=torch.long, device=sm.device)
+                for _ in range(2):  # the first call compiles; the second checks the graph is reused
+                    _rewind(self.cache, 0)
+                    self.forward(pad, 1)
         _rewind(self.cache, 0)
         self._seconds = time.perf_counter() - t0
         self._graphs_before, self._threads = graphs_before, threads
@@ -168,7 +173,8 @@ class _CompiledBlocks:
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """The full model over ``ids`` [T] at positions start.., in blocks: logits [T, V]; the cache ends at
-        start + T (a padded block's extra positions are rewound)."""
+        start + T (a padded block's extra positions are rewound). A rest of one token (T = 1 included) runs the
+        one-token graph, unpadded."""
         import torch
 
         C, T = self.kernel.chunk, ids.shape[0]
@@ -179,6 +185,9 @@ class _CompiledBlocks:
         for b in range(0, T, C):
             block = ids[b:b + C]  # [<=C]
             n = block.shape[0]
+            if n == 1:  # the one-token graph: no padding
+                out.append(self.forward_one(block, start + b))
+                continue
             if n < C:  # padding: its KV lands past the sequence, masked by position and rewound below
                 block = torch.cat([block, block.new_zeros(C - n)])
             pos = torch.arange(start + b, start + b + C, device=ids.device).unsqueeze(0)  # [1, C]
@@ -188,10 +197,17 @@ class _CompiledBlocks:
         return torch.cat(out).float()  # [T, V]
 
     def _logits(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The compiled module over ``ids`` [1, T] at ``positions`` [1, T] on the kernel's cache: logits [1, T, V]."""
-        with inductor_settings():
-            return self._module(input_ids=ids, position_ids=positions, **self._sm.cache_kwargs(self.cache),
-                                use_cache=True).logits
+        """The compiled module over ``ids`` [1, T] at ``positions`` [1, T] on the kernel's cache: logits [1, T, V].
+        Both are copied into inference tensors first: a tensor made outside ``inference_mode`` (a decoder's token)
+        carries another dispatch key set, which dynamo guards on, and would compile the same graph again."""
+        import torch
+
+        with torch.inference_mode():
+            ids = ids if ids.is_inference() else ids.clone()
+            positions = positions if positions.is_inference() else positions.clone()
+            with inductor_settings():
+                return self._module(input_ids=ids, position_ids=positions, **self._sm.cache_kwargs(self.cache),
+                                    use_cache=True).logits
 
 
 def build(sm: Adapter, kernel: Kernel, capacity: int) -> _CompiledBlocks:
