@@ -11,8 +11,8 @@ kernel builds and its report, parsing and checking) is in ``base.py``. Adding a 
 ``register(...)`` line below.
 
 - ``eager`` (``eager.py``): HF's modeling code over a DynamicCache, on any device;
-- ``inductor`` (``inductor.py``): ``torch.compile`` of the whole model over a StaticCache, in blocks of
-  ``chunk`` tokens (``inductor-c4``), on CPUs.
+- ``inductor`` (``inductor.py``): ``torch.compile`` of the whole model over a StaticCache, a one-token graph and
+  blocks of ``chunk`` tokens (``inductor-c4``), on CPUs.
 
 No torch at import: the CLI validates ``--kernel`` before anything loads.
 """

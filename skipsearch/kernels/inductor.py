@@ -217,7 +217,8 @@ def build(sm: Adapter, kernel: Kernel, capacity: int) -> _CompiledBlocks:
 
 KERNEL = KernelSpec(
     name="inductor",
-    summary="torch.compile (TorchInductor, frozen weights, autotuned CPU GEMMs) over a StaticCache, in token blocks",
+    summary="torch.compile (TorchInductor, frozen weights, autotuned CPU GEMMs) over a StaticCache: one token, "
+            "and blocks of tokens",
     compiled=True,
     build=build,
     check=check,
