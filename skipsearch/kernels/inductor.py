@@ -185,12 +185,10 @@ class _CompiledBlocks:
         for b in range(0, T, C):
             block = ids[b:b + C]  # [<=C]
             n = block.shape[0]
-            if n == 1:  # the one-token graph: no padding
-                out.append(self.forward_one(block, start + b))
-                continue
-            if n < C:  # padding: its KV lands past the sequence, masked by position and rewound below
-                block = torch.cat([block, block.new_zeros(C - n)])
-            pos = torch.arange(start + b, start + b + C, device=ids.device).unsqueeze(0)  # [1, C]
+            width = 1 if n == 1 else C  # a lone token runs the one-token graph, unpadded
+            if n < width:  # padding: its KV lands past the sequence, masked by position and rewound below
+                block = torch.cat([block, block.new_zeros(width - n)])
+            pos = torch.arange(start + b, start + b + width, device=ids.device).unsqueeze(0)  # [1, width]
             _rewind(self.cache, start + b)
             out.append(self._logits(block.unsqueeze(0), pos)[0, :n])
         _rewind(self.cache, start + T)
