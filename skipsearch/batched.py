@@ -5,31 +5,26 @@ k tokens per row (a row may get fewer, or none), the full model verifies every r
 [B, 1 + the longest proposal], and each row keeps its own accepted prefix plus the full model's token. With no
 drafter it is plain batched greedy decoding, the reference the speculative output is checked against.
 
-The cache. Rows of different prompt lengths and different acceptance share one HF ``DynamicCache`` whose *slots*
-advance by the same count for every row in each forward; what a slot holds is per row:
-- each row keeps its own position counter (``position_ids`` [B, T]), so rotary embeddings see the row's own
-  positions whatever slot a token sits in;
-- ``valid`` [B, S] says which slots each row attends to: its prompt (left-padded: the pads are never valid),
-  its pending tokens and accepted drafts; a rejected draft's slot, a finished row's dummy slots and a shorter
-  prompt's pads stay invalid forever (they are physically there, masked out, and cropped once every row's
-  trailing slots are invalid);
-- the 4D boolean mask [B, 1, T, S + T] is ``valid`` for the cached slots and causal within the new block.
-  A query always sees its own slot, so a pad's or a finished row's query never attends to nothing (its
-  softmax would be NaN, and a NaN value in a masked slot still poisons the others: 0 x NaN).
-Draft forwards of a model draft run as batched [B, 1] steps (``BatchStep``) on top of the same cache; the engine
-crops their KV before the verify, as ``decoding.generate`` does for one sequence.
+The cache. Rows of different prompt lengths and different acceptance share one ``kv_cache.row_cache``: a static
+cache of B x S slots in which each row writes its token at position p to slot p, and each query attends to its
+own row's slots up to its own position (``kv_cache.row_mask``). Every row keeps its own position counter, so
+rotary embeddings and the mask follow the row, whatever the other rows did. Nothing needs cropping or
+bookkeeping: a rejected draft's slot, a shorter prompt's pad (prompts are right-padded) and a finished row's
+dummies lie past the row's position, masked, until the row's next real token at that position overwrites them.
+Draft forwards of a model draft run as batched [B, 1] steps (``BatchStep``) at the row's next draft positions, on
+the same cache; the verify then writes over them.
 
 Greedy identity: a draft token is kept only if it equals the full model's argmax at its position, so each row's
 output is what plain batched greedy decodes, up to the float rounding of other forward shapes (a numerical tie).
 A batch of one whose drafter has a one-sequence form (``BatchDrafter.single``) decodes through
-``decoding.generate``: today's path and speed, the compiled kernel included. Batches of more run eager (a
-compiled kernel in use is left out for them, said once on stderr): a compiled batched graph free of recompiles
-is not built here.
+``decoding.generate``. With a compiled kernel the full model's forwards after the prompt run its batched graphs
+(one per batch size and block width, compiled on the first batch of that size; the shapes are fixed, so nothing
+recompiles across prompt lengths, draft lengths and acceptance); the prompt and the drafts' partial models run
+eagerly on the same cache, as for one sequence.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,14 +86,19 @@ def available_memory(device: torch.device) -> int | None:
     return None
 
 
+def batch_slots(*, prompt_tokens: int, max_new_tokens: int, k: int) -> int:
+    """Slots per row of a batch's cache: the longest prompt, the new tokens, and a last cycle's k drafts past them."""
+    return prompt_tokens + max_new_tokens + k + 1
+
+
 def batch_bytes(sm: SkippableModel, *, batch_size: int, prompt_tokens: int, max_new_tokens: int, k: int) -> int:
-    """What a batch adds at most: its KV cache (every cycle may spend k+1 slots on one kept token) and one
-    verify's float logits."""
+    """What a batch adds at most: its KV cache (``batch_slots`` per row, whatever the acceptance) and one verify's
+    float logits."""
     config = sm.hf.config
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    slots = prompt_tokens + max_new_tokens * (k + 1)
+    slots = batch_slots(prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, k=k)
     kv = batch_size * slots * sm.num_layers * 2 * kv_heads * head_dim * sm.dtype.itemsize
     logits = batch_size * (k + 1) * config.vocab_size * 4
     return kv + logits
@@ -124,60 +124,35 @@ def check_fits(sm: SkippableModel, *, batch_size: int, prompt_tokens: int, max_n
 
 # -- the batch's cache --------------------------------------------------------------------------------
 class BatchStep:
-    """The batch's cache, its valid slots and each row's position: builds every forward's positions and mask.
+    """The batch's cache and each row's position: runs every forward of the batch.
 
     A drafter calls it as ``step(tokens)``: one batched one-token forward of the model as it stands (inside the
-    drafter's contexts), each row's token at its next draft position, attending to its valid slots and its own
-    earlier draft tokens; returns logits [B, V]. The engine crops those draft slots before the verify."""
+    drafter's contexts), each row's token at its next draft position, attending to its own earlier slots (its
+    committed tokens and this cycle's drafts); returns logits [B, V]. The verify then writes over the drafts."""
 
-    def __init__(self, sm: SkippableModel, cache, valid: torch.Tensor, positions: list[int]) -> None:
+    def __init__(self, sm: SkippableModel, cache, positions: list[int]) -> None:
         self.sm, self.cache = sm, cache
-        self.valid = valid  # [B, S] bool: the slots each row attends to
         self.positions = positions  # per row: the position of its pending token (the next verify's first)
-        self.drafted = 0  # draft steps since the last verify (their slots are cropped before it)
+        self.drafted = 0  # draft steps since the last verify
         self.steps = 0  # draft forwards in all
 
-    @property
-    def slots(self) -> int:
-        return self.valid.shape[1]
-
-    def block(self, ids: torch.Tensor, *, start: Sequence[int], extra: int = 0, real: torch.Tensor | None = None,
-              last_only: bool = False) -> torch.Tensor:
-        """Run ``ids`` [B, T] at positions start[i].. over the valid slots, ``extra`` more slots (this cycle's draft
-        slots, which every row sees), then causally within the block: to the block's earlier slots that are
-        ``real`` [B, T] (default all; the prefill's pads are not) and always to its own. Logits [B, T, V]."""
+    def block(self, ids: torch.Tensor, *, start: Sequence[int], last: list[int] | None = None) -> torch.Tensor:
+        """Run ``ids`` [B, T] at positions start[i].. : logits [B, T, V] (with ``last``, [B, V] at those indices)."""
         B, T = ids.shape
-        device = self.sm.device
-        positions = torch.tensor(start, device=device).view(B, 1) + torch.arange(T, device=device)  # [B, T]
-        seen = torch.cat([self.valid, torch.ones(B, extra, dtype=torch.bool, device=device)], dim=1)  # [B, S']
-        causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # [T, T]
-        own = causal & real[:, None, :] if real is not None else causal.expand(B, T, T)  # [B, T, T]
-        own = own | torch.eye(T, dtype=torch.bool, device=device)
-        mask = torch.cat([seen[:, None, :].expand(B, T, -1), own], dim=2)  # [B, T, S'+T]
-        return self.sm.forward_rows(ids, positions=positions, mask=mask[:, None], cache=self.cache,
-                                    last_only=last_only)
+        positions = torch.tensor(start).view(B, 1) + torch.arange(T)  # [B, T]
+        return self.sm.forward_rows(ids, positions=positions, cache=self.cache, last=last)
 
     def __call__(self, tokens: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor(list(tokens), device=self.sm.device).view(-1, 1)  # [B, 1]
-        start = [p + self.drafted for p in self.positions]
-        logits = self.block(ids, start=start, extra=self.drafted)[:, -1]  # [B, V]
+        ids = torch.tensor(list(tokens)).view(-1, 1)  # [B, 1]
+        logits = self.block(ids, start=[p + self.drafted for p in self.positions])[:, -1]  # [B, V]
         self.drafted += 1
         self.steps += 1
         return logits
 
-    def crop_drafts(self) -> None:
-        """Drop the draft-only KV (every layer back to the valid slots' count)."""
-        self.sm.crop(self.cache, self.slots)
+    def verify(self, ids: torch.Tensor) -> torch.Tensor:
+        """The full model over ``ids`` [B, W] from each row's pending position (over this cycle's drafts)."""
         self.drafted = 0
-
-    def append(self, kept: torch.Tensor) -> None:
-        """Add the verify block's slots, ``kept`` [B, T] bool (which of them each row goes on attending to), and
-        crop the trailing slots no row keeps."""
-        valid = torch.cat([self.valid, kept], dim=1)  # [B, S+T]
-        used = valid.any(dim=0).nonzero()
-        length = int(used[-1]) + 1 if used.numel() else 0
-        self.sm.crop(self.cache, length)
-        self.valid = valid[:, :length]
+        return self.block(ids, start=self.positions)
 
 
 # -- a model draft, batched ---------------------------------------------------------------------------
@@ -231,9 +206,6 @@ class LayerSkipBatchDrafter(BatchDrafter):
 
 
 # -- the engine ---------------------------------------------------------------------------------------
-_said_eager: set[int] = set()  # models already told (once) that their batches run eager
-
-
 def generate_batch(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter: BatchDrafter | None = None,
                    k: int = 0, max_new_tokens: int, eos_token_ids: Sequence[int] | None = None,
                    check_memory: bool = True) -> BatchResult:
@@ -241,7 +213,7 @@ def generate_batch(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, draf
 
     ``drafter`` proposes up to ``k`` tokens per row each cycle; None (or k 0) is plain batched greedy. The batch is
     checked against the memory available first (``check_fits``). A batch of one whose drafter has a one-sequence
-    form runs ``decoding.generate`` (the compiled kernel included); larger batches run eager."""
+    form runs ``decoding.generate``; larger batches run the batched loop (``decode_rows``)."""
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -256,10 +228,6 @@ def generate_batch(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, draf
     single = drafter.single() if drafter is not None and k else None
     if len(prompts) == 1 and (drafter is None or not k or single is not None):
         return _one(sm, prompts[0], drafter=single, k=k, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids)
-    if len(prompts) > 1 and sm.kernel.compiled and id(sm) not in _said_eager:
-        _said_eager.add(id(sm))
-        print(f"note: batched decoding runs eager; the compiled kernel {sm.kernel.label} serves batches of one only",
-              file=sys.stderr)
     return decode_rows(sm, prompts, drafter=drafter if k else None, k=k, max_new_tokens=max_new_tokens,
                        eos_token_ids=eos_token_ids)
 
@@ -278,8 +246,8 @@ def _one(sm, prompt, *, drafter, k, max_new_tokens, eos_token_ids) -> BatchResul
 
 def decode_rows(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter: BatchDrafter | None = None,
                 k: int = 0, max_new_tokens: int, eos_token_ids: Sequence[int] | None = None) -> BatchResult:
-    """The batched loop itself, eager, for any batch size (``generate_batch`` checks memory and sends a batch of
-    one to ``decoding.generate``; tests call this to check the loop at B = 1 too)."""
+    """The batched loop itself, for any batch size (``generate_batch`` checks memory and sends a batch of one to
+    ``decoding.generate``; tests call this to check the loop at B = 1 too)."""
     eos = set(sm.eos_token_ids if eos_token_ids is None else eos_token_ids)
     device = sm.device
     B = len(prompts)
@@ -288,16 +256,12 @@ def decode_rows(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter
     wants_tokens = drafter is not None and drafter.wants_tokens
 
     t_start = timing.now(device)
-    # 0. prefill, left-padded so that every row's last prompt token is the block's last (one row of logits each)
+    # 0. prefill, right-padded: row i's prompt at positions 0.., its pads after it (masked, then overwritten)
     length = max(len(p) for p in prompts)
-    pad = [length - len(p) for p in prompts]
-    ids = torch.tensor([[p[0]] * n + list(p) for p, n in zip(prompts, pad, strict=True)], device=device)  # [B, L]
-    cache = sm.new_cache()
-    step = BatchStep(sm, cache, torch.zeros(B, 0, dtype=torch.bool, device=device), [0] * B)
-    real = torch.arange(length, device=device).unsqueeze(0) >= torch.tensor(pad, device=device).view(B, 1)  # [B, L]
-    # no real token ever sees a pad; a pad's query sees only itself (finite, and never read)
-    logits = step.block(ids, start=[-n for n in pad], real=real, last_only=True)[:, -1]  # [B, V]
-    step.append(real)
+    slots = batch_slots(prompt_tokens=length, max_new_tokens=max_new_tokens, k=k if drafter is not None else 0)
+    step = BatchStep(sm, sm.batch_cache(B, slots), [0] * B)
+    ids = torch.tensor([list(p) + [p[-1]] * (length - len(p)) for p in prompts])  # [B, L]
+    logits = step.block(ids, start=[0] * B, last=[len(p) - 1 for p in prompts])  # [B, V]
     pending = logits.argmax(-1).tolist()
     step.positions = [len(p) for p in prompts]  # `pending` sits at position len(prompt)
     out = [[t] for t in pending]
@@ -314,16 +278,14 @@ def decode_rows(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter
             got = drafter.draft(sm, step, pending=list(pending), limits=limits, **extra)
             # a row's draft is capped at its own limit (what it really proposed is what counts)
             proposals = tuple(tuple(int(t) for t in got[i][: limits[i]]) for i in range(B))
-        # 2. verify every row in one full forward of [B, W]; first drop the draft's KV
-        step.crop_drafts()
+        # 2. verify every row in one full forward of [B, W], over the drafts' slots
         width = 1 + max(len(p) for p in proposals)
         # a row with fewer proposals (or a finished row) is padded with its pending token: a dummy, never kept
         block = [[pending[i], *proposals[i], *[pending[i]] * (width - 1 - len(proposals[i]))] for i in range(B)]
-        logits = step.block(torch.tensor(block, device=device), start=step.positions)  # [B, W, V]
+        logits = step.verify(torch.tensor(block))  # [B, W, V]
         verify_steps += 1
         target = logits.argmax(-1).tolist()  # [B][W]: the full model's choice after each prefix
         # 3. accept: each row its own leading matches, plus the full model's token after them
-        kept = torch.zeros(B, width, dtype=torch.bool, device=device)  # [B, W]
         took = [0] * B
         for i in range(B):
             if done[i]:
@@ -332,7 +294,6 @@ def decode_rows(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter
             while a < len(proposals[i]) and proposals[i][a] == target[i][a]:
                 a += 1
             new = [*proposals[i][:a], target[i][a]]
-            kept[i, : 1 + a] = True  # pending + the a accepted drafts stay; the rest of the block never will
             step.positions[i] += 1 + a
             pending[i] = new[-1]
             for j, tok in enumerate(new):  # stop at EOS (kept) and at max_new_tokens
@@ -347,8 +308,6 @@ def decode_rows(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter
             out[i].extend(new)
             seqs[i].extend(new)
             done[i] = pending[i] in eos or len(out[i]) >= max_new_tokens
-        # 4. keep each row's kept slots; crop the trailing slots no row keeps
-        step.append(kept)
         if drafter is not None and any(proposals):
             drafter.observe([len(p) for p in proposals], took)
 
@@ -361,4 +320,4 @@ def decode_rows(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, drafter
 
 
 __all__ = ["BatchRefused", "BatchResult", "BatchStats", "BatchStep", "LayerSkipBatchDrafter", "available_memory",
-           "batch_bytes", "check_fits", "decode_rows", "generate_batch"]
+           "batch_bytes", "batch_slots", "check_fits", "decode_rows", "generate_batch"]

@@ -93,4 +93,73 @@ class PrefixKV:
         return torch.cat([kv[0], key_states], dim=-2), torch.cat([kv[1], value_states], dim=-2)
 
 
-__all__ = ["LayerFrame", "PrefixKV", "cache_lengths", "crop", "is_static"]
+# -- the batched engine's cache: one slot per position, per row -------------------------------------------------
+def _row_layer_class():
+    """``RowLayer``: a transformers ``StaticLayer`` that writes each row's tokens at that row's own positions (made
+    on first use, so importing this module does not import transformers' cache code)."""
+    global _RowLayer
+    if _RowLayer is None:
+        from transformers.cache_utils import StaticLayer
+
+        class RowLayer(StaticLayer):
+            """A static layer of [B, heads, capacity, head_dim] in which slot s of row b holds row b's token at
+            position s: ``update`` scatters the new KV to the ``position_ids`` [B, T] the modeling code passes its
+            attention (every supported model passes them through to ``cache.update``). It keeps no length: what
+            a row may attend to is decided by the mask (``row_mask``), never by the layer."""
+
+            def update(self, key_states, value_states, *args, **kwargs):
+                if not self.is_initialized:
+                    self.lazy_initialization(key_states, value_states)
+                positions = (kwargs.get("kwargs") or {}).get("position_ids", kwargs.get("position_ids"))
+                if positions is None:
+                    raise RuntimeError("a row cache needs the forward's position_ids passed to cache.update; this "
+                                       "model's attention does not pass them")
+                at = positions.view(positions.shape[0], 1, -1, 1)  # [B, 1, T, 1]
+                self.keys.scatter_(2, at.expand(-1, self.num_heads, -1, self.k_head_dim), key_states)
+                self.values.scatter_(2, at.expand(-1, self.num_heads, -1, self.v_head_dim), value_states)
+                return self.keys, self.values
+
+        _RowLayer = RowLayer
+    return _RowLayer
+
+
+_RowLayer = None
+
+
+def row_cache(config, *, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
+    """The batched engine's KV cache: a transformers ``StaticCache`` of ``rows`` x ``capacity`` slots in which every
+    row writes its token at position p to slot p (``RowLayer``). So rows of different prompt lengths and different
+    acceptance need no bookkeeping of slots: a row attends to the slots up to each query's own position
+    (``row_mask``); a rejected draft's slot, a prompt's pad and a finished row's dummies lie past the row's
+    position, masked, until the row's next real token at that position overwrites them. The shapes are fixed (a
+    compiled batched graph reads the same tensors every step) and the memory is ``rows x capacity`` slots, however
+    many drafts were rejected. The mask ignores sliding windows: a config with a window shorter than ``capacity``
+    is refused (ValueError)."""
+    from transformers import StaticCache
+
+    window = getattr(config, "sliding_window", None)
+    if isinstance(window, int) and 0 < window < capacity and getattr(config, "use_sliding_window", True):
+        raise ValueError(f"batched decoding attends to every earlier position, and this model slides a window of "
+                         f"{window} (< {capacity} positions): decode it with --batch-size 1")
+    cache = StaticCache(config=config, max_cache_len=capacity)
+    layer = _row_layer_class()
+    cache.layers = [layer(max_cache_len=capacity) for _ in cache.layers]
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache.early_initialization(rows, heads, head_dim, dtype, device)
+    return cache
+
+
+def row_capacity(cache) -> int:
+    """Slots per row of a ``row_cache``."""
+    return int(cache.layers[0].max_cache_len)
+
+
+def row_mask(positions: torch.Tensor, capacity: int) -> torch.Tensor:
+    """The attention mask of a forward on a ``row_cache``: query (b, t), at position ``positions[b, t]``, attends
+    to slots 0 .. positions[b, t] of its own row. [B, 1, T, capacity] bool, True = attend."""
+    slots = torch.arange(capacity, device=positions.device)
+    return (slots.view(1, 1, 1, -1) <= positions[:, None, :, None])
+
+
+__all__ = ["LayerFrame", "PrefixKV", "cache_lengths", "crop", "is_static", "row_cache", "row_capacity", "row_mask"]

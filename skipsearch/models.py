@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
@@ -29,7 +30,7 @@ from torch import nn
 
 from skipsearch import kv_cache
 from skipsearch.checkpoints import ModelError, state_fingerprint
-from skipsearch.config import DraftConfig
+from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_kernel, parse_kernel
 from skipsearch.kv_cache import LayerFrame, PrefixKV
 from skipsearch.placement import Placement
@@ -77,6 +78,7 @@ class SkippableModel:
         self._compile_draft = False  # inside compiled_draft(): one-token partial forwards may run compiled
         self._eager_only = 0  # open eager() contexts
         self._runner: KernelRunner | None = None  # a compiled kernel's, once use_kernel() built it
+        self._batched: set[int] = set()  # batch sizes the runner has compiled graphs for
 
     # -- facts about the model ------------------------------------------------------------
     @property
@@ -203,6 +205,7 @@ class SkippableModel:
         if kernel.compiled:
             _log.info("compiling %s graphs ...", kernel.label, extra={"step": "start"})
         self._runner = kernel.spec.build(self, kernel, capacity)  # None: eager, this adapter's own forwards
+        self._batched = set()
         if self._runner is not None:
             _log.info("compiling %s graphs ... %.0f s", kernel.label, self._runner.report().compile_seconds,
                       extra={"step": "end"})
@@ -278,16 +281,53 @@ class SkippableModel:
         )
         return out.logits[0].float()  # [T, V]
 
+    def batch_cache(self, rows: int, positions: int):
+        """The KV cache a batch of ``rows`` decodes in: a ``kv_cache.row_cache`` of at least ``positions`` slots per
+        row (longest prompt + new tokens + the draft length + 1), emptied. With a compiled kernel it is the
+        runner's cache for this batch size (its graphs are compiled on the first batch of that size, and fixed
+        shapes need a fixed capacity: one ConfigError line when ``positions`` exceed it); else a fresh one."""
+        if self._runner is not None:
+            if rows in self._batched:
+                return self._runner.batch_cache(rows, positions)
+            _log.info("compiling %s graphs for batches of %d ...", self._runner.kernel.label, rows,
+                      extra={"step": "start"})
+            t0 = time.perf_counter()
+            cache = self._runner.batch_cache(rows, positions)
+            self._batched.add(rows)
+            _log.info("compiling %s graphs for batches of %d ... %.0f s", self._runner.kernel.label, rows,
+                      time.perf_counter() - t0, extra={"step": "end"})
+            return cache
+        try:
+            return kv_cache.row_cache(self.hf.config, rows=rows, capacity=positions, dtype=self.dtype,
+                                      device=self.device)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
     @torch.inference_mode()
-    def forward_rows(self, ids: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor, cache,
-                     last_only: bool = False) -> torch.Tensor:
-        """Run a batch: ``ids`` and ``positions`` [B, T] over ``cache``'s S slots, ``mask`` [B, 1, T, S + T] bool
-        (True = attend), which transformers takes as it is. Eager always (the batched engine). Returns logits
-        [B, T, V] float (or [B, 1, V] with ``last_only``)."""
-        out = self.hf(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
-                      attention_mask=mask.to(self.device), **self.cache_kwargs(cache), use_cache=True,
-                      logits_to_keep=1 if last_only else 0)
-        return out.logits.float()
+    def forward_rows(self, ids: torch.Tensor, *, positions: torch.Tensor, cache,
+                     last: list[int] | None = None) -> torch.Tensor:
+        """Run a batch on a ``batch_cache``: ``ids`` and ``positions`` [B, T], each query attending to its own row's
+        slots up to its position (``kv_cache.row_mask``). Returns logits [B, T, V] float, or with ``last`` (one
+        index into T per row) each row's logits there only: [B, V].
+
+        The full model's forwards after the prompt run the compiled kernel's batched graphs where one is in use;
+        the prompt (a block whose positions start at 0) and every partial model (a draft's) run eagerly."""
+        ids, positions = ids.to(self.device), positions.to(self.device)
+        compiled = (self._runner is not None and not self._drafting and not self._partial
+                    and int(positions[:, 0].min()) > 0 and self._runner.owns(cache))
+        if compiled:
+            logits = self._runner.forward_rows(ids, positions, cache)  # [B, T, V]
+            return logits[torch.arange(ids.shape[0]), last] if last is not None else logits
+        keep: int | torch.Tensor = 0
+        if last is not None:
+            cols = sorted(set(last))
+            keep = torch.tensor(cols, device=self.device)
+        mask = kv_cache.row_mask(positions, kv_cache.row_capacity(cache))  # [B, 1, T, S]
+        out = self.hf(input_ids=ids, position_ids=positions, attention_mask=mask, **self.cache_kwargs(cache),
+                      use_cache=True, logits_to_keep=keep).logits.float()
+        if last is None:
+            return out  # [B, T, V]
+        return out[torch.arange(ids.shape[0]), torch.tensor([cols.index(i) for i in last])]  # [B, V]
 
     @torch.inference_mode()
     def forward_hidden(self, token_ids: torch.Tensor, *, start: int, cache) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""The batched engine (skipsearch.batched): B prompts in one cache, per-row positions and a 4D valid-slot mask.
+"""The batched engine (skipsearch.batched): B prompts in one row cache (a slot per position, per row) and per-row masks.
 
 Greedy identity, batched: every row of a speculative batch decodes what plain batched greedy decodes, and plain
 batched greedy decodes what ``decoding.generate`` does for each prompt alone. A difference is allowed only at a

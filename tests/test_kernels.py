@@ -195,6 +195,64 @@ def test_one_token_and_a_block_plus_one_run_the_one_token_graph_unpadded(compile
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
 
 
+# -- batches on the compiled kernel: one graph per batch size and block width --------------------------------------
+ROWS = (*PROMPTS, [1, 2, 3, 1, 2, 3, 1, 2])  # four lengths; the last repeats itself (the lookup accepts there)
+
+
+def _lookup(K: int):
+    m = methods.get("ngram")
+    cfg = DraftConfig(max_draft_tokens=K, exit=NO_EXIT)
+    return m.candidate(cfg, m.parse({"min_n": 1, "max_n": 3}, draft=cfg, num_layers=4))
+
+
+def test_batches_run_compiled_graphs_per_batch_size_and_decode_what_eager_batches_do(compiled):
+    """B = 2 and 3 on the compiled kernel: each row decodes what the eager batched engine decodes (the same weights),
+    with plain steps, lookup drafts of k 1, 3 and 6 (a 7-token verify: a block and a rest) and a precision draft (its
+    steps eager on the batch's cache). Each batch size compiles its two graphs once, on its first batch; then no
+    prompt length, draft length or acceptance compiles anything, and the full model's forwards run compiled."""
+    from torch._dynamo.utils import counters
+
+    from skipsearch.batched import decode_rows, generate_batch
+
+    twin = make_tiny_model(vocab_size=64, num_layers=4, seed=3)  # the same weights, eager
+    runner = compiled._runner
+    for B in (2, 3):  # compile each batch size's graphs first
+        compiled.batch_cache(B, 40)
+    before = counters["stats"]["unique_graphs"]
+    calls: list[tuple[int, int]] = []
+    real = runner.forward_rows
+
+    def spy(ids, positions, cache):
+        calls.append(tuple(ids.shape))
+        return real(ids, positions, cache)
+
+    runner.forward_rows = spy
+    try:
+        for B, start in ((2, 0), (2, 2), (3, 1), (3, 0)):
+            batch = ROWS[start:start + B]
+            ref = decode_rows(twin, batch, max_new_tokens=16).token_ids
+            assert generate_batch(compiled, batch, max_new_tokens=16).token_ids == ref, (B, start)
+            for k in (1, 3, 6):
+                res = generate_batch(compiled, batch, drafter=methods.batch_drafter(_lookup(k), compiled), k=k,
+                                     max_new_tokens=16)
+                assert res.token_ids == ref, (B, start, k)
+            res = generate_batch(compiled, batch, drafter=methods.batch_drafter(_precision(3), compiled), k=3,
+                                 max_new_tokens=16)
+            assert res.token_ids == ref and res.stats.drafted_tokens > 0, (B, start, "precision")
+    finally:
+        del runner.forward_rows
+    assert counters["stats"]["unique_graphs"] == before  # nothing recompiled
+    assert {b for b, _ in calls} == {2, 3} and {t for _, t in calls} >= {1, 4, 7}  # plain steps and verifies ran
+
+
+def test_the_compiled_batch_cache_refuses_a_batch_it_cannot_hold_in_one_line(compiled):
+    from skipsearch.batched import generate_batch
+
+    with pytest.raises(ConfigError, match="do not fit kernel inductor-c4's batched cache") as info:
+        generate_batch(compiled, [[1] * 40, [2] * 30], max_new_tokens=40)
+    assert "\n" not in str(info.value)
+
+
 def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):
     from skipsearch import methods as registry
     from skipsearch.costs import load_costs, measure_cost_profile, save_costs

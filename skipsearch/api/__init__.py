@@ -21,7 +21,7 @@ from skipsearch.api.checks import check_model_arg, hardware_note, profile_hardwa
 from skipsearch.api.loading import open_model
 from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
 from skipsearch.api.search import Reranked, SearchRun, SearchSettings, optimize_study, rerank_study
-from skipsearch.batched import BatchRefused, BatchResult, check_fits, generate_batch
+from skipsearch.batched import BatchRefused, BatchResult, batch_slots, check_fits, generate_batch
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
 from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
@@ -114,13 +114,16 @@ def check_batch_profile(path: str) -> None:
 
 
 def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Profile | None, batch_size: int,
-                   sampling: SamplingParams = GREEDY, max_new_tokens: int = 128) -> Iterator[DecodedBatch]:
+                   sampling: SamplingParams = GREEDY, max_new_tokens: int = 128,
+                   kernel: Kernel | None = None) -> Iterator[DecodedBatch]:
     """Decode ``prompts`` in batches of ``batch_size`` (the last may be smaller), each yielded when it is done.
 
     Everything that can be refused is refused here, in one line, before the first forward: sampling (batched
     decoding is greedy), a profile whose method cannot decode a batch, a prompt that is empty or too long, and a
     batch that does not fit the memory available. The draft length of a batch of B is the profile's schedule at B
-    (``Schedule.k_for``) where it has one, else the profile's K (0 without a profile)."""
+    (``Schedule.k_for``) where it has one, else the profile's K (0 without a profile). ``kernel`` (a compiled one
+    is built here for the longest prompt, with its graphs for every batch size the prompts make, so no batch's time
+    counts a compile) runs the full model's forwards; None keeps what ``sm`` runs."""
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
@@ -135,6 +138,13 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
     for batch in batches:
         check_fits(sm, batch_size=len(batch), prompt_tokens=max(len(ids) for _, ids in batch),
                    max_new_tokens=max_new_tokens, k=batch_k(profile, len(batch)))
+    if kernel is not None:
+        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens)
+    if sm.kernel.compiled:  # each batch size's graphs compile now, not inside its first batch's time
+        for batch in batches:
+            if len(batch) > 1:
+                sm.batch_cache(len(batch), batch_slots(prompt_tokens=max(len(ids) for _, ids in batch),
+                                                       max_new_tokens=max_new_tokens, k=batch_k(profile, len(batch))))
     return _decode_batches(sm, batches, profile=profile, candidate=candidate, max_new_tokens=max_new_tokens)
 
 

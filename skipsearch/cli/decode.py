@@ -134,9 +134,8 @@ def _decode_batched(sm, prof, prompts, *, profile: str | None, kernel: str | Non
     from skipsearch.equivalence import check_against_hf
 
     chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)
-    batches = api.decode_batches(sm, prompts, profile=prof, batch_size=batch_size, max_new_tokens=max_new_tokens)
-    if chosen.compiled:  # the input is all checked: now the notes, before any output
-        typer.echo(f"note: batched decoding runs eager; kernel {chosen.label} is left out", err=True)
+    batches = api.decode_batches(sm, prompts, profile=prof, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                 kernel=chosen)
     note = api.profile_hardware_note(prof, sm.device, source=profile)
     if note:
         typer.echo(f"warning: {note}", err=True)

@@ -99,6 +99,17 @@ class KernelRunner(Protocol):
     def forward_one(self, ids: Any, start: int) -> Any:
         """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
 
+    def batch_cache(self, rows: int, positions: int) -> Any:
+        """Its row cache (``kv_cache.row_cache``) for batches of ``rows`` and ``positions`` slots per row, its graphs
+        for that batch size compiled: one ConfigError line if they do not fit."""
+
+    def owns(self, cache: Any) -> bool:
+        """Whether ``cache`` is one of its batch caches."""
+
+    def forward_rows(self, ids: Any, positions: Any, cache: Any) -> Any:
+        """The full model over a batch, ``ids`` and ``positions`` [B, T], on one of its batch caches: logits
+        [B, T, V] in fp32."""
+
 
 def _runs_anywhere(kernel: Kernel, device: str, instead: str) -> None:
     return None

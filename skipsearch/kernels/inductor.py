@@ -9,7 +9,9 @@ rest as one token where it is one token, else as a block padded to ``chunk``. So
 length and the cost timing share them, and nothing recompiles while decoding (the shapes are fixed: the two
 graphs and the cache's capacity). ``inductor-c1`` compiles the one graph. The prompt (any length) and every
 partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend the full
-model's KV exactly as they do on a DynamicCache.
+model's KV exactly as they do on a DynamicCache. Batches (``batch_cache``, ``forward_rows``) get two graphs of their
+own per batch size, [B, 1] and [B, chunk], on a row cache (``kv_cache.row_cache``), compiled on that size's first
+batch; each graph freezes its own copy of the weights, so every batch size served costs that memory again.
 
 Why a one-token graph beside the block: a one-token step through a padded 4-token block costs the whole block,
 about 1.4 one-token steps on the Zen 1 EPYC measured in ``studies/compiled-step-smollm2-cpu.md``, and HF's own
@@ -43,6 +45,7 @@ if TYPE_CHECKING:  # types only: torch loads with the runner
     import torch
 
 CHUNKS = (1, 2, 4, 8, 16)  # block sizes a compiled verify may use
+DRAFT_SLOTS = 16  # a batch's cache holds this many positions past the kernel's capacity: a last cycle's drafts
 
 
 def cxx_compiler() -> str | None:
@@ -147,6 +150,7 @@ class _CompiledBlocks:
         _rewind(self.cache, 0)
         self._seconds = time.perf_counter() - t0
         self._graphs_before, self._threads = graphs_before, threads
+        self._rows: dict[int, object] = {}  # batch size -> its row cache (kv_cache.row_cache), graphs compiled
 
     def fits(self, kernel: Kernel, capacity: int) -> bool:
         # a padded last block writes up to chunk - 1 positions past the sequence: the cache holds them too
@@ -194,18 +198,78 @@ class _CompiledBlocks:
         _rewind(self.cache, start + T)
         return torch.cat(out).float()  # [T, V]
 
-    def _logits(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The compiled module over ``ids`` [1, T] at ``positions`` [1, T] on the kernel's cache: logits [1, T, V].
-        Both are copied into inference tensors first: a tensor made outside ``inference_mode`` (a decoder's token)
-        carries another dispatch key set, which dynamo guards on, and would compile the same graph again."""
+    # -- batches: B rows on a row cache (kv_cache.row_cache), one graph per batch size and block width ----------
+    def batch_cache(self, rows: int, positions: int):
+        """The row cache for batches of ``rows``, of the kernel's capacity plus ``DRAFT_SLOTS`` slots per row (fixed:
+        a graph is compiled for its shape), emptied. Its two graphs (one token and one block, [rows, 1] and
+        [rows, chunk]) are compiled here for its first batch: minutes for a real model, once per batch size."""
+        import torch
+
+        from skipsearch.kv_cache import row_cache
+
+        slots = self.capacity + DRAFT_SLOTS
+        if positions + self.kernel.chunk > slots:
+            raise ConfigError(f"{positions} positions per row (prompt + new tokens + draft) do not fit kernel "
+                              f"{self.kernel.label}'s batched cache of {slots - self.kernel.chunk}: build it for "
+                              "longer sequences, or use --kernel eager")
+        cache = self._rows.get(rows)
+        if cache is not None:
+            return cache  # nothing to empty: a row reads no slot past its own position, which starts at 0
+        cache = self._rows[rows] = row_cache(self._sm.hf.config, rows=rows, capacity=slots, dtype=self._sm.dtype,
+                                             device=self._sm.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for size in sorted({1, self.kernel.chunk}):  # the first call compiles; the second checks the reuse
+                pad = torch.zeros(rows, size, dtype=torch.long, device=self._sm.device)
+                for _ in range(2):
+                    self.forward_rows(pad, torch.arange(1, 1 + size, device=self._sm.device).expand(rows, size), cache)
+        self._seconds += time.perf_counter() - t0
+        return cache
+
+    def owns(self, cache) -> bool:
+        """Whether ``cache`` is one of its batch caches (whose full-model forwards it runs)."""
+        return any(cache is c for c in self._rows.values())
+
+    def forward_rows(self, ids: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+        """The full model over a batch, ``ids`` and ``positions`` [B, T] (each row's run of positions), on one of its
+        row caches, in blocks as ``forward``: logits [B, T, V] fp32. A padded block's extra tokens continue each
+        row's positions; their KV lands past the row's last real token, masked until overwritten."""
+        import torch
+
+        from skipsearch.kv_cache import row_capacity, row_mask
+
+        C, T = self.kernel.chunk, ids.shape[1]
+        slots = row_capacity(cache)
+        if int(positions[:, -1].max()) + C > slots:
+            raise ConfigError(f"position {int(positions[:, -1].max())} is past kernel {self.kernel.label}'s batched "
+                              f"cache of {slots - C} positions")
+        out = []
+        for b in range(0, T, C):
+            block, pos = ids[:, b:b + C], positions[:, b:b + C]  # [B, <=C]; contiguous below (dynamo guards strides)
+            n = block.shape[1]
+            width = 1 if n == 1 else C
+            if n < width:
+                block = torch.cat([block, block[:, -1:].expand(-1, width - n)], dim=1)
+                pos = torch.cat([pos, pos[:, -1:] + torch.arange(1, 1 + width - n, device=pos.device)], dim=1)
+            block, pos = block.contiguous(), pos.contiguous()
+            out.append(self._logits(block, pos, cache=cache, mask=row_mask(pos, slots))[:, :n])
+        return torch.cat(out, dim=1).float()  # [B, T, V]
+
+    def _logits(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The compiled module over ``ids`` [B, T] at ``positions`` [B, T] on ``cache`` (the one-sequence cache by
+        default; a batch's row cache with its ``mask``): logits [B, T, V]. Both are copied into inference tensors
+        first: a tensor made outside ``inference_mode`` (a decoder's token) carries another dispatch key set, which
+        dynamo guards on, and would compile the same graph again."""
         import torch
 
         with torch.inference_mode():
             ids = ids if ids.is_inference() else ids.clone()
             positions = positions if positions.is_inference() else positions.clone()
+            extra = {} if mask is None else {"attention_mask": mask if mask.is_inference() else mask.clone()}
             with inductor_settings():
-                return self._module(input_ids=ids, position_ids=positions, **self._sm.cache_kwargs(self.cache),
-                                    use_cache=True).logits
+                return self._module(input_ids=ids, position_ids=positions, use_cache=True, **extra,
+                                    **self._sm.cache_kwargs(self.cache if cache is None else cache)).logits
 
 
 def build(sm: Adapter, kernel: Kernel, capacity: int) -> _CompiledBlocks:
