@@ -8,6 +8,7 @@ kernel's StaticCache. The rules the decoder relies on are in models.py's docstri
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -94,36 +95,31 @@ class PrefixKV:
 
 
 # -- the batched engine's cache: one slot per position, per row -------------------------------------------------
+@functools.cache
 def _row_layer_class():
     """``RowLayer``: a transformers ``StaticLayer`` that writes each row's tokens at that row's own positions (made
     on first use, so importing this module does not import transformers' cache code)."""
-    global _RowLayer
-    if _RowLayer is None:
-        from transformers.cache_utils import StaticLayer
+    from transformers.cache_utils import StaticLayer
 
-        class RowLayer(StaticLayer):
-            """A static layer of [B, heads, capacity, head_dim] in which slot s of row b holds row b's token at
-            position s: ``update`` scatters the new KV to the ``position_ids`` [B, T] the modeling code passes its
-            attention (every supported model passes them through to ``cache.update``). It keeps no length: what
-            a row may attend to is decided by the mask (``row_mask``), never by the layer."""
+    class RowLayer(StaticLayer):
+        """A static layer of [B, heads, capacity, head_dim] in which slot s of row b holds row b's token at
+        position s: ``update`` scatters the new KV to the ``position_ids`` [B, T] the modeling code passes its
+        attention (every supported model passes them through to ``cache.update``). It keeps no length: what
+        a row may attend to is decided by the mask (``row_mask``), never by the layer."""
 
-            def update(self, key_states, value_states, *args, **kwargs):
-                if not self.is_initialized:
-                    self.lazy_initialization(key_states, value_states)
-                positions = (kwargs.get("kwargs") or {}).get("position_ids", kwargs.get("position_ids"))
-                if positions is None:
-                    raise RuntimeError("a row cache needs the forward's position_ids passed to cache.update; this "
-                                       "model's attention does not pass them")
-                at = positions.view(positions.shape[0], 1, -1, 1)  # [B, 1, T, 1]
-                self.keys.scatter_(2, at.expand(-1, self.num_heads, -1, self.k_head_dim), key_states)
-                self.values.scatter_(2, at.expand(-1, self.num_heads, -1, self.v_head_dim), value_states)
-                return self.keys, self.values
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            positions = (kwargs.get("kwargs") or {}).get("position_ids", kwargs.get("position_ids"))
+            if positions is None:
+                raise RuntimeError("a row cache needs the forward's position_ids passed to cache.update; this "
+                                   "model's attention does not pass them")
+            at = positions.view(positions.shape[0], 1, -1, 1)  # [B, 1, T, 1]
+            self.keys.scatter_(2, at.expand(-1, self.num_heads, -1, self.k_head_dim), key_states)
+            self.values.scatter_(2, at.expand(-1, self.num_heads, -1, self.v_head_dim), value_states)
+            return self.keys, self.values
 
-        _RowLayer = RowLayer
-    return _RowLayer
-
-
-_RowLayer = None
+    return RowLayer
 
 
 def row_cache(config, *, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):

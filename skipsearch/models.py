@@ -78,7 +78,6 @@ class SkippableModel:
         self._compile_draft = False  # inside compiled_draft(): one-token partial forwards may run compiled
         self._eager_only = 0  # open eager() contexts
         self._runner: KernelRunner | None = None  # a compiled kernel's, once use_kernel() built it
-        self._batched: set[int] = set()  # batch sizes the runner has compiled graphs for
 
     # -- facts about the model ------------------------------------------------------------
     @property
@@ -205,7 +204,6 @@ class SkippableModel:
         if kernel.compiled:
             _log.info("compiling %s graphs ...", kernel.label, extra={"step": "start"})
         self._runner = kernel.spec.build(self, kernel, capacity)  # None: eager, this adapter's own forwards
-        self._batched = set()
         if self._runner is not None:
             _log.info("compiling %s graphs ... %.0f s", kernel.label, self._runner.report().compile_seconds,
                       extra={"step": "end"})
@@ -287,13 +285,12 @@ class SkippableModel:
         runner's cache for this batch size (its graphs are compiled on the first batch of that size, and fixed
         shapes need a fixed capacity: one ConfigError line when ``positions`` exceed it); else a fresh one."""
         if self._runner is not None:
-            if rows in self._batched:
+            if rows in self._runner.batch_sizes:
                 return self._runner.batch_cache(rows, positions)
             _log.info("compiling %s graphs for batches of %d ...", self._runner.kernel.label, rows,
                       extra={"step": "start"})
             t0 = time.perf_counter()
             cache = self._runner.batch_cache(rows, positions)
-            self._batched.add(rows)
             _log.info("compiling %s graphs for batches of %d ... %.0f s", self._runner.kernel.label, rows,
                       time.perf_counter() - t0, extra={"step": "end"})
             return cache

@@ -103,6 +103,10 @@ class KernelRunner(Protocol):
         """Its row cache (``kv_cache.row_cache``) for batches of ``rows`` and ``positions`` slots per row, its graphs
         for that batch size compiled: one ConfigError line if they do not fit."""
 
+    @property
+    def batch_sizes(self) -> frozenset[int]:
+        """The batch sizes whose graphs it has compiled."""
+
     def owns(self, cache: Any) -> bool:
         """Whether ``cache`` is one of its batch caches."""
 

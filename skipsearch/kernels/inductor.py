@@ -106,6 +106,14 @@ def inductor_settings() -> Iterator[None]:
         yield
 
 
+def _blocks(T: int, C: int) -> Iterator[tuple[int, int, int]]:
+    """How a forward of ``T`` tokens runs on blocks of ``C``: per block its offset, its tokens and the graph's width
+    (a lone token runs the one-token graph, unpadded; any other rest a block padded to ``C``)."""
+    for b in range(0, T, C):
+        n = min(C, T - b)
+        yield b, n, 1 if n == 1 else C
+
+
 def _rewind(cache, length: int) -> None:
     from skipsearch.kv_cache import crop  # imports torch: here, not at this module's import
 
@@ -186,10 +194,8 @@ class _CompiledBlocks:
             raise ConfigError(f"position {start + T} is past kernel {self.kernel.label}'s cache of "
                               f"{self.capacity - C} positions")
         out = []
-        for b in range(0, T, C):
-            block = ids[b:b + C]  # [<=C]
-            n = block.shape[0]
-            width = 1 if n == 1 else C  # a lone token runs the one-token graph, unpadded
+        for b, n, width in _blocks(T, C):
+            block = ids[b:b + n]  # [n]
             if n < width:  # padding: its KV lands past the sequence, masked by position and rewound below
                 block = torch.cat([block, block.new_zeros(width - n)])
             pos = torch.arange(start + b, start + b + width, device=ids.device).unsqueeze(0)  # [1, width]
@@ -226,6 +232,11 @@ class _CompiledBlocks:
         self._seconds += time.perf_counter() - t0
         return cache
 
+    @property
+    def batch_sizes(self) -> frozenset[int]:
+        """The batch sizes whose graphs it has compiled."""
+        return frozenset(self._rows)
+
     def owns(self, cache) -> bool:
         """Whether ``cache`` is one of its batch caches (whose full-model forwards it runs)."""
         return any(cache is c for c in self._rows.values())
@@ -244,10 +255,8 @@ class _CompiledBlocks:
             raise ConfigError(f"position {int(positions[:, -1].max())} is past kernel {self.kernel.label}'s batched "
                               f"cache of {slots - C} positions")
         out = []
-        for b in range(0, T, C):
-            block, pos = ids[:, b:b + C], positions[:, b:b + C]  # [B, <=C]; contiguous below (dynamo guards strides)
-            n = block.shape[1]
-            width = 1 if n == 1 else C
+        for b, n, width in _blocks(T, C):
+            block, pos = ids[:, b:b + n], positions[:, b:b + n]  # [B, n]; contiguous below (dynamo guards strides)
             if n < width:
                 block = torch.cat([block, block[:, -1:].expand(-1, width - n)], dim=1)
                 pos = torch.cat([pos, pos[:, -1:] + torch.arange(1, 1 + width - n, device=pos.device)], dim=1)
