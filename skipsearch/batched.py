@@ -104,22 +104,29 @@ def batch_bytes(sm: SkippableModel, *, batch_size: int, prompt_tokens: int, max_
     return kv + logits
 
 
-def check_fits(sm: SkippableModel, *, batch_size: int, prompt_tokens: int, max_new_tokens: int, k: int) -> None:
+def check_fits(sm: SkippableModel, *, batch_size: int, prompt_tokens: int, max_new_tokens: int, k: int,
+               graphs: int | None = None) -> None:
     """Refuse, in one line and before anything runs, a batch whose cache and logits exceed the memory available
-    (``prompt_tokens``: the longest prompt), naming the batch size that would fit."""
+    (``prompt_tokens``: the longest prompt), naming the batch size that would fit. On a compiled kernel a batch size
+    not yet compiled also needs its graphs' memory (``graphs``; by default ``SkippableModel.graph_bytes``: as much as
+    the kernel's last compile took)."""
     free = available_memory(sm.device)
     if free is None:
         return
+    graphs = sm.graph_bytes(batch_size) if graphs is None else graphs
     need = batch_bytes(sm, batch_size=batch_size, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, k=k)
-    if need <= free:
+    if need + graphs <= free:
         return
     one = batch_bytes(sm, batch_size=1, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, k=k)
-    fits = free // one
-    fix = (f"a batch size of {fits} or less would fit" if fits >= 1
-           else "not even one sequence fits: lower --max-new-tokens or shorten the prompts")
-    raise BatchRefused(f"a batch of {batch_size} needs {need / 2**20:.0f} MiB for its KV cache and logits "
-                       f"(longest prompt {prompt_tokens}, {max_new_tokens} new tokens, k {k}), but "
-                       f"{free / 2**20:.0f} MiB are available on {sm.device}; {fix}")
+    fits = (free - graphs) // one
+    fix = (f"a batch size of {fits} or less would fit" if fits >= 1 else
+           "the compiled graphs of a new batch size do not fit: decode with --kernel eager" if graphs else
+           "not even one sequence fits: lower --max-new-tokens or shorten the prompts")
+    what = (f"{need / 2**20:.0f} MiB for its KV cache and logits" if not graphs else
+            f"{(need + graphs) / 2**20:.0f} MiB for its KV cache and logits and its compiled graphs "
+            f"({graphs / 2**20:.0f} MiB, as much as the kernel's last compile took)")
+    raise BatchRefused(f"a batch of {batch_size} needs {what} (longest prompt {prompt_tokens}, {max_new_tokens} new "
+                       f"tokens, k {k}), but {free / 2**20:.0f} MiB are available on {sm.device}; {fix}")
 
 
 # -- the batch's cache --------------------------------------------------------------------------------

@@ -399,14 +399,18 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
                     tokens: Sequence[int] = VERIFY_SIZES,
                     drafts: Mapping[str, Callable[[], AbstractContextManager[None]]] | None = None) -> BatchedCosts:
     """The batched grid: at each batch size B, one full-model forward of B x T tokens after ``context`` (B identical
-    rows of it in a DynamicCache, cropped back after each call), all rows' logits read back as a verifier reads
-    them, for each T of ``tokens`` (T = 1 is plain batched decoding's step, T = K + 1 a K-token draft's verify);
-    and for each scheme of ``drafts`` (scheme -> a factory of contexts in which the model's forward is that scheme's
-    whole-model draft, its method's: ``methods.scheme_draft``) the same B x 1 forward inside that context, its c(B).
-    Timed eagerly (the HF model itself, whatever kernel ``sm`` runs), every (B, T) and every (B, scheme) on the same
-    cache in the same interleaved rounds (``harness.time_interleaved``), medians, so c(B) / v(0, B) is a ratio of
-    one round's timings. A scheme left out of ``drafts`` has no c(B): the planner grows such a draft with B as the
-    full step grows (``schedule.cycle_speedup``)."""
+    rows of it), all rows' logits read back as a verifier reads them, for each T of ``tokens`` (T = 1 is plain
+    batched decoding's step, T = K + 1 a K-token draft's verify); and for each scheme of ``drafts`` (scheme -> a
+    factory of contexts in which the model's forward is that scheme's whole-model draft, its method's:
+    ``methods.scheme_draft``) the same B x 1 forward inside that context, its c(B).
+
+    Each batch size runs as ``decode`` runs it, on the kernel ``sm`` runs (its label is the grid's ``kernel``): a
+    batch of one on one sequence's cache (``decode_cache``, a draft step inside ``compiled_draft`` as the precision
+    drafter runs it), a larger batch on its row cache (``batch_cache``: with a compiled kernel, that batch size's
+    graphs, compiled here first, minutes each for a real model). Every (B, T) and every (B, scheme) is timed in the
+    same interleaved rounds (``harness.time_interleaved``), medians, so c(B) / v(0, B) is a ratio of one round's
+    timings. A scheme left out of ``drafts`` has no c(B): the planner grows such a draft with B as the full step
+    grows (``schedule.cycle_speedup``)."""
     import torch
 
     from skipsearch.harness import time_interleaved
@@ -416,22 +420,28 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
     n = len(context)
     caches = {}
     with torch.inference_mode():
-        for b in batch_sizes:  # 1. prefill B identical rows once per batch size
-            cache = sm.new_cache()
-            ids = torch.tensor([list(context)] * b, device=sm.device)  # [B, n]
-            sm.hf(input_ids=ids, **sm.cache_kwargs(cache), use_cache=True)
-            caches[b] = cache
+        for b in batch_sizes:  # 1. the prompt, once per batch size, on the cache that batch size decodes in
+            if b == 1:
+                caches[b] = sm.decode_cache(n + max(tokens))
+                sm.forward(torch.tensor(list(context)), start=0, cache=caches[b], last_only=True)
+            else:
+                caches[b] = sm.batch_cache(b, n + max(tokens))
+                sm.forward_rows(torch.tensor([list(context)] * b), positions=torch.arange(n).expand(b, n),
+                                cache=caches[b], last=[n - 1] * b)
 
     def forward(b: int, t: int, draft: Callable[[], AbstractContextManager[None]] | None = None):
         ids = torch.tensor([(list(context) * t)[:t]] * b, device=sm.device)  # [B, T]
         positions = torch.arange(n, n + t, device=sm.device).expand(b, t)  # [B, T]
 
-        def once() -> None:  # 2. one verify-sized forward (or draft step), every row's logits read back, then the crop
+        def once() -> None:  # 2. one verify-sized forward (or draft step), every row's logits read back
             with torch.inference_mode():
                 with draft() if draft is not None else contextlib.nullcontext():
-                    out = sm.hf(input_ids=ids, **sm.cache_kwargs(caches[b]), position_ids=positions, use_cache=True)
-                    out.logits.argmax(-1).tolist()  # [B, T]
-                sm.crop(caches[b], n)
+                    if b == 1:  # one sequence: its KV is cut back to the context after
+                        with sm.compiled_draft() if draft is not None else contextlib.nullcontext():
+                            sm.forward(ids[0], start=n, cache=caches[b]).argmax(-1).tolist()  # [T]
+                        sm.crop(caches[b], n)
+                    else:  # a row cache: the next call writes the same slots again, nothing to cut
+                        sm.forward_rows(ids, positions=positions, cache=caches[b]).argmax(-1).tolist()  # [B, T]
 
         return once
 
@@ -441,7 +451,7 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
     rows = tuple(BatchCosts(b, tuple(timed[f"{b}x{t}"].median for t in tokens),
                             tuple((scheme, timed[f"{b}:{scheme}"].median) for scheme in drafts))
                  for b in batch_sizes)
-    return BatchedCosts(tuple(tokens), rows, kernel="eager", context_tokens=n)
+    return BatchedCosts(tuple(tokens), rows, kernel=sm.kernel.label, context_tokens=n)
 
 
 def _auto_kernel(sm: SkippableModel) -> Kernel:

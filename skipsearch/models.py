@@ -300,6 +300,14 @@ class SkippableModel:
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
+    def graph_bytes(self, rows: int) -> int:
+        """What compiling the graphs for batches of ``rows`` is expected to add to memory: as much as the kernel's last
+        compile added (each batch size's graphs freeze their own copy of the weights). 0 on the eager kernel, for a
+        batch of one (it runs the one-sequence graphs) and for a batch size already compiled."""
+        if self._runner is None or rows <= 1 or rows in self._runner.batch_sizes:
+            return 0
+        return self._runner.graph_bytes
+
     @torch.inference_mode()
     def forward_rows(self, ids: torch.Tensor, *, positions: torch.Tensor, cache,
                      last: list[int] | None = None) -> torch.Tensor:

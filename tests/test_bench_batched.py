@@ -211,6 +211,18 @@ def _report(section):
     return bn.BenchReport(settings, (("device_name", "cpu"),), rows, (), (), (), 1.0, batched=section)
 
 
+def test_a_schedule_of_k_0_is_said_to_decode_as_plain_does():
+    """Where the schedule runs K = 0 it is plain decoding timed twice: the summary says their gap is noise."""
+    def row(name, k, speedup):
+        return bb.BatchedRow(16, name, "skipsearch", "", k, 1, 16, 16, 64, 1.0, 30.0, speedup, None, None, None, None)
+
+    section = dataclasses.replace(_section(), batch_sizes=(16,), rows=(row(bb.PLAIN, 0, 1.0),
+                                                                       row(bb.SCHEDULE, 0, 0.85), row("k=1", 1, 0.7)))
+    (line,) = batched_report.summary_lines(section)
+    assert line.startswith("B=16: plain 30.0 tok/s; schedule (k=0) 0.85x plain (k=0 decodes as plain does: the gap")
+    assert "timing noise" not in batched_report.summary_lines(_section())[0]  # a schedule that drafts: no such note
+
+
 def test_the_section_shows_every_row_flags_a_difference_and_round_trips_through_json():
     section = _section()
     report = _report(section)

@@ -253,6 +253,60 @@ def test_the_compiled_batch_cache_refuses_a_batch_it_cannot_hold_in_one_line(com
     assert "\n" not in str(info.value)
 
 
+def test_a_new_batch_sizes_compiled_graphs_count_in_the_memory_check(compiled, monkeypatch):
+    """A batch size not yet compiled is charged what the kernel's last compile took (its graphs freeze their own
+    weights); one already compiled, a batch of one (the one-sequence graphs) and the eager kernel are not."""
+    from skipsearch import batched
+    from skipsearch.batched import BatchRefused, batch_bytes, check_fits
+
+    runner = compiled._runner
+    compiled.batch_cache(2, 40)
+    assert isinstance(runner.graph_bytes, int) and runner.graph_bytes >= 0  # measured around the last compile
+    monkeypatch.setattr(runner, "graph_bytes", 300 * 2**20)
+    assert compiled.graph_bytes(2) == 0 and compiled.graph_bytes(1) == 0 and compiled.graph_bytes(5) == 300 * 2**20
+    assert make_tiny_model(vocab_size=64, num_layers=4, seed=3).graph_bytes(5) == 0  # eager: no graphs
+    kv = batch_bytes(compiled, batch_size=5, prompt_tokens=12, max_new_tokens=16, k=3)
+    monkeypatch.setattr(batched, "available_memory", lambda device: kv + 300 * 2**20 - 1)
+    with pytest.raises(BatchRefused, match="compiled graphs \\(300 MiB") as info:
+        check_fits(compiled, batch_size=5, prompt_tokens=12, max_new_tokens=16, k=3)
+    assert "\n" not in str(info.value) and "a batch size of" in str(info.value)
+    check_fits(compiled, batch_size=2, prompt_tokens=12, max_new_tokens=16, k=3)  # its graphs are there already
+    monkeypatch.setattr(batched, "available_memory", lambda device: kv + 300 * 2**20)
+    check_fits(compiled, batch_size=5, prompt_tokens=12, max_new_tokens=16, k=3)  # exactly enough
+
+
+def test_the_batched_cost_grid_times_each_batch_size_as_decode_runs_it_on_the_kernel(compiled):
+    """On the compiled kernel the grid names it, a batch of one runs the one-sequence graphs and a larger batch its
+    batch size's graphs (compiled before the timing), and the timing compiles nothing."""
+    from torch._dynamo.utils import counters
+
+    from skipsearch.costs import measure_batched
+
+    runner = compiled._runner
+    compiled.batch_cache(2, 40)
+    before = counters["stats"]["unique_graphs"]
+    seen: list[tuple[str, tuple[int, ...]]] = []
+    one, rows = runner.forward, runner.forward_rows
+
+    def spy_one(ids, start):
+        seen.append(("one", tuple(ids.shape)))
+        return one(ids, start)
+
+    def spy_rows(ids, positions, cache):
+        seen.append(("rows", tuple(ids.shape)))
+        return rows(ids, positions, cache)
+
+    runner.forward, runner.forward_rows = spy_one, spy_rows
+    try:
+        grid = measure_batched(compiled, list(range(3, 19)), (1, 2), repeats=1, tokens=(1, 2, 5))
+    finally:
+        del runner.forward, runner.forward_rows
+    assert grid.kernel == "inductor-c4" and grid.batch_sizes == (1, 2) and grid.tokens == (1, 2, 5)
+    assert all(v > 0 for r in grid.rows for v in r.verify_seconds)
+    assert {("one", (t,)) for t in (1, 2, 5)} <= set(seen) and {("rows", (2, t)) for t in (1, 2, 5)} <= set(seen)
+    assert counters["stats"]["unique_graphs"] == before
+
+
 def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):
     from skipsearch import methods as registry
     from skipsearch.costs import load_costs, measure_cost_profile, save_costs

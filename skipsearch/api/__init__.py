@@ -143,8 +143,10 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
     if sm.kernel.compiled:  # each batch size's graphs compile now, not inside its first batch's time
         for batch in batches:
             if len(batch) > 1:
-                sm.batch_cache(len(batch), batch_slots(prompt_tokens=max(len(ids) for _, ids in batch),
-                                                       max_new_tokens=max_new_tokens, k=batch_k(profile, len(batch))))
+                longest, k = max(len(ids) for _, ids in batch), batch_k(profile, len(batch))
+                # its graphs too (their estimate needs the kernel built): refused before they compile
+                check_fits(sm, batch_size=len(batch), prompt_tokens=longest, max_new_tokens=max_new_tokens, k=k)
+                sm.batch_cache(len(batch), batch_slots(prompt_tokens=longest, max_new_tokens=max_new_tokens, k=k))
     return _decode_batches(sm, batches, profile=profile, candidate=candidate, max_new_tokens=max_new_tokens)
 
 

@@ -221,7 +221,7 @@ def prepare(sm: SkippableModel, plan: BatchedPlan, prompt_ids: Sequence[Sequence
     def drafters() -> BatchDrafter | None:  # a fresh one per call, as harness.engine_method gives each decode
         return methods.batch_drafter(candidate, sm)
 
-    sizes = []
+    sizes, graphs = [], 0
     for size in plan.batch_sizes:
         sched_k, sched_setting = schedule_k(plan, size)
         made: list[tuple[Contender, int | None]] = [
@@ -234,8 +234,9 @@ def prepare(sm: SkippableModel, plan: BatchedPlan, prompt_ids: Sequence[Sequence
         ]
         batches = batches_of(len(prompt_ids), size)
         longest = max(len(prompt_ids[i]) for b in batches for i in b)
+        graphs += sm.graph_bytes(size)  # a compiled kernel keeps every batch size's graphs: they add up
         for k in dict.fromkeys(k for _, k in made if k is not None):
-            check_fits(sm, batch_size=size, prompt_tokens=longest, max_new_tokens=max_new_tokens, k=k)
+            check_fits(sm, batch_size=size, prompt_tokens=longest, max_new_tokens=max_new_tokens, k=k, graphs=graphs)
         sizes.append(_Size(size, tuple(made), batches))
     return tuple(sizes)
 

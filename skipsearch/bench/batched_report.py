@@ -64,6 +64,8 @@ def summary_lines(section: BatchedBench) -> list[str]:
             text += "output differs from plain: no speedup"
         else:
             text += f"{sched.speedup:.2f}x plain"
+            if sched.k == 0:  # the same decode as plain: what separates them is this run's timing noise
+                text += " (k=0 decodes as plain does: the gap between them is this run's timing noise)"
             if best is not None:
                 text += (f"; best fixed K {best.contender} {best.speedup:.2f}x (the schedule at "
                          f"{sched.speedup / best.speedup:.3f} of it)")

@@ -140,7 +140,7 @@ def costs_command(
             from skipsearch.api.costs import measure_batched_costs
 
             priced = tuple(s.scheme for s in cp.costs.schemes)
-            typer.echo(f"timing batched forwards at B = {', '.join(map(str, sizes))} (eager)"
+            typer.echo(f"timing batched forwards at B = {', '.join(map(str, sizes))} ({sm.kernel.label})"
                        + (f" and the draft step of {', '.join(priced)}" if priced else ""), err=True)
             cp = replace(cp, batched=measure_batched_costs(
                 sm, context, sizes, priced, repeats=samples,

@@ -84,6 +84,7 @@ class KernelRunner(Protocol):
 
     kernel: Kernel
     cache: Any  # the KV cache its forwards run on (``SkippableModel.decode_cache`` hands it out)
+    graph_bytes: int  # what its last compile added to memory (frozen weights included): a new batch size's estimate
 
     def fits(self, kernel: Kernel, capacity: int) -> bool:
         """Whether it is ``kernel``, built for sequences of ``capacity`` positions or more (no rebuild needed)."""

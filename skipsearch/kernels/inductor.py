@@ -11,7 +11,8 @@ graphs and the cache's capacity). ``inductor-c1`` compiles the one graph. The pr
 partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend the full
 model's KV exactly as they do on a DynamicCache. Batches (``batch_cache``, ``forward_rows``) get two graphs of their
 own per batch size, [B, 1] and [B, chunk], on a row cache (``kv_cache.row_cache``), compiled on that size's first
-batch; each graph freezes its own copy of the weights, so every batch size served costs that memory again.
+batch; each graph freezes its own copy of the weights, so every batch size served costs that memory again
+(``graph_bytes``: what the last compile added to the process, the batched memory check's estimate for the next).
 
 Why a one-token graph beside the block: a one-token step through a padded 4-token block costs the whole block,
 about 1.4 one-token steps on the Zen 1 EPYC measured in ``studies/compiled-step-smollm2-cpu.md``, and HF's own
@@ -133,6 +134,8 @@ class _CompiledBlocks:
         from torch._dynamo.utils import counters
         from transformers import StaticCache
 
+        from skipsearch.memory import memory_probe
+
         self.kernel, self.capacity, self._sm = kernel, capacity, sm
         self._counters = counters
         threads = torch.get_num_threads()
@@ -148,6 +151,8 @@ class _CompiledBlocks:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self._module = torch.compile(sm.hf, dynamic=False)
         graphs_before = counters["stats"]["unique_graphs"]
+        self._memory = memory_probe(sm.device)
+        held = self._memory.current()
         t0 = time.perf_counter()
         with torch.inference_mode():
             for size in sorted({1, kernel.chunk}):  # the one-token graph, then the block's
@@ -157,6 +162,7 @@ class _CompiledBlocks:
                     self.forward(pad, 1)
         _rewind(self.cache, 0)
         self._seconds = time.perf_counter() - t0
+        self.graph_bytes = max(0, self._memory.current() - held)  # what the next batch size's graphs may add
         self._graphs_before, self._threads = graphs_before, threads
         self._rows: dict[int, object] = {}  # batch size -> its row cache (kv_cache.row_cache), graphs compiled
 
@@ -223,13 +229,14 @@ class _CompiledBlocks:
             return cache  # nothing to empty: a row reads no slot past its own position, which starts at 0
         cache = self._rows[rows] = row_cache(self._sm.hf.config, rows=rows, capacity=slots, dtype=self._sm.dtype,
                                              device=self._sm.device)
-        t0 = time.perf_counter()
+        t0, held = time.perf_counter(), self._memory.current()
         with torch.inference_mode():
             for size in sorted({1, self.kernel.chunk}):  # the first call compiles; the second checks the reuse
                 pad = torch.zeros(rows, size, dtype=torch.long, device=self._sm.device)
                 for _ in range(2):
                     self.forward_rows(pad, torch.arange(1, 1 + size, device=self._sm.device).expand(rows, size), cache)
         self._seconds += time.perf_counter() - t0
+        self.graph_bytes = max(0, self._memory.current() - held)
         return cache
 
     @property
