@@ -135,18 +135,20 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
         methods.batch_drafter(candidate, sm)  # a method that cannot batch is refused here
     work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
     batches = [work[i : i + batch_size] for i in range(0, len(work), batch_size)]
+    longest: dict[int, int] = {}  # batch size -> the longest prompt of its batches: what each check must hold
     for batch in batches:
-        check_fits(sm, batch_size=len(batch), prompt_tokens=max(len(ids) for _, ids in batch),
-                   max_new_tokens=max_new_tokens, k=batch_k(profile, len(batch)))
+        longest[len(batch)] = max(longest.get(len(batch), 0), *(len(ids) for _, ids in batch))
+    for size, tokens in longest.items():
+        check_fits(sm, batch_size=size, prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=batch_k(profile, size))
     if kernel is not None:
-        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens)
+        sm.use_kernel(kernel, capacity=max(longest.values()) + max_new_tokens)
     if sm.kernel.compiled:  # each batch size's graphs compile now, not inside its first batch's time
-        for batch in batches:
-            if len(batch) > 1:
-                longest, k = max(len(ids) for _, ids in batch), batch_k(profile, len(batch))
+        for size, tokens in longest.items():
+            if size > 1:
+                k = batch_k(profile, size)
                 # its graphs too (their estimate needs the kernel built): refused before they compile
-                check_fits(sm, batch_size=len(batch), prompt_tokens=longest, max_new_tokens=max_new_tokens, k=k)
-                sm.batch_cache(len(batch), batch_slots(prompt_tokens=longest, max_new_tokens=max_new_tokens, k=k))
+                check_fits(sm, batch_size=size, prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=k)
+                sm.batch_cache(size, batch_slots(prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=k))
     return _decode_batches(sm, batches, profile=profile, candidate=candidate, max_new_tokens=max_new_tokens)
 
 
