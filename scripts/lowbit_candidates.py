@@ -5,7 +5,9 @@ stacks them, down; and the LM head), random weights of that shape are held by ea
 product of M rows goes through all of them in turn, as a draft step does: the whole-model sum of its linears.
 Every layer has its own weights, so a step streams all of them from memory, as decoding does.
 
-Candidates: fp32 ``F.linear`` (MKL); this project's ``skipsearch::int8_wo_linear`` and ``int4_wo_linear``
+Candidates: fp32 ``F.linear`` (MKL); MKL's product packed per batch size, as inductor's freezing runs an fp32
+linear; this project's fp32 panel product (``skipsearch::f32_panel_linear``, the ``panel`` kernel's) and its
+``skipsearch::int8_wo_linear`` and ``int4_wo_linear``
 (fp32 activations; ``skipsearch.kernels.lowbit``); ``aten._weight_int8pack_mm`` and
 ``aten._weight_int4pack_mm_for_cpu`` (group 32) with bf16 activations, the kernel alone (the casts a draft
 of an fp32 model adds are left out); fbgemm's fp16-weight GEMM (the fp16 scheme's kernel).
@@ -97,6 +99,29 @@ def build_candidates(weights: list[torch.Tensor]) -> tuple[list[Candidate], list
 
     add("fp32 F.linear (MKL)", torch.float32,
         lambda w: ((lambda xs, w=w: F.linear(xs[w.shape[1]], w)), _nbytes(w)))
+
+    def mkl_packed(w):  # what inductor's freezing runs for an fp32 linear on a CPU (packed per batch size)
+        packed: dict[int, torch.Tensor] = {}
+
+        def call(xs, w=w):
+            x = xs[w.shape[1]]
+            m = x.shape[0]
+            if m not in packed:
+                packed[m] = torch.ops.mkl._mkl_reorder_linear_weight(w, m)
+            return torch.ops.mkl._mkl_linear(x, packed[m], w, None, m)
+        return call, _nbytes(w)
+
+    def panel32(w):
+        from skipsearch.kernels.lowbit import check_lowbit
+        from skipsearch.kernels.lowbit.quant import pack_f32
+
+        check_lowbit()
+        p, n = pack_f32(w), w.shape[0]
+        return (lambda xs: torch.ops.skipsearch.f32_panel_linear(xs[p.shape[1]], p, None, n)), _nbytes(p)
+
+    if torch.backends.mkl.is_available():
+        add("fp32 MKL packed per batch size (inductor's frozen linear)", torch.float32, mkl_packed)
+    add("fp32 panels, ours (skipsearch::f32_panel_linear)", torch.float32, panel32)
 
     def ours8(w):
         from skipsearch.kernels.lowbit import check_lowbit

@@ -26,6 +26,7 @@ from skipsearch.kernels.lowbit import build, check_lowbit, isas, use_isa
 from skipsearch.kernels.lowbit.quant import (
     dequantize_int4,
     dequantize_int8,
+    pack_f32,
     pack_int4,
     pack_int8,
     quantize_int4,
@@ -94,6 +95,35 @@ def test_int4_op_matches_the_reference_product(isa, with_bias):
             _check(y, x, dequantize_int4(q, scales), bias)
 
 
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_fp32_panel_op_matches_the_reference_product(isa, with_bias):
+    gen = torch.Generator().manual_seed(2)
+    for n, k in SHAPES8:
+        w = torch.randn(n, k, generator=gen)
+        bias = torch.randn(n, generator=gen) if with_bias else None
+        packed = pack_f32(w)
+        for m in ROWS:
+            x = torch.randn(m, k, generator=gen)
+            _check(torch.ops.skipsearch.f32_panel_linear(x, packed, bias, n), x, w, bias)
+
+
+def test_the_fp32_panel_linear_is_its_linear_and_compiles_in_one_graph():
+    _lowbit_or_skip()
+    from skipsearch.kernels.lowbit.modules import F32PanelLinear
+
+    torch.manual_seed(5)
+    linear = nn.Linear(64, 40)
+    panel = F32PanelLinear.from_linear(linear)
+    assert panel.weight_bytes == 2 * 32 * 64 * 4  # two panels of 32 columns (40 padded to 64), fp32
+    x = torch.randn(2, 3, 64)
+    torch._dynamo.reset()
+    compiled = torch.compile(nn.Sequential(panel, nn.ReLU()).eval(), fullgraph=True)  # a graph break would raise
+    with torch.no_grad():
+        y = panel(x)
+        torch.testing.assert_close(y, linear(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled(x), torch.relu(y), rtol=0, atol=0)
+
+
 def test_extreme_codes_and_leading_dimensions(isa):
     """Every weight at -128/127 (int8) and -8/7 (int4), the nibbles' edges, and x with two leading dimensions."""
     n, k = 40, 64
@@ -119,6 +149,10 @@ def test_the_ops_refuse_mismatched_operands():
         torch.ops.skipsearch.int8_wo_linear(torch.randn(1, 64), w, s, None, 65)
     with pytest.raises(RuntimeError, match="float32"):
         torch.ops.skipsearch.int8_wo_linear(torch.randn(1, 64, dtype=torch.float64), w, s, None, 40)
+    with pytest.raises(RuntimeError, match="input features"):
+        torch.ops.skipsearch.f32_panel_linear(torch.randn(1, 63), pack_f32(torch.randn(40, 64)), None, 40)
+    with pytest.raises(RuntimeError, match="packed"):
+        torch.ops.skipsearch.f32_panel_linear(torch.randn(1, 64), w, None, 40)  # int8 panels are not fp32 ones
     with pytest.raises(RuntimeError, match="no nope path"):
         use_isa("nope")
 

@@ -90,7 +90,8 @@ def _check_kernel(word: str) -> None:
 
 
 KERNEL_HELP = ("What runs the full model's forwards: eager (HF's own), inductor[-c<block>] (compiled once per process, "
-               "about a minute on a CPU; skipsearch/kernels/), or auto: the kernel the profile(s) record, else eager. "
+               "minutes on a CPU; skipsearch/kernels/), panel[-c<block>] (inductor with its blocks on skipsearch's "
+               "fp32 panel product: CPUs without AVX-512), or auto: the kernel the profile(s) record, else eager. "
                "costs also takes fastest: the compiled kernel where it runs here and its step is faster than eager's, "
                "timed in the same rounds.")
 # `--kernel fastest` is costs' own; the parser of the other commands refuses it (``reject_fastest``)
@@ -103,7 +104,7 @@ def reject_fastest(kernel: str) -> str:
         from skipsearch.config import ConfigError
 
         raise ConfigError("--kernel fastest times the compiled kernel against eager: skipsearch costs does that; "
-                          "here give auto, eager or inductor[-c<block>]")
+                          "here give auto, eager, inductor[-c<block>] or panel[-c<block>]")
     return kernel
 
 

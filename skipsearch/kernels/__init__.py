@@ -12,7 +12,9 @@ kernel builds and its report, parsing and checking) is in ``base.py``. Adding a 
 
 - ``eager`` (``eager.py``): HF's modeling code over a DynamicCache, on any device;
 - ``inductor`` (``inductor.py``): ``torch.compile`` of the whole model over a StaticCache, a one-token graph and
-  blocks of ``chunk`` tokens (``inductor-c4``), on CPUs.
+  blocks of ``chunk`` tokens (``inductor-c4``), on CPUs;
+- ``panel`` (``panel.py``): inductor's graphs, with every forward over more than one row (a verify block, a batch)
+  on skipsearch's fp32 panel product (``lowbit``), which streams the weights once for all rows (``panel-c8``).
 
 No torch at import: the CLI validates ``--kernel`` before anything loads.
 """
@@ -39,5 +41,6 @@ __all__ = ["DEFAULT_CHUNK", "EAGER", "REGISTRY", "Kernel", "KernelReport", "Kern
 # The registry: one line per kernel (its module, then its record).
 from skipsearch.kernels import eager; register(eager.KERNEL)  # noqa: E402, E702, I001
 from skipsearch.kernels import inductor; register(inductor.KERNEL)  # noqa: E402, E702, I001
+from skipsearch.kernels import panel; register(panel.KERNEL)  # noqa: E402, E702, I001
 
 EAGER = Kernel()  # what runs when nothing is chosen: HF's own forward

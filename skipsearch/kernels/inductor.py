@@ -121,14 +121,17 @@ def _rewind(cache, length: int) -> None:
     crop(cache, length)
 
 
-class _CompiledBlocks:
+class CompiledBlocks:
     """The inductor kernel: the whole HF model compiled for one token and for one block of ``kernel.chunk``
-    tokens on one StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block.
+    tokens on one StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block. Another
+    kernel may hand it copies of the model (sharing its weights) for the one-token steps (``step_model``) and for
+    forwards over more than one row (``rows_model``), and inductor settings of its own (``settings``): ``panel``.
 
     Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
     that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
 
-    def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int) -> None:
+    def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int, step_model=None, rows_model=None,
+                 settings: dict | None = None) -> None:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -149,7 +152,12 @@ class _CompiledBlocks:
         self.cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
         # one graph per module and block shape; a model and its copies (a draft) must not evict each other
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self._module = torch.compile(sm.hf, dynamic=False)
+        self._settings = {**_SETTINGS, **(settings or {})}
+        self._module = torch.compile(sm.hf, dynamic=False)  # drafts: the model as it stands, its stand-ins swapped in
+        # the full model's one-token steps and its forwards over more than one row (blocks, batches) may each run a
+        # copy of the model that shares its weights (``panel``'s); by default both run the model itself
+        self._step_module = self._module if step_model is None else torch.compile(step_model, dynamic=False)
+        self._rows_module = self._module if rows_model is None else torch.compile(rows_model, dynamic=False)
         graphs_before = counters["stats"]["unique_graphs"]
         self._memory = memory_probe(sm.device)
         held = self._memory.current()
@@ -187,7 +195,7 @@ class _CompiledBlocks:
         import torch
 
         _rewind(self.cache, start)
-        return self._logits(ids.view(1, 1), torch.tensor([[start]], device=ids.device))[0].float()  # [1, V]
+        return self._logits(ids.view(1, 1), torch.tensor([[start]], device=ids.device), draft=True)[0].float()
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """The full model over ``ids`` [T] at positions start.., in blocks: logits [T, V]; the cache ends at
@@ -271,26 +279,28 @@ class _CompiledBlocks:
             out.append(self._logits(block, pos, cache=cache, mask=row_mask(pos, slots))[:, :n])
         return torch.cat(out, dim=1).float()  # [B, T, V]
 
-    def _logits(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def _logits(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None, mask: torch.Tensor | None = None,
+                draft: bool = False) -> torch.Tensor:
         """The compiled module over ``ids`` [B, T] at ``positions`` [B, T] on ``cache`` (the one-sequence cache by
         default; a batch's row cache with its ``mask``): logits [B, T, V]. Both are copied into inference tensors
         first: a tensor made outside ``inference_mode`` (a decoder's token) carries another dispatch key set, which
         dynamo guards on, and would compile the same graph again."""
         import torch
+        import torch._inductor.config as inductor_config
 
         with torch.inference_mode():
             ids = ids if ids.is_inference() else ids.clone()
             positions = positions if positions.is_inference() else positions.clone()
             extra = {} if mask is None else {"attention_mask": mask if mask.is_inference() else mask.clone()}
-            with inductor_settings():
-                return self._module(input_ids=ids, position_ids=positions, use_cache=True, **extra,
+            module = self._module if draft else self._step_module if ids.numel() == 1 else self._rows_module
+            with inductor_config.patch(self._settings):
+                return module(input_ids=ids, position_ids=positions, use_cache=True, **extra,
                                     **self._sm.cache_kwargs(self.cache if cache is None else cache)).logits
 
 
-def build(sm: Adapter, kernel: Kernel, capacity: int) -> _CompiledBlocks:
+def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
     """Compile the model for sequences of up to ``capacity`` positions (a minute or more, once per process)."""
-    return _CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk)
+    return CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk)
 
 
 KERNEL = KernelSpec(

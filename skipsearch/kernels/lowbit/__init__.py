@@ -8,7 +8,9 @@ These kernels stream each packed weight byte once for all rows (``csrc/lowbit.cp
 - ``Int8WoLinear.from_linear`` / ``Int4WoLinear.from_linear``: quantized once, as the precision method's
   int8/int4 schemes quantize (torchao's numbers), packed, run by ``skipsearch::int8_wo_linear`` /
   ``skipsearch::int4_wo_linear`` (custom ops with shapes, so torch.compile keeps them in one graph);
-- ``lowbit_linears`` / ``lowbit_model``: a module's or a model's Linears swapped for them (a draft copy).
+- ``lowbit_linears`` / ``lowbit_model``: a module's or a model's Linears swapped for them (a draft copy);
+- ``F32PanelLinear``: a Linear's own fp32 weights in the same panels (``skipsearch::f32_panel_linear``), for the
+  ``panel`` kernel's verify blocks: the product streams the weights once for all rows, as the low-bit ones do.
 
 No torch at import: names load on first use, so the CLI can import this package lightly.
 """
@@ -19,7 +21,7 @@ import importlib
 
 _WHERE = {
     "check_lowbit": "build", "isas": "build", "use_isa": "build",
-    "Int8WoLinear": "modules", "Int4WoLinear": "modules",
+    "Int8WoLinear": "modules", "Int4WoLinear": "modules", "F32PanelLinear": "modules",
     "quantize_int8": "quant", "quantize_int4": "quant", "dequantize_int8": "quant", "dequantize_int4": "quant",
     "lowbit_linear": "convert", "lowbit_linears": "convert", "lowbit_model": "convert",
 }

@@ -132,6 +132,10 @@ def _register_fakes() -> None:
     def _(x, w, scales, bias, n):
         return x.new_empty((*x.shape[:-1], n))
 
+    @torch.library.register_fake("skipsearch::f32_panel_linear")
+    def _(x, w, bias, n):
+        return x.new_empty((*x.shape[:-1], n))
+
 
 def isas() -> list[str]:
     """The vector paths compiled into this build, widest (the one that runs) first: avx512, avx2, scalar."""

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from skipsearch.kernels.lowbit.build import check_lowbit
-from skipsearch.kernels.lowbit.quant import GROUP, pack_int4, pack_int8, quantize_int4, quantize_int8
+from skipsearch.kernels.lowbit.quant import GROUP, pack_f32, pack_int4, pack_int8, quantize_int4, quantize_int8
 
 
 class _LowbitLinear(nn.Module):
@@ -54,6 +54,31 @@ class Int8WoLinear(_LowbitLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x if x.dtype is torch.float32 else x.float()
         out = torch.ops.skipsearch.int8_wo_linear(x32, self.packed, self.scale, self.bias, self.out_features)
+        return out if x.dtype is torch.float32 else out.to(x.dtype)
+
+
+class F32PanelLinear(_LowbitLinear):
+    """The layer's own fp32 weights, packed in panels (``skipsearch::f32_panel_linear``): the same product as
+    ``nn.Linear`` up to the order of its sums, streaming each weight once for all rows. For a few rows (a verify
+    block) on CPUs where the BLAS call runs a few rows at compute speed, not at memory speed."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        check_lowbit()
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("packed", pack_f32(weight))  # [panels, K, 32] fp32
+        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> F32PanelLinear:
+        return cls(linear.weight, None if linear.bias is None else linear.bias.detach().float().clone())
+
+    def _streamed(self) -> tuple[torch.Tensor, ...]:
+        return (self.packed,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x if x.dtype is torch.float32 else x.float()
+        out = torch.ops.skipsearch.f32_panel_linear(x32, self.packed, self.bias, self.out_features)
         return out if x.dtype is torch.float32 else out.to(x.dtype)
 
 

@@ -72,6 +72,11 @@ def pack_int8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch
     return w, _panels(scale.float(), 0.0).reshape(-1).contiguous()
 
 
+def pack_f32(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [N, K] -> [panels, K, 32] fp32, as the int8 layout with the weights themselves (no scale)."""
+    return _panels(weight.detach().float(), 0.0).transpose(1, 2).contiguous()
+
+
 def pack_int4(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K] in [-8, 7], scales [N, G]) -> (w [panels, K / 2, 32] uint8: the low nibble holds even k and
     the high one odd k, each q + 8; scales [panels, G, 32] fp32)."""

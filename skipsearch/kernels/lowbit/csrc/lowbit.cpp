@@ -1,5 +1,7 @@
 // Weight-only low-bit GEMM for a few rows of fp32 activations: y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]),
-// with w stored as int8 (one scale per output column) or int4 (one scale per column and group of k).
+// with w stored as int8 (one scale per output column) or int4 (one scale per column and group of k); and the same
+// product with fp32 weights in the int8 layout (f32_panel_linear: the panel kernel's verify blocks, where a BLAS
+// call runs a few rows at compute speed rather than streaming the weights once).
 //
 // Built by torch.utils.cpp_extension with -O3 -march=native on the machine that runs it, so the #ifdefs below
 // pick the widest vector unit that machine has: AVX-512, AVX2 (+FMA), else plain C++. Every compiled path stays
@@ -8,6 +10,7 @@
 // Layout (packed once, in Python): output columns in panels of P = 32; within a panel, k-major, so one panel
 // is one contiguous stream of K rows of 32 weights.
 //   int8:  w[panel][k][32]           int8, scale[panel * 32 + j] fp32
+//   fp32:  w[panel][k][32]           float, no scale
 //   int4:  w[panel][k / 2][32]       uint8: low nibble k even, high nibble k odd, each q + 8 (0..15)
 //          scales[panel][g][32]      fp32, g = k / group_size
 // A thread takes whole panels (at::parallel_for over panels) and streams each weight byte from memory once
@@ -50,6 +53,8 @@ struct Scalar {
   static inline F loadu(const float* p) { return *p; }
   static inline void storeu(float* p, F v) { *p = v; }
   static inline F i8(const int8_t* p) { return static_cast<float>(*p); }
+  static inline F w(const int8_t* p) { return i8(p); }
+  static inline F w(const float* p) { return loadu(p); }
   static inline void u4(const uint8_t* p, F& lo, F& hi) {
     lo = static_cast<float>(*p & 15);
     hi = static_cast<float>(*p >> 4);
@@ -73,6 +78,8 @@ struct Avx2 {
   static inline F i8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
+  static inline F w(const int8_t* p) { return i8(p); }
+  static inline F w(const float* p) { return loadu(p); }
   static inline void u4(const uint8_t* p, F& lo, F& hi) {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
@@ -99,6 +106,8 @@ struct Avx512 {
   static inline F i8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
+  static inline F w(const int8_t* p) { return i8(p); }
+  static inline F w(const float* p) { return loadu(p); }
   static inline void u4(const uint8_t* p, F& lo, F& hi) {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
@@ -108,8 +117,9 @@ struct Avx512 {
 #endif
 
 // ---- micro-kernels: MR rows x one panel, all of K; out[m * P + j] = the panel's sums ------------------------
-template <class V, int MR>
-void int8_panel(const float* x, int64_t ldx, const int8_t* w, int64_t K, float* out) {
+// One weight per element, int8 (converted; its scale is applied in the epilogue) or fp32 (as stored).
+template <class V, int MR, class T>
+void dense_panel(const float* x, int64_t ldx, const T* w, int64_t K, float* out) {
   using F = typename V::F;
   constexpr int NB = P / V::W, S = V::SETS;
   F acc[S][MR][NB];
@@ -123,10 +133,10 @@ void int8_panel(const float* x, int64_t ldx, const int8_t* w, int64_t K, float* 
   for (; k + S <= K; k += S) {
 #pragma GCC unroll 64
     for (int s = 0; s < S; ++s) {
-      const int8_t* wk = w + (k + s) * P;
+      const T* wk = w + (k + s) * P;
       F wv[NB];
 #pragma GCC unroll 64
-      for (int b = 0; b < NB; ++b) wv[b] = V::i8(wk + b * V::W);
+      for (int b = 0; b < NB; ++b) wv[b] = V::w(wk + b * V::W);
 #pragma GCC unroll 64
       for (int m = 0; m < MR; ++m) {
         const F xv = V::bcast(x + m * ldx + k + s);
@@ -136,12 +146,12 @@ void int8_panel(const float* x, int64_t ldx, const int8_t* w, int64_t K, float* 
     }
   }
   for (; k < K; ++k) {  // K not a multiple of the sets
-    const int8_t* wk = w + k * P;
+    const T* wk = w + k * P;
 #pragma GCC unroll 64
     for (int m = 0; m < MR; ++m) {
       const F xv = V::bcast(x + m * ldx + k);
 #pragma GCC unroll 64
-      for (int b = 0; b < NB; ++b) acc[0][m][b] = V::fma(xv, V::i8(wk + b * V::W), acc[0][m][b]);
+      for (int b = 0; b < NB; ++b) acc[0][m][b] = V::fma(xv, V::w(wk + b * V::W), acc[0][m][b]);
     }
   }
 #pragma GCC unroll 64
@@ -209,9 +219,10 @@ void int4_panel(const float* x, int64_t ldx, const uint8_t* w, const float* scal
 // ---- row chunks: a table of the micro-kernel instantiated for 1..MR rows ------------------------------------
 template <class V, int... R>
 struct Rows {
-  static void int8(int mr, const float* x, int64_t ldx, const int8_t* w, int64_t K, float* out) {
-    using Fn = void (*)(const float*, int64_t, const int8_t*, int64_t, float*);
-    static constexpr Fn table[] = {&int8_panel<V, R>...};
+  template <class T>
+  static void dense(int mr, const float* x, int64_t ldx, const T* w, int64_t K, float* out) {
+    using Fn = void (*)(const float*, int64_t, const T*, int64_t, float*);
+    static constexpr Fn table[] = {&dense_panel<V, R, T>...};
     table[mr - 1](x, ldx, w, K, out);
   }
   static void int4(int mr, const float* x, int64_t ldx, const uint8_t* w, const float* sc, int64_t K, int64_t g,
@@ -243,16 +254,17 @@ inline void epilogue(const float* acc, int mr, float* y, int64_t ldy, int64_t n0
     }
 }
 
-template <class V>
-void run_int8(const float* x, int64_t M, int64_t K, const int8_t* w, const float* scale, const float* bias,
-              int64_t n, float* y) {
+// int8 weights with one scale per column (``scale``), or fp32 weights (``scale`` null)
+template <class V, class T>
+void run_dense(const float* x, int64_t M, int64_t K, const T* w, const float* scale, const float* bias,
+               int64_t n, float* y) {
   const int64_t panels = (n + P - 1) / P;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     alignas(64) float acc[8 * P];
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t m0 = 0; m0 < M;) {
         const int mr = chunk_rows(M, m0, V::MR8);
-        RowsOf<V>::int8(mr, x + m0 * K, K, w + p * K * P, K, acc);
+        RowsOf<V>::template dense<T>(mr, x + m0 * K, K, w + p * K * P, K, acc);
         epilogue(acc, mr, y + m0 * n, n, p * P, n, scale, bias);
         m0 += mr;
       }
@@ -329,34 +341,50 @@ static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t n) {
   return shape;
 }
 
-at::Tensor int8_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale,
-                          const std::optional<at::Tensor>& bias, int64_t n) {
-  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 3 && w.size(2) == P && w.is_contiguous(),
-              "lowbit: int8 weight must be packed [panels, K, ", P, "] int8");
-  check_common(x, bias, n, w.size(0));
+// int8 weights and their per-column scales (``scale``), or fp32 weights (no scale), on the selected unit; the
+// caller has checked the operands (check_common and its weight's own checks)
+template <class T>
+at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, const float* scale,
+                        const std::optional<at::Tensor>& bias, int64_t n) {
   const int64_t K = w.size(1);
   TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() >= n && scale.is_contiguous(),
-              "lowbit: int8 scale must be a contiguous float32 vector of at least n");
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
   at::Tensor y = at::empty({M, n}, x.options());
   if (M > 0) {
     const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
     const float* xp = x2.data_ptr<float>();
-    const int8_t* wp = w.data_ptr<int8_t>();
+    const T* wp = w.data_ptr<T>();
     float* yp = y.data_ptr<float>();
     switch (g_isa.load()) {
 #if defined(__AVX512F__)
-      case kAvx512: run_int8<Avx512>(xp, M, K, wp, scale.data_ptr<float>(), b, n, yp); break;
+      case kAvx512: run_dense<Avx512, T>(xp, M, K, wp, scale, b, n, yp); break;
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
-      case kAvx2: run_int8<Avx2>(xp, M, K, wp, scale.data_ptr<float>(), b, n, yp); break;
+      case kAvx2: run_dense<Avx2, T>(xp, M, K, wp, scale, b, n, yp); break;
 #endif
-      default: run_int8<Scalar>(xp, M, K, wp, scale.data_ptr<float>(), b, n, yp);
+      default: run_dense<Scalar, T>(xp, M, K, wp, scale, b, n, yp);
     }
   }
   return y.view(out_shape(x, n));
+}
+
+at::Tensor int8_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale,
+                          const std::optional<at::Tensor>& bias, int64_t n) {
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 3 && w.size(2) == P && w.is_contiguous(),
+              "lowbit: int8 weight must be packed [panels, K, ", P, "] int8");
+  check_common(x, bias, n, w.size(0));
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() >= n && scale.is_contiguous(),
+              "lowbit: int8 scale must be a contiguous float32 vector of at least n");
+  return dense_linear<int8_t>(x, w, scale.data_ptr<float>(), bias, n);
+}
+
+at::Tensor f32_panel_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                            int64_t n) {
+  TORCH_CHECK(w.scalar_type() == at::kFloat && w.dim() == 3 && w.size(2) == P && w.is_contiguous(),
+              "lowbit: fp32 panel weight must be packed [panels, K, ", P, "] float32");
+  check_common(x, bias, n, w.size(0));
+  return dense_linear<float>(x, w, nullptr, bias, n);
 }
 
 at::Tensor int4_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales,
@@ -399,6 +427,7 @@ at::Tensor int4_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 TORCH_LIBRARY_FRAGMENT(skipsearch, m) {
   m.def("int8_wo_linear(Tensor x, Tensor w, Tensor scale, Tensor? bias, int n) -> Tensor");
   m.def("int4_wo_linear(Tensor x, Tensor w, Tensor scales, Tensor? bias, int n) -> Tensor");
+  m.def("f32_panel_linear(Tensor x, Tensor w, Tensor? bias, int n) -> Tensor");
   m.def("lowbit_isas() -> str[]", &skipsearch_lowbit::lowbit_isas);
   m.def("lowbit_use_isa(str name) -> str", &skipsearch_lowbit::lowbit_use_isa);
 }
@@ -406,4 +435,5 @@ TORCH_LIBRARY_FRAGMENT(skipsearch, m) {
 TORCH_LIBRARY_IMPL(skipsearch, CPU, m) {
   m.impl("int8_wo_linear", &skipsearch_lowbit::int8_wo_linear);
   m.impl("int4_wo_linear", &skipsearch_lowbit::int4_wo_linear);
+  m.impl("f32_panel_linear", &skipsearch_lowbit::f32_panel_linear);
 }

@@ -1,0 +1,122 @@
+"""``panel``: the inductor kernel with less around its products. Three changes, each measured on a CPU without
+AVX-512 (the Zen 1 EPYC of ``studies/verify-panel-cpu.md``), where a one-token step spent about 17 of its 44 ms
+outside its matrix products:
+
+- **Blocks on the panel product.** Every linear of a forward over more than one row (a verify block, a batch) runs
+  ``skipsearch::f32_panel_linear``: the model's own fp32 weights, packed in panels of 32 output columns and
+  streamed once for all rows (``kernels/lowbit/csrc/lowbit.cpp``). The BLAS call of inductor's frozen graph runs a
+  few rows at compute speed there: an 8-token verify cost 3.6 one-token steps through two 4-token blocks. The
+  one-token graph keeps inductor's autotuned product, the fastest one-row product measured there.
+- **Attention without copies.** The model has fewer key/value heads than query heads (grouped-query attention).
+  HF's SDPA path, when compiled, copies every key and value head across its group over the whole static cache
+  (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so
+  attention reads the cache as it is. The arithmetic is the same; only rows move.
+- **A C++ wrapper.** inductor's ``cpp_wrapper`` calls the graph's kernels from C++, not from generated Python: a
+  compiled precision draft (181 custom products a step) spends less between them.
+
+Same graphs, cache and rules as ``inductor`` (``kernels/inductor.py``): one-token steps and blocks of ``chunk``
+tokens, compiled once, nothing recompiled while decoding. Each runs a copy of the HF model that shares every
+parameter with it (the block's copy adds its packed weights: the model's linear weights again), so the model the
+drafts and the prompt run is untouched. The products agree with ``nn.Linear`` up to the order of their sums;
+greedy choices are checked against eager where the cost timing runs (``costs``) and in the tests.
+
+No torch at import (the registry parses ``--kernel`` before anything loads).
+"""
+
+from __future__ import annotations
+
+from skipsearch.config import ConfigError
+from skipsearch.kernels.base import Adapter, Kernel, KernelSpec
+from skipsearch.kernels.inductor import CHUNKS, CompiledBlocks
+from skipsearch.kernels.inductor import check as check_inductor
+
+DEFAULT_BLOCK = 8  # a verify of up to 8 tokens in one block: what the panel product is for
+
+
+def check(kernel: Kernel, device: str, instead: str) -> None:
+    """inductor's refusals (not a CPU, no C++ compiler, an old transformers), and the panel op's own: it is built
+    on first use by the same compiler, so a machine that cannot build it is refused here, before the model loads."""
+    check_inductor(kernel, device, instead)
+    from skipsearch.kernels.lowbit import check_lowbit
+
+    try:
+        check_lowbit()
+    except ConfigError as exc:
+        reason = str(exc).split("cannot be built here: ", 1)[-1]
+        raise ConfigError(f"kernel {kernel.label} runs skipsearch's own C++ products, which cannot be built here: "
+                          f"{reason}; use {instead} or --kernel inductor") from None
+
+
+ATTENTION = "skipsearch_packed_gqa"  # the name the attention below is registered under with transformers
+SETTINGS = {"cpp_wrapper": True}  # on top of inductor's own (kernels/inductor.py)
+
+
+def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                         is_causal=None, **kwargs):
+    """HF's SDPA attention without ``repeat_kv``: the ``groups`` query heads that share a key/value head are
+    stacked as rows of that head (query [B, H, T, D] -> [B, H / groups, groups * T, D], the mask repeated to match),
+    so SDPA reads the cache's key/value heads as they are. Anything else (no grouping, no mask, a per-head mask)
+    goes to HF's own SDPA attention. Returns [B, T, H, D], as HF's does."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    mask = attention_mask
+    if groups == 1 or mask is None or mask.dim() != 4 or mask.shape[1] != 1 or dropout or kwargs.get("softcap"):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    B, H, T, D = query.shape
+    q = query.reshape(B, H // groups, groups * T, D)  # head h = kv * groups + r: its rows are (r, t)
+    if T > 1:  # [B, 1, T, S] -> [B, 1, groups * T, S], row (r, t) is query t's
+        mask = mask[:, :, None].expand(B, 1, groups, T, mask.shape[-1]).reshape(B, 1, groups * T, mask.shape[-1])
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, packed_gqa_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks SDPA takes
+
+
+def shared_copy(hf, *, panels: bool):
+    """A copy of the HF model that shares its parameters and buffers and runs ``packed_gqa_attention``; with
+    ``panels``, every ``nn.Linear`` (the LM head too) swapped for an ``F32PanelLinear`` of the same weights."""
+    import copy
+
+    from torch import nn
+
+    from skipsearch.kernels.lowbit.modules import F32PanelLinear
+
+    shared = {id(t): t for t in (*hf.parameters(), *hf.buffers())}
+    out = copy.deepcopy(hf, memo=shared)
+    if hf.config._attn_implementation == "sdpa":  # another (eager, a custom one) is kept as the model has it
+        _register_attention()
+        out.set_attn_implementation(ATTENTION)
+    if panels:
+        for name, child in list(out.named_modules()):
+            if isinstance(child, nn.Linear):
+                parent_name, _, attr = name.rpartition(".")
+                parent = out.get_submodule(parent_name) if parent_name else out
+                setattr(parent, attr, F32PanelLinear.from_linear(child))
+    return out
+
+
+def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
+    """inductor's runner on the two copies, with a C++ wrapper (minutes, once per process)."""
+    return CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk, step_model=shared_copy(sm.hf, panels=False),
+                          rows_model=shared_copy(sm.hf, panels=True), settings=SETTINGS)
+
+
+KERNEL = KernelSpec(
+    name="panel",
+    summary="inductor's graphs, with the linears of every forward over more than one row (verify blocks, batches) "
+            "on skipsearch's fp32 panel product: weights streamed once for all rows",
+    compiled=True,
+    build=build,
+    check=check,
+    blocks=CHUNKS,
+    default_block=DEFAULT_BLOCK,
+)

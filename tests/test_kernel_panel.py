@@ -1,0 +1,111 @@
+"""The ``panel`` kernel (skipsearch/kernels/panel.py): inductor's graphs, with every forward over more than one row
+run through a copy of the model whose linears are the fp32 panel product. It decodes exactly what HF greedy decodes
+(plain steps, verifies of a block and a rest, a compiled precision draft, batches), compiles nothing while decoding,
+and a machine that cannot build the product is refused in one line before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+from skipsearch import methods
+from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
+from skipsearch.decoding import generate, hf_generate
+from skipsearch.kernels import Kernel, check_kernel, parse_kernel
+from skipsearch.kernels.inductor import static_cache_supported
+from tests.conftest import make_tiny_model
+
+PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])
+
+
+@pytest.fixture(scope="module")
+def panel():
+    if not static_cache_supported():
+        pytest.skip(f"the compiled kernels need transformers 5's StaticCache layers, not {transformers.__version__}")
+    try:
+        check_kernel(Kernel("panel"), "cpu")
+    except ConfigError as exc:  # no compiler here: the refusal is tested below
+        pytest.skip(str(exc))
+    sm = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
+    sm.use_kernel("panel-c4", capacity=64)
+    return sm
+
+
+def _precision(K: int):
+    m = methods.get("precision")
+    cfg = DraftConfig(max_draft_tokens=K, exit=NO_EXIT)
+    return m.candidate(cfg, m.parse({"scheme": "int8"}, draft=cfg, num_layers=4))
+
+
+def test_the_name_parses_with_its_own_default_block():
+    assert parse_kernel("panel") == Kernel("panel", 8)
+    assert parse_kernel("panel-c4").label == "panel-c4"
+    with pytest.raises(ConfigError, match="kernel block must be one of"):
+        parse_kernel("panel-c3")
+
+
+def test_blocks_run_the_panel_copy_and_one_token_runs_the_model_itself(panel):
+    from skipsearch.kernels.lowbit.modules import F32PanelLinear
+
+    runner = panel._runner
+    rows = runner._rows_module._orig_mod
+    linears = [m for m in rows.modules() if isinstance(m, (nn.Linear, F32PanelLinear))]
+    assert linears and all(isinstance(m, F32PanelLinear) for m in linears)  # the LM head too
+    assert not any(isinstance(m, F32PanelLinear) for m in panel.hf.modules())  # the model itself is untouched
+    # every other tensor is the model's own, not a copy
+    assert rows.get_input_embeddings().weight is panel.hf.get_input_embeddings().weight
+    assert rows.model.layers[0].input_layernorm.weight is panel.hf.model.layers[0].input_layernorm.weight
+
+
+def test_plain_steps_verifies_and_a_compiled_precision_draft_are_hf_greedy(panel):
+    from torch._dynamo.utils import counters
+
+    drafter = methods.build_drafter(_precision(3), panel)
+    generate(panel, PROMPTS[0], drafter=drafter, max_new_tokens=8)  # warm: the draft's graph compiles once
+    before = counters["stats"]["unique_graphs"]
+    for prompt in PROMPTS:
+        ref = hf_generate(panel, prompt, max_new_tokens=24)
+        assert generate(panel, prompt, max_new_tokens=24).token_ids == ref
+        skip = DraftConfig(skip_attn=(1,), skip_mlp=(2,), max_draft_tokens=6, exit=NO_EXIT)
+        assert generate(panel, prompt, config=skip, max_new_tokens=24).token_ids == ref  # 7 tokens: a block, a rest
+        res = generate(panel, prompt, drafter=methods.build_drafter(_precision(3), panel), max_new_tokens=24)
+        assert res.token_ids == ref and res.stats.drafted_tokens > 0
+    assert counters["stats"]["unique_graphs"] == before  # nothing recompiled
+
+
+def test_a_block_agrees_with_eager_forwards(panel):
+    cache = panel.decode_cache(20)
+    panel.forward(torch.tensor([4, 8, 15, 16]), start=0, cache=cache)
+    fast = panel.forward(torch.tensor([23, 42, 7, 9, 11]), start=4, cache=cache)  # a block of 4, then one token
+    panel.crop(cache, 4)
+    with panel.eager():
+        slow = panel.forward(torch.tensor([23, 42, 7, 9, 11]), start=4, cache=cache)
+    assert torch.equal(fast.argmax(-1), slow.argmax(-1))
+    assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+
+
+def test_batches_decode_what_eager_batches_do(panel):
+    from skipsearch.batched import decode_rows, generate_batch
+
+    twin = make_tiny_model(vocab_size=64, num_layers=4, seed=3)  # the same weights, eager
+    batch = list(PROMPTS)
+    ref = decode_rows(twin, batch, max_new_tokens=12).token_ids
+    assert generate_batch(panel, batch, max_new_tokens=12).token_ids == ref
+
+
+def test_a_machine_that_cannot_build_the_product_is_refused_in_one_line(monkeypatch):
+    from skipsearch.kernels import inductor
+    from skipsearch.kernels.lowbit import build
+
+    monkeypatch.setattr(inductor, "cxx_compiler", lambda: "g++")
+    monkeypatch.setattr(inductor, "static_cache_supported", lambda: True)
+    monkeypatch.setattr(build, "_STATE", {"error": "the int8/int4 weight-only CPU kernels cannot be built here: "
+                                                   "no C++ compiler"})
+    with pytest.raises(ConfigError, match="kernel panel-c8 runs skipsearch's own C.. products, which cannot be built "
+                                          "here: no C.. compiler; use --kernel eager") as e:
+        check_kernel(parse_kernel("panel"), "cpu")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="CPUs only"):
+        check_kernel(parse_kernel("panel"), "cuda")
