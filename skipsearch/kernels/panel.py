@@ -86,8 +86,7 @@ def shared_copy(hf, *, panels: bool):
     ``panels``, every ``nn.Linear`` (the LM head too) swapped for an ``F32PanelLinear`` of the same weights."""
     import copy
 
-    from torch import nn
-
+    from skipsearch.kernels.lowbit.convert import swap_linears
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
 
     shared = {id(t): t for t in (*hf.parameters(), *hf.buffers())}
@@ -96,11 +95,7 @@ def shared_copy(hf, *, panels: bool):
         _register_attention()
         out.set_attn_implementation(ATTENTION)
     if panels:
-        for name, child in list(out.named_modules()):
-            if isinstance(child, nn.Linear):
-                parent_name, _, attr = name.rpartition(".")
-                parent = out.get_submodule(parent_name) if parent_name else out
-                setattr(parent, attr, F32PanelLinear.from_linear(child))
+        swap_linears(out, F32PanelLinear.from_linear)
     return out
 
 

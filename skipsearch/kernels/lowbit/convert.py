@@ -7,6 +7,7 @@ when asked (it is ~20% of a small model's weights, and its argmax decides every 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 from torch import nn
 
@@ -25,17 +26,22 @@ def lowbit_linear(linear: nn.Linear, scheme: str, *, group_size: int = GROUP) ->
     raise ValueError(f"the lowbit kernels run {' and '.join(SCHEMES)}, not {scheme!r:.40}")
 
 
+def swap_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module], keep: nn.Module | None = None) -> None:
+    """Swap, in place, every ``nn.Linear`` under ``module`` (not ``module`` itself) but ``keep`` for ``make(it)``."""
+    for name, child in list(module.named_modules()):
+        if isinstance(child, nn.Linear) and child is not keep:
+            parent_name, _, attr = name.rpartition(".")
+            parent = module.get_submodule(parent_name) if parent_name else module
+            setattr(parent, attr, make(child))
+
+
 def _swap(module: nn.Module, scheme: str, group_size: int, keep: nn.Module | None = None) -> nn.Module:
     """Swap, in place, every ``nn.Linear`` under ``module`` but ``keep`` for its ``scheme`` stand-in."""
     if scheme not in SCHEMES:
         raise ValueError(f"the lowbit kernels run {' and '.join(SCHEMES)}, not {scheme!r:.40}")
     if isinstance(module, nn.Linear):
         return lowbit_linear(module, scheme, group_size=group_size)
-    for name, child in list(module.named_modules()):
-        if isinstance(child, nn.Linear) and child is not keep:
-            parent_name, _, attr = name.rpartition(".")
-            parent = module.get_submodule(parent_name) if parent_name else module
-            setattr(parent, attr, lowbit_linear(child, scheme, group_size=group_size))
+    swap_linears(module, lambda linear: lowbit_linear(linear, scheme, group_size=group_size), keep)
     return module
 
 
