@@ -184,6 +184,31 @@ def test_keyboard_interrupt_fails_the_trial_and_propagates(fast_dir):
     assert run_search(study, strategy, Objective(), budget=6).trials_run_here == 3
 
 
+def test_ctrl_c_inside_ask_fails_the_new_trial_rather_than_leaving_it_running(fast_dir, monkeypatch):
+    """A Ctrl-C that lands while optuna makes the trial: the trial is failed as interrupted, never left RUNNING
+    with no heartbeat (which no worker could ever judge lost, and which would hold the budget for ever)."""
+    import os
+    import signal
+
+    study, strategy = opened(fast_dir)
+    ask, asked = optuna.Study.ask, []
+
+    def ask_then_ctrl_c(self, *args, **kwargs):
+        trial = ask(self, *args, **kwargs)
+        asked.append(trial.number)
+        if len(asked) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at once, inside ask()
+        return trial
+
+    monkeypatch.setattr(optuna.Study, "ask", ask_then_ctrl_c)
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(study, strategy, Objective(), budget=6)
+    assert signal.getsignal(signal.SIGINT) is handler  # put back
+    recs = records(opened(fast_dir)[0])
+    assert [(r.state, r.error) for r in recs] == [("COMPLETE", None), ("FAIL", "interrupted")]
+
+
 def test_resuming_with_another_strategy_is_refused(fast_dir):
     study, strategy = opened(fast_dir, "tpe")
     run_search(study, strategy, Objective(), budget=1)

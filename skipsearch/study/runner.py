@@ -40,7 +40,14 @@ from skipsearch.study.storage import (
     storage_conflict,
     storage_of,
 )
-from skipsearch.study.workers import contention, fail_lost_trials, other_local_workers, share_cores, worker_id
+from skipsearch.study.workers import (
+    contention,
+    fail_lost_trials,
+    held_interrupt,
+    other_local_workers,
+    share_cores,
+    worker_id,
+)
 
 _STATES = optuna.trial.TrialState
 _COUNTED = (_STATES.COMPLETE, _STATES.FAIL, _STATES.RUNNING)  # what the budget counts, over all workers
@@ -118,14 +125,18 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
         fail_lost_trials(study)  # a dead worker's trial must not hold the budget, nor a twin, for ever
         if _used(study) >= budget:
             break
+        pending: list[int] = []  # a Ctrl-C held back while the trial is made; it fails the trial below
         try:
             # 1. the strategy's seed points go first (enqueued once per study); then its sampler proposes
-            if seeds:
-                seed_study(study, seeds)
-                seeds = ()
-            with quiet_optuna():
-                trial = study.ask()
+            with held_interrupt(pending):
+                if seeds:
+                    seed_study(study, seeds)
+                    seeds = ()
+                with quiet_optuna():
+                    trial = study.ask()
         except Exception as e:  # a busy storage: look again (a persistent one ends the search in one line)
+            if pending:
+                raise KeyboardInterrupt from None
             if not storage_conflict(e):
                 raise
             conflicts.append(f"could not start a trial: {one_line(e)}")
@@ -135,6 +146,8 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
             continue
         candidate = measurement = error = None
         try:
+            if pending:
+                raise KeyboardInterrupt
             with heartbeat(study, trial.number):
                 trial.set_user_attr(WORKER_ATTR, worker_id())
                 if isinstance(storage_of(study), optuna.storages.RDBStorage):
