@@ -37,6 +37,9 @@
 namespace skipsearch_lowbit {
 
 constexpr int P = 32;  // output columns per panel
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 4096
+#endif
 
 // ---- vector units: the same micro-kernels run on each -------------------------------------------------------
 struct Scalar {
@@ -93,8 +96,10 @@ struct Avx512 {
   using F = __m512;
   static constexpr int W = 16;
   static constexpr const char* name = "avx512";
-  // 32 zmm registers: 2 blocks x 2 sets (even/odd k, four independent FMA chains even for one row) x MR rows
-  static constexpr int MR8 = 6, MR4 = 5, SETS = 2;
+  // 32 zmm registers. int8 and fp32: 2 blocks x MR rows of accumulators, in 2 sets (even/odd k: four
+  // independent FMA chains even for one row) below 4 rows, in one set from 4 rows (8 rows: 16 accumulators, so
+  // a verify block of 8 streams its panel once). int4: 2 blocks x 2 sets x MR rows.
+  static constexpr int MR8 = 8, MR4 = 5, SETS = 2;
   static inline F zero() { return _mm512_setzero_ps(); }
   static inline F bcast(const float* p) { return _mm512_set1_ps(*p); }
   static inline F set1(float v) { return _mm512_set1_ps(v); }
@@ -121,7 +126,9 @@ struct Avx512 {
 template <class V, int MR, class T>
 void dense_panel(const float* x, int64_t ldx, const T* w, int64_t K, float* out) {
   using F = typename V::F;
-  constexpr int NB = P / V::W, S = V::SETS;
+  // a second set of accumulators only while MR x NB chains are too few to hide the FMA latency (2 ports x 4
+  // cycles): with 4 or more rows on AVX-512, one set leaves the registers for 8 rows in one pass
+  constexpr int NB = P / V::W, S = MR * NB >= 8 ? 1 : V::SETS;
   F acc[S][MR][NB];
 #pragma GCC unroll 64
   for (int s = 0; s < S; ++s)
@@ -131,6 +138,9 @@ void dense_panel(const float* x, int64_t ldx, const T* w, int64_t K, float* out)
       for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
   int64_t k = 0;
   for (; k + S <= K; k += S) {
+    const char* ahead = reinterpret_cast<const char*>(w + k * P) + PREFETCH_BYTES;
+#pragma GCC unroll 64
+    for (int l = 0; l < int(S * P * sizeof(T)); l += 64) __builtin_prefetch(ahead + l);
 #pragma GCC unroll 64
     for (int s = 0; s < S; ++s) {
       const T* wk = w + (k + s) * P;
@@ -187,6 +197,7 @@ void int4_panel(const float* x, int64_t ldx, const uint8_t* w, const float* scal
     }
     const uint8_t* wk = w + g * (group / 2) * P;
     for (int64_t k = g * group; k < (g + 1) * group; k += 2, wk += P) {
+      __builtin_prefetch(reinterpret_cast<const char*>(wk) + PREFETCH_BYTES);  // P bytes a pair of k: half a line
       F lo[NB], hi[NB];
 #pragma GCC unroll 64
       for (int b = 0; b < NB; ++b) {
@@ -233,7 +244,7 @@ struct Rows {
   }
 };
 template <class V>
-using RowsOf = Rows<V, 1, 2, 3, 4, 5, 6>;  // the tables hold 1..6 rows; each unit uses up to its MR8/MR4
+using RowsOf = Rows<V, 1, 2, 3, 4, 5, 6, 7, 8>;  // the tables hold 1..8 rows; each unit uses up to its MR8/MR4
 
 // Split M rows into the fewest chunks of at most mr rows, as even as possible (8 rows and mr 6: 4 + 4).
 inline int chunk_rows(int64_t M, int64_t m0, int mr) {
