@@ -143,6 +143,22 @@ def row_cache(config, *, rows: int, capacity: int, dtype: torch.dtype, device: t
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     cache.early_initialization(rows, heads, head_dim, dtype, device)
+    return guard_addresses(cache)
+
+
+def guard_addresses(cache):
+    """Make dynamo guard on which tensors a compiled graph reads as ``cache``, and return it. transformers marks a
+    StaticCache's tensors as static addresses without a guard, so a graph compiled on one cache would run on any
+    other cache of the same shapes, reading and writing the first one's tensors: a second compiled kernel built in
+    the same process (the same kernel after an eager spell, another of the same block) gave wrong logits or an
+    out-of-bounds abort. With the guard, a new cache compiles its own graphs."""
+    import torch
+
+    for layer in cache.layers:
+        for name in ("keys", "values", "cumulative_length"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                torch._dynamo.mark_static_address(tensor, guard=True)
     return cache
 
 

@@ -372,3 +372,30 @@ def _precision_profile():
     return profile_from_dict({"schema_version": 4, "model": {"name": "tiny", "num_layers": 4}, "method": "precision",
                               "draft": {"max_draft_tokens": 3, "exit": {"threshold": 0.0, "adaptive": False}},
                               "method_params": {"scheme": "fp16"}, "kernel": "inductor-c4"})
+
+
+@pytest.mark.parametrize("label", ["inductor-c4", "panel-c4"])
+def test_a_kernel_built_again_in_the_same_process_runs_on_its_own_cache(label):
+    """The same kernel after an eager spell (as generate does when asked for skipsearch_kernel="eager" once):
+    a second runner with a cache of the same shapes. Its graphs must read and write its own cache, not the first
+    runner's (transformers marks a StaticCache's tensors as static addresses without a guard: this gave wrong
+    logits on panel and an out-of-bounds abort on inductor)."""
+    if not static_cache_supported():
+        pytest.skip(f"the compiled kernels need transformers 5's StaticCache layers, not {transformers.__version__}")
+    try:
+        check_kernel(parse_kernel(label), "cpu")
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    sm = make_tiny_model(vocab_size=64, num_layers=4, seed=11)
+    ids = torch.tensor([3, 14, 15, 9, 2, 6, 5, 35, 8, 9, 7, 9, 32, 3, 8, 4, 6, 2, 6, 43])
+    with torch.inference_mode():
+        want = sm.hf(ids[None], use_cache=False).logits[0].float()
+    for build in range(2):
+        sm.use_kernel(label, capacity=32)
+        cache = sm.decode_cache(len(ids))
+        blocks = sm.forward(ids[:-1], start=0, cache=cache)
+        step = sm.forward(ids[-1:], start=len(ids) - 1, cache=cache)
+        assert torch.allclose(blocks, want[:-1], atol=1e-4, rtol=1e-4), build
+        assert torch.allclose(step, want[-1:], atol=1e-4, rtol=1e-4), build
+        assert generate(sm, PROMPTS[1], max_new_tokens=12).token_ids == hf_generate(sm, PROMPTS[1], max_new_tokens=12)
+        sm.use_kernel(EAGER, capacity=0)

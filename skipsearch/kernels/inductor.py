@@ -137,6 +137,7 @@ class CompiledBlocks:
         from torch._dynamo.utils import counters
         from transformers import StaticCache
 
+        from skipsearch.kv_cache import guard_addresses
         from skipsearch.memory import memory_probe
 
         self.kernel, self.capacity, self._sm = kernel, capacity, sm
@@ -150,6 +151,7 @@ class CompiledBlocks:
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
+        guard_addresses(self.cache)  # this runner's graphs on this cache only
         # one graph per module and block shape; a model and its copies (a draft) must not evict each other
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self._settings = {**_SETTINGS, **(settings or {})}
