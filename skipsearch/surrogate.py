@@ -191,6 +191,17 @@ def calibrate(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, max_new_t
     return Calibration(tuple(tuple(p) for p in prompts), conts, max_new_tokens)
 
 
+def timed_verify_sizes(sizes: Sequence[int], chunk: int) -> list[int]:
+    """The k at which ``measure_costs`` times v(k): ``sizes``, 1, and on a kernel that verifies in blocks of
+    ``chunk`` tokens each block's edges (a full block and one token more) up to the largest size. Its v(k) is a
+    staircase, flat inside a block and a step up past its edge, so a line drawn between sizes on either side of an
+    edge prices the sizes below it too high: on panel-c8, v(7) and v(8) read 1.72 and 2.05 between v(6) = 1.40
+    and v(9) = 2.38, where one 8-token block costs about what v(6) does."""
+    top = max(sizes, default=1)
+    edges = {e for b in range(chunk, top + 1, chunk) for e in (b, b + 1) if e <= top} if chunk > 1 else set()
+    return sorted({1, *sizes, *edges})
+
+
 def measure_costs(
     sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9), repeats: int = 9,
     extra: Mapping[str, DraftConfig] | None = None, extra_verify_sizes: Mapping[str, Sequence[int]] | None = None,
@@ -202,7 +213,8 @@ def measure_costs(
     contention evenly over all of them, so the *ratios* the model is built from hold even on a busy
     machine, and the median is the typical cost the decoder will pay (a minimum would flatter the
     draft, which runs many small forwards).
-    v(k) is measured at ``verify_sizes`` and interpolated linearly between them, kept
+    v(k) is measured at ``verify_sizes`` (and, on a compiled kernel, at the edges of its blocks:
+    ``timed_verify_sizes``) and interpolated linearly between them, kept
     non-decreasing. It is not affine: on CPU a one-token forward runs matrix-vector kernels and
     k >= 2 runs matrix-matrix ones, so v(2) jumps and the curve flattens after it.
 
@@ -211,7 +223,8 @@ def measure_costs(
     ``extra_verify_sizes[name]`` (what a draft level that verifies another's drafts runs, as M_q does
     in hierarchical decoding), as a curve relative to its own step. They come back in ``extras``.
     """
-    verify_sizes = sorted({1, *verify_sizes})
+    compiled = sm.kernel.compiled
+    verify_sizes = timed_verify_sizes(verify_sizes, sm.kernel.chunk if compiled else 1)
     extra = dict(extra or {})
     extra_sizes = {name: sorted({1, *(extra_verify_sizes or {}).get(name, ())}) for name in extra}
     unknown = set(extra_verify_sizes or {}) - set(extra)
@@ -224,7 +237,6 @@ def measure_costs(
     every = tuple(range(L))
     # the parts (full, no_attn, no_mlp and the extra drafts) run eagerly on a DynamicCache; the verify curve and the
     # unit through the decoder's kernel, on its cache (the same one unless a compiled kernel runs)
-    compiled = sm.kernel.compiled
     vcache = _kernel_cache(sm, context, max(verify_sizes)) if compiled else cache
 
     def step(config: DraftConfig | None):

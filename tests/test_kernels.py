@@ -330,6 +330,26 @@ def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_ste
     assert "kernel: verify inductor-c4, drafts compiled" in back.describe()
 
 
+def test_the_verify_curve_is_timed_at_each_blocks_edges(compiled, monkeypatch):
+    """v(k) on a kernel of 4-token blocks is a staircase, flat inside a block: timed only at 3 and 6, a line
+    between them would price v(4) too high and v(5) too low, so each block's edges are timed too."""
+    from skipsearch import surrogate
+
+    seen = []
+    timer = surrogate.time_interleaved
+
+    def spy(calls, **kwargs):
+        seen.extend(calls)
+        return timer(calls, **kwargs)
+
+    monkeypatch.setattr(surrogate, "time_interleaved", spy)
+    surrogate.measure_costs(compiled, tuple(range(3, 23)), verify_sizes=(2, 3, 6, 9), repeats=1)
+    assert sorted(int(n[1:]) for n in seen if n.startswith("v")) == [1, 2, 3, 4, 5, 6, 8, 9]
+    assert surrogate.timed_verify_sizes((1, 2, 3, 4, 6, 9, 13), 8) == [1, 2, 3, 4, 6, 8, 9, 13]
+    assert surrogate.timed_verify_sizes((1, 2, 3, 4, 6, 9, 13), 1) == [1, 2, 3, 4, 6, 9, 13]  # eager: no blocks
+    assert surrogate.timed_verify_sizes((2, 6), 16) == [1, 2, 6]  # no edge below the largest size
+
+
 def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_path):
     from skipsearch.costs import load_costs
 
