@@ -31,14 +31,11 @@ def _import_app():
     """The CLI, imported with Ctrl-C held back: an interrupt raised inside a C extension's module initialisation
     (numpy's, under scipy) can leave that module half made and surface as an unrelated error. One that arrives
     meanwhile is delivered as soon as the imports are done."""
-    import signal
+    from skipsearch.interrupts import held_interrupt
 
     pending: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
+    with held_interrupt(pending):
         from skipsearch.cli import app
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if pending:
         raise KeyboardInterrupt
     return app

@@ -12,6 +12,7 @@ from dataclasses import replace
 import optuna
 
 from skipsearch.config import Candidate
+from skipsearch.interrupts import held_interrupt
 from skipsearch.measure import Kind, Objective
 from skipsearch.strategies import Seed, Strategy
 from skipsearch.study.opening import check_or_stamp
@@ -40,14 +41,7 @@ from skipsearch.study.storage import (
     storage_conflict,
     storage_of,
 )
-from skipsearch.study.workers import (
-    contention,
-    fail_lost_trials,
-    held_interrupt,
-    other_local_workers,
-    share_cores,
-    worker_id,
-)
+from skipsearch.study.workers import contention, fail_lost_trials, other_local_workers, share_cores, worker_id
 
 _STATES = optuna.trial.TrialState
 _COUNTED = (_STATES.COMPLETE, _STATES.FAIL, _STATES.RUNNING)  # what the budget counts, over all workers

@@ -4,11 +4,7 @@ workers on this machine, whose decoding shares its cores (a timing taken beside 
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import optuna
 
@@ -73,18 +69,3 @@ def contention(study: optuna.Study) -> str | None:
         return f"timed under load average {load:.1f} on {cores} cores"
     return None
 
-
-@contextmanager
-def held_interrupt(pending: list[int]) -> Iterator[None]:
-    """Hold Ctrl-C back while this block runs; one that arrives is appended to ``pending`` for the caller to
-    raise where it can clean up. For `study.ask()`: interrupted inside it, the trial it just made would stay
-    RUNNING, with no worker and no heartbeat, so that no worker could ever judge it lost. Outside the main
-    thread (where no signal handler can be set) the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
