@@ -46,6 +46,10 @@ class Drafter:
     def observe(self, drafted: int, accepted: int) -> None:
         """What the full model kept of the last draft (called only when something was drafted)."""
 
+    def warm(self, sm: SkippableModel) -> None:
+        """Build now what the first draft would build (a compiled draft's graph: a minute or more), so that no
+        decode pays it inside its time. Changes nothing the drafts depend on; the default has nothing to build."""
+
     @property
     def threshold(self) -> float | None:
         """The draft-exit γ now (adaptive exit moves it); None: no exit rule. Goes to DecodeStats.final_threshold."""

@@ -86,6 +86,57 @@ def test_a_block_agrees_with_eager_forwards(panel):
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
 
 
+def test_a_compiled_draft_step_runs_on_packed_attention_and_agrees_with_the_eager_draft(panel, monkeypatch):
+    import contextlib
+
+    from skipsearch.kernels.panel import ATTENTION, packed_attention
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    q, every = quantized_copy(panel, "int8"), range(panel.num_layers)
+    runner, entered = panel._runner, []
+    real = runner._draft_context
+
+    @contextlib.contextmanager
+    def recorded():
+        with real():
+            entered.append({layer.self_attn.config._attn_implementation for layer in panel.layers})
+            yield
+
+    monkeypatch.setattr(runner, "_draft_context", recorded)
+    cache = panel.decode_cache(20)
+    panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
+    with panel.substituted(**q.stand_ins(every, every)):
+        with packed_attention(panel):  # each stand-in has a config of its own: every one is switched, then put back
+            inside = {layer.self_attn.config._attn_implementation for layer in panel.layers}
+        after = {layer.self_attn.config._attn_implementation for layer in panel.layers}
+        with panel.compiled_draft():
+            fast = panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
+        panel.crop(cache, 5)
+        slow = panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)  # a partial model: eager
+    assert inside == {ATTENTION} and after == {"sdpa"} and panel.hf.config._attn_implementation == "sdpa"
+    assert entered == [{ATTENTION}]  # the draft step ran its graph on packed attention
+    assert torch.equal(fast.argmax(-1), slow.argmax(-1))
+    # within 4e-7 here; a draft step that ran another graph (the full model's: its logits 4e-3 off) fails this
+    assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+
+
+def test_a_warmed_drafter_has_compiled_its_graph_before_it_decodes(panel):
+    from torch._dynamo.utils import counters
+
+    m = methods.get("precision")
+    cfg = DraftConfig(max_draft_tokens=3, exit=NO_EXIT)
+    # a stand-in set no other test here drafts with (layer 0's attention at full precision): a graph of its own
+    drafter = methods.build_drafter(m.candidate(cfg, m.parse({"scheme": "int8", "full_attn": [0]}, draft=cfg,
+                                                               num_layers=4)), panel)
+    before = counters["stats"]["unique_graphs"]
+    drafter.warm(panel)
+    warmed = counters["stats"]["unique_graphs"]
+    res = generate(panel, PROMPTS[1], drafter=drafter, max_new_tokens=12)
+    assert warmed == before + 1  # the draft's graph, compiled by warm()
+    assert counters["stats"]["unique_graphs"] == warmed and res.stats.drafted_tokens > 0  # none while decoding
+    assert res.token_ids == hf_generate(panel, PROMPTS[1], max_new_tokens=12)
+
+
 def test_batches_decode_what_eager_batches_do(panel):
     from skipsearch.batched import decode_rows, generate_batch
 

@@ -12,6 +12,8 @@ what it returns (a frozen dataclass); progress and notes come back through callb
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +31,8 @@ from skipsearch.kernels import Kernel
 from skipsearch.models import SkippableModel
 from skipsearch.profile import Profile, load_profile
 from skipsearch.schedule import draft_length
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,13 @@ def decode_prompts(
     work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
     if kernel is not None:
         sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens)
+    if drafters is not None and sm.kernel.compiled:  # a compiled draft's graph compiles now, not in a prompt's time
+        drafter = drafters()
+        if drafter is not None:
+            _log.info("compiling the draft's graph ...", extra={"step": "start"})
+            t0 = time.perf_counter()
+            drafter.warm(sm)
+            _log.info("compiling the draft's graph ... %.0f s", time.perf_counter() - t0, extra={"step": "end"})
     return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,
                         max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
 

@@ -185,7 +185,11 @@ def profile_method(sm: SkippableModel, path: str, profile) -> Contender:
 
     name = f"{profile.method}:{Path(path).stem}"
     candidate = profile.candidate
-    methods.build_drafter(candidate, sm)  # parameters that do not fit the model fail here, before any timing
+    # parameters that do not fit the model fail here, before any timing; a compiled draft's graph compiles here too
+    # (a hybrid's fallback may not draft in the harness's warm-up: its first miss would compile inside a timed call)
+    drafter = methods.build_drafter(candidate, sm)
+    if drafter is not None:
+        drafter.warm(sm)
     return engine_method(sm, name, lambda _ids: methods.build_drafter(candidate, sm), setting=str(path))
 
 

@@ -72,6 +72,7 @@ class Adapter(Protocol):
     model it compiles, where it runs, and the keyword the modeling code takes its cache by."""
 
     hf: Any  # the transformers model
+    layers: Any  # its decoder layers (nn.ModuleList), a draft's stand-ins swapped in
     device: Any  # torch.device
     dtype: Any  # torch.dtype
 

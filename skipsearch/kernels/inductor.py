@@ -35,7 +35,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,13 +125,15 @@ class CompiledBlocks:
     """The inductor kernel: the whole HF model compiled for one token and for one block of ``kernel.chunk``
     tokens on one StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block. Another
     kernel may hand it copies of the model (sharing its weights) for the one-token steps (``step_model``) and for
-    forwards over more than one row (``rows_model``), and inductor settings of its own (``settings``): ``panel``.
+    forwards over more than one row (``rows_model``), inductor settings of its own (``settings``) and a context its
+    draft steps run in (``draft_context``): ``panel``.
 
     Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
     that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
 
     def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int, step_model=None, rows_model=None,
-                 settings: dict | None = None) -> None:
+                 settings: dict | None = None,
+                 draft_context: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -155,6 +157,7 @@ class CompiledBlocks:
         # one graph per module and block shape; a model and its copies (a draft) must not evict each other
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self._settings = {**_SETTINGS, **(settings or {})}
+        self._draft_context = draft_context or contextlib.nullcontext
         self._module = torch.compile(sm.hf, dynamic=False)  # drafts: the model as it stands, its stand-ins swapped in
         # the full model's one-token steps and its forwards over more than one row (blocks, batches) may each run a
         # copy of the model that shares its weights (``panel``'s); by default both run the model itself
@@ -295,7 +298,7 @@ class CompiledBlocks:
             positions = positions if positions.is_inference() else positions.clone()
             extra = {} if mask is None else {"attention_mask": mask if mask.is_inference() else mask.clone()}
             module = self._module if draft else self._step_module if ids.numel() == 1 else self._rows_module
-            with inductor_config.patch(self._settings):
+            with inductor_config.patch(self._settings), self._draft_context() if draft else contextlib.nullcontext():
                 return module(input_ids=ids, position_ids=positions, use_cache=True, **extra,
                                     **self._sm.cache_kwargs(self.cache if cache is None else cache)).logits
 

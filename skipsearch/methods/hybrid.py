@@ -188,6 +188,10 @@ class HybridDrafter(Drafter):
         self._last = self.fallback
         return out
 
+    def warm(self, sm) -> None:
+        if self.fallback is not None:
+            self.fallback.warm(sm)
+
     def observe(self, drafted: int, accepted: int) -> None:
         if self._last is self.fallback:
             self.drafted += drafted

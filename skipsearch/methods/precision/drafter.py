@@ -19,6 +19,19 @@ class PrecisionDrafter(LayerSkipDrafter):
         super().__init__(config, head=draft_head(sm, qcopy, params))
         self.stand_ins = qcopy.stand_ins(*params.roles(config, sm.num_layers))
 
+    def warm(self, sm) -> None:
+        """On a compiled kernel, one draft token on a two-token context: inductor compiles the draft's graph."""
+        if not sm.kernel.compiled:
+            return
+        import torch
+
+        from skipsearch.config import GREEDY
+
+        cache = sm.decode_cache(4)
+        sm.forward(torch.zeros(2, dtype=torch.long), start=0, cache=cache)
+        self.draft(sm, cache, pending=0, start=2, limit=1, sampling=GREEDY, generator=None)
+        sm.crop(cache, 0)
+
     def draft(self, sm, cache, **kwargs):
         # the draft model is fixed for the whole decode: on a compiled kernel it runs its own compiled graph
         with sm.substituted(**self.stand_ins), sm.compiled_draft():
