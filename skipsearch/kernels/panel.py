@@ -14,7 +14,7 @@ outside its matrix products:
   The draft graphs (``compiled_draft``: a precision draft, a hybrid's fallback) run the model itself with its
   stand-ins swapped in, not a copy: for each draft step every attention in it is switched to the packed one
   (``packed_attention``) and back. On an AVX-512 Xeon the copies of ``repeat_kv`` took 2.8 ms of a profiled int8
-  draft step of 22.6 ms, and packed attention made the step 1.5-3.5 ms faster (``studies/draft-attention-cpu.md``).
+  draft step of 22.6 ms, and packed attention made the step 0.8-3.5 ms faster (``studies/draft-attention-cpu.md``).
 - **A C++ wrapper.** inductor's ``cpp_wrapper`` calls the graph's kernels from C++, not from generated Python: a
   compiled precision draft (181 custom products a step) spends less between them.
 
@@ -129,10 +129,9 @@ def shared_copy(hf, *, panels: bool):
 def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
     """inductor's runner on the two copies, with a C++ wrapper and drafts on packed attention (minutes, once per
     process)."""
-    step_model = shared_copy(sm.hf, panels=False)  # registers the packed attention with transformers
-    return CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk, step_model=step_model,
+    return CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk, step_model=shared_copy(sm.hf, panels=False),
                           rows_model=shared_copy(sm.hf, panels=True), settings=SETTINGS,
-                          draft_context=lambda: packed_attention(sm))
+                          draft_context=lambda: packed_attention(sm))  # the attention shared_copy registered
 
 
 KERNEL = KernelSpec(
