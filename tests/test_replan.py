@@ -470,12 +470,43 @@ def test_replanning_a_precision_draft_chooses_a_longer_k_where_verification_is_f
     on_steep, plan_steep = device_replan.replan_profile(prof, scheme_costs(STEEP_V), source="p", costs_source="steep")
     assert on_free.draft.max_draft_tokens > max(on_steep.draft.max_draft_tokens, plan_steep.best_draft.max_draft_tokens)
     assert plan_free.predicted.speedup > plan_steep.predicted.speedup
-    assert on_free.method == method and on_free.method_params == prof.method_params
+    # a hybrid's fallback_k is re-chosen beside K (test_re_planning_a_hybrid_re_chooses_its_fallback_k_with_k)
+    new_params = dict(on_free.method_params)
+    assert new_params.pop("fallback_k", 1) <= on_free.draft.max_draft_tokens
+    assert on_free.method == method and new_params == dict(prof.method_params)
     # c is the target's: (step - L·(attn + mlp) + L·(scheme attn + scheme mlp)) / step
     assert plan_free.predicted.cost_ratio == pytest.approx((0.002 + 0.048 / 8) / 0.05)
     assert dict(on_free.measured.extra)[PRECISION_KEY] == dict(prof.measured.extra)[PRECISION_KEY]
     assert load_profile(save_profile(on_free, tmp_path / "free.yaml")) == on_free
     assert "precision" in device_replan.format_replan(prof, on_free, plan_free, scheme_costs(FREE_V))
+
+
+def test_re_planning_a_hybrid_re_chooses_its_fallback_k_with_k(tmp_path):
+    """A searched fallback_k is re-chosen beside K from the same record: where verification is free, a fallback
+    searched at 1 token drafts far longer; the replay at the chosen fallback_k is what the plan predicts."""
+    path = tmp_path / "h.yaml"
+    write_precision_profile(path, method="hybrid")
+    raw = yaml.safe_load(path.read_text())
+    raw["method_params"]["fallback_k"] = 1
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    prof = load_profile(str(path))
+    new, plan = device_replan.replan_profile(prof, scheme_costs(FREE_V), source="h", costs_source="free")
+    k, fk = new.draft.max_draft_tokens, dict(new.method_params)["fallback_k"]
+    assert 1 < fk <= k
+    kept = device_replan.replan_profile(load_profile(save_profile(new, tmp_path / "n.yaml")), scheme_costs(FREE_V),
+                                        source="n", costs_source="free")[1]
+    assert kept.predicted.speedup == pytest.approx(plan.predicted.speedup)
+    # the same replay with the searched fallback_k (1) predicts less under the same costs
+    cal = lookup_calibration()
+    rec = record_lookup(cal, min_n=1, max_n=3)
+    traces = synthetic_traces(0.9, sequences=len(cal.prompts), length=len(cal.continuations[0]))
+    costs = scheme_costs(FREE_V).cost_model()
+
+    def replayed(fallback_k):
+        return replay_recorded(rec, k, costs, fallback=DraftConfig(max_draft_tokens=fallback_k), traces=traces,
+                               c=plan.predicted.cost_ratio).speedup
+    assert replayed(fk) == pytest.approx(plan.predicted.speedup)
+    assert replayed(1) < plan.predicted.speedup
 
 
 def test_the_hybrid_replay_without_a_fallback_is_the_lookup_replay():
@@ -545,7 +576,7 @@ def test_a_draft_traced_in_several_schemes_re_plans_in_the_best_one_the_cost_fil
     assert ("no costs for fp16" in plan.basis) == (method == "precision")
     assert "traced through the cpu kernel" in plan.note and "torchao Int8WeightOnlyConfig" in plan.note
     others = dict(new.method_params)
-    assert {k: v for k, v in others.items() if k != "scheme"} == {
+    assert {k: v for k, v in others.items() if k not in ("scheme", "fallback_k")} == {
         k: v for k, v in dict(prof.method_params).items() if k != "scheme"}
     # int8 as the draft's scheme now: the record still fits it, so the re-planned profile re-plans again
     saved = load_profile(save_profile(new, tmp_path / "gpu.yaml"))

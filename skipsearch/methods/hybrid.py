@@ -399,8 +399,8 @@ def replan(job: Replanning) -> Replanned:
     """Without a fallback, prompt lookup's re-plan (``ngram.replan``). With a traced fallback, K re-chosen for the
     cost file by replaying the lookup record and, on a miss, the fallback over its kept traces
     (LookupThenFallback, as the surrogate), the fallback charged the c the cost file gives it (``Tracing.read``: a
-    precision draft's from its scheme costs, a layer-skip draft's from the per-sublayer costs). A ``fallback_k``
-    above the new K is lowered to it."""
+    precision draft's from its scheme costs, a layer-skip draft's from the per-sublayer costs). ``fallback_k`` is
+    re-chosen with K (1..K, replayed the same way): a draft that got cheaper may pay for longer drafts."""
     profile = job.profile
     params = dict(profile.method_params)
     fallback = params.get("fallback", NONE)
@@ -413,7 +413,7 @@ def replan(job: Replanning) -> Replanned:
     lookup = ngram.kept_lookup(job)
     cand = HybridParams.parse(params, draft=profile.draft, num_layers=profile.model.num_layers).fallback_candidate(
         profile.draft)
-    costs, fallback_k = job.target.cost_model(), params.get("fallback_k")
+    costs = job.target.cost_model()
     searched = profile.draft.max_draft_tokens
     ks = sorted({k for k in (*ngram.LOOKUP_K_VALUES, searched) if 1 <= k <= lookup.max_k})
 
@@ -427,30 +427,37 @@ def replan(job: Replanning) -> Replanned:
             raise ProfileError(f"{job.source}: measured.{theirs.key} and measured.{LOOKUP_KEY} were not recorded "
                                f"over the same calibration sequences; run optimize again")
 
-        def predicted(k: int):
-            fallback = replace(variant.draft, max_draft_tokens=min(fallback_k or k, k))
+        def predicted(k: int, fk: int):
+            fallback = replace(variant.draft, max_draft_tokens=fk)
             return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=theirs.c,
                                    source=variant.method)
 
-        scored = sorted(((predicted(k), k) for k in ks), key=lambda mk: (-mk[0].speedup, mk[1]))
-        return variant, theirs, tuple((replace(profile.draft, max_draft_tokens=k), m) for m, k in scored)
+        def best_fallback_k(k: int):
+            # the fallback's own K re-chosen with the lookup's (its record replays any fk <= k); the first of equals
+            # is the longest, so an unchanged profile keeps fallback_k = K where shorter drafts gain nothing
+            return max(((predicted(k, fk), fk) for fk in range(k, 0, -1)), key=lambda mf: mf[0].speedup)
+
+        scored = sorted(((*best_fallback_k(k), k) for k in ks), key=lambda mfk: (-mfk[0].speedup, mfk[2]))
+        return variant, theirs, tuple((replace(profile.draft, max_draft_tokens=k), m, fk) for m, fk, k in scored)
 
     # the fallback in each variant the cost file prices (its own first); the best predicted ships, the first of equals
     weighings = [weighed(v) for v in tracing.variants(job, cand)]
     chosen, theirs, options = max(weighings, key=lambda w: w[2][0][1].speedup if w[2] else 0.0)
-    draft, m = options[0] if options else (None, None)
+    draft, m, fk = options[0] if options else (None, None, None)
     k = draft.max_draft_tokens if draft is not None and m.speedup > 1.0 else 0
     new_params = dict(profile.method_params)
     new_params.update((n, v) for n, v in chosen.params if n in new_params)  # e.g. another scheme than searched
-    if k and fallback_k is not None and fallback_k > k:
-        new_params["fallback_k"] = k  # a fallback_k above the new K is lowered to it
+    if k and (fk != k or "fallback_k" in new_params):
+        new_params["fallback_k"] = fk  # re-chosen with K (fallback_k absent means K)
     changed = tuple((n, new_params[n]) for n, _ in profile.method_params)
-    shown = ", ".join(str(c.max_draft_tokens) for c, _ in options)
+    changed += tuple((n, v) for n, v in new_params.items() if n not in dict(profile.method_params))
+    shown = ", ".join(f"{c.max_draft_tokens} (fallback {f})" for c, _, f in options)
     label = f" ({theirs.label})" if theirs.label else ""
     if len(weighings) > 1:
         label = (f" in {theirs.label or 'its best variant'}, the best predicted of the variants its record keeps "
                  f"that the cost file prices ("
                  + ", ".join(f"{t.label or v.method} {o[0][1].speedup:.3f}x" for v, t, o in weighings if o) + ")")
+    options = tuple((c, o) for c, o, _ in options)
     return Replanned(replace(profile.draft, max_draft_tokens=k), m, draft, options, theirs.note,
                      basis=f"its lookup record and its {cand.method} fallback's traces{label}, K of {shown}",
                      method_params=changed if changed != tuple(profile.method_params) else None)
