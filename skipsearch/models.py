@@ -22,7 +22,6 @@ import hashlib
 import inspect
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
@@ -33,6 +32,7 @@ from skipsearch.checkpoints import ModelError, state_fingerprint
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_kernel, parse_kernel
 from skipsearch.kv_cache import LayerFrame, PrefixKV
+from skipsearch.notices import long_step
 from skipsearch.placement import Placement
 from skipsearch.stand_ins import SkippedLayer, SkippedSublayer, SubsetHead
 
@@ -287,13 +287,8 @@ class SkippableModel:
         if self._runner is not None:
             if rows in self._runner.batch_sizes:
                 return self._runner.batch_cache(rows, positions)
-            _log.info("compiling %s graphs for batches of %d ...", self._runner.kernel.label, rows,
-                      extra={"step": "start"})
-            t0 = time.perf_counter()
-            cache = self._runner.batch_cache(rows, positions)
-            _log.info("compiling %s graphs for batches of %d ... %.0f s", self._runner.kernel.label, rows,
-                      time.perf_counter() - t0, extra={"step": "end"})
-            return cache
+            with long_step(_log, "compiling %s graphs for batches of %d ...", self._runner.kernel.label, rows):
+                return self._runner.batch_cache(rows, positions)
         try:
             return kv_cache.row_cache(self.hf.config, rows=rows, capacity=positions, dtype=self.dtype,
                                       device=self.device)

@@ -1,5 +1,5 @@
 """How library warnings reach the terminal: one plain ``warning:`` line each, deprecations once, and a
-third-party deprecation notice only with ``--verbose``.
+third-party deprecation notice only with ``--verbose``; and how the library marks a long step (``long_step``).
 
 A deprecation that skipsearch's own code triggers names a call of ours (the warning is attributed to
 our frame), so it is shown, once per process: it is ours to fix at its source. One raised inside a
@@ -9,15 +9,27 @@ one's to act on here, so it is kept off the terminal unless ``--verbose`` asks f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 SAYS_DEPRECATED = "is deprecated"  # how a library's plain warning or log line announces a deprecation
 _PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@contextlib.contextmanager
+def long_step(log: logging.Logger, message: str, *args) -> Iterator[None]:
+    """Log ``message % args`` with the ``step`` marks a long step carries (``extra={"step": "start"}``, then
+    ``"end"`` with its seconds appended), which the CLI shows as a ticking line on stderr (``cli.edge``)."""
+    log.info(message, *args, extra={"step": "start"})
+    t0 = time.perf_counter()
+    yield
+    log.info(f"{message} %.0f s", *args, time.perf_counter() - t0, extra={"step": "end"})
 
 
 def ours(filename: str) -> bool:

@@ -13,7 +13,6 @@ what it returns (a frozen dataclass); progress and notes come back through callb
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from skipsearch.data import DataError, Prompt, encode_prompt
 from skipsearch.decoding import DecodeResult, Drafter, generate
 from skipsearch.kernels import Kernel
 from skipsearch.models import SkippableModel
+from skipsearch.notices import long_step
 from skipsearch.profile import Profile, load_profile
 from skipsearch.schedule import draft_length
 
@@ -86,10 +86,8 @@ def decode_prompts(
     if drafters is not None and sm.kernel.compiled:  # a compiled draft's graph compiles now, not in a prompt's time
         drafter = drafters()
         if drafter is not None:
-            _log.info("compiling the draft's graph ...", extra={"step": "start"})
-            t0 = time.perf_counter()
-            drafter.warm(sm)
-            _log.info("compiling the draft's graph ... %.0f s", time.perf_counter() - t0, extra={"step": "end"})
+            with long_step(_log, "compiling the draft's graph ..."):
+                drafter.warm(sm)
     return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,
                         max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
 

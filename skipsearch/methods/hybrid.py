@@ -432,32 +432,30 @@ def replan(job: Replanning) -> Replanned:
             return replay_recorded(lookup, k, costs, fallback=fallback, traces=traces, c=theirs.c,
                                    source=variant.method)
 
-        def best_fallback_k(k: int):
-            # the fallback's own K re-chosen with the lookup's (its record replays any fk <= k); the first of equals
-            # is the longest, so an unchanged profile keeps fallback_k = K where shorter drafts gain nothing
-            return max(((predicted(k, fk), fk) for fk in range(k, 0, -1)), key=lambda mf: mf[0].speedup)
-
-        scored = sorted(((*best_fallback_k(k), k) for k in ks), key=lambda mfk: (-mfk[0].speedup, mfk[2]))
-        return variant, theirs, tuple((replace(profile.draft, max_draft_tokens=k), m, fk) for m, fk, k in scored)
+        # the fallback's own K re-chosen with the lookup's (its record replays any fk <= k); the first of equals is
+        # the longest, so an unchanged profile keeps fallback_k = K where shorter drafts gain nothing
+        best = {k: max(((predicted(k, fk), fk) for fk in range(k, 0, -1)), key=lambda mf: mf[0].speedup) for k in ks}
+        scored = sorted(ks, key=lambda k: (-best[k][0].speedup, k))
+        options = tuple((replace(profile.draft, max_draft_tokens=k), best[k][0]) for k in scored)
+        return variant, theirs, options, {k: fk for k, (_, fk) in best.items()}
 
     # the fallback in each variant the cost file prices (its own first); the best predicted ships, the first of equals
     weighings = [weighed(v) for v in tracing.variants(job, cand)]
-    chosen, theirs, options = max(weighings, key=lambda w: w[2][0][1].speedup if w[2] else 0.0)
-    draft, m, fk = options[0] if options else (None, None, None)
+    chosen, theirs, options, fallback_ks = max(weighings, key=lambda w: w[2][0][1].speedup if w[2] else 0.0)
+    draft, m = options[0] if options else (None, None)
     k = draft.max_draft_tokens if draft is not None and m.speedup > 1.0 else 0
     new_params = dict(profile.method_params)
     new_params.update((n, v) for n, v in chosen.params if n in new_params)  # e.g. another scheme than searched
-    if k and (fk != k or "fallback_k" in new_params):
-        new_params["fallback_k"] = fk  # re-chosen with K (fallback_k absent means K)
+    if k and (fallback_ks[k] != k or "fallback_k" in new_params):
+        new_params["fallback_k"] = fallback_ks[k]  # re-chosen with K (fallback_k absent means K)
     changed = tuple((n, new_params[n]) for n, _ in profile.method_params)
     changed += tuple((n, v) for n, v in new_params.items() if n not in dict(profile.method_params))
-    shown = ", ".join(f"{c.max_draft_tokens} (fallback {f})" for c, _, f in options)
+    shown = ", ".join(f"{c.max_draft_tokens} (fallback {fallback_ks[c.max_draft_tokens]})" for c, _ in options)
     label = f" ({theirs.label})" if theirs.label else ""
     if len(weighings) > 1:
         label = (f" in {theirs.label or 'its best variant'}, the best predicted of the variants its record keeps "
                  f"that the cost file prices ("
-                 + ", ".join(f"{t.label or v.method} {o[0][1].speedup:.3f}x" for v, t, o in weighings if o) + ")")
-    options = tuple((c, o) for c, o, _ in options)
+                 + ", ".join(f"{t.label or v.method} {o[0][1].speedup:.3f}x" for v, t, o, _ in weighings if o) + ")")
     return Replanned(replace(profile.draft, max_draft_tokens=k), m, draft, options, theirs.note,
                      basis=f"its lookup record and its {cand.method} fallback's traces{label}, K of {shown}",
                      method_params=changed if changed != tuple(profile.method_params) else None)
