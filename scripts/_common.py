@@ -6,6 +6,8 @@ model's greedy continuations) comes from ``skipsearch.calibration.calibrate_on``
 
 from __future__ import annotations
 
+import argparse
+
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
 from skipsearch.loader import load_model
@@ -40,3 +42,18 @@ def named_prompt_ids(sm: SkippableModel, dataset: str, *, split: str, n: int,
 def prompt_ids(sm: SkippableModel, dataset: str, *, split: str, n: int, seed: int = 0) -> list[list[int]]:
     """Token ids of ``n`` prompts of ``dataset``'s ``split``."""
     return [ids for _, ids in named_prompt_ids(sm, dataset, split=split, n=n, seed=seed)]
+
+
+def compiled_probe(ap: argparse.ArgumentParser) -> tuple[argparse.Namespace, SkippableModel]:
+    """The options the compiled-draft probes share (model, threads, kernel, schemes, context, rounds) added to
+    ``ap`` and parsed, and the model on that kernel in fp32 on the CPU, its cache room for twice the context."""
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kernel", default="panel-c8")
+    ap.add_argument("--schemes", nargs="+", default=["int8", "int4"])
+    ap.add_argument("--context", type=int, default=150, help="tokens in the cache before the timed calls")
+    ap.add_argument("--rounds", type=int, default=25)
+    args = ap.parse_args()
+    sm = script_model(args.model, threads=args.threads, device="cpu", dtype="float32")
+    sm.use_kernel(args.kernel, capacity=2 * args.context)
+    return args, sm

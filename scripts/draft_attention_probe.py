@@ -24,18 +24,9 @@ from skipsearch.methods.precision.copy import quantized_copy
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kernel", default="panel-c8")
-    ap.add_argument("--schemes", nargs="+", default=["int8", "int4"])
-    ap.add_argument("--context", type=int, default=150, help="tokens in the cache before the timed step")
-    ap.add_argument("--rounds", type=int, default=25)
-    args = ap.parse_args()
-    from _common import script_model
+    from _common import compiled_probe
 
-    sm = script_model(args.model, threads=args.threads, device="cpu", dtype="float32")
-    sm.use_kernel(args.kernel, capacity=2 * args.context)
+    args, sm = compiled_probe(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     runner = sm._runner  # the probe swaps the draft's attention; nothing else reaches into the runner
     cache = sm.decode_cache(args.context + 2)
     token = torch.tensor([42])

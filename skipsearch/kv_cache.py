@@ -23,11 +23,18 @@ def crop(cache, length: int) -> None:
     """Cut every layer's KV back to ``length`` positions (rejected or draft-only entries go). A static
     layer keeps its tensors and rewinds its length, through its own ``crop``; the stale entries past it
     are masked by position and overwritten by the next forward."""
+    static = [layer for layer in cache.layers if is_static(layer)]
+    if static:
+        lengths = [layer.cumulative_length if layer.is_initialized else layer.cumulative_length.new_zeros(())
+                   for layer in static]
+        one_device = len({t.device for t in lengths}) == 1  # else a model spread over GPUs: a read per layer
+        # read back at once where they can be: a read per layer cost 0.15 ms of every compiled step on a CPU
+        held = torch.stack(lengths).tolist() if one_device else [int(t) for t in lengths]
+        for layer, n in zip(static, held, strict=True):
+            if n > length:
+                layer.crop(length - n)
     for layer in cache.layers:
         if is_static(layer):
-            held = int(layer.get_seq_length())
-            if held > length:
-                layer.crop(length - held)
             continue
         keys = getattr(layer, "keys", None)
         if keys is not None and keys.dim() == 4 and keys.shape[-2] > length:

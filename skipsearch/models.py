@@ -238,7 +238,8 @@ class SkippableModel:
         before = self._compile_draft
         self._compile_draft = True
         try:
-            yield
+            with self._runner.drafting() if self._runner is not None else contextlib.nullcontext():
+                yield
         finally:
             self._compile_draft = before
 

@@ -137,6 +137,58 @@ def test_a_warmed_drafter_has_compiled_its_graph_before_it_decodes(panel):
     assert res.token_ids == hf_generate(panel, PROMPTS[1], max_new_tokens=12)
 
 
+def test_a_call_seen_before_skips_dynamos_guards_and_still_runs_its_own_graph(panel, monkeypatch):
+    """After a call's graph has run once without compiling, the same call (module, shapes, cache, the model's
+    stand-ins and attention) skips dynamo's guard checks; every call still runs its own graph: two drafts of
+    different stand-ins, a step and a block, interleaved, give what each gave with every guard checked. A draft
+    never run before (other stand-ins, or the same ones on another attention) is checked in full and compiles."""
+    import contextlib
+
+    from torch._dynamo.utils import counters
+
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    skipped = []
+    real = torch.compiler.set_stance
+
+    def recorded(*args, **kwargs):
+        skipped.append(kwargs.get("skip_guard_eval_unsafe", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.compiler, "set_stance", recorded)
+    every, runner = range(panel.num_layers), panel._runner
+    cache = panel.decode_cache(30)
+    panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
+
+    def draft(scheme: str):
+        q = quantized_copy(panel, scheme)
+        with panel.substituted(**q.stand_ins(every, every)), panel.draft_head(q.head), panel.compiled_draft():
+            return panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
+
+    calls = {"int8": lambda: draft("int8"), "int4": lambda: draft("int4"),
+             "step": lambda: panel.forward(torch.tensor([42]), start=5, cache=cache),
+             "block": lambda: panel.forward(torch.tensor([42, 7, 9, 11]), start=5, cache=cache)}
+    checked = {name: call() for name, call in calls.items()}  # compiles what is new, every guard checked
+    for call in calls.values():
+        call()  # runs each graph again: from here on each of these calls skips the guards
+    skipped.clear()
+    for name in ("step", "int4", "block", "int8", "step", "int8", "int4", "block"):
+        assert torch.equal(calls[name](), checked[name]), name
+    assert skipped and all(skipped)
+
+    before = counters["stats"]["unique_graphs"]
+    skipped.clear()
+    monkeypatch.setattr(runner, "_draft_context", contextlib.nullcontext)  # the same stand-ins on HF's attention
+    hf_attention = draft("int8")
+    assert counters["stats"]["unique_graphs"] == before + 1 and skipped == []  # checked in full: its own graph
+    panel.crop(cache, 5)
+    with panel.eager():
+        q = quantized_copy(panel, "int8")
+        with panel.substituted(**q.stand_ins(every, every)), panel.draft_head(q.head):
+            eager = panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
+    assert torch.allclose(hf_attention, eager, atol=1e-4, rtol=1e-4)
+
+
 def test_batches_decode_what_eager_batches_do(panel):
     from skipsearch.batched import decode_rows, generate_batch
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,6 +101,10 @@ class KernelRunner(Protocol):
 
     def forward_one(self, ids: Any, start: int) -> Any:
         """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
+
+    def drafting(self) -> AbstractContextManager[None]:
+        """Held while a draft model's steps run (``SkippableModel.compiled_draft``): what they run in, set up once
+        for all of them (``panel``: every attention switched to its packed one)."""
 
     def batch_cache(self, rows: int, positions: int) -> Any:
         """Its row cache (``kv_cache.row_cache``) for batches of ``rows`` and ``positions`` slots per row, its graphs

@@ -12,8 +12,8 @@ outside its matrix products:
   (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so
   attention reads the cache as it is. The arithmetic is the same; only rows move.
   The draft graphs (``compiled_draft``: a precision draft, a hybrid's fallback) run the model itself with its
-  stand-ins swapped in, not a copy: for each draft step every attention in it is switched to the packed one
-  (``packed_attention``) and back. On an AVX-512 Xeon the copies of ``repeat_kv`` took 2.8 ms of a profiled int8
+  stand-ins swapped in, not a copy: for each draft (all its steps) every attention in it is switched to the packed
+  one (``packed_attention``) and back. On an AVX-512 Xeon the copies of ``repeat_kv`` took 2.8 ms of a profiled int8
   draft step of 22.6 ms, and packed attention made the step 0.8-3.5 ms faster (``studies/draft-attention-cpu.md``).
 - **A C++ wrapper.** inductor's ``cpp_wrapper`` calls the graph's kernels from C++, not from generated Python: a
   compiled precision draft (181 custom products a step) spends less between them.
