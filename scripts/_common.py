@@ -57,3 +57,17 @@ def compiled_probe(ap: argparse.ArgumentParser) -> tuple[argparse.Namespace, Ski
     sm = script_model(args.model, threads=args.threads, device="cpu", dtype="float32")
     sm.use_kernel(args.kernel, capacity=2 * args.context)
     return args, sm
+
+
+def print_before_after(med: dict[str, float], names: tuple[str, ...], *, drafts: tuple[str, ...], k: int,
+                       columns: tuple[str, str, str, str], ratio_of: tuple[str, ...]) -> None:
+    """A probe's markdown table of median ms timed two ways (``med["<name> before"]``, ``med["<name> after"]``):
+    the calls in ``drafts`` are ``k``-token drafts, shown per token; those in ``ratio_of`` also as a ratio to the
+    step timed the same way (c for a draft, v(k) for a block). ``columns``: the two ways' and two ratios' headers."""
+    print(f"| call | {columns[0]} | {columns[1]} | saved ms | {columns[2]} | {columns[3]} |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in names:
+        per = k if name in drafts else 1
+        b, a = med[f"{name} before"] / per, med[f"{name} after"] / per
+        ratio = f"{b / med['step before']:.3f} | {a / med['step after']:.3f}" if name in ratio_of else " | "
+        print(f"| {name} | {b:.2f} | {a:.2f} | {b - a:.2f} | {ratio} |")

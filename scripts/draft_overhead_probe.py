@@ -34,7 +34,7 @@ class _Forgetful(set):
 
 
 def main() -> None:
-    from _common import compiled_probe
+    from _common import compiled_probe, print_before_after
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
@@ -89,13 +89,8 @@ def main() -> None:
     med = {k: t.median * 1e3 for k, t in time_interleaved(calls, rounds=args.rounds, device=sm.device).items()}
     print(f"\n{args.model} on {args.kernel}, {args.threads} thread(s), context {n}, {args.rounds} rounds, "
           f"drafts of {args.k} tokens (ms per token)")
-    print("| call | before: ms | after: ms | saved ms | c before | c after |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name in ("step", "block", *args.schemes):
-        per = args.k if name in args.schemes else 1
-        b, a = med[f"{name} before"] / per, med[f"{name} after"] / per
-        c = (f"{b / med['step before']:.3f} | {a / med['step after']:.3f}" if name in args.schemes else " | ")
-        print(f"| {name} | {b:.2f} | {a:.2f} | {b - a:.2f} | {c} |")
+    print_before_after(med, ("step", "block", *args.schemes), drafts=tuple(args.schemes), k=args.k,
+                       columns=("before: ms", "after: ms", "c before", "c after"), ratio_of=tuple(args.schemes))
 
 
 if __name__ == "__main__":

@@ -7,27 +7,31 @@
 # Why it takes more than one call: the GPU machine (/work/.library/device/README.md) has no package
 # registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 8.6 MiB: optuna, alembic,
 # sqlalchemy, mako, colorlog, bayesian-optimization, gguf, torchao); and one call carries at most 64 MiB with the
-# working tree (2 MiB), so the model's 98 MB GGUF travels as two parts (.gpukit/part-1 and part-2, 47 MiB
-# at most each), one per call, and is joined there (sha256-checked). What a call leaves on the machine
-# (.gpukit-state/) lasts only while it stays warm: 30 s after a call returns. Every call runs the same
-# command; it keeps what it was carried, does every stage whose inputs are there and that is not done
-# yet, and stops before its deadline. `prepare` checks each call's size against the 64 MiB.
+# working tree (16-17 MiB in the twelfth round: the studies' databases and reports), so the model's 98 MB GGUF
+# travels as three parts (.gpukit/part-1 to part-3, 32 MiB at most each), one per call, and is joined there
+# (sha256-checked). What a call leaves on the machine (.gpukit-state/) lasts only while it stays warm: 30 s after
+# a call returns. Every call runs the same command; it keeps what it was carried, does every stage whose inputs
+# are there and that is not done yet, and stops before its deadline. `prepare` checks each call's size against
+# the 64 MiB, and says so in one line where the tree has outgrown them (lower PART_MIB: more parts, more calls).
 #
 # --- calls ---
 # Here, once (downloads the wheels from PyPI, cuts the GGUF, prints the sizes):
 #     bash scripts/gpu_bench.sh prepare
-# Then three device `run` calls (kind nvidia-h100-x1 or nvidia-h200), call 2 at once after call 1 returns:
+# Then four device `run` calls (kind nvidia-h100-x1 or nvidia-h200), each at once after the one before returns:
 #   1. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
 #          carry=[".gpukit/wheels", ".gpukit/manifest.json", ".gpukit/part-1"])
 #      -> rc 10, "WAITING" (installs the wheels, keeps part-1; a minute or two with the machine's start)
 #   2. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
 #          carry=[".gpukit/manifest.json", ".gpukit/part-2"])
+#      -> rc 10, "WAITING" (keeps part-2)
+#   3. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
+#          carry=[".gpukit/manifest.json", ".gpukit/part-3"])
 #      -> joins the model, converts it, measures the drift, searches, benches, reports: rc 0 when all is
-#         done; rc 11 when its deadline (DEADLINE, 540 s) came first: then call 3 at once
-#   3. run(command="bash scripts/gpu_bench.sh run", timeout_s=600, carry=[".gpukit/manifest.json"])
-#      -> the stages call 2 had no time for (again, at once, while rc is 11)
-# If call 2 answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
-# start again at 1, and make call 2 sooner.
+#         done; rc 11 when its deadline (DEADLINE, 540 s) came first: then call 4 at once
+#   4. run(command="bash scripts/gpu_bench.sh run", timeout_s=600, carry=[".gpukit/manifest.json"])
+#      -> the stages call 3 had no time for (again, at once, while rc is 11)
+# If call 2 or 3 answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
+# start again at 1, and make the next calls sooner.
 # Every call returns, under files_at: bench-smollm2-<gpu>.md (the report, as far as it got), the profiles
 # searched there (<gpu>-<dtype>-tpe.yaml, and <gpu>-bfloat16-precision.yaml: the precision draft's int8/int4/fp8
 # schemes of the bf16 model, whose study records each scheme's c and α), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
@@ -53,7 +57,7 @@ REPO=$(dirname "$(dirname "$SELF")")
 KITPY=$REPO/scripts/gpu_kit.py
 KIT=${KIT:-$REPO/.gpukit}
 STATE=${STATE:-$REPO/.gpukit-state}
-PART_MIB=${PART_MIB:-47}
+PART_MIB=${PART_MIB:-32}  # three parts of the 98 MB GGUF; each call with the tree and the wheels under 64 MiB
 if [ "$DRY" = 1 ]; then
     # toy sizes: the steps run, nothing is measured
     PYTHON=${PYTHON:-$REPO/.venv/bin/python}

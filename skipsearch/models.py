@@ -157,15 +157,16 @@ class SkippableModel:
         swapped: list[tuple[nn.Module, str, nn.Module]] = []  # (layer, attribute, original)
         try:
             self._partial += 1
+            layers = self.layers._modules  # the layers by index, without nn.Module's slow attribute protocol
             for attr, table in (("self_attn", attn or {}), ("mlp", mlp or {})):
                 for i, module in table.items():
-                    layer = self.layers[i]
-                    swapped.append((layer, attr, getattr(layer, attr)))
-                    setattr(layer, attr, module)
+                    layer = layers[str(i)]
+                    swapped.append((layer, attr, layer._modules[attr]))
+                    layer._modules[attr] = module  # a submodule swapped for a submodule: all setattr would do
             yield
         finally:
             for layer, attr, original in reversed(swapped):
-                setattr(layer, attr, original)
+                layer._modules[attr] = original
             self._partial -= 1
 
     # -- forward passes -------------------------------------------------------------------

@@ -41,8 +41,9 @@ def test_the_script_parses_and_its_header_lists_the_calls():
     # each device call carries what `prepare` makes, under the names gpu_kit.split writes
     carries = [json.loads(c) for c in re.findall(r"carry=(\[[^\]]*\])", calls)]
     assert carries == [[".gpukit/wheels", ".gpukit/manifest.json", ".gpukit/part-1"],
-                       [".gpukit/manifest.json", ".gpukit/part-2"], [".gpukit/manifest.json"]]
-    assert calls.count('command="bash scripts/gpu_bench.sh run"') == 3 and "timeout_s=600" in calls
+                       [".gpukit/manifest.json", ".gpukit/part-2"], [".gpukit/manifest.json", ".gpukit/part-3"],
+                       [".gpukit/manifest.json"]]
+    assert calls.count('command="bash scripts/gpu_bench.sh run"') == 4 and "timeout_s=600" in calls
     assert ".gpukit/" in (ROOT / ".gitignore").read_text() and ".gpukit-state/" in (ROOT / ".gitignore").read_text()
 
 
@@ -166,7 +167,7 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     prep = _run("prepare", env={"KIT": str(kit), "NO_WHEELS": "1"}, timeout=300)
     assert prep.returncode == 0, prep.stderr
     assert "the call carrying part-1" in prep.stdout and "of 64" in prep.stdout
-    assert sorted(p.name for p in kit.glob("part-*")) == ["part-1", "part-2"]
+    assert sorted(p.name for p in kit.glob("part-*")) == ["part-1", "part-2", "part-3"]
 
     def call(carried: list[str], **env) -> subprocess.CompletedProcess:
         """One device call: a fresh kit folder holding only what the call carries; the state persists."""
@@ -178,13 +179,15 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
                     timeout=1800)
 
     first = call(["manifest.json", "part-1"])
-    assert first.returncode == gpu_kit.WAITING and "missing: part-2" in first.stdout, first.stdout
-    # the second part arrives, but this call's deadline is already spent: nothing starts, call again
-    second = call(["manifest.json", "part-2"], DEADLINE="0")
-    assert second.returncode == 11 and "assembled" in second.stdout and "NOT DONE" in second.stdout, second.stdout
-    third = call(["manifest.json"])
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "DONE: bench-smollm2-cpu.md" in third.stdout
+    assert first.returncode == gpu_kit.WAITING and "missing: part-2, part-3" in first.stdout, first.stdout
+    second = call(["manifest.json", "part-2"])
+    assert second.returncode == gpu_kit.WAITING and "missing: part-3" in second.stdout, second.stdout
+    # the last part arrives, but this call's deadline is already spent: nothing starts, call again
+    third = call(["manifest.json", "part-3"], DEADLINE="0")
+    assert third.returncode == 11 and "assembled" in third.stdout and "NOT DONE" in third.stdout, third.stdout
+    fourth = call(["manifest.json"])
+    assert fourth.returncode == 0, fourth.stdout[-3000:] + fourth.stderr[-3000:]
+    assert "DONE: bench-smollm2-cpu.md" in fourth.stdout
     # what comes back: at most 8 plain files, names the device tool accepts
     back = sorted(p.name for p in out.iterdir())
     assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-precision.yaml", "cpu-bfloat16-tpe.yaml",

@@ -5,6 +5,8 @@ and a machine that cannot build the product is refused in one line before any mo
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import transformers
@@ -118,6 +120,31 @@ def test_a_compiled_draft_step_runs_on_packed_attention_and_agrees_with_the_eage
     assert torch.equal(fast.argmax(-1), slow.argmax(-1))
     # within 4e-7 here; a draft step that ran another graph (the full model's: its logits 4e-3 off) fails this
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+
+
+def test_steps_blocks_and_drafts_attend_through_the_gqa_attention_op(panel):
+    from torch.profiler import profile
+
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    q, every = quantized_copy(panel, "int8"), range(panel.num_layers)
+    cache = panel.decode_cache(20)
+    panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
+    ran = {}
+    for name, ids in (("step", [42]), ("block", [42, 7, 9, 11]), ("draft", [42])):  # a block of panel-c4
+        with contextlib.ExitStack() as stack:
+            if name == "draft":
+                stack.enter_context(panel.substituted(**q.stand_ins(every, every)))
+                stack.enter_context(panel.compiled_draft())
+            panel.forward(torch.tensor(ids), start=5, cache=cache)  # compiles what is new
+            panel.crop(cache, 5)
+            with profile() as prof:
+                panel.forward(torch.tensor(ids), start=5, cache=cache)
+            panel.crop(cache, 5)
+        ran[name] = {event.name for event in prof.events()}
+    assert all("skipsearch::gqa_attention" in names for names in ran.values())
+    assert not any("scaled_dot_product" in n for names in ran.values() for n in names)
+    assert "skipsearch::f32_panel_linear" in ran["block"] and "skipsearch::int8_wo_linear" in ran["draft"]
 
 
 def test_a_warmed_drafter_has_compiled_its_graph_before_it_decodes(panel):

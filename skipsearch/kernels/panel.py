@@ -10,7 +10,9 @@ outside its matrix products:
 - **Attention without copies.** The model has fewer key/value heads than query heads (grouped-query attention).
   HF's SDPA path, when compiled, copies every key and value head across its group over the whole static cache
   (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so
-  attention reads the cache as it is. The arithmetic is the same; only rows move.
+  attention reads the cache as it is, through ``skipsearch::gqa_attention`` (``kernels/lowbit/csrc/attention.cpp``):
+  each query row reads the cache only up to the last position its mask keeps, where SDPA read every slot of the
+  static cache. The arithmetic is the same but for the order of the sums.
   The draft graphs (``compiled_draft``: a precision draft, a hybrid's fallback) run the model itself with its
   stand-ins swapped in, not a copy: for each draft (all its steps) every attention in it is switched to the packed
   one (``packed_attention``) and back. On an AVX-512 Xeon the copies of ``repeat_kv`` took 2.8 ms of a profiled int8
@@ -61,9 +63,13 @@ SETTINGS = {"cpp_wrapper": True}  # on top of inductor's own (kernels/inductor.p
 def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                          is_causal=None, **kwargs):
     """HF's SDPA attention without ``repeat_kv``: the ``groups`` query heads that share a key/value head are
-    stacked as rows of that head (query [B, H, T, D] -> [B, H / groups, groups * T, D], the mask repeated to match),
-    so SDPA reads the cache's key/value heads as they are. Anything else (no grouping, no mask, a per-head mask)
-    goes to HF's own SDPA attention. Returns [B, T, H, D], as HF's does."""
+    stacked as rows of that head (query [B, H, T, D] -> [B, H / groups, groups * T, D]), so attention reads the
+    cache's key/value heads as they are. In fp32 on a CPU it runs ``skipsearch::gqa_attention``
+    (``kernels/lowbit/csrc/attention.cpp``), which reads the cache only up to the last position the mask keeps,
+    where SDPA reads every slot of the static cache: 0.7-0.9 ms off a 22 ms step, 1.4-1.7 ms off an 8-token verify
+    block and 0.9 ms off a 10 ms int8 draft token on an AVX-512 Xeon (``studies/attention-cpu.md``). Else SDPA,
+    the mask repeated to match. Anything else (no grouping, no mask, a per-head mask) goes to HF's own SDPA
+    attention. Returns [B, T, H, D], as HF's does."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -74,9 +80,13 @@ def packed_gqa_attention(module, query, key, value, attention_mask, dropout: flo
                                       is_causal=is_causal, **kwargs)
     B, H, T, D = query.shape
     q = query.reshape(B, H // groups, groups * T, D)  # head h = kv * groups + r: its rows are (r, t)
-    if T > 1:  # [B, 1, T, S] -> [B, 1, groups * T, S], row (r, t) is query t's
-        mask = mask[:, :, None].expand(B, 1, groups, T, mask.shape[-1]).reshape(B, 1, groups * T, mask.shape[-1])
-    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
+    scale = D ** -0.5 if scaling is None else scaling
+    if query.dtype == torch.float32 and query.device.type == "cpu" and mask.dtype in (torch.bool, torch.float32):
+        out = torch.ops.skipsearch.gqa_attention(q, key, value, mask, scale)  # the keys up to the last it keeps
+    else:
+        if T > 1:  # [B, 1, T, S] -> [B, 1, groups * T, S], row (r, t) is query t's
+            mask = mask[:, :, None].expand(B, 1, groups, T, mask.shape[-1]).reshape(B, 1, groups * T, mask.shape[-1])
+        out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scale)
     return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), None
 
 
@@ -100,12 +110,22 @@ def packed_attention(sm: Adapter) -> Iterator[None]:
     configs = {id(c): c for c in (sm.hf.config, *(getattr(a, "config", None) for a in attentions))
                if c is not None and c._attn_implementation == "sdpa"}
     for config in configs.values():
-        config._attn_implementation = ATTENTION
+        _set_attention(config, ATTENTION)
     try:
         yield
     finally:
         for config in configs.values():
-            config._attn_implementation = "sdpa"
+            _set_attention(config, "sdpa")
+
+
+def _set_attention(config, name: str) -> None:
+    """``config._attn_implementation = name``, without transformers' setter where the config has no sub-configs:
+    the setter only stores the name and recurses into sub-configs, but runs the config's validating
+    ``__setattr__`` (11 µs a config on the AVX-512 Xeon, 0.7 ms of every draft's 62 switches)."""
+    if type(config).sub_configs or not hasattr(config, "_attn_implementation_internal"):
+        config._attn_implementation = name
+    else:
+        object.__setattr__(config, "_attn_implementation_internal", name)
 
 
 def shared_copy(hf, *, panels: bool):

@@ -1,9 +1,10 @@
-"""Building and loading the low-bit kernels' C++ extension, once per torch version, CPU and source.
+"""Building and loading the low-bit kernels' C++ extension (the products of ``csrc/lowbit.cpp`` and the attention of
+``csrc/attention.cpp``), once per torch version, CPU and source.
 
 The extension is compiled by ``torch.utils.cpp_extension`` with the C++ compiler that inductor's CPU backend
 already needs (``$CXX``, else ``c++``), at ``-O3 -march=native``: it is built on the machine that runs it, for
 that machine's vector unit. Its directory, under ``~/.cache/skipsearch/lowbit/``, is named by the torch
-version and a hash of the CPU's flags, the compiler, the flags and the source, so another CPU (a shared home
+version and a hash of the CPU's flags, the compiler, the flags and the sources, so another CPU (a shared home
 directory), another compiler or an edited source builds anew instead of loading a binary built for another.
 
 A machine that cannot build it (no compiler, no ninja, not x86-64, a compiler error) gets one ConfigError
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from skipsearch.config import ConfigError
 
-SOURCE = Path(__file__).resolve().parent / "csrc" / "lowbit.cpp"
+SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("lowbit.cpp", "attention.cpp"))
 NAME = "skipsearch_lowbit"
 CFLAGS = ("-O3", "-march=native", "-fopenmp")  # -fopenmp: at::parallel_for is OpenMP in torch's CPU builds
 LDFLAGS = ("-fopenmp",)
@@ -53,7 +54,8 @@ def build_dir() -> Path:
     from skipsearch.checkpoints import cache_dir
 
     key = hashlib.sha256("\n".join((cpu_flags(), compiler(), " ".join(CFLAGS + LDFLAGS),
-                                    hashlib.sha256(SOURCE.read_bytes()).hexdigest())).encode()).hexdigest()[:16]
+                                    *(hashlib.sha256(s.read_bytes()).hexdigest() for s in SOURCES))).encode()
+                         ).hexdigest()[:16]
     return cache_dir() / "lowbit" / f"torch-{torch.__version__.replace('+', '-')}-{key}"
 
 
@@ -101,7 +103,7 @@ def _load() -> None:
     directory = build_dir()
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+        cpp_extension.load(NAME, [str(s) for s in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
                            build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as exc:  # the compiler's or ninja's failure, with the build log in its message
         raise _refuse(f"{compiler()} failed: {first_error(exc)}") from None
@@ -121,7 +123,8 @@ def _put_ninja_on_path() -> None:
 
 
 def _register_fakes() -> None:
-    """Shapes for torch.compile: each op returns x's leading dimensions by n, in fp32."""
+    """Shapes for torch.compile: each product returns x's leading dimensions by n, in fp32; the attention q's
+    shape, contiguous."""
     import torch
 
     @torch.library.register_fake("skipsearch::int8_wo_linear")
@@ -135,6 +138,10 @@ def _register_fakes() -> None:
     @torch.library.register_fake("skipsearch::f32_panel_linear")
     def _(x, w, bias, n):
         return x.new_empty((*x.shape[:-1], n))
+
+    @torch.library.register_fake("skipsearch::gqa_attention")
+    def _(q, k, v, mask, scale):
+        return q.new_empty(q.shape)
 
 
 def isas() -> list[str]:
