@@ -44,8 +44,7 @@ constexpr int64_t kInlineWork = 1 << 17;  // multiply-adds below which a call st
 struct Bias {
   std::vector<float> bias;  // [rows][S]
   std::vector<int64_t> ends;  // one past the last position each row attends to
-  int64_t S = 0;
-  Bias(const at::Tensor& mask, int64_t S_) : S(S_) {
+  Bias(const at::Tensor& mask, int64_t S) {
     const int64_t B = mask.size(0), M = mask.size(2), sb = mask.stride(0), sr = mask.stride(2), ss = mask.stride(3);
     const bool* keep = mask.scalar_type() == at::kBool ? mask.data_ptr<bool>() : nullptr;
     const float* add = keep ? nullptr : mask.data_ptr<float>();
