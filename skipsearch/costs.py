@@ -400,7 +400,8 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
                     drafts: Mapping[str, Callable[[], AbstractContextManager[None]]] | None = None) -> BatchedCosts:
     """The batched grid: at each batch size B, one full-model forward of B x T tokens after ``context`` (B identical
     rows of it), all rows' logits read back as a verifier reads them, for each T of ``tokens`` (T = 1 is plain
-    batched decoding's step, T = K + 1 a K-token draft's verify); and for each scheme of ``drafts`` (scheme -> a
+    batched decoding's step, T = K + 1 a K-token draft's verify; on a compiled kernel each block's edges as well,
+    ``surrogate.timed_verify_sizes``); and for each scheme of ``drafts`` (scheme -> a
     factory of contexts in which the model's forward is that scheme's whole-model draft, its method's:
     ``methods.scheme_draft``) the same B x 1 forward inside that context, its c(B).
 
@@ -414,8 +415,11 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
     import torch
 
     from skipsearch.harness import time_interleaved
+    from skipsearch.surrogate import timed_verify_sizes
 
-    tokens = sorted({1, *tokens})
+    # a batch verifies in [B, chunk] blocks too: each block's edges are timed, or a line drawn across an edge
+    # prices the sizes below it as if they ran a second block
+    tokens = timed_verify_sizes(tokens, sm.kernel.chunk if sm.kernel.compiled else 1)
     drafts = dict(drafts or {})
     n = len(context)
     caches = {}

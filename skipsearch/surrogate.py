@@ -192,7 +192,8 @@ def calibrate(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, max_new_t
 
 
 def timed_verify_sizes(sizes: Sequence[int], chunk: int) -> list[int]:
-    """The k at which ``measure_costs`` times v(k): ``sizes``, 1, and on a kernel that verifies in blocks of
+    """The k at which ``measure_costs`` times v(k) (and ``costs.measure_batched`` its forwards of B x T tokens):
+    ``sizes``, 1, and on a kernel that verifies in blocks of
     ``chunk`` tokens each block's edges (a full block and one token more) up to the largest size. Its v(k) is a
     staircase, flat inside a block and a step up past its edge, so a line drawn between sizes on either side of an
     edge prices the sizes below it too high: on panel-c8, v(7) and v(8) read 1.72 and 2.05 between v(6) = 1.40

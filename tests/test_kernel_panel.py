@@ -164,6 +164,39 @@ def test_a_warmed_drafter_has_compiled_its_graph_before_it_decodes(panel):
     assert res.token_ids == hf_generate(panel, PROMPTS[1], max_new_tokens=12)
 
 
+def test_decode_in_batches_compiles_a_batch_of_ones_draft_before_the_first_batch(panel, monkeypatch):
+    """``decode --batch-size 2`` over three prompts ends with a batch of one, which decodes as one sequence does,
+    through its compiled draft where the schedule drafts at B = 1: that draft compiles with the batch graphs, before
+    the first batch, not inside the last batch's time."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
+
+    from skipsearch import api
+    from skipsearch.batched import generate_batch
+    from skipsearch.data import Prompt
+    from skipsearch.profile import ModelRef, Profile
+    from skipsearch.schedule import BatchRange, Schedule
+
+    m = methods.get("precision")
+    cfg = DraftConfig(max_draft_tokens=2, exit=NO_EXIT)
+    # stand-ins no other test here drafts with (layer 1's attention at full precision): a graph of their own
+    candidate = m.candidate(cfg, m.parse({"scheme": "int8", "full_attn": [1]}, draft=cfg, num_layers=4))
+    prof = Profile(model=ModelRef("tiny", 4), method="precision", draft=cfg, method_params=candidate.params,
+                   schedule=Schedule((BatchRange(1, 1, 2), BatchRange(2, 8, 0)), (0, 2)))
+    monkeypatch.setattr(api, "encode_prompt", lambda tokenizer, prompt: [int(t) for t in prompt.text.split()])
+    monkeypatch.setattr(panel, "tokenizer", SimpleNamespace(eos_token_id=None, decode=lambda ids, **kw: ""))
+    prompts = [Prompt(str(i), " ".join(map(str, ids)), False, "", "--prompt") for i, ids in enumerate(PROMPTS)]
+    batches = api.decode_batches(panel, prompts, profile=prof, batch_size=2, max_new_tokens=8)
+    ready = counters["stats"]["unique_graphs"]
+    done = list(batches)
+    assert counters["stats"]["unique_graphs"] == ready  # nothing compiled inside a batch's time
+    assert [len(b.prompts) for b in done] == [2, 1]
+    last = done[1].result
+    assert last.stats.k == 2 and last.stats.drafted_tokens > 0  # the batch of one drafted, compiled
+    assert last.token_ids[0] == generate_batch(panel, [PROMPTS[2]], max_new_tokens=8).token_ids[0]
+
+
 def test_a_call_seen_before_skips_dynamos_guards_and_still_runs_its_own_graph(panel, monkeypatch):
     """After a call's graph has run once without compiling, the same call (module, shapes, cache, the model's
     stand-ins and attention) skips dynamo's guard checks; every call still runs its own graph: two drafts of

@@ -131,8 +131,9 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
     decoding is greedy), a profile whose method cannot decode a batch, a prompt that is empty or too long, and a
     batch that does not fit the memory available. The draft length of a batch of B is the profile's schedule at B
     (``Schedule.k_for``) where it has one, else the profile's K (0 without a profile). ``kernel`` (a compiled one
-    is built here for the longest prompt, with its graphs for every batch size the prompts make, so no batch's time
-    counts a compile) runs the full model's forwards; None keeps what ``sm`` runs."""
+    is built here for the longest prompt, with its graphs for every batch size the prompts make, and the compiled
+    draft of a batch of one that drafts, so no batch's time counts a compile) runs the full model's forwards; None
+    keeps what ``sm`` runs."""
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
@@ -158,6 +159,11 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
                 # its graphs too (their estimate needs the kernel built): refused before they compile
                 check_fits(sm, batch_size=size, prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=k)
                 sm.batch_cache(size, batch_slots(prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=k))
+        # a batch of one that drafts decodes as one sequence does, through its compiled draft: warmed here too
+        single = methods.batch_drafter(candidate, sm).single() if 1 in longest and batch_k(profile, 1) else None
+        if single is not None:
+            with long_step(_log, "compiling the draft's graph ..."):
+                single.warm(sm)
     return _decode_batches(sm, batches, profile=profile, candidate=candidate, max_new_tokens=max_new_tokens)
 
 
