@@ -193,11 +193,11 @@ def calibrate(sm: SkippableModel, prompts: Sequence[Sequence[int]], *, max_new_t
 
 def timed_verify_sizes(sizes: Sequence[int], chunk: int) -> list[int]:
     """The k at which ``measure_costs`` times v(k) (and ``costs.measure_batched`` its forwards of B x T tokens):
-    ``sizes``, 1, and on a kernel that verifies in blocks of
-    ``chunk`` tokens each block's edges (a full block and one token more) up to the largest size. Its v(k) is a
-    staircase, flat inside a block and a step up past its edge, so a line drawn between sizes on either side of an
-    edge prices the sizes below it too high: on panel-c8, v(7) and v(8) read 1.72 and 2.05 between v(6) = 1.40
-    and v(9) = 2.38, where one 8-token block costs about what v(6) does."""
+    ``sizes``, 1, and on a kernel that verifies in blocks of ``chunk`` tokens each block's edges (a full block and
+    one token more) up to the largest size. Its v(k) is a staircase, flat inside a block and a step up past its
+    edge, so a line drawn between sizes on either side of an edge prices the sizes below it too high: on panel-c8,
+    v(7) and v(8) read 1.72 and 2.05 between v(6) = 1.40 and v(9) = 2.38, where one 8-token block costs about what
+    v(6) does."""
     top = max(sizes, default=1)
     edges = {e for b in range(chunk, top + 1, chunk) for e in (b, b + 1) if e <= top} if chunk > 1 else set()
     return sorted({1, *sizes, *edges})

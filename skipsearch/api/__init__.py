@@ -84,12 +84,16 @@ def decode_prompts(
     if kernel is not None:
         sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens)
     if drafters is not None and sm.kernel.compiled:  # a compiled draft's graph compiles now, not in a prompt's time
-        drafter = drafters()
-        if drafter is not None:
-            with long_step(_log, "compiling the draft's graph ..."):
-                drafter.warm(sm)
+        _warm(sm, drafters())
     return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,
                         max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
+
+
+def _warm(sm: SkippableModel, drafter: Drafter | None) -> None:
+    """Compile ``drafter``'s draft graph now (``Drafter.warm``), under a notice, so no decode's time counts it."""
+    if drafter is not None:
+        with long_step(_log, "compiling the draft's graph ..."):
+            drafter.warm(sm)
 
 
 def _decode_each(sm: SkippableModel, work: list[tuple[Prompt, list[int]]], *, config: DraftConfig,
@@ -159,11 +163,8 @@ def decode_batches(sm: SkippableModel, prompts: Sequence[Prompt], *, profile: Pr
                 # its graphs too (their estimate needs the kernel built): refused before they compile
                 check_fits(sm, batch_size=size, prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=k)
                 sm.batch_cache(size, batch_slots(prompt_tokens=tokens, max_new_tokens=max_new_tokens, k=k))
-        # a batch of one that drafts decodes as one sequence does, through its compiled draft: warmed here too
-        single = methods.batch_drafter(candidate, sm).single() if 1 in longest and batch_k(profile, 1) else None
-        if single is not None:
-            with long_step(_log, "compiling the draft's graph ..."):
-                single.warm(sm)
+        if 1 in longest and batch_k(profile, 1):  # a batch of one drafts as one sequence does, compiled: warmed too
+            _warm(sm, methods.batch_drafter(candidate, sm).single())
     return _decode_batches(sm, batches, profile=profile, candidate=candidate, max_new_tokens=max_new_tokens)
 
 
