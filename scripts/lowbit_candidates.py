@@ -8,7 +8,9 @@ Every layer has its own weights, so a step streams all of them from memory, as d
 Candidates: fp32 ``F.linear`` (MKL); MKL's product packed per batch size, as inductor's freezing runs an fp32
 linear; this project's fp32 panel product (``skipsearch::f32_panel_linear``, the ``panel`` kernel's) and its
 ``skipsearch::int8_wo_linear`` and ``int4_wo_linear``
-(fp32 activations; ``skipsearch.kernels.lowbit``); ``aten._weight_int8pack_mm`` and
+(fp32 activations; ``skipsearch.kernels.lowbit``), and its ``skipsearch::int8_dq_linear`` and ``int4_dq_linear``
+(activations quantized to int8 per block, VNNI dot products where the CPU has them: ``csrc/dq.cpp``);
+``aten._weight_int8pack_mm`` and
 ``aten._weight_int4pack_mm_for_cpu`` (group 32) with bf16 activations, the kernel alone (the casts a draft
 of an fp32 model adds are left out); fbgemm's fp16-weight GEMM (the fp16 scheme's kernel).
 
@@ -139,6 +141,24 @@ def build_candidates(weights: list[torch.Tensor]) -> tuple[list[Candidate], list
         n, k = w.shape
         return (lambda xs: torch.ops.skipsearch.int4_wo_linear(xs[k], p, s, None, n)), _nbytes(p, s)
 
+    def ours8dq(w):
+        from skipsearch.kernels.lowbit import check_lowbit
+        from skipsearch.kernels.lowbit.quant import pack_int8_vnni
+
+        check_lowbit()
+        p, s = pack_int8_vnni(*quantize_int8(w))
+        n, k = w.shape
+        return (lambda xs: torch.ops.skipsearch.int8_dq_linear(xs[k], p, s, None, n)), _nbytes(p, s)
+
+    def ours4dq(w):
+        from skipsearch.kernels.lowbit import check_lowbit
+        from skipsearch.kernels.lowbit.quant import pack_int4_vnni
+
+        check_lowbit()
+        p, s = pack_int4_vnni(*quantize_int4(w, 32))
+        n, k = w.shape
+        return (lambda xs: torch.ops.skipsearch.int4_dq_linear(xs[k], p, s, None, n)), _nbytes(p, s)
+
     def aten8(w):
         q, s = quantize_int8(w)
         s = s.to(torch.bfloat16)
@@ -158,6 +178,8 @@ def build_candidates(weights: list[torch.Tensor]) -> tuple[list[Candidate], list
 
     add("int8 weight-only, ours (skipsearch::int8_wo_linear)", torch.float32, ours8)
     add("int4 group-32, ours (skipsearch::int4_wo_linear)", torch.float32, ours4)
+    add("int8, int8 activations per 32, ours (skipsearch::int8_dq_linear)", torch.float32, ours8dq)
+    add("int4 group-32, int8 activations per group, ours (skipsearch::int4_dq_linear)", torch.float32, ours4dq)
     add("int8 aten._weight_int8pack_mm, bf16 activations", torch.bfloat16, aten8)
     add("int4 group-32 aten._weight_int4pack_mm_for_cpu, bf16 activations", torch.bfloat16, aten4)
     add("fp16 weights, fbgemm (the fp16 scheme)", torch.float32, fp16)
@@ -202,9 +224,9 @@ def main(argv=None) -> int:
     with torch.inference_mode():
         cands, refused = build_candidates(weights)
         try:
-            from skipsearch.kernels.lowbit import isas
+            from skipsearch.kernels.lowbit import dq_paths, isas
 
-            path = isas()[0]
+            path = f"{isas()[0]}, int8 activations on {dq_paths()[0]}"
         except ConfigError:
             path = "not built"
         print(f"# {'tiny shapes (--quick)' if a.quick else a.model}: {len(dims)} linears, "

@@ -115,6 +115,9 @@ class CostKernel:
     verify: str = "eager"  # the full model's forwards: the step and v(k), e.g. inductor-c4
     drafts: str = "eager"  # "compiled" where drafts that compile (precision's) ran compiled, else eager
     compile_seconds: float | None = None  # building the compiled kernel, in that process
+    # what the int8/int4 drafts' products took on a CPU: "int8 activations" (skipsearch's VNNI products) or
+    # "fp32 activations" (its weight-only ones); None where neither ran (another device, no build, an older file)
+    draft_activations: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,9 @@ class CostProfile:
         else:
             lines.append(f"kernel: verify {self.kernel.verify}, drafts {self.kernel.drafts}"
                          + (f" (compiled in {self.kernel.compile_seconds:.0f} s)" if self.kernel.compile_seconds
-                            else ""))
+                            else "")
+                         + (f"; int8/int4 drafts on {self.kernel.draft_activations}"
+                            if self.kernel.draft_activations else ""))
         lines += [f"step: {c.step_seconds * 1e3:.3f} ms", f"attention x {L}: {share(L * c.attn_seconds)}",
                   f"MLP x {L}: {share(L * c.mlp_seconds)}",
                   f"fixed (LM head, embedding, overhead): {share(c.fixed_seconds)}"]
@@ -471,7 +476,21 @@ def kernel_of(sm: SkippableModel) -> CostKernel:
     """The CostKernel of what ``sm`` runs now (``SkippableModel.use_kernel``)."""
     report = sm.kernel_report
     return CostKernel(sm.kernel.label, "compiled" if sm.kernel.compiled else "eager",
-                      report.compile_seconds if report is not None else None)
+                      report.compile_seconds if report is not None else None, _draft_activations(sm))
+
+
+def _draft_activations(sm: SkippableModel) -> str | None:
+    """What the int8/int4 schemes' products take on this CPU (``kernels.lowbit.convert.int8_activations``), or
+    None where skipsearch's low-bit products do not run (not a CPU, or they cannot be built here)."""
+    if sm.device.type != "cpu":
+        return None
+    from skipsearch.kernels.lowbit import check_lowbit, int8_activations
+
+    try:
+        check_lowbit()
+    except ConfigError:
+        return None
+    return "int8 activations" if int8_activations() else "fp32 activations"
 
 
 def check_kernel_agrees(sm: SkippableModel, context: Sequence[int], *, tokens: int = 32) -> int:

@@ -320,6 +320,14 @@ def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_ste
     back = load_costs(save_costs(cp, tmp_path / "c.yaml"))
     assert back.kernel.verify == "inductor-c4" and back.kernel.drafts == "compiled"
     assert back.kernel.compile_seconds is not None and back.kernel.compile_seconds > 0
+    from skipsearch.kernels.lowbit import check_lowbit, int8_activations  # what the int8/int4 drafts multiply by
+
+    try:
+        check_lowbit()
+        want = "int8 activations" if int8_activations() else "fp32 activations"
+    except ConfigError:
+        want = None
+    assert back.kernel.draft_activations == want
     c = back.costs
     assert c.eager_step_seconds is not None and c.eager_step_seconds > 0  # the parts' step, beside the unit
     assert c.scheme("fp16").whole_seconds is not None  # the compiled whole-model draft, timed as decode runs it

@@ -229,9 +229,12 @@ def test_torch_compile_keeps_both_ops_in_one_graph():
     torch.testing.assert_close(out, eager, rtol=0, atol=0)
 
 
-def test_a_model_draft_copy_swaps_decoder_linears_and_keeps_embeddings():
+def test_a_model_draft_copy_swaps_decoder_linears_and_keeps_embeddings(monkeypatch):
+    """On the weight-only products (the int8-activation ones, where a CPU has VNNI, are tests/test_dq.py's)."""
     _lowbit_or_skip()
-    from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear, lowbit_linears, lowbit_model
+    from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear, convert, lowbit_linears, lowbit_model
+
+    monkeypatch.setattr(convert, "int8_activations", lambda: False)
 
     model = tiny_llama()
     ids = torch.tensor([[1, 5, 9, 3]])

@@ -1,4 +1,4 @@
-"""Weight-only int8 and int4 matrix products for a few rows of fp32 activations: a C++ kernel of our own.
+"""int8 and int4 matrix products for a few rows of fp32 activations: C++ kernels of our own.
 
 Why: on the CPUs measured (an AMD EPYC Zen 4 with AVX-512 and no AMX: the kernels study) no low-bit kernel
 reachable through torch streams its weights at the memory limit, so an int8 or int4 draft saved little over fp16.
@@ -9,6 +9,9 @@ These kernels stream each packed weight byte once for all rows (``csrc/lowbit.cp
   int8/int4 schemes quantize (torchao's numbers), packed, run by ``skipsearch::int8_wo_linear`` /
   ``skipsearch::int4_wo_linear`` (custom ops with shapes, so torch.compile keeps them in one graph);
 - ``lowbit_linears`` / ``lowbit_model``: a module's or a model's Linears swapped for them (a draft copy);
+- ``Int8DqLinear`` / ``Int4DqLinear``: the same weights times activations rounded to int8 per block, on the CPU's
+  VNNI dot products (``csrc/dq.cpp``); ``lowbit_linear`` picks them where ``int8_activations()`` (the CPU has
+  AVX-512 VNNI), the weight-only ones elsewhere;
 - ``F32PanelLinear``: a Linear's own fp32 weights in the same panels (``skipsearch::f32_panel_linear``), for the
   ``panel`` kernel's verify blocks: the product streams the weights once for all rows, as the low-bit ones do.
 
@@ -21,7 +24,9 @@ import importlib
 
 _WHERE = {
     "check_lowbit": "build", "isas": "build", "use_isa": "build",
+    "has_vnni": "build", "dq_paths": "build", "use_dq_path": "build",
     "Int8WoLinear": "modules", "Int4WoLinear": "modules", "F32PanelLinear": "modules",
+    "Int8DqLinear": "modules", "Int4DqLinear": "modules", "int8_activations": "convert",
     "quantize_int8": "quant", "quantize_int4": "quant", "dequantize_int8": "quant", "dequantize_int4": "quant",
     "lowbit_linear": "convert", "lowbit_linears": "convert", "lowbit_model": "convert",
 }

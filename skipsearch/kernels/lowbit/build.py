@@ -21,7 +21,7 @@ from pathlib import Path
 
 from skipsearch.config import ConfigError
 
-SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("lowbit.cpp", "attention.cpp"))
+SOURCES = tuple(Path(__file__).resolve().parent / "csrc" / name for name in ("lowbit.cpp", "dq.cpp", "attention.cpp"))
 NAME = "skipsearch_lowbit"
 CFLAGS = ("-O3", "-march=native", "-fopenmp")  # -fopenmp: at::parallel_for is OpenMP in torch's CPU builds
 LDFLAGS = ("-fopenmp",)
@@ -139,6 +139,14 @@ def _register_fakes() -> None:
     def _(x, w, bias, n):
         return x.new_empty((*x.shape[:-1], n))
 
+    @torch.library.register_fake("skipsearch::int8_dq_linear")
+    def _(x, w, scale, bias, n):
+        return x.new_empty((*x.shape[:-1], n))
+
+    @torch.library.register_fake("skipsearch::int4_dq_linear")
+    def _(x, w, scales, bias, n):
+        return x.new_empty((*x.shape[:-1], n))
+
     @torch.library.register_fake("skipsearch::gqa_attention")
     def _(q, k, v, mask, scale):
         return q.new_empty(q.shape)
@@ -158,3 +166,26 @@ def use_isa(name: str) -> str:
 
     check_lowbit()
     return str(torch.ops.skipsearch.lowbit_use_isa(name))
+
+
+def dq_paths() -> list[str]:
+    """The paths of the int8-activation products (``csrc/dq.cpp``) in this build, the one that runs first:
+    avx512-vnni where the CPU has AVX-512 VNNI, and scalar (plain C++, the tests' reference)."""
+    import torch
+
+    check_lowbit()
+    return list(torch.ops.skipsearch.dq_paths())
+
+
+def has_vnni() -> bool:
+    """Whether the int8-activation products run on VNNI dot products here (else they are plain C++, slower than the
+    weight-only products, and the schemes keep those)."""
+    return dq_paths()[0] != "scalar"
+
+
+def use_dq_path(name: str) -> str:
+    """Run the int8-activation products on ``name`` from now on (tests check both); returns the previous."""
+    import torch
+
+    check_lowbit()
+    return str(torch.ops.skipsearch.dq_use_path(name))

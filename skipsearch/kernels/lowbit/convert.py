@@ -11,17 +11,31 @@ from collections.abc import Callable
 
 from torch import nn
 
-from skipsearch.kernels.lowbit.modules import Int4WoLinear, Int8WoLinear
+from skipsearch.kernels.lowbit.build import has_vnni
+from skipsearch.kernels.lowbit.modules import Int4DqLinear, Int4WoLinear, Int8DqLinear, Int8WoLinear
 from skipsearch.kernels.lowbit.quant import GROUP
 
 SCHEMES = ("int8", "int4")
 
 
+def int8_activations() -> bool:
+    """Whether the schemes' products take int8 activations here: where the CPU has AVX-512 VNNI, the products of
+    ``csrc/dq.cpp`` (one dot-product instruction for 64 weights) stream the weights faster than the weight-only ones,
+    which widen every weight to fp32 (``studies/vnni-draft-cpu.md``). Elsewhere the weight-only products run."""
+    return has_vnni()
+
+
 def lowbit_linear(linear: nn.Linear, scheme: str, *, group_size: int = GROUP) -> nn.Module:
-    """``linear`` as an Int8WoLinear or Int4WoLinear (``scheme``: int8 or int4)."""
+    """``linear`` as the ``scheme`` stand-in (int8 or int4): on int8 activations (Int8DqLinear, Int4DqLinear)
+    where ``int8_activations()`` and the linear's inputs fit their blocks, else weight-only (Int8WoLinear,
+    Int4WoLinear). The weights are the same either way."""
     if scheme == "int8":
+        if int8_activations() and Int8DqLinear.fits(linear):
+            return Int8DqLinear.from_linear(linear)
         return Int8WoLinear.from_linear(linear)
     if scheme == "int4":
+        if int8_activations() and Int4DqLinear.fits(linear, group_size):
+            return Int4DqLinear.from_linear(linear, group_size)
         return Int4WoLinear.from_linear(linear, group_size)
     raise ValueError(f"the lowbit kernels run {' and '.join(SCHEMES)}, not {scheme!r:.40}")
 

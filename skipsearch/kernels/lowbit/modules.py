@@ -1,8 +1,10 @@
 """``nn.Linear`` stand-ins that hold int8 or int4 weights, packed once, and run the low-bit kernels.
 
 Each quantizes its linear's weight once (as the precision method's int8/int4 schemes do: ``quant.py``),
-packs it and, at every call, runs ``skipsearch::int8_wo_linear`` or ``skipsearch::int4_wo_linear``: fp32
-activations in and out, fp32 accumulation. The ops are registered with shapes for torch.compile, and the
+packs it and, at every call, runs ``skipsearch::int8_wo_linear`` or ``skipsearch::int4_wo_linear`` (fp32
+activations, fp32 accumulation), or on a CPU with AVX-512 VNNI ``skipsearch::int8_dq_linear`` or
+``skipsearch::int4_dq_linear`` (activations rounded to int8 per block, exact integer sums; ``csrc/dq.cpp``):
+fp32 in and out either way. The ops are registered with shapes for torch.compile, and the
 packed weights are plain tensors (buffers), so a compiled draft holds them in its graph with no graph break.
 """
 
@@ -12,10 +14,22 @@ import torch
 from torch import nn
 
 from skipsearch.kernels.lowbit.build import check_lowbit
-from skipsearch.kernels.lowbit.quant import GROUP, pack_f32, pack_int4, pack_int8, quantize_int4, quantize_int8
+from skipsearch.kernels.lowbit.quant import (
+    GROUP,
+    pack_f32,
+    pack_int4,
+    pack_int4_vnni,
+    pack_int8,
+    pack_int8_vnni,
+    quantize_int4,
+    quantize_int8,
+)
 
 
-class _LowbitLinear(nn.Module):
+class LowbitLinear(nn.Module):
+    """A stand-in holding packed low-bit (or panel fp32) weights as buffers, run by one of the C++ ops: each call
+    is ``_run(x, *self._streamed(), bias, out_features)`` on fp32 activations, the result in the input's dtype."""
+
     in_features: int
     out_features: int
 
@@ -27,37 +41,53 @@ class _LowbitLinear(nn.Module):
     def _streamed(self) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError
 
+    @staticmethod
+    def _run(x: torch.Tensor, *operands) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _keep_bias(self, bias: torch.Tensor | None) -> None:
+        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x if x.dtype is torch.float32 else x.float()
+        out = self._run(x32, *self._streamed(), self.bias, self.out_features)
+        return out if x.dtype is torch.float32 else out.to(x.dtype)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class Int8WoLinear(_LowbitLinear):
+def _bias_of(linear: nn.Linear) -> torch.Tensor | None:
+    return None if linear.bias is None else linear.bias.detach().float().clone()
+
+
+class Int8WoLinear(LowbitLinear):
     """int8 weights, one scale per output feature; fp32 activations (``skipsearch::int8_wo_linear``)."""
+
+    _pack = staticmethod(pack_int8)  # [panels, K, 32] int8, and the scales [panels * 32] fp32
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         check_lowbit()
         self.out_features, self.in_features = q.shape
-        packed, packed_scale = pack_int8(q, scale)
-        self.register_buffer("packed", packed)  # [panels, K, 32] int8
-        self.register_buffer("scale", packed_scale)  # [panels * 32] fp32
-        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+        packed, packed_scale = self._pack(q, scale)
+        self.register_buffer("packed", packed)
+        self.register_buffer("scale", packed_scale)
+        self._keep_bias(bias)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Int8WoLinear:
-        q, scale = quantize_int8(linear.weight)
-        return cls(q, scale, None if linear.bias is None else linear.bias.detach().float().clone())
+    def from_linear(cls, linear: nn.Linear):
+        return cls(*quantize_int8(linear.weight), _bias_of(linear))
 
     def _streamed(self) -> tuple[torch.Tensor, ...]:
         return self.packed, self.scale
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x if x.dtype is torch.float32 else x.float()
-        out = torch.ops.skipsearch.int8_wo_linear(x32, self.packed, self.scale, self.bias, self.out_features)
-        return out if x.dtype is torch.float32 else out.to(x.dtype)
+    @staticmethod
+    def _run(x, w, scale, bias, n):
+        return torch.ops.skipsearch.int8_wo_linear(x, w, scale, bias, n)
 
 
-class F32PanelLinear(_LowbitLinear):
+class F32PanelLinear(LowbitLinear):
     """The layer's own fp32 weights, packed in panels (``skipsearch::f32_panel_linear``): the same product as
     ``nn.Linear`` up to the order of its sums, streaming each weight once for all rows. For a few rows (a verify
     block) on CPUs where the BLAS call runs a few rows at compute speed, not at memory speed."""
@@ -67,47 +97,91 @@ class F32PanelLinear(_LowbitLinear):
         check_lowbit()
         self.out_features, self.in_features = weight.shape
         self.register_buffer("packed", pack_f32(weight))  # [panels, K, 32] fp32
-        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+        self._keep_bias(bias)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> F32PanelLinear:
-        return cls(linear.weight, None if linear.bias is None else linear.bias.detach().float().clone())
+        return cls(linear.weight, _bias_of(linear))
 
     def _streamed(self) -> tuple[torch.Tensor, ...]:
         return (self.packed,)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x if x.dtype is torch.float32 else x.float()
-        out = torch.ops.skipsearch.f32_panel_linear(x32, self.packed, self.bias, self.out_features)
-        return out if x.dtype is torch.float32 else out.to(x.dtype)
+    @staticmethod
+    def _run(x, w, bias, n):
+        return torch.ops.skipsearch.f32_panel_linear(x, w, bias, n)
 
 
-class Int4WoLinear(_LowbitLinear):
+class Int4WoLinear(LowbitLinear):
     """int4 weights in groups of ``group_size`` inputs, one scale per output feature and group (zero point
     0, as the int4 scheme's symmetric mapping); fp32 activations (``skipsearch::int4_wo_linear``)."""
+
+    _pack = staticmethod(pack_int4)  # [panels, K / 2, 32] uint8 (two weights a byte), scales [panels, G, 32] fp32
 
     def __init__(self, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         check_lowbit()
         self.out_features, self.in_features = q.shape
         self.group_size = self.in_features // scales.shape[1]
-        packed, packed_scales = pack_int4(q, scales)
-        self.register_buffer("packed", packed)  # [panels, K / 2, 32] uint8, two weights a byte
-        self.register_buffer("scales", packed_scales)  # [panels, K / group_size, 32] fp32
-        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+        packed, packed_scales = self._pack(q, scales)
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales", packed_scales)
+        self._keep_bias(bias)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group_size: int = GROUP) -> Int4WoLinear:
-        q, scales = quantize_int4(linear.weight, group_size)
-        return cls(q, scales, None if linear.bias is None else linear.bias.detach().float().clone())
+    def from_linear(cls, linear: nn.Linear, group_size: int = GROUP):
+        return cls(*quantize_int4(linear.weight, group_size), _bias_of(linear))
 
     def _streamed(self) -> tuple[torch.Tensor, ...]:
         return self.packed, self.scales
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x if x.dtype is torch.float32 else x.float()
-        out = torch.ops.skipsearch.int4_wo_linear(x32, self.packed, self.scales, self.bias, self.out_features)
-        return out if x.dtype is torch.float32 else out.to(x.dtype)
+    @staticmethod
+    def _run(x, w, scales, bias, n):
+        return torch.ops.skipsearch.int4_wo_linear(x, w, scales, bias, n)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, group_size={self.group_size}"
+
+
+class Int8DqLinear(Int8WoLinear):
+    """The int8 scheme's weights (one scale per output feature) times activations quantized to int8 per block of
+    32 inputs at each call, on the CPU's VNNI dot products (``skipsearch::int8_dq_linear``, ``csrc/dq.cpp``): fp32
+    in and out. The weights are ``Int8WoLinear``'s, laid out for the instruction; only the activations are rounded,
+    as llama.cpp's Q8_0 rounds them."""
+
+    BLOCK = 32  # inputs per activation block
+    _pack = staticmethod(pack_int8_vnni)  # [panels, K / 4, 128] uint8, q + 128
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        if q.shape[1] % self.BLOCK:
+            raise ValueError(f"int8 activations go in blocks of {self.BLOCK} inputs; this linear has {q.shape[1]}")
+        super().__init__(q, scale, bias)
+
+    @classmethod
+    def fits(cls, linear: nn.Linear) -> bool:
+        return linear.in_features % cls.BLOCK == 0
+
+    @staticmethod
+    def _run(x, w, scale, bias, n):
+        return torch.ops.skipsearch.int8_dq_linear(x, w, scale, bias, n)
+
+
+class Int4DqLinear(Int4WoLinear):
+    """The int4 scheme's weights (one scale per output feature and group) times activations quantized to int8 per
+    group at each call, on the CPU's VNNI dot products (``skipsearch::int4_dq_linear``, ``csrc/dq.cpp``): fp32 in
+    and out, as llama.cpp's Q4_0 product takes Q8_0 activations."""
+
+    _pack = staticmethod(pack_int4_vnni)  # [panels, K / 8, 128] uint8, two weights a byte; scales as Int4WoLinear's
+
+    def __init__(self, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        if (q.shape[1] // scales.shape[1]) % 8:
+            raise ValueError(f"int4 activations go in groups of a multiple of 8 inputs; got "
+                             f"{q.shape[1] // scales.shape[1]}")
+        super().__init__(q, scales, bias)
+
+    @classmethod
+    def fits(cls, linear: nn.Linear, group_size: int = GROUP) -> bool:
+        return group_size % 8 == 0 and linear.in_features % group_size == 0
+
+    @staticmethod
+    def _run(x, w, scales, bias, n):
+        return torch.ops.skipsearch.int4_dq_linear(x, w, scales, bias, n)

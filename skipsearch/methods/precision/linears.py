@@ -3,8 +3,8 @@ device has their kernels.
 
 No fake quantization: every module here stores its weights in the scheme's format and runs the
 scheme's own low-precision kernel at each call (fbgemm's fp16-weight GEMM on CPU; skipsearch's own int8/int4
-weight-only kernels on an x86-64 CPU where they build, ``skipsearch.kernels.lowbit``; torchao's weight-only kernels
-elsewhere). Measured speeds per device are in the README (Precision drafts).
+kernels on an x86-64 CPU where they build, ``skipsearch.kernels.lowbit``, with int8 activations where the CPU has
+AVX-512 VNNI; torchao's weight-only kernels elsewhere). Measured speeds per device are in the README (Precision drafts).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from skipsearch.config import ConfigError
-from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear, check_lowbit, lowbit_linears
+from skipsearch.kernels.lowbit import check_lowbit, lowbit_linears
 from skipsearch.kernels.lowbit.convert import SCHEMES as LOWBIT_SCHEMES
+from skipsearch.kernels.lowbit.modules import LowbitLinear
 from skipsearch.methods.precision.params import SCHEMES
 
 # torch marks the fbgemm fp16 entry points deprecated (with torch.ao.quantization); they remain the
@@ -148,9 +149,10 @@ def _torchao_config(scheme: str, device_type: str):
 
 
 def runs_lowbit(scheme: str, device_type: str) -> bool:
-    """Whether ``scheme`` runs on skipsearch's own weight-only kernels here (int8 and int4 on an x86-64 CPU where
-    they build: ``skipsearch.kernels.lowbit``); elsewhere torchao's kernels run it. Both quantize alike (torchao's
-    scales, bit for bit), so a draft's tokens do not depend on which runs."""
+    """Whether ``scheme`` runs on skipsearch's own kernels here (int8 and int4 on an x86-64 CPU where they build:
+    ``skipsearch.kernels.lowbit``); elsewhere torchao's kernels run it. Both hold the same weights (torchao's
+    scales, bit for bit). On a CPU with AVX-512 VNNI ours also round the activations to int8 per block of 32
+    (``kernels.lowbit.convert.int8_activations``), so a draft's tokens may differ from torchao's in a few places."""
     if device_type != "cpu" or scheme not in LOWBIT_SCHEMES:
         return False
     try:
@@ -191,7 +193,7 @@ def weight_bytes(module: nn.Module) -> int:
     total = 0
     seen: set[int] = set()
     for m in module.modules():
-        if isinstance(m, (Fp16Linear, Int8WoLinear, Int4WoLinear)):  # packed weights: opaque, or buffers
+        if isinstance(m, (Fp16Linear, LowbitLinear)):  # packed weights: opaque, or buffers
             total += m.weight_bytes + (m.bias.numel() * 4 if m.bias is not None else 0)
             continue
         for p in m.parameters(recurse=False):
