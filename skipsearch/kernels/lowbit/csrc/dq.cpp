@@ -48,6 +48,8 @@ namespace skipsearch_dq {
 constexpr int P = 32;             // output columns per panel
 constexpr int STEP = 128;         // bytes of one step of a panel
 constexpr int64_t kInlineBytes = 1 << 16;  // weight bytes per thread below which a call takes fewer threads
+constexpr int64_t kInt8Block = 32;         // inputs per activation block of the int8 product
+constexpr int MR = 6;  // rows per pass: 2 x MR int32 sums + 2 x MR fp32 sums + operands in 32 zmm registers
 
 // ---- activations: one row's blocks of Q inputs to int8, their scales and offsets --------------------------------
 struct QuantizedRows {
@@ -112,7 +114,7 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, int64_t Q, int
 // ---- plain C++: the reference every vector path must equal ------------------------------------------------------
 // out[m * P + c]: the panel's fp32 sums (before the column scale), rows m0 .. m0 + mr
 void int8_panel_scalar(const QuantizedRows& a, int64_t m0, int mr, int64_t K, const uint8_t* w, float* out) {
-  constexpr int64_t Q = 32;
+  constexpr int64_t Q = kInt8Block;
   const int64_t blocks = K / Q;
   for (int m = 0; m < mr; ++m)
     for (int c = 0; c < P; ++c) {
@@ -150,11 +152,9 @@ void int4_panel_scalar(const QuantizedRows& a, int64_t m0, int mr, int64_t K, in
 
 // ---- AVX-512 VNNI -----------------------------------------------------------------------------------------------
 #if SKIPSEARCH_VNNI
-constexpr int MR = 6;  // rows per pass: 2 x MR int32 sums + 2 x MR fp32 sums + operands in 32 zmm registers
-
 template <int R>
 void int8_panel_vnni(const QuantizedRows& a, int64_t m0, int64_t K, const uint8_t* w, float* out) {
-  constexpr int64_t Q = 32;
+  constexpr int64_t Q = kInt8Block;
   const int64_t blocks = K / Q;
   __m512 acc[R][2];
   for (int m = 0; m < R; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
@@ -256,9 +256,7 @@ struct VnniRows {
     table[mr - 1](a, m0, K, G, w, scales, out);
   }
 };
-using Vnni = VnniRows<1, 2, 3, 4, 5, 6>;
-#else
-constexpr int MR = 6;
+using Vnni = VnniRows<1, 2, 3, 4, 5, 6>;  // 1..MR rows
 #endif
 
 // ---- which path runs: VNNI where compiled, unless a test asks for plain C++ -----------------------------------
@@ -344,14 +342,14 @@ at::Tensor int8_dq_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
                           const std::optional<at::Tensor>& bias, int64_t n) {
   const int64_t K = 4 * w.size(1);
   check_operands(x, w, bias, n, K, 4);
-  TORCH_CHECK(K % 32 == 0, "dq: int8 needs the inputs in blocks of 32, got ", K);
+  TORCH_CHECK(K % kInt8Block == 0, "dq: int8 needs the inputs in blocks of ", kInt8Block, ", got ", K);
   TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() >= n && scale.is_contiguous(),
               "dq: the int8 scale must be a contiguous float32 vector of at least n");
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
   at::Tensor y = at::empty({M, n}, x.options());
   if (M == 0) return y.view(out_shape(x, n));
-  const QuantizedRows a = quantize_rows(x2.data_ptr<float>(), M, K, 32, 128);
+  const QuantizedRows a = quantize_rows(x2.data_ptr<float>(), M, K, kInt8Block, 128);
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t panel_bytes = K * P;
   const bool vnni = g_vnni.load();
