@@ -7,6 +7,9 @@ model's greedy continuations) comes from ``skipsearch.calibration.calibrate_on``
 from __future__ import annotations
 
 import argparse
+import contextlib
+
+import torch
 
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
@@ -71,3 +74,17 @@ def print_before_after(med: dict[str, float], names: tuple[str, ...], *, drafts:
         b, a = med[f"{name} before"] / per, med[f"{name} after"] / per
         ratio = f"{b / med['step before']:.3f} | {a / med['step after']:.3f}" if name in ratio_of else " | "
         print(f"| {name} | {b:.2f} | {a:.2f} | {b - a:.2f} | {ratio} |")
+
+
+def whole_draft(sm: SkippableModel, stand_in, cache, start: int, k: int,
+                context: contextlib.AbstractContextManager | None = None) -> list[int]:
+    """The compiled draft of ``k`` tokens from token 42 at ``start`` with ``stand_in`` (a precision copy) in every
+    layer and the head, inside ``context`` if given; ``cache`` cropped back to ``start`` after."""
+    every, tokens, token = range(sm.num_layers), [], 42
+    with context or contextlib.nullcontext(), sm.substituted(**stand_in.stand_ins(every, every)), \
+            sm.draft_head(stand_in.head), sm.compiled_draft():
+        for j in range(k):
+            token = int(sm.forward(torch.tensor([token]), start=start + j, cache=cache, last_only=True)[-1].argmax())
+            tokens.append(token)
+    sm.crop(cache, start)
+    return tokens

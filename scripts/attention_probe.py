@@ -42,7 +42,7 @@ def packed_gqa_sdpa(module, query, key, value, attention_mask, dropout: float = 
 
 
 def main() -> None:
-    from _common import compiled_probe, print_before_after
+    from _common import compiled_probe, print_before_after, whole_draft
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
@@ -75,15 +75,7 @@ def main() -> None:
     copies = {s: quantized_copy(sm, s) for s in args.schemes}
 
     def draft(name: str, scheme: str) -> list[int]:
-        stand_in, every = copies[scheme], range(sm.num_layers)
-        tokens, token = [], 42
-        with way(name), sm.substituted(**stand_in.stand_ins(every, every)), sm.draft_head(stand_in.head), \
-                sm.compiled_draft():
-            for j in range(args.k):
-                token = int(sm.forward(torch.tensor([token]), start=n + j, cache=cache, last_only=True)[-1].argmax())
-                tokens.append(token)
-        sm.crop(cache, n)
-        return tokens
+        return whole_draft(sm, copies[scheme], cache, n, args.k, way(name))
 
     def full(name: str, ids: torch.Tensor) -> torch.Tensor:
         with way(name):

@@ -26,7 +26,7 @@ from skipsearch.methods.precision import copy as precision_copy
 
 
 def main() -> None:
-    from _common import compiled_probe, prompt_ids
+    from _common import compiled_probe, prompt_ids, whole_draft
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
@@ -47,14 +47,7 @@ def main() -> None:
     sm.forward(torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(0)), start=0, cache=cache)
 
     def draft(name: str) -> list[int]:
-        stand_in, every = copies[name], range(sm.num_layers)
-        tokens, token = [], 42
-        with sm.substituted(**stand_in.stand_ins(every, every)), sm.draft_head(stand_in.head), sm.compiled_draft():
-            for j in range(args.k):
-                token = int(sm.forward(torch.tensor([token]), start=n + j, cache=cache, last_only=True)[-1].argmax())
-                tokens.append(token)
-        sm.crop(cache, n)
-        return tokens
+        return whole_draft(sm, copies[name], cache, n, args.k)
 
     def step() -> torch.Tensor:
         out = sm.forward(torch.tensor([42]), start=n, cache=cache)

@@ -8,7 +8,9 @@ These kernels stream each packed weight byte once for all rows (``csrc/lowbit.cp
 - ``Int8WoLinear.from_linear`` / ``Int4WoLinear.from_linear``: quantized once, as the precision method's
   int8/int4 schemes quantize (torchao's numbers), packed, run by ``skipsearch::int8_wo_linear`` /
   ``skipsearch::int4_wo_linear`` (custom ops with shapes, so torch.compile keeps them in one graph);
-- ``lowbit_linears`` / ``lowbit_model``: a module's or a model's Linears swapped for them (a draft copy);
+- ``lowbit_linears`` / ``lowbit_model``: a module's or a model's Linears swapped for them (a draft copy); stand-ins
+  that read one input (q, k, v; gate, up) keep their weights back to back and run as one product when compiled
+  (``siblings.py``);
 - ``Int8DqLinear`` / ``Int4DqLinear``: the same weights times activations rounded to int8 per block, on the CPU's
   VNNI dot products (``csrc/dq.cpp``); ``lowbit_linear`` picks them where ``int8_activations()`` (the CPU has
   AVX-512 VNNI), the weight-only ones elsewhere;

@@ -14,6 +14,7 @@ from torch import nn
 from skipsearch.kernels.lowbit.build import has_vnni
 from skipsearch.kernels.lowbit.modules import Int4DqLinear, Int4WoLinear, Int8DqLinear, Int8WoLinear
 from skipsearch.kernels.lowbit.quant import GROUP
+from skipsearch.kernels.lowbit.siblings import share_siblings
 
 SCHEMES = ("int8", "int4")
 
@@ -41,12 +42,15 @@ def lowbit_linear(linear: nn.Linear, scheme: str, *, group_size: int = GROUP) ->
 
 
 def swap_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module], keep: nn.Module | None = None) -> None:
-    """Swap, in place, every ``nn.Linear`` under ``module`` (not ``module`` itself) but ``keep`` for ``make(it)``."""
+    """Swap, in place, every ``nn.Linear`` under ``module`` (not ``module`` itself) but ``keep`` for ``make(it)``;
+    stand-ins that read the same input (a layer's q, k, v; its gate and up) then keep their packed weights back to
+    back, so a compiled graph runs them as one product (``siblings.py``)."""
     for name, child in list(module.named_modules()):
         if isinstance(child, nn.Linear) and child is not keep:
             parent_name, _, attr = name.rpartition(".")
             parent = module.get_submodule(parent_name) if parent_name else module
             setattr(parent, attr, make(child))
+    share_siblings(module)
 
 
 def _swap(module: nn.Module, scheme: str, group_size: int, keep: nn.Module | None = None) -> nn.Module:

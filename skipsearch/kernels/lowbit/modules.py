@@ -32,6 +32,10 @@ class LowbitLinear(nn.Module):
 
     in_features: int
     out_features: int
+    STREAMED: tuple[str, ...] = ("packed",)  # the buffers a call streams, in the op's argument order
+    # once its siblings share its storage (``siblings.share_storage``): its columns (start, stop) of their
+    # product, and how many that product has
+    columns: tuple[int, int, int] | None = None
 
     @property
     def weight_bytes(self) -> int:
@@ -39,7 +43,7 @@ class LowbitLinear(nn.Module):
         return sum(t.numel() * t.element_size() for t in self._streamed())
 
     def _streamed(self) -> tuple[torch.Tensor, ...]:
-        raise NotImplementedError
+        return tuple(getattr(self, name) for name in self.STREAMED)
 
     @staticmethod
     def _run(x: torch.Tensor, *operands) -> torch.Tensor:
@@ -50,7 +54,14 @@ class LowbitLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x if x.dtype is torch.float32 else x.float()
-        out = self._run(x32, *self._streamed(), self.bias, self.out_features)
+        if self.columns is not None and torch.compiler.is_compiling():
+            # compiled: its siblings' whole product, sliced; each sibling makes the same call on the same input,
+            # and the graph keeps one (AOT autograd's common-subexpression pass), so they run as one product
+            start, stop, total = self.columns
+            whole = tuple(getattr(self, f"siblings_{name}") for name in self.STREAMED)
+            out = self._run(x32, *whole, self.siblings_bias, total)[..., start:stop]
+        else:
+            out = self._run(x32, *self._streamed(), self.bias, self.out_features)
         return out if x.dtype is torch.float32 else out.to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -65,6 +76,7 @@ class Int8WoLinear(LowbitLinear):
     """int8 weights, one scale per output feature; fp32 activations (``skipsearch::int8_wo_linear``)."""
 
     _pack = staticmethod(pack_int8)  # [panels, K, 32] int8, and the scales [panels * 32] fp32
+    STREAMED = ("packed", "scale")
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -78,9 +90,6 @@ class Int8WoLinear(LowbitLinear):
     @classmethod
     def from_linear(cls, linear: nn.Linear):
         return cls(*quantize_int8(linear.weight), _bias_of(linear))
-
-    def _streamed(self) -> tuple[torch.Tensor, ...]:
-        return self.packed, self.scale
 
     @staticmethod
     def _run(x, w, scale, bias, n):
@@ -103,9 +112,6 @@ class F32PanelLinear(LowbitLinear):
     def from_linear(cls, linear: nn.Linear) -> F32PanelLinear:
         return cls(linear.weight, _bias_of(linear))
 
-    def _streamed(self) -> tuple[torch.Tensor, ...]:
-        return (self.packed,)
-
     @staticmethod
     def _run(x, w, bias, n):
         return torch.ops.skipsearch.f32_panel_linear(x, w, bias, n)
@@ -116,6 +122,7 @@ class Int4WoLinear(LowbitLinear):
     0, as the int4 scheme's symmetric mapping); fp32 activations (``skipsearch::int4_wo_linear``)."""
 
     _pack = staticmethod(pack_int4)  # [panels, K / 2, 32] uint8 (two weights a byte), scales [panels, G, 32] fp32
+    STREAMED = ("packed", "scales")
 
     def __init__(self, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -130,9 +137,6 @@ class Int4WoLinear(LowbitLinear):
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int = GROUP):
         return cls(*quantize_int4(linear.weight, group_size), _bias_of(linear))
-
-    def _streamed(self) -> tuple[torch.Tensor, ...]:
-        return self.packed, self.scales
 
     @staticmethod
     def _run(x, w, scales, bias, n):
