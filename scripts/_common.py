@@ -88,3 +88,13 @@ def whole_draft(sm: SkippableModel, stand_in, cache, start: int, k: int,
             tokens.append(token)
     sm.crop(cache, start)
     return tokens
+
+
+def print_agreement(name: str, before, after) -> None:
+    """One line: whether a probe's two ways gave the same draft tokens (lists), or the same argmax and how close
+    their logits are (tensors)."""
+    if isinstance(before, list):
+        print(f"{name}: the same draft tokens both ways: {before == after} ({before})")
+    else:
+        same = bool(torch.equal(before.argmax(-1), after.argmax(-1)))
+        print(f"{name}: the same argmax both ways: {same}; logits within {float((before - after).abs().max()):.2e}")

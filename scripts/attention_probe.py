@@ -42,7 +42,7 @@ def packed_gqa_sdpa(module, query, key, value, attention_mask, dropout: float = 
 
 
 def main() -> None:
-    from _common import compiled_probe, print_before_after, whole_draft
+    from _common import compiled_probe, print_agreement, print_before_after, whole_draft
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
@@ -89,11 +89,7 @@ def main() -> None:
         calls |= {f"{scheme} {w}": (lambda s=scheme, w=w: draft(w, s)) for w in ways}
     for name in ("step", "block", *args.schemes):  # compiles what is new; both attentions must agree
         a, b = calls[f"{name} before"](), calls[f"{name} after"]()
-        if isinstance(a, list):
-            print(f"{name}: the same draft tokens both ways: {a == b}")
-        else:
-            same = bool(torch.equal(a.argmax(-1), b.argmax(-1)))
-            print(f"{name}: the same argmax both ways: {same}; logits within {float((a - b).abs().max()):.2e}")
+        print_agreement(name, a, b)
     med = {k: t.median * 1e3 for k, t in time_interleaved(calls, rounds=args.rounds, device=sm.device).items()}
     print(f"\n{args.model} on {args.kernel}, {args.threads} thread(s), context {n}, cache of {2 * n} positions, "
           f"{args.rounds} rounds, drafts of {args.k} tokens (ms per token)")

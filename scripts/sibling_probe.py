@@ -31,7 +31,7 @@ from skipsearch.methods.precision import copy as precision_copy
 
 
 def main() -> None:
-    from _common import compiled_probe, print_before_after, whole_draft
+    from _common import compiled_probe, print_agreement, print_before_after, whole_draft
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
@@ -79,11 +79,7 @@ def main() -> None:
         a, b = calls[f"{name} before"](), calls[f"{name} after"]()
         if name == "block":
             assert torch.equal(b, calls["block kernel's"]()), "the kernel's block copy and a fresh one disagree"
-        if isinstance(a, list):
-            print(f"{name}: the same draft tokens both ways: {a == b} ({a})")
-        else:
-            same = bool(torch.equal(a.argmax(-1), b.argmax(-1)))
-            print(f"{name}: the same argmax both ways: {same}; logits within {float((a - b).abs().max()):.2e}")
+        print_agreement(name, a, b)
     med = {k: t.median * 1e3 for k, t in time_interleaved(calls, rounds=args.rounds, device=sm.device).items()}
     print(f"\n{args.model} on {args.kernel}, {args.threads} thread(s), context {n}, {args.rounds} rounds, drafts of "
           f"{args.k} tokens (ms per token)")
@@ -92,6 +88,7 @@ def main() -> None:
                        ratio_of=("block", *args.schemes))
     own = med["block kernel's"]
     print(f"| block on the kernel's own copy (as one) | | {own:.2f} | | | {own / med['step after']:.3f} |")
+
 
 if __name__ == "__main__":
     main()

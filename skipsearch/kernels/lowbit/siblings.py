@@ -2,15 +2,14 @@
 projections; its gate and up projections) run one product over their weights together in a compiled graph, as
 serving engines fuse them (one QKV product, one gate-up product), without touching the model's code.
 
-When linears are swapped for stand-ins (``convert.swap_linears``), consecutive stand-ins of one parent, of one
-kind, with the same inputs (and int4 group) and whole panels of outputs keep each of their packed tensors
-(weights, scales, biases) in one buffer, back to back (``share_storage``): each module holds its own slice, and
-the whole buffers too. Eagerly each still runs its own product, on its slice. Compiled, each runs the whole
-product on its input and keeps its columns; siblings that read one input make the same call, which AOT
-autograd's common-subexpression pass keeps once. Stand-ins of one parent that read different inputs (an
-attention's output projection beside q, k, v) make calls on different inputs, so nothing merges them, and they
-pay for the whole product each: ``share_siblings`` therefore only groups the modules named as siblings
-(``SIBLINGS``).
+When linears are swapped for stand-ins (``convert.swap_linears``), the children of one parent named as siblings
+(``SIBLINGS``) that are stand-ins of one kind, with the same inputs (and int4 group) and whole panels of outputs,
+keep each of their packed tensors (weights, scales, biases) in one buffer, back to back (``share_storage``): each
+module holds its own slice, and the whole buffers too. Eagerly each still runs its own product, on its slice.
+Compiled, each runs the whole product on its input and keeps its columns; siblings that read one input make the
+same call, which AOT autograd's common-subexpression pass keeps once. Only named siblings are grouped: a stand-in
+that reads another input (an attention's output projection beside q, k, v) would make a call nothing merges, and
+pay for the whole product alone.
 
 Why: each product call pays a fixed price (its activations quantized again, a parallel region opened and joined,
 an output allocated, the weight stream started anew). Measured on the AVX-512 Xeon in
