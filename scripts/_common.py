@@ -98,3 +98,43 @@ def print_agreement(name: str, before, after) -> None:
     else:
         same = bool(torch.equal(before.argmax(-1), after.argmax(-1)))
         print(f"{name}: the same argmax both ways: {same}; logits within {float((before - after).abs().max()):.2e}")
+
+
+BLOCK = (42, 7, 9, 11, 3, 5, 8, 100)  # the probes' 8-token verify block
+
+
+def filled_cache(sm: SkippableModel, n: int, room: int):
+    """A decode cache of ``sm`` with room for ``n + room`` tokens, its first ``n`` random tokens (seed 0)."""
+    cache = sm.decode_cache(n + room)
+    sm.forward(torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(0)), start=0, cache=cache)
+    return cache
+
+
+def forward_on(sm: SkippableModel, cache, start: int, ids: torch.Tensor, rows=None) -> torch.Tensor:
+    """``sm``'s forward of ``ids`` at ``start`` (``cache`` cropped back to ``start`` after), with ``rows`` (a
+    compiled block copy) in the kernel's block copy's place for the call if given."""
+    runner = sm._runner  # the probes swap the runner's block copy; nothing else reaches into it
+    kept = runner._rows_module
+    runner._rows_module = kept if rows is None else rows
+    try:
+        out = sm.forward(ids, start=start, cache=cache)
+    finally:
+        runner._rows_module = kept
+    sm.crop(cache, start)
+    return out
+
+
+def copies_both_ways(sm: SkippableModel, schemes, apart, names: tuple[str, str]) -> dict:
+    """Each scheme's precision draft copy built twice, anew (``quantized_copy`` keeps one per model and scheme):
+    inside ``apart()`` (a new context each time, that changes how it is built), then as the library builds it;
+    keyed ``"<scheme> <names[0]>"`` and ``"<scheme> <names[1]>"``."""
+    from skipsearch.methods.precision import copy as precision_copy
+
+    copies = {}
+    for scheme in schemes:
+        precision_copy._COPIES.get(sm, {}).pop(scheme, None)
+        with apart():
+            copies[f"{scheme} {names[0]}"] = precision_copy.quantized_copy(sm, scheme)
+        precision_copy._COPIES[sm].pop(scheme)
+        copies[f"{scheme} {names[1]}"] = precision_copy.quantized_copy(sm, scheme)
+    return copies

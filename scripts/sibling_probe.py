@@ -8,7 +8,8 @@ call (q, k and v as one; gate and up as one). The blocks are two fresh compiled 
 with its weights packed apart, one as the kernel now packs them; the drafts are two int8 / int4 copies, one packed
 apart (the same quantized numbers). Fresh copies both ways, because the kernel's own block copy, built before
 anything compiles, ran 1.4-2 ms slower than a fresh copy of the same weights packed the same way
-(``studies/sibling-products-cpu.md``): the kernel's own copy is timed as a third way (``block kernel's``).
+(``studies/sibling-products-cpu.md``; before each copy's weights moved into one block, ``studies/weight-arena-cpu.md``):
+the kernel's own copy is timed as a third way (``block kernel's``).
 The one-token step runs inductor's own product, which this does not change: it is timed both ways only as the
 ratio's denominator. The probe checks that both ways give the same argmax and logits within a stated tolerance, then
 times them round robin.
@@ -19,7 +20,6 @@ Usage: python scripts/sibling_probe.py --threads 2 --schemes int8 int4 --rounds 
 from __future__ import annotations
 
 import argparse
-import contextlib
 from unittest import mock
 
 import torch
@@ -27,53 +27,43 @@ import torch
 import skipsearch.kernels.panel as panel
 from skipsearch.harness import time_interleaved
 from skipsearch.kernels.lowbit import convert
-from skipsearch.methods.precision import copy as precision_copy
 
 
 def main() -> None:
-    from _common import compiled_probe, print_agreement, print_before_after, whole_draft
+    from _common import (
+        BLOCK,
+        compiled_probe,
+        copies_both_ways,
+        filled_cache,
+        forward_on,
+        print_agreement,
+        print_before_after,
+        whole_draft,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
     args, sm = compiled_probe(ap)
-    runner = sm._runner  # the probe swaps the runner's block copy; nothing else reaches into it
-    apart = mock.patch.object(convert, "share_siblings", lambda module: None)
-    with apart:
+    runner = sm._runner
+    def apart():
+        return mock.patch.object(convert, "share_siblings", lambda module: None)
+
+    with apart():
         rows_apart = torch.compile(panel.shared_copy(sm.hf, panels=True), dynamic=False)
     rows_one = torch.compile(panel.shared_copy(sm.hf, panels=True), dynamic=False)
-    copies = {}
-    for scheme in args.schemes:  # each copy built anew: quantized_copy keeps one per model and scheme
-        with apart:
-            copies[f"{scheme} before"] = precision_copy.quantized_copy(sm, scheme)
-        precision_copy._COPIES[sm].pop(scheme)
-        copies[f"{scheme} after"] = precision_copy.quantized_copy(sm, scheme)
+    copies = copies_both_ways(sm, args.schemes, apart, ("before", "after"))
     rows = {"before": rows_apart, "after": rows_one, "kernel's": runner._rows_module}
-
-    @contextlib.contextmanager
-    def way(name: str):
-        kept = runner._rows_module
-        runner._rows_module = rows[name]
-        try:
-            yield
-        finally:
-            runner._rows_module = kept
-
     n = args.context
-    cache = sm.decode_cache(n + args.k + 8)
-    sm.forward(torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(0)), start=0, cache=cache)
-    block = torch.tensor([42, 7, 9, 11, 3, 5, 8, 100])
+    cache = filled_cache(sm, n, args.k + 8)
 
     def draft(name: str) -> list[int]:
         return whole_draft(sm, copies[name], cache, n, args.k)
 
-    def full(name: str, ids: torch.Tensor) -> torch.Tensor:
-        with way(name):
-            out = sm.forward(ids, start=n, cache=cache)
-        sm.crop(cache, n)
-        return out
+    def full(name: str, ids) -> torch.Tensor:
+        return forward_on(sm, cache, n, torch.tensor(ids), rows[name])
 
-    calls = {f"step {w}": (lambda w=w: full(w, torch.tensor([42]))) for w in ("before", "after")}
-    calls |= {f"block {w}": (lambda w=w: full(w, block)) for w in rows}
+    calls = {f"step {w}": (lambda w=w: full(w, [42])) for w in ("before", "after")}
+    calls |= {f"block {w}": (lambda w=w: full(w, BLOCK)) for w in rows}
     calls |= {name: (lambda c=name: draft(c)) for name in copies}
     for name in ("step", "block", *args.schemes):  # compiles what is new; both ways must agree
         a, b = calls[f"{name} before"](), calls[f"{name} after"]()

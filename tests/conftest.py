@@ -150,3 +150,38 @@ def assert_greedy_equivalent(sm: SkippableModel, prompt_ids, tokens, reference=N
     verdict = check(sm, prompt_ids, tokens, reference)
     assert verdict.ok and (allow_ties or verdict.kind == IDENTICAL), verdict.describe()
     return verdict
+
+
+def compiled_product_calls(module, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    """``module(x)`` compiled with frozen weights, and skipsearch's product calls in its graph after AOT autograd's
+    passes (counted by a post-grad pass that is never cached, so the count comes from a compile)."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Counting(CustomGraphPass):
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            self.calls += [str(n.target) for n in graph.nodes if str(n.target).startswith("skipsearch.")]
+
+        def uuid(self) -> None:
+            return None
+
+    torch._dynamo.reset()
+    counting = Counting()
+    with inductor_config.patch({"freezing": True, "post_grad_custom_post_pass": counting}), torch.no_grad():
+        out = torch.compile(module, dynamic=False)(x)
+    return out, counting.calls
+
+
+@pytest.fixture
+def lowbit_built() -> None:
+    """Skip where skipsearch's C++ products cannot be built (the refusal itself is tested in test_lowbit.py)."""
+    from skipsearch.config import ConfigError
+    from skipsearch.kernels.lowbit import check_lowbit
+
+    try:
+        check_lowbit()
+    except ConfigError as exc:
+        pytest.skip(str(exc))

@@ -11,16 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skipsearch.config import ConfigError
-from skipsearch.kernels.lowbit import check_lowbit
-
-
-@pytest.fixture(autouse=True)
-def _built():
-    try:
-        check_lowbit()
-    except ConfigError as exc:  # a machine that cannot build it: the refusal is tested in test_lowbit.py
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("lowbit_built")  # skipped where the C++ products cannot build
 
 
 def _reference(q, k, v, mask, scale):

@@ -7,22 +7,14 @@ import copy
 
 import pytest
 import torch
+from conftest import compiled_product_calls
 from torch import nn
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from skipsearch.config import ConfigError
-from skipsearch.kernels.lowbit import check_lowbit
 from skipsearch.kernels.lowbit.convert import lowbit_linears, swap_linears
 from skipsearch.kernels.lowbit.modules import F32PanelLinear, Int4WoLinear, Int8DqLinear, Int8WoLinear
 from skipsearch.kernels.lowbit.siblings import SIBLINGS, share_siblings
 
-
-@pytest.fixture(autouse=True)
-def _built():
-    try:
-        check_lowbit()
-    except ConfigError as exc:
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("lowbit_built")  # skipped where the C++ products cannot build
 
 
 class Attention(nn.Module):
@@ -40,29 +32,6 @@ class Attention(nn.Module):
         return self.o_proj(q.view(*q.shape[:-1], -1, 16).flatten(-2) * torch.cat([k, v], -1).sigmoid())
 
 
-class Counting(CustomGraphPass):
-    """Counts skipsearch's product calls in the compiled graph (after AOT autograd's passes)."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        self.calls += [str(n.target) for n in graph.nodes if str(n.target).startswith("skipsearch.")]
-
-    def uuid(self) -> None:  # no cache: the count must come from a compile
-        return None
-
-
-def _compiled_calls(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
-    import torch._inductor.config as inductor_config
-
-    torch._dynamo.reset()
-    counting = Counting()
-    with inductor_config.patch({"freezing": True, "post_grad_custom_post_pass": counting}), torch.no_grad():
-        out = torch.compile(module, dynamic=False)(x)
-    return out, counting.calls
-
-
 @pytest.mark.parametrize("make", [Int8WoLinear.from_linear, Int4WoLinear.from_linear, F32PanelLinear.from_linear,
                                   Int8DqLinear.from_linear])
 @pytest.mark.parametrize("bias", [False, True])
@@ -77,7 +46,7 @@ def test_siblings_run_as_one_product_compiled_with_the_same_outputs(make, bias):
     x = torch.randn(3, 64)
     with torch.no_grad():
         eager = module(x)
-    compiled, calls = _compiled_calls(module, x)
+    compiled, calls = compiled_product_calls(module, x)
     assert len(calls) == 2, calls  # q, k, v as one; o alone
     assert torch.equal(eager, compiled)
 

@@ -130,9 +130,11 @@ def _set_attention(config, name: str) -> None:
 
 def shared_copy(hf, *, panels: bool):
     """A copy of the HF model that shares its parameters and buffers and runs ``packed_gqa_attention``; with
-    ``panels``, every ``nn.Linear`` (the LM head too) swapped for an ``F32PanelLinear`` of the same weights."""
+    ``panels``, every ``nn.Linear`` (the LM head too) swapped for an ``F32PanelLinear`` of the same weights, their
+    packed weights in one block of huge pages (``kernels/lowbit/arena.py``)."""
     import copy
 
+    from skipsearch.kernels.lowbit.arena import pack
     from skipsearch.kernels.lowbit.convert import swap_linears
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
 
@@ -143,6 +145,7 @@ def shared_copy(hf, *, panels: bool):
         out.set_attn_implementation(ATTENTION)
     if panels:
         swap_linears(out, F32PanelLinear.from_linear)
+        pack([out])  # its packed weights in one huge-page block, in the forward's order (kernels/lowbit/arena.py)
     return out
 
 

@@ -16,6 +16,8 @@ These kernels stream each packed weight byte once for all rows (``csrc/lowbit.cp
   AVX-512 VNNI), the weight-only ones elsewhere;
 - ``F32PanelLinear``: a Linear's own fp32 weights in the same panels (``skipsearch::f32_panel_linear``), for the
   ``panel`` kernel's verify blocks: the product streams the weights once for all rows, as the low-bit ones do.
+- ``arena.pack``: a copy's stand-ins' packed weights moved into one block of memory asked for as huge pages, in
+  the order its forward reads them (the precision drafts' copies, the ``panel`` kernel's block copy).
 
 No torch at import: names load on first use, so the CLI can import this package lightly.
 """

@@ -1,6 +1,7 @@
 """The draft's reduced-precision copy of the model: per-layer attention and MLP stand-ins and an LM head.
 
-Built once per model and scheme and kept (a search evaluates many candidates of one scheme). Only the
+Built once per model and scheme and kept (a search evaluates many candidates of one scheme). Its low-bit weights
+live in one block of huge pages, in the order a draft reads them (``kernels/lowbit/arena.py``). Only the
 decoder sublayers and the head are copied; embeddings, norms and the KV cache are the model's own, so
 the draft reads the full model's context KV, as a layer-skip draft does, and keeps no cache of its own.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from skipsearch.config import ConfigError
+from skipsearch.kernels.lowbit.arena import pack
 from skipsearch.methods.precision.linears import check_scheme, quantize_module, weight_bytes
 from skipsearch.methods.precision.params import device_scheme
 
@@ -63,6 +65,7 @@ def quantized_copy(sm, scheme: str) -> QuantizedCopy:
         attn = tuple(quantize_module(layer.self_attn, scheme) for layer in sm.layers)
         mlp = tuple(quantize_module(layer.mlp, scheme) for layer in sm.layers)
         head = quantize_module(sm.lm_head, scheme)
+        pack([*(m for pair in zip(attn, mlp, strict=True) for m in pair), head])  # one block, the draft's order
         parts = [*attn, *mlp, head]
         full = sum(weight_bytes(layer.self_attn) + weight_bytes(layer.mlp) for layer in sm.layers)
         copies[scheme] = QuantizedCopy(scheme, attn, mlp, head, sum(map(weight_bytes, parts)),
@@ -79,5 +82,7 @@ def assistant_copy(sm):
     if sm not in _ASSISTANTS:
         scheme = device_scheme(sm.device)
         check_scheme(scheme, sm.device)
-        _ASSISTANTS[sm] = (quantize_module(sm.hf, scheme).eval(), scheme)
+        assistant = quantize_module(sm.hf, scheme).eval()
+        pack([assistant])
+        _ASSISTANTS[sm] = (assistant, scheme)
     return _ASSISTANTS[sm]

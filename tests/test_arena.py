@@ -1,0 +1,137 @@
+"""A copy's packed weights in one huge-page block (``kernels/lowbit/arena.py``): the same outputs, eager and
+compiled, siblings still one product, every buffer in one storage, and a plain block where the OS has no mapping."""
+
+from __future__ import annotations
+
+import copy
+import mmap
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import compiled_product_calls
+from torch import nn
+
+from skipsearch.kernels.lowbit import arena
+from skipsearch.kernels.lowbit.convert import swap_linears
+from skipsearch.kernels.lowbit.modules import F32PanelLinear, Int4WoLinear, Int8DqLinear, Int8WoLinear, LowbitLinear
+
+pytestmark = pytest.mark.usefixtures("lowbit_built")  # skipped where the C++ products cannot build
+
+
+class Block(nn.Module):
+    """An attention's four linears (q, k, v read one input) and an MLP's three (gate, up read one)."""
+
+    def __init__(self, hidden: int = 64, kv: int = 32, inner: int = 96, bias: bool = False) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(hidden, n, bias=bias) for n in (hidden, kv, kv))
+        self.o_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.gate_proj, self.up_proj = nn.Linear(hidden, inner, bias=bias), nn.Linear(hidden, inner, bias=bias)
+        self.down_proj = nn.Linear(inner, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kv = torch.cat([self.k_proj(x), self.v_proj(x)], -1).sigmoid()
+        x = x + self.o_proj(self.q_proj(x) * kv)
+        return x + self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _stand_ins(module: nn.Module) -> list[LowbitLinear]:
+    return [m for m in module.modules() if isinstance(m, LowbitLinear)]
+
+
+def _model(make, bias: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    module = nn.Sequential(Block(bias=bias), Block(bias=bias)).eval()
+    swap_linears(module, make)
+    return module
+
+
+@pytest.mark.parametrize("make", [Int8WoLinear.from_linear, Int4WoLinear.from_linear, F32PanelLinear.from_linear,
+                                  Int8DqLinear.from_linear])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_weights_give_the_same_outputs_eager_and_compiled(make, bias):
+    module = _model(make, bias)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        before = module(x)
+        moved = arena.pack([module])
+        assert moved > 0
+        assert torch.equal(module(x), before)
+    compiled, calls = compiled_product_calls(module, x)
+    assert torch.equal(compiled, before)
+    assert len(calls) == 8, calls  # a block: q|k|v, o, gate|up, down; siblings still one call
+
+
+def test_every_buffer_lives_in_one_block_in_order_and_siblings_stay_views():
+    module = _model(Int8WoLinear.from_linear, bias=True)
+    arena.pack([module])
+    mods = _stand_ins(module)
+    storages = {t.untyped_storage().data_ptr() for m in mods for t in m._buffers.values() if t is not None}
+    assert len(storages) == 1
+    pointers = [m._buffers[name].data_ptr() for m in mods for name in (*m.STREAMED, "bias")]
+    assert all(p % arena.ALIGN == 0 for p in pointers)
+    first = module[0]
+    assert first.q_proj.siblings_packed is first.k_proj.siblings_packed  # one object: compiled, one call
+    assert first.q_proj.packed.data_ptr() == first.q_proj.siblings_packed.data_ptr()
+    assert first.k_proj.packed.data_ptr() == first.q_proj.packed.data_ptr() + first.q_proj.packed.nbytes
+    assert module[0].down_proj.packed.data_ptr() < module[1].q_proj.packed.data_ptr()  # the forward's order
+    if hasattr(mmap, "MAP_ANONYMOUS"):
+        assert min(pointers) % arena.HUGE == 0
+    assert "q_proj.siblings_packed" not in module[0].state_dict()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not Path("/sys/kernel/mm/transparent_hugepage").is_dir(),
+                    reason="transparent huge pages are Linux's")
+def test_the_block_is_asked_for_as_huge_pages():
+    block = arena.hugepage_bytes(4 * arena.HUGE)
+    start = block.data_ptr()
+    assert start % arena.HUGE == 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(a, 16) for a in head.split("-"))
+            inside = lo <= start < hi
+        elif inside and line.startswith("VmFlags:"):
+            assert "hg" in line.split()[1:], line  # madvise(MADV_HUGEPAGE) marked the mapping
+            return
+    pytest.fail("the block's mapping is not in /proc/self/smaps")
+
+
+def test_a_plain_block_where_there_is_no_anonymous_mapping(monkeypatch):
+    def refused(*args, **kwargs):
+        raise OSError("no mappings here")
+
+    monkeypatch.setattr(arena.mmap, "mmap", refused)
+    block = arena.hugepage_bytes(1000)
+    assert block.dtype == torch.uint8 and block.numel() == 1000
+    module = _model(Int4WoLinear.from_linear)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        before = module(x)
+        arena.pack([module])
+        assert torch.equal(module(x), before)
+
+
+def test_nothing_to_move_and_a_copy_of_a_packed_module():
+    assert arena.pack([nn.Sequential(nn.Linear(4, 4))]) == 0
+    module = _model(F32PanelLinear.from_linear)
+    arena.pack([module])
+    twin = copy.deepcopy(module)
+    assert twin[0].q_proj.siblings_packed is twin[0].v_proj.siblings_packed
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        assert torch.equal(twin(x), module(x))
+
+
+def test_the_draft_copy_and_the_block_copy_are_each_one_block(tiny_sm):
+    from skipsearch.kernels.panel import shared_copy
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    qcopy = quantized_copy(tiny_sm, "int8")
+    rows = shared_copy(tiny_sm.hf, panels=True)
+    for parts in ([*qcopy.attn, *qcopy.mlp, qcopy.head], [rows]):
+        mods = [m for part in parts for m in _stand_ins(part)]
+        assert mods
+        assert len({t.untyped_storage().data_ptr() for m in mods for t in m._buffers.values()
+                    if t is not None}) == 1
