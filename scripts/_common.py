@@ -100,6 +100,13 @@ def print_agreement(name: str, before, after) -> None:
         print(f"{name}: the same argmax both ways: {same}; logits within {float((before - after).abs().max()):.2e}")
 
 
+def check_both_ways(calls: dict, names) -> None:
+    """Each name's ``"<name> before"`` and ``"<name> after"`` call run once (compiling what is new), and whether
+    they agree printed (``print_agreement``)."""
+    for name in names:
+        print_agreement(name, calls[f"{name} before"](), calls[f"{name} after"]())
+
+
 BLOCK = (42, 7, 9, 11, 3, 5, 8, 100)  # the probes' 8-token verify block
 
 

@@ -42,7 +42,7 @@ def packed_gqa_sdpa(module, query, key, value, attention_mask, dropout: float = 
 
 
 def main() -> None:
-    from _common import compiled_probe, print_agreement, print_before_after, whole_draft
+    from _common import check_both_ways, compiled_probe, print_before_after, whole_draft
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
@@ -87,9 +87,7 @@ def main() -> None:
     calls |= {f"block {w}": (lambda w=w: full(w, block)) for w in ways}
     for scheme in args.schemes:
         calls |= {f"{scheme} {w}": (lambda s=scheme, w=w: draft(w, s)) for w in ways}
-    for name in ("step", "block", *args.schemes):  # compiles what is new; both attentions must agree
-        a, b = calls[f"{name} before"](), calls[f"{name} after"]()
-        print_agreement(name, a, b)
+    check_both_ways(calls, ("step", "block", *args.schemes))  # compiles what is new; both attentions must agree
     med = {k: t.median * 1e3 for k, t in time_interleaved(calls, rounds=args.rounds, device=sm.device).items()}
     print(f"\n{args.model} on {args.kernel}, {args.threads} thread(s), context {n}, cache of {2 * n} positions, "
           f"{args.rounds} rounds, drafts of {args.k} tokens (ms per token)")

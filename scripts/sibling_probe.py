@@ -32,11 +32,11 @@ from skipsearch.kernels.lowbit import convert
 def main() -> None:
     from _common import (
         BLOCK,
+        check_both_ways,
         compiled_probe,
         copies_both_ways,
         filled_cache,
         forward_on,
-        print_agreement,
         print_before_after,
         whole_draft,
     )
@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=6, help="draft tokens per timed draft")
     args, sm = compiled_probe(ap)
     runner = sm._runner
+
     def apart():
         return mock.patch.object(convert, "share_siblings", lambda module: None)
 
@@ -65,11 +66,9 @@ def main() -> None:
     calls = {f"step {w}": (lambda w=w: full(w, [42])) for w in ("before", "after")}
     calls |= {f"block {w}": (lambda w=w: full(w, BLOCK)) for w in rows}
     calls |= {name: (lambda c=name: draft(c)) for name in copies}
-    for name in ("step", "block", *args.schemes):  # compiles what is new; both ways must agree
-        a, b = calls[f"{name} before"](), calls[f"{name} after"]()
-        if name == "block":
-            assert torch.equal(b, calls["block kernel's"]()), "the kernel's block copy and a fresh one disagree"
-        print_agreement(name, a, b)
+    check_both_ways(calls, ("step", "block", *args.schemes))  # compiles what is new; both ways must agree
+    assert torch.equal(calls["block after"](), calls["block kernel's"]()), \
+        "the kernel's block copy and a fresh one disagree"
     med = {k: t.median * 1e3 for k, t in time_interleaved(calls, rounds=args.rounds, device=sm.device).items()}
     print(f"\n{args.model} on {args.kernel}, {args.threads} thread(s), context {n}, {args.rounds} rounds, drafts of "
           f"{args.k} tokens (ms per token)")

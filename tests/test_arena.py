@@ -40,6 +40,11 @@ def _stand_ins(module: nn.Module) -> list[LowbitLinear]:
     return [m for m in module.modules() if isinstance(m, LowbitLinear)]
 
 
+def _storages(mods: list[LowbitLinear]) -> set[int]:
+    """The storages (by address) that hold ``mods``' buffers."""
+    return {t.untyped_storage().data_ptr() for m in mods for t in m._buffers.values() if t is not None}
+
+
 def _model(make, bias: bool = False) -> nn.Module:
     torch.manual_seed(0)
     module = nn.Sequential(Block(bias=bias), Block(bias=bias)).eval()
@@ -67,8 +72,7 @@ def test_every_buffer_lives_in_one_block_in_order_and_siblings_stay_views():
     module = _model(Int8WoLinear.from_linear, bias=True)
     arena.pack([module])
     mods = _stand_ins(module)
-    storages = {t.untyped_storage().data_ptr() for m in mods for t in m._buffers.values() if t is not None}
-    assert len(storages) == 1
+    assert len(_storages(mods)) == 1
     pointers = [m._buffers[name].data_ptr() for m in mods for name in (*m.STREAMED, "bias")]
     assert all(p % arena.ALIGN == 0 for p in pointers)
     first = module[0]
@@ -136,5 +140,4 @@ def test_the_draft_copy_and_the_block_copy_are_each_one_block(tiny_sm):
     for parts in ([*qcopy.attn, *qcopy.mlp, qcopy.head], [rows]):
         mods = [m for part in parts for m in _stand_ins(part)]
         assert mods
-        assert len({t.untyped_storage().data_ptr() for m in mods for t in m._buffers.values()
-                    if t is not None}) == 1
+        assert len(_storages(mods)) == 1
