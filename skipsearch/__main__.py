@@ -2,7 +2,8 @@
 
 Ctrl-C at any moment is ``interrupted`` on stderr and exit 130, with no traceback: while the CLI's own
 modules (torch, transformers, optuna: seconds) import, inside a command (its handlers write what was
-finished first), and where it lands in a finalizer, which Python would otherwise swallow
+finished first), inside native code that turns it into another error (a command's bad-input line is then
+``interrupted``), and where it lands in a finalizer, which Python would otherwise swallow
 ("Exception ignored in ...") and run on.
 """
 
@@ -42,7 +43,12 @@ def _import_app():
 
 
 def main() -> None:
+    import signal
+
+    from skipsearch.interrupts import raise_interrupt
+
     sys.unraisablehook = _interrupt_again
+    signal.signal(signal.SIGINT, raise_interrupt)  # Python's own, that also records it (interrupts.interrupt_seen)
     try:
         app = _import_app()
         app()

@@ -10,6 +10,21 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_seen: list[int] = []
+
+
+def raise_interrupt(signum: int, frame: object) -> None:
+    """The CLI's SIGINT handler: Python's own (raise KeyboardInterrupt), that also records the signal. Raised
+    inside a callback from native code (safetensors' reader, for one), the KeyboardInterrupt can come back out as an
+    unrelated error that the CLI would report as bad input; `interrupt_seen` tells the two apart."""
+    _seen.append(signum)
+    raise KeyboardInterrupt
+
+
+def interrupt_seen() -> bool:
+    """Whether Ctrl-C reached `raise_interrupt` in this process."""
+    return bool(_seen)
+
 
 @contextmanager
 def held_interrupt(pending: list[int]) -> Iterator[None]:

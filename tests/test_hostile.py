@@ -992,3 +992,33 @@ def test_ctrl_c_while_the_cli_imports_is_exit_130_without_a_traceback(delay):
         return
     assert proc.returncode in (130, -signal.SIGINT), err[-2000:]
     assert "Traceback" not in err and "Error" not in err, err[-2000:]
+
+
+def test_ctrl_c_turned_into_a_bad_input_error_by_native_code_is_still_exit_130(tmp_path, tiny):
+    # CI saw it: Ctrl-C landing inside safetensors' reader came back out of it as a ValueError ("could not determine
+    # the shape of object type 'torch.storage.UntypedStorage'"), which the CLI reported as unreadable weights, exit 2.
+    # Here the reader is replaced by one that does the same, deterministically: the signal is delivered to the
+    # process inside it and the KeyboardInterrupt comes back out as the reader's own error.
+    script = (
+        "import os, signal, sys\n"
+        "import skipsearch.loader as loader\n"
+        "from skipsearch.checkpoints import ModelError\n"
+        "def reader(path):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        for _ in range(10**7): pass\n"
+        "    except KeyboardInterrupt:\n"
+        "        raise ModelError(f'cannot read the weights in {path}: could not determine the shape') from None\n"
+        "    raise AssertionError('the signal never arrived')\n"
+        "loader.weights_fingerprint = reader\n"
+        "from skipsearch.__main__ import main\n"
+        "sys.argv = ['skipsearch', 'decode', '--model', sys.argv[1], '--prompt', 'def f(n):',\n"
+        "            '--max-new-tokens', '4']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tiny)], capture_output=True, text=True, env=ENV,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert [ln for ln in done.stderr.splitlines() if ln.strip()][-1] == "interrupted", done.stderr[-2000:]
+    assert "cannot read" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+

@@ -18,6 +18,7 @@ from skipsearch.config import ConfigError
 from skipsearch.data import DataError
 from skipsearch.files import targets
 from skipsearch.files.errors import ProfileError, TargetError
+from skipsearch.interrupts import interrupt_seen
 from skipsearch.notices import route_warnings
 from skipsearch.profile import save_profile
 from skipsearch.study import StudyError
@@ -43,10 +44,14 @@ def finite(value: float | None) -> float | None:
 
 @contextlib.contextmanager
 def user_errors():
-    """Turn known bad input into one line on stderr and exit 2; Ctrl-C into exit 130."""
+    """Turn known bad input into one line on stderr and exit 2; Ctrl-C into exit 130 (also where native code turned
+    the interrupt into an error that reads as bad input)."""
     try:
         yield
     except USER_ERRORS as exc:
+        if interrupt_seen():
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
         typer.echo(f"error: {line(exc)}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
