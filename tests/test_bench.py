@@ -192,9 +192,12 @@ def test_bench_rejects_unknown_peers_and_unswept_knobs_need_prompts(sm):
 
 
 # -- summary and profile block ---------------------------------------------------------------------
-def _row(method, family, speedup, vs_ar=None, identical=4):
-    return bn.BenchRow(method, family, "", 4, identical, 100, 1.0, 100.0, speedup, vs_ar, None, None, None, None,
-                       None, None, None)
+def _row(method, family, speedup, vs_ar=None, identical=4, acceptance="drafting"):
+    # a profile row drafted (acceptance 0.8) unless told otherwise; the AR row and the peers have none
+    if acceptance == "drafting":
+        acceptance = 0.8 if family == "skipsearch" and method != "skipsearch-ar" else None
+    return bn.BenchRow(method, family, "", 4, identical, 100, 1.0, 100.0, speedup, vs_ar, None, acceptance, None,
+                       None, None, None, None)
 
 
 def _report(rows):
@@ -218,6 +221,20 @@ def test_the_summary_keeps_loop_overhead_and_speculation_gains_apart():
     slow = br.summarize_report(_report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:a", "skipsearch", 0.7, 0.8),
                                         _row("hf-prompt-lookup", "hf", 0.8)]))
     assert not slow.not_slower_than_hf_greedy and not slow.beats_every_peer
+
+
+def test_a_profile_that_drafted_nothing_claims_no_speculation_gain():
+    # the GPU bench: both searches shipped max_draft_tokens 0, and the plain-decoding profile's row ran 1.44x faster
+    # than skipsearch-ar's on the same path; the summary called that a speculation gain
+    report = _report([
+        _row("hf-greedy", "hf", 1.0), _row("skipsearch-ar", "skipsearch", 0.97, 1.0),
+        _row("layer-skip:plain", "skipsearch", 1.39, 1.44, acceptance=None),
+    ])
+    s = br.summarize_report(report)
+    assert s.speculation_gain is None and not s.best_drafted and s.best_vs_ours_ar == 1.44
+    text = "\n".join(br.summary_lines(report))
+    assert "Speculation gain: none" in text and "drafted no token" in text and "1.44x" in text
+    assert "Speculation gain (" not in text
 
 
 def test_a_profile_inside_hf_generate_is_held_to_its_own_row_not_counted_as_a_peer():

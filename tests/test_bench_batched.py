@@ -233,7 +233,7 @@ def test_the_section_shows_every_row_flags_a_difference_and_round_trips_through_
     tables = br.rich_tables(report)
     assert tables[-1].row_count == 5
     doc = br.read_report_json(br.report_json(report))
-    assert doc["version"] == br.JSON_VERSION == 5
+    assert doc["version"] == br.JSON_VERSION == 6
     assert [r["flagged"] for r in doc["batched"]["rows"]] == [False] * 4 + [True]
     assert br.batched_section(doc) == section
 
@@ -250,6 +250,11 @@ def test_older_bench_json_still_reads():
     doc = br.read_report_json(json.dumps(v1))
     assert doc["llama.cpp"] is None and doc["batched"] is None and doc["summary"]["inside_hf"] == []
     assert doc["rows"][0]["verdict"] == "identical" and doc["rows"][0]["ties"] == 0
+    v5 = {**v4, "version": 5, "batched": None}
+    v5["summary"] = {k: v for k, v in v5["summary"].items() if k not in ("best_drafted", "best_vs_ours_ar")}
+    doc = br.read_report_json(json.dumps(v5))
+    assert doc["summary"]["best_drafted"] is True
+    assert doc["summary"]["best_vs_ours_ar"] == v5["summary"]["speculation_gain"]
     for bad in ({**v4, "version": 99}, {**v4, "version": "4"}, {**v4, "format": "other"}):
         with pytest.raises(ValueError, match="version|format"):
             br.read_report_json(json.dumps(bad))

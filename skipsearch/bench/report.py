@@ -38,7 +38,9 @@ JSON_FORMAT = "skipsearch-bench"
 #    asked for). Every version-3 field is as it was.
 # 5: "batched": the section by batch size (bench.batched_report.to_dict; null without --batch-sizes). Every
 #    version-4 field is as it was.
-JSON_VERSION = 5
+# 6: the summary gains best_drafted and best_vs_ours_ar, and its speculation_gain is null where the best profile
+#    drafted no token (a profile that ships plain decoding). Every other version-5 field is as it was.
+JSON_VERSION = 6
 WITHIN = 0.05  # a profile inside HF generate is meant to run within 5% of the same profile in skipsearch's engine
 
 
@@ -48,7 +50,7 @@ class Summary:
     loop_overhead_gain: float | None  # skipsearch-ar speed / HF greedy speed
     best_profile: str | None  # the fastest profile row whose output is identical or equal up to ties
     best_profile_speedup: float | None  # vs HF greedy
-    speculation_gain: float | None  # best profile speed / skipsearch-ar speed
+    speculation_gain: float | None  # best profile speed / skipsearch-ar speed; None when it drafted nothing
     peers: tuple[tuple[str, float | None], ...]  # each HF peer's speedup (None: output differs)
     not_slower_than_hf_greedy: bool | None  # goal 1; None without a usable profile row
     beats_every_peer: bool | None  # goal 2; None without a usable profile row or any peer
@@ -56,6 +58,8 @@ class Summary:
     tie_equal: tuple[tuple[str, int, int], ...] = ()  # (method, prompts, tied tokens) equal only up to ties
     # (row, its speedup, its speed over the same profile's own row) for each profile run inside HF generate
     inside_hf: tuple[tuple[str, float | None, float | None], ...] = ()
+    best_drafted: bool = True  # the best profile drafted some token (one that ships max_draft_tokens 0 does not)
+    best_vs_ours_ar: float | None = None  # its speed over skipsearch-ar's, whether it drafted or not
 
 
 def _profiles(report: BenchReport) -> list[BenchRow]:
@@ -83,13 +87,15 @@ def summarize_report(report: BenchReport) -> Summary:
         loop_overhead_gain=ar.speedup if ar else None,
         best_profile=best.method if best else None,
         best_profile_speedup=best.speedup if best else None,
-        speculation_gain=best.vs_ours_ar if best else None,
+        speculation_gain=best.vs_ours_ar if best and best.acceptance_rate is not None else None,
         peers=peers,
         not_slower_than_hf_greedy=None if best is None else best.speedup >= 1.0,
         beats_every_peer=beats,
         flagged=tuple(r.method for r in report.rows if r.flagged),
         tie_equal=tuple((r.method, r.ties, r.tie_tokens) for r in report.rows if r.ties and not r.flagged),
         inside_hf=tuple(inside),
+        best_drafted=best is None or best.acceptance_rate is not None,
+        best_vs_ours_ar=best.vs_ours_ar if best else None,
     )
 
 
@@ -150,6 +156,9 @@ def upgrade(doc: dict) -> dict:
         doc.setdefault("llama.cpp", None)
     if version < 5:
         doc.setdefault("batched", None)
+    if version < 6:  # written before the distinction: the gain as it was then
+        summary = doc.get("summary", {})
+        doc["summary"] = {"best_drafted": True, "best_vs_ours_ar": summary.get("speculation_gain"), **summary}
     doc["version"] = JSON_VERSION
     return doc
 
@@ -228,7 +237,12 @@ def summary_lines(report: BenchReport) -> list[str]:
         out.append("No profile with identical (or tie-equal) output was benched, so there is no speculation gain "
                    "to report.")
     else:
-        out.append(f"Speculation gain ({s.best_profile} over {OURS_AR}): {_x(s.speculation_gain)}")
+        if s.best_drafted:
+            out.append(f"Speculation gain ({s.best_profile} over {OURS_AR}): {_x(s.speculation_gain)}")
+        else:  # a profile that ships plain decoding runs our loop's path: its lead over that row is spread, not gain
+            out.append(f"Speculation gain: none; the best profile, {s.best_profile}, drafted no token (it ships plain "
+                       f"decoding), so its {_x(s.best_vs_ours_ar)} over {OURS_AR} is the spread between two runs "
+                       "of one decoding path")
         out.append(f"Best profile {s.best_profile}: {_x(s.best_profile_speedup)} HF greedy; "
                    f"goal 'never slower than HF greedy': {'met' if s.not_slower_than_hf_greedy else 'missed'}")
         if s.peers:
