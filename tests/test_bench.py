@@ -192,10 +192,9 @@ def test_bench_rejects_unknown_peers_and_unswept_knobs_need_prompts(sm):
 
 
 # -- summary and profile block ---------------------------------------------------------------------
-def _row(method, family, speedup, vs_ar=None, identical=4, acceptance="drafting"):
-    # a profile row drafted (acceptance 0.8) unless told otherwise; the AR row and the peers have none
-    if acceptance == "drafting":
-        acceptance = 0.8 if family == "skipsearch" and method != "skipsearch-ar" else None
+def _row(method, family, speedup, vs_ar=None, identical=4):
+    # a profile row drafted (acceptance 0.8); the AR row and the peers have none
+    acceptance = 0.8 if family == "skipsearch" and method != "skipsearch-ar" else None
     return bn.BenchRow(method, family, "", 4, identical, 100, 1.0, 100.0, speedup, vs_ar, None, acceptance, None,
                        None, None, None, None)
 
@@ -228,7 +227,7 @@ def test_a_profile_that_drafted_nothing_claims_no_speculation_gain():
     # than skipsearch-ar's on the same path; the summary called that a speculation gain
     report = _report([
         _row("hf-greedy", "hf", 1.0), _row("skipsearch-ar", "skipsearch", 0.97, 1.0),
-        _row("layer-skip:plain", "skipsearch", 1.39, 1.44, acceptance=None),
+        dataclasses.replace(_row("layer-skip:plain", "skipsearch", 1.39, 1.44), acceptance_rate=None),
     ])
     s = br.summarize_report(report)
     assert s.speculation_gain is None and not s.best_drafted and s.best_vs_ours_ar == 1.44
