@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from skipsearch.data import Prompt, encode_prompt, load_prompts
+from skipsearch.data import Prompt, check_chars, check_tokens, context_of, encode_prompt, load_prompts
 from skipsearch.models import SkippableModel
 from skipsearch.surrogate import Calibration, calibrate
 
@@ -29,9 +29,14 @@ def calibrate_on(sm: SkippableModel, *, dataset: str = "mtbench", n_prompts: int
     """The calibration of ``sm`` on ``n_prompts`` prompts of ``dataset``'s ``split``, each continued greedily
     for ``max_new_tokens`` tokens; ``say`` hears one line before the model runs."""
     prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed, split=split)
+    context = context_of(sm.hf.config)  # a prompt that cannot fit it is refused in one line, before the model runs
+    for p in prompts:  # one far too long by its length alone, before any is tokenized
+        check_chars(sm.tokenizer, p, context=context, max_new_tokens=max_new_tokens)
+    ids = [check_tokens(p, encode_prompt(sm.tokenizer, p), context=context, max_new_tokens=max_new_tokens)
+           for p in prompts]
     if say is not None:
         say(f"calibrating on {len(prompts)} prompts from {dataset} ({split} split) x {max_new_tokens} tokens")
-    return calibrate(sm, [encode_prompt(sm.tokenizer, p) for p in prompts], max_new_tokens=max_new_tokens)
+    return calibrate(sm, ids, max_new_tokens=max_new_tokens)
 
 
 def calibration_workload(dataset: str, n_prompts: int, max_new_tokens: int) -> str:

@@ -9,21 +9,28 @@ so a tuned config is never scored on the prompts it was tuned on.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import random
 import stat
 import warnings
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Any
 
+from skipsearch.notices import long_step
+
+_log = logging.getLogger(__name__)
 _BUILTINS = ("mtbench", "humaneval")
 _FILE_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet"}  # via datasets
 _TEXT_FIELDS = ("prompt", "question", "instruction", "text", "input")
@@ -116,6 +123,130 @@ def _as_ids(encoded: Any) -> list[int]:
     return [int(i) for i in encoded]
 
 
+def prompt_label(prompt: Prompt) -> str:
+    """How messages name a prompt: ``<source>:<id>`` (a file and its line or row), or the source alone."""
+    return f"{prompt.source}:{prompt.id}" if prompt.id else prompt.source
+
+
+def context_of(config: Any) -> int | None:
+    """The most positions a model was made for (its config's max_position_embeddings); None if unknown."""
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def encode_within(tokenizer: Any, prompt: Prompt, *, context: int | None, max_new_tokens: int) -> list[int]:
+    """``encode_prompt``, or a one-line DataError naming the prompt when it cannot be decoded: empty, or too long
+    for ``context`` (None: no bound) once ``max_new_tokens`` are added: ``check_chars``, then ``check_tokens``."""
+    check_chars(tokenizer, prompt, context=context, max_new_tokens=max_new_tokens)
+    return check_tokens(prompt, encode_prompt(tokenizer, prompt), context=context, max_new_tokens=max_new_tokens)
+
+
+def check_chars(tokenizer: Any, prompt: Prompt, *, context: int | None, max_new_tokens: int) -> None:
+    """Before ``prompt`` is tokenized: a DataError where it cannot fit ``context`` with ``max_new_tokens`` more by
+    its length in characters alone, where the tokenizer bounds the characters one token stands for
+    (``token_chars``), so that a megabyte is never tokenized (in linear time, but seconds) for a context of a few
+    thousand tokens. What passes is at most that many characters; ``check_tokens`` checks its ids exactly."""
+    if context is None:
+        return
+    where, room = prompt_label(prompt), context - max_new_tokens
+    if room < 1:
+        raise DataError(f"{where}: {max_new_tokens} new tokens leave no room for a prompt in the model's context "
+                        f"length of {context} tokens; lower --max-new-tokens to {context - 1} or less")
+    per = token_chars(tokenizer)
+    if per is not None and len(prompt.text) > room * per:
+        raise DataError(f"{where}: {len(prompt.text)} characters cannot fit the model's context length of "
+                        f"{context} tokens with {max_new_tokens} new tokens (a token here stands for at most "
+                        f"{per} characters, so at most {room * per} fit); shorten it")
+
+
+def check_tokens(prompt: Prompt, ids: list[int], *, context: int | None, max_new_tokens: int) -> list[int]:
+    """``ids``, the prompt's tokens, or a one-line DataError naming it: empty, or more than ``context`` (None: no
+    bound) holds with ``max_new_tokens`` more."""
+    where = prompt_label(prompt)
+    if not ids:
+        raise DataError(f"{where}: the prompt is empty")
+    if context is not None and len(ids) + max_new_tokens > context:
+        fix = (f"shorten it or lower --max-new-tokens to {context - len(ids)} or less" if len(ids) < context
+               else "shorten it")
+        raise DataError(f"{where}: {len(ids)} prompt tokens + {max_new_tokens} new tokens exceed the model's "
+                        f"context length of {context} tokens; {fix}")
+    return ids
+
+
+def longest_within(tokenizer: Any, prompts: Sequence[Prompt], *, context: int | None, max_new_tokens: int) -> int:
+    """The most tokens one of ``prompts`` takes, each checked as ``encode_within`` checks it: first all by their
+    length in characters (so that one that cannot fit is refused before any is tokenized), then each tokenized,
+    under a line on stderr when that takes seconds."""
+    for p in prompts:
+        check_chars(tokenizer, p, context=context, max_new_tokens=max_new_tokens)
+    chars = sum(len(p.text) for p in prompts)
+    slow = (long_step(_log, "tokenizing %d prompt(s) (%d characters) ...", len(prompts), chars)
+            if chars > _SLOW_CHARS else contextlib.nullcontext())
+    with slow:
+        return max((len(check_tokens(p, encode_prompt(tokenizer, p), context=context, max_new_tokens=max_new_tokens))
+                    for p in prompts), default=0)
+
+
+# What keeps "a token stands for at most as many characters as its vocabulary entry has": a normalizer that never
+# shortens the text and a pre-tokenizer that drops none of it (a whitespace split drops the spaces; Strip, NFC and
+# NFKC shorten; a Replace may); see token_chars.
+_KEEP_TEXT = frozenset({"Prepend", "NFD", "NFKD", "Lowercase", "ByteLevel", "Metaspace", "Digits",
+                        "UnicodeScripts", "Split", "Punctuation", "Replace", "Sequence"})
+_TOKEN_CHARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def token_chars(tokenizer: Any) -> int | None:
+    """The most characters of a prompt one token of ``tokenizer`` stands for, or None where no such bound holds.
+
+    It is the longest entry of its vocabulary (added tokens included): an entry of a byte-level BPE is one character
+    per byte, and a character is at least one byte; a SentencePiece entry is its text, and a byte-fallback entry
+    (``<0x0A>``) stands for one byte. It holds for a BPE model whose unknown symbols are not fused into one token,
+    behind a normalizer and pre-tokenizer that keep every character (``_KEEP_TEXT``), with no added token that
+    swallows the spaces beside it. Elsewhere (a word-level or WordPiece vocabulary, whose one unknown word may be
+    any length; a tokenizer written in Python) it is None, and a prompt is tokenized whole to be checked."""
+    try:
+        return _TOKEN_CHARS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    found = _token_chars(tokenizer)
+    with contextlib.suppress(TypeError):  # a tokenizer that cannot be weakly referenced: found again next time
+        _TOKEN_CHARS[tokenizer] = found
+    return found
+
+
+def _token_chars(tokenizer: Any) -> int | None:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        model = backend.model
+        if type(model).__name__ != "BPE" or (model.unk_token is not None and model.fuse_unk
+                                              and not model.byte_fallback):
+            return None
+        if not all(part is None or _keeps_text(json.loads(part.__getstate__()))
+                   for part in (backend.normalizer, backend.pre_tokenizer)):
+            return None
+        if any(t.lstrip or t.rstrip for t in backend.get_added_tokens_decoder().values()):
+            return None
+        return max(map(len, backend.get_vocab(with_added_tokens=True)), default=0) or None
+    except (AttributeError, TypeError, ValueError):  # no backend, or one that says less than this reads
+        return None
+
+
+def _keeps_text(spec: Any) -> bool:
+    if not isinstance(spec, dict) or spec.get("type") not in _KEEP_TEXT:
+        return False
+    kind = spec["type"]
+    if kind == "Sequence":
+        parts = spec.get("normalizers", spec.get("pretokenizers"))
+        return isinstance(parts, list) and all(_keeps_text(p) for p in parts)
+    if kind == "Replace":  # a plain string replaced by one at least as long
+        pattern = spec.get("pattern") or {}
+        return (isinstance(pattern.get("String"), str) and isinstance(spec.get("content"), str)
+                and 0 < len(pattern["String"]) <= len(spec["content"]))
+    if kind in ("Split", "Punctuation"):
+        return spec.get("behavior") != "Removed"
+    return True
+
+
 def _half(prompt: Prompt) -> str:
     digest = hashlib.sha256(f"{prompt.source}\0{prompt.id}".encode()).digest()
     return "calib" if digest[0] % 2 == 0 else "heldout"
@@ -132,7 +263,7 @@ def _load_one(part: str) -> tuple[Prompt, ...]:
             raise DataError(f"bad dataset spec {part!r}: use hf:<name>[:<split>[:<field>]]")
         name, hf_split, field = (fields + ["", ""])[:3]
         rows = _with_datasets(part, name, split=hf_split or "train")
-        return _from_rows(rows, part, field or None)
+        return _from_rows(_bounded_rows(rows, part), part, field or None)
     path = Path(part).expanduser()
     suffix = path.suffix.lower()
     if suffix != ".jsonl" and suffix not in _FILE_FORMATS:
@@ -140,9 +271,13 @@ def _load_one(part: str) -> tuple[Prompt, ...]:
     if not path.is_file():
         raise DataError(f"dataset file not found: {path}")
     if suffix == ".jsonl":
-        return _from_rows([row for _, row in read_jsonl(path)], path.name, None)
-    rows = _with_datasets(part, _FILE_FORMATS[suffix], data_files=str(path), split="train")
-    return _from_rows(rows, path.name, None)
+        return _from_rows([row for _, row in read_jsonl(path, limit=MAX_PROMPTS_BYTES)], path.name, None)
+    size = path.stat().st_size
+    if size > MAX_PROMPTS_BYTES:  # checked before datasets reads (and caches) it
+        raise DataError(f"cannot read dataset file {path}: larger than {MAX_PROMPTS_BYTES >> 20} MiB")
+    with _reading(path, size):
+        rows = _with_datasets(part, _FILE_FORMATS[suffix], data_files=str(path), split="train")
+    return _from_rows(_bounded_rows(rows, path.name), path.name, None)
 
 
 @cache
@@ -175,13 +310,17 @@ def _package_dir(module: str, dist: str) -> Path:
 
 
 MAX_PROMPTS_BYTES = 256 << 20  # a prompts file is text a person wrote or exported: far below this
+MAX_ROWS = 1_000_000  # prompts in one set: a bench or a calibration takes a few dozen of them
+_SLOW_BYTES = 32 << 20  # reading more than this takes seconds: said on stderr while it runs
+_SLOW_CHARS = 4 << 20  # and tokenizing more than this (about a million characters a second)
 
 
 def read_jsonl(path: Path, *, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
     """The JSON objects of a JSONL file (a ``.gz`` is unpacked), each with its line number; blank lines are
     skipped. Every fault is one DataError line naming the file, and the line where it has one: a
     named pipe is refused rather than waited on for a writer, a link to /dev/zero rather than read for ever, and
-    more than ``limit`` bytes (None: no bound) rather than read."""
+    more than ``limit`` bytes (None: no bound) rather than read, and more than ``MAX_ROWS`` objects rather than
+    kept."""
     try:
         data = _read_regular(path, limit)
         text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
@@ -191,12 +330,19 @@ def read_jsonl(path: Path, *, limit: int | None = None) -> list[tuple[int, dict[
         raise DataError(f"cannot read prompts file {path}: {e.strerror or e}") from None
     except ValueError as e:  # not a regular file, or over the limit
         raise DataError(f"cannot read prompts file {path}: {e}") from None
-    rows = []
+    with _reading(path, len(data)):
+        return _parse_jsonl(path, text)
+
+
+def _parse_jsonl(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
+    rows: list[tuple[int, dict[str, Any]]] = []
     # universal newlines, as a text-mode file reads: U+2028 and its kin may stand inside a JSON string
     for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
+        if len(rows) >= MAX_ROWS:
+            raise DataError(f"{where}: more than {MAX_ROWS} rows; a prompt set holds at most {MAX_ROWS}")
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
@@ -231,6 +377,13 @@ def read_prompts_file(path: Path, *, chat_default: bool = False, limit: int | No
     if not prompts:
         raise DataError(f"{path} holds no prompts")
     return tuple(prompts)
+
+
+def _reading(path: Path, size: int) -> contextlib.AbstractContextManager:
+    """A line on stderr while a file of ``size`` bytes is read, when that takes seconds (more than _SLOW_BYTES)."""
+    if size <= _SLOW_BYTES:
+        return contextlib.nullcontext()
+    return long_step(_log, "reading %s (%d MiB) ...", path, size >> 20)
 
 
 def _read_regular(path: Path, limit: int | None) -> bytes:
@@ -283,6 +436,14 @@ def _flag(value: Any, where: str) -> bool:
     shown = repr(value)
     shown = shown if len(shown) <= 40 else shown[:37] + "..."
     raise DataError(f"{where}: chat must be true or false, got {shown}")
+
+
+def _bounded_rows(rows: Any, source: str) -> Any:
+    """A ``datasets`` table of at most MAX_ROWS rows: its length is known before a row is read."""
+    count = len(rows) if hasattr(rows, "__len__") else None
+    if count is not None and count > MAX_ROWS:
+        raise DataError(f"{source}: {count} rows, more than the {MAX_ROWS} a prompt set holds; use part of it")
+    return rows
 
 
 def _from_rows(rows: Any, source: str, field: str | None) -> tuple[Prompt, ...]:

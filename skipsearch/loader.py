@@ -15,7 +15,7 @@ from skipsearch.models import SUPPORTED_MODEL_TYPES, SkippableModel
 from skipsearch.notices import route_library_logs
 from skipsearch.placement import DEFAULT_MAX_TOKENS, Placement, check_memory, checkpoint_dtype, choose_placement
 
-__all__ = ["DEFAULT_MODEL", "load_model", "quiet_optional_kernels", "read_config"]
+__all__ = ["DEFAULT_MODEL", "load_model", "quiet_optional_kernels", "read_config", "read_tokenizer"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,18 @@ def read_config(checkpoint: Checkpoint):
             f"skipsearch supports Llama-style decoder stacks: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     return config
+
+
+def read_tokenizer(checkpoint: Checkpoint):
+    """The checkpoint's tokenizer, without its weights: what prompts are checked against before the model loads."""
+    quiet_optional_kernels()
+    from transformers import AutoTokenizer
+
+    route_library_logs()
+    try:
+        return AutoTokenizer.from_pretrained(checkpoint.path)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load model '{checkpoint.name}': {_first_line(exc)}") from None
 
 
 def quiet_optional_kernels() -> None:

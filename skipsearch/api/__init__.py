@@ -18,13 +18,19 @@ from dataclasses import dataclass
 
 from skipsearch import methods
 from skipsearch.api.benchmark import BenchOptions, BenchRun, bench_profiles
-from skipsearch.api.checks import check_model_arg, hardware_note, profile_hardware_note, profile_paths
+from skipsearch.api.checks import (
+    check_model_arg,
+    check_prompts_fit,
+    hardware_note,
+    profile_hardware_note,
+    profile_paths,
+)
 from skipsearch.api.loading import open_model
 from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
 from skipsearch.api.search import Reranked, SearchRun, SearchSettings, optimize_study, rerank_study
 from skipsearch.batched import BatchRefused, BatchResult, batch_slots, check_fits, generate_batch
 from skipsearch.config import AUTOREGRESSIVE, GREEDY, ConfigError, DraftConfig, SamplingParams
-from skipsearch.data import DataError, Prompt, encode_prompt
+from skipsearch.data import Prompt, check_chars, check_tokens, context_of, encode_prompt, prompt_label
 from skipsearch.decoding import DecodeResult, Drafter, generate
 from skipsearch.kernels import Kernel
 from skipsearch.models import SkippableModel
@@ -188,30 +194,18 @@ def _decode_batches(sm: SkippableModel, batches: list[list[tuple[Prompt, list[in
         yield DecodedBatch(tuple(p for p, _ in batch), tuple(tuple(i) for i in ids), result, texts)
 
 
-def prompt_label(prompt: Prompt) -> str:
-    """How messages name a prompt: ``<source>:<id>`` (a file and its line), or the source alone."""
-    return f"{prompt.source}:{prompt.id}" if prompt.id else prompt.source
-
-
 def context_length(sm: SkippableModel) -> int | None:
     """The most positions the model was made for (its max_position_embeddings); None if unknown."""
-    value = getattr(sm.hf.config, "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else None
+    return context_of(sm.hf.config)
 
 
 def encode_checked(sm: SkippableModel, prompt: Prompt, *, max_new_tokens: int) -> list[int]:
     """The prompt's token ids, or a one-line DataError naming the prompt if it cannot be decoded:
-    empty, or too long for the model's context once ``max_new_tokens`` are added."""
-    ids = encode_prompt(sm.tokenizer, prompt)
-    if not ids:
-        raise DataError(f"{prompt_label(prompt)}: the prompt is empty")
+    empty, or too long for the model's context once ``max_new_tokens`` are added; a prompt far too long is
+    refused by its length, untokenized (``data.check_chars``)."""
     limit = context_length(sm)
-    if limit is not None and len(ids) + max_new_tokens > limit:
-        fix = (f"shorten it or lower --max-new-tokens to {limit - len(ids)} or less" if len(ids) < limit
-               else "shorten it")
-        raise DataError(f"{prompt_label(prompt)}: {len(ids)} prompt tokens + {max_new_tokens} new tokens exceed "
-                        f"the model's context length of {limit} tokens; {fix}")
-    return ids
+    check_chars(sm.tokenizer, prompt, context=limit, max_new_tokens=max_new_tokens)
+    return check_tokens(prompt, encode_prompt(sm.tokenizer, prompt), context=limit, max_new_tokens=max_new_tokens)
 
 
 class _TextStream:
@@ -246,7 +240,7 @@ class _TextStream:
 
 
 __all__ = ["BenchOptions", "BenchRun", "Decoded", "DecodedBatch", "PlanOutcome", "Reranked", "SearchRun",
-           "SearchSettings", "bench_profiles", "check_model_arg", "check_batch_profile", "context_length",
-           "decode_batches", "decode_prompts", "drafter_factory", "encode_checked", "hardware_note", "open_model",
-           "optimize_study", "plan_given", "plan_profiles", "plan_study", "profile_hardware_note", "profile_paths",
-           "prompt_label", "replan_profile_file", "rerank_study"]
+           "SearchSettings", "bench_profiles", "check_model_arg", "check_batch_profile", "check_prompts_fit",
+           "context_length", "decode_batches", "decode_prompts", "drafter_factory", "encode_checked", "hardware_note",
+           "open_model", "optimize_study", "plan_given", "plan_profiles", "plan_study", "profile_hardware_note",
+           "profile_paths", "prompt_label", "replan_profile_file", "rerank_study"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skipsearch.api.checks import check_model_arg, profile_hardware_note, profile_paths
+from skipsearch.api.checks import check_model_arg, check_prompts_fit, profile_hardware_note, profile_paths
 from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
@@ -110,6 +110,8 @@ def bench_profiles(
     recorded = {prof.kernel or "eager" for _, prof in profs}
     kernel = choose_kernel(o.kernel, recorded.pop() if len(recorded) == 1 else None)
     check_kernel(kernel, choose_placement(o.device, dtype).device)
+    # every prompt fits the model's context (a megabyte is refused by its length, untokenized)
+    check_prompts_fit(name, (*prompts, *sweep_set), max_new_tokens=o.max_new_tokens)
     # 2. the model, and the profiles checked against it
     if o.threads:
         torch.set_num_threads(o.threads)

@@ -7,11 +7,12 @@ the CLI prints on stderr with exit code 2; a note is returned as text, for the c
 from __future__ import annotations
 
 import glob
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from skipsearch.checkpoints import ModelError
+from skipsearch.data import Prompt
 from skipsearch.files.errors import ProfileError
 from skipsearch.profile import Profile
 
@@ -21,6 +22,21 @@ def check_model_arg(model: str | None) -> None:
     if model and Path(model).is_file():
         raise ModelError(f"--model '{model}' is a file; give a model directory (with config.json), an alias "
                          f"(`skipsearch models`) or a hub id")
+
+
+def check_prompts_fit(model: str, prompts: Sequence[Prompt], *, max_new_tokens: int) -> int:
+    """Every prompt fits ``model``'s context with ``max_new_tokens`` more, checked before the model loads, with its
+    config and tokenizer alone (``data.longest_within``): one that cannot fit is refused in one line naming it
+    (its file and line or row) and its length, untokenized where its length in characters already rules it out.
+    Returns the most tokens a prompt takes, which sizes the KV cache in the memory check."""
+    from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.data import context_of, longest_within
+    from skipsearch.loader import read_config, read_tokenizer
+
+    check_model_arg(model)
+    checkpoint = find_checkpoint(model)
+    context = context_of(read_config(checkpoint))
+    return longest_within(read_tokenizer(checkpoint), prompts, context=context, max_new_tokens=max_new_tokens)
 
 
 def check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
@@ -103,5 +119,5 @@ def costs_hardware_note(target: Any, sm: Any, source: str) -> str | None:
     return hardware_note(target.environment, sm.device, what=f"costs {source}", replan=replan)
 
 
-__all__ = ["MODELLED", "check_model_arg", "check_study_for_model", "costs_hardware_note", "costs_model_note",
-           "hardware_note", "planned_roofline", "profile_hardware_note", "profile_paths"]
+__all__ = ["MODELLED", "check_model_arg", "check_prompts_fit", "check_study_for_model", "costs_hardware_note",
+           "costs_model_note", "hardware_note", "planned_roofline", "profile_hardware_note", "profile_paths"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skipsearch import methods
-from skipsearch.api.checks import check_study_for_model, costs_hardware_note, costs_model_note
+from skipsearch.api.checks import check_prompts_fit, check_study_for_model, costs_hardware_note, costs_model_note
 from skipsearch.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
@@ -82,7 +82,8 @@ def plan_profiles(medium: str, small: str, *, model: str | None = None, dataset:
 
     med, sml = load_profile(medium), load_profile(small)
     Hierarchy(med.draft, sml.draft, max_m, max_n)
-    calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before the model loads
+    prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
+    check_prompts_fit(model or med.model.name, prompts, max_new_tokens=max_new_tokens)  # and one too long for it
     sm = load_model(model or med.model.name, device=device, dtype=dtype)
     for path, prof in ((medium, med), (small, sml)):
         check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, source=path)
@@ -138,7 +139,8 @@ def _record_on_model(prof: Profile, path: str, *, model: str | None, dataset: st
     from skipsearch import device_replan
     from skipsearch.api.loading import open_model
 
-    calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
+    prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
+    check_prompts_fit(model or prof.model.name, prompts, max_new_tokens=max_new_tokens)  # and one too long for it
     say(f"{path} keeps no acceptance record: tracing its draft on the model ({workload}; no timing)")
     sm, _ = open_model(model=model, profile=path, device=device, dtype=dtype)
     cal = calibrate_on(sm, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed)
@@ -167,7 +169,8 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     if len(skip_sets) < 2:
         raise ConfigError(f"study {label} has {len(skip_sets) or 'no'} evaluated layer-skip skip set"
                           f"{'s' if len(skip_sets) != 1 else ''}: planning two levels needs at least two distinct ones")
-    calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
+    prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
+    check_prompts_fit(model or "smollm2-135m", prompts, max_new_tokens=max_new_tokens)  # and one too long for it
     # 2. the model: calibrate, choose the pairs, plan and validate
     sm = load_model(model or "smollm2-135m", device=device, dtype=dtype)
     if target is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skipsearch.api.checks import check_model_arg, check_study_for_model, costs_hardware_note
+from skipsearch.api.checks import check_model_arg, check_prompts_fit, check_study_for_model, costs_hardware_note
 from skipsearch.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.config import ConfigError
 from skipsearch.kernels import check_kernel, parse_kernel
@@ -82,9 +82,9 @@ def optimize_study(
     # The options are checked against what the strategy declares (``Strategy.options``), whose flags messages name.
     strategy, _ = opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
     _check_resumed_study(study, o.model, strategy.name)
-    # The KV cache the memory check counts, before any tokenizer is loaded: a token is at least one
-    # character, and a chat template adds a few dozen.
-    longest = max(len(p.text) for p in prompts) + 64
+    # Every prompt fits the model's context (a megabyte is refused by its length, untokenized); the longest sizes
+    # the KV cache the memory check counts.
+    longest = check_prompts_fit(o.model, prompts, max_new_tokens=o.max_new_tokens)
     check_kernel(parse_kernel(o.kernel), choose_placement(o.device, o.dtype).device)
     # 2. the model; 3. the search, sized by its depth: calibrate, search, time the shortlist, choose what ships
     if o.threads:
@@ -141,7 +141,8 @@ def rerank_study(
         raise ConfigError(f"study {label} has no evaluated layer-skip config to re-rank")
     path = o.out or Path(study or ".") / f"rerank-{Path(o.costs).stem}.yaml"
     check_profile_target(path, force=o.force or o.out is None)  # a default path: the study's own
-    calibration_prompts(o.dataset, n_prompts=o.n_prompts, seed=o.seed)  # a bad prompt file fails before loading
+    prompts = calibration_prompts(o.dataset, n_prompts=o.n_prompts, seed=o.seed)  # a bad file fails before loading
+    check_prompts_fit(o.model, prompts, max_new_tokens=o.max_new_tokens)
     # 2. trace the study's skip sets on the model and replay every config under the other costs
     sm = load_model(o.model, device=o.device, dtype=o.dtype)
     note = costs_hardware_note(target, sm, o.costs)

@@ -16,6 +16,7 @@ from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import MAX_PROMPTS_BYTES, DataError, Prompt, read_prompts_file
 from skipsearch.kernels import choose_kernel
 from skipsearch.loader import DEFAULT_MODEL
+from skipsearch.profile import load_profile
 
 
 def decode(
@@ -65,6 +66,8 @@ def decode(
         if model is None and profile is None:
             model = DEFAULT_MODEL
         api.check_model_arg(model)
+        # every prompt fits the model's context (a megabyte is refused by its length, untokenized), before it loads
+        api.check_prompts_fit(model or load_profile(profile).model.name, prompts, max_new_tokens=max_new_tokens)
         if threads:
             import torch
 

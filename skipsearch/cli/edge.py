@@ -142,12 +142,17 @@ def warnings_to_stderr() -> None:
 
 class LazyProgress:
     """A rich progress bar that opens at the library's first report (``stage``), so that nothing is drawn while
-    the input is checked and the model loads, and closes with the ``with`` block."""
+    the input is checked and the model loads, and closes with the ``with`` block.
 
-    def __init__(self, *columns, **kwargs) -> None:
+    Where stderr is not a terminal (a log, a pipe) rich draws the bar once, at the end: there each stage says so in
+    a line as it opens, and its count is written again every ``every`` seconds, so that a slow step is never
+    silent."""
+
+    def __init__(self, *columns, every: float = 30.0, **kwargs) -> None:
         self._columns, self._kwargs = columns, kwargs
         self.progress = None  # rich.progress.Progress, once a stage has opened
         self.task = None  # the last stage's task
+        self._every, self._said = every, 0.0
 
     def stage(self, title: str, total: int | None, **fields):
         if self.progress is None:
@@ -156,10 +161,24 @@ class LazyProgress:
             self.progress = Progress(*self._columns, **self._kwargs)
             self.progress.start()
         self.task = self.progress.add_task(title, total=total, **fields)
+        self._say(self.task, force=True)
         return self.task
 
     def update(self, task, **changes) -> None:
         self.progress.update(task, **changes)
+        self._say(task)
+
+    def _say(self, task, *, force: bool = False) -> None:
+        import time
+
+        if self.progress.console.is_terminal or (not force and time.monotonic() - self._said < self._every):
+            return
+        self._said = time.monotonic()
+        t = next((t for t in self.progress.tasks if t.id == task), None)
+        if t is not None:
+            count = f"{t.completed:g}/{t.total:g}" if t.total else f"{t.completed:g}"
+            self.progress.console.print(f"{line(t.description)}: {count}", markup=False, highlight=False,
+                                        soft_wrap=True)
 
     def __enter__(self) -> LazyProgress:
         return self
