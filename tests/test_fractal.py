@@ -420,6 +420,7 @@ def test_decode_runs_a_fractal_profile(sm, monkeypatch, tmp_path, reference):
 
     monkeypatch.setattr(sm, "tokenizer", Tok())
     monkeypatch.setattr(api, "open_model", lambda **kw: (sm, load_profile(kw["profile"])))  # sm has no checkpoint
+    monkeypatch.setattr(api, "check_prompts_fit", lambda *a, **kw: None)  # nor a config or tokenizer to read
     monkeypatch.setattr(api, "encode_prompt", lambda tokenizer, prompt: PROMPT)
     monkeypatch.setattr(sm, "name", "tiny-fractal")
     out = CliRunner().invoke(app, ["decode", "--profile", str(path), "--prompt", "x", "--max-new-tokens", str(NEW),

@@ -864,7 +864,8 @@ def interrupted(tmp_path_factory, tiny):
         "costs": (["costs", "--model", m, "--device", "cpu", "--samples", "100000", "--schemes", "none",
                    "--out", "target.yaml", "--force"], "costs"),
         "plan-tracing": (["plan", "profile", "--profile", "tiny.yaml", "--costs", str(tiny_costs), "--n-prompts", "80",
-                          "--max-new-tokens", "900", "--out", "target.yaml", "--force"], "profile"),
+                          # the longest of these prompts, 326 tokens, and 600 more fit the tiny model's 1024
+                          "--max-new-tokens", "600", "--out", "target.yaml", "--force"], "profile"),
         "decode-many": (["decode", "--model", m, "--prompts-file", str(base / "prompts.jsonl"), "--json",
                          "--max-new-tokens", "200"], "jsonl"),
     }

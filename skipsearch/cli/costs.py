@@ -106,18 +106,18 @@ def costs_command(
         if out:
             check_target(out, COSTS, replace=force)
         sizes = batch_sizes_option(batch_sizes)  # bad input fails before the model loads
-        from skipsearch.api.checks import check_prompts_fit
-
-        # the first calibration prompt, continued for half of --max-new-tokens (costs.calibration_context), fits the
-        # model's context: a megabyte is refused by its length, untokenized
-        check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
-                          max_new_tokens=max(max_new_tokens // 2, 1))
         choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
         if kernel != "auto":
             from skipsearch.kernels import check_kernel, parse_kernel
             from skipsearch.placement import choose_placement
 
             check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
+        from skipsearch.api.checks import check_prompts_fit
+
+        # the first calibration prompt, continued for half of --max-new-tokens (costs.calibration_context), fits the
+        # model's context: a megabyte is refused by its length, untokenized
+        check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
+                          max_new_tokens=max(max_new_tokens // 2, 1))
         if threads:
             torch.set_num_threads(threads)
         sm = load_model(model, device=device, dtype=dtype)
