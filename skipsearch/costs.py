@@ -18,6 +18,7 @@ This module needs no torch until a cost model is built or measured.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -44,12 +45,14 @@ from skipsearch.files.costs import (
 )
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
-from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
+from skipsearch.kernels import EAGER, REGISTRY, Kernel, check_kernel, parse_kernel
 from skipsearch.profile import Environment
 
 if TYPE_CHECKING:
     from skipsearch.models import SkippableModel
     from skipsearch.surrogate import CostModel
+
+_log = logging.getLogger(__name__)
 
 # Schema versions of cost files (as in profile.py: bump on any change of shape or meaning, add an upgrade).
 #   1: first version: schema_version, model {name, num_layers, architecture, fingerprint}, device, dtype,
@@ -360,18 +363,14 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
     """This device's cost profile: ``objective.measure_costs`` (the objective's own measurement, not a
     copy) at ``context``, and the LM head alone through the harness's interleaved timer, for people.
 
-    ``kernel`` (skipsearch.kernels; None: what ``sm`` runs now) is built first. ``auto`` is the compiled kernel
-    where this machine can run it and its plain step, timed in the same rounds as the eager step, is the
-    faster, else eager: the fastest that agrees (a compiled kernel that changes a greedy choice is refused)."""
+    ``kernel`` (skipsearch.kernels; None: what ``sm`` runs now) is built first. ``auto`` times every registered
+    compiled kernel this machine can run (``fastest_kernels``, each at its default block) and keeps the one whose
+    plain step is the fastest, of those faster than the eager step timed in the same rounds and agreeing with it
+    (a compiled kernel that changes a greedy choice is refused), else eager; each timing is logged."""
     if kernel is not None:
-        auto = kernel == "auto"
-        chosen = _auto_kernel(sm) if auto else parse_kernel(kernel)
-        sm.use_kernel(chosen, capacity=len(context) + max(verify_sizes) + 1)
-        if auto and chosen.compiled:
-            cp = measure_cost_profile(sm, context, repeats=repeats, verify_sizes=verify_sizes, command=command)
-            if cp.costs.step_seconds < cp.costs.parts_seconds:
-                return cp
-            sm.use_kernel(EAGER, capacity=0)  # compiled, yet no faster here: the eager kernel it is
+        if kernel == "auto":
+            return _fastest(sm, context, repeats=repeats, verify_sizes=verify_sizes, command=command)
+        sm.use_kernel(parse_kernel(kernel), capacity=len(context) + max(verify_sizes) + 1)
     import torch
 
     from skipsearch import timing
@@ -463,13 +462,49 @@ def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Seq
     return BatchedCosts(tuple(tokens), rows, kernel=sm.kernel.label, context_tokens=n)
 
 
-def _auto_kernel(sm: SkippableModel) -> Kernel:
-    """``--kernel auto``'s candidate: the compiled kernel where this device can run it, else eager."""
-    try:
-        check_kernel(Kernel("inductor"), str(sm.device))
-    except ConfigError:
-        return EAGER
-    return Kernel("inductor")
+def fastest_kernels(device: str) -> tuple[Kernel, ...]:
+    """``--kernel fastest``'s candidates: every registered compiled kernel ``device`` can run, at its default block,
+    in the registry's order."""
+    found = []
+    for name, spec in REGISTRY.items():
+        if not spec.compiled:
+            continue
+        candidate = parse_kernel(name)
+        try:
+            check_kernel(candidate, device)
+        except ConfigError:
+            continue
+        found.append(candidate)
+    return tuple(found)
+
+
+def _fastest(sm: SkippableModel, context: Sequence[int], *, repeats: int, verify_sizes: Sequence[int],
+             command: str | None) -> CostProfile:
+    """Each of ``fastest_kernels`` built and its costs measured in turn (a kernel that changes a greedy choice is
+    logged and passed over); the fastest plain step of those faster than eager wins, else eager. The winner is
+    what ``sm`` runs afterwards."""
+    timed: dict[Kernel, CostProfile] = {}
+    for candidate in fastest_kernels(str(sm.device)):
+        sm.use_kernel(candidate, capacity=len(context) + max(verify_sizes) + 1)
+        try:
+            cp = measure_cost_profile(sm, context, repeats=repeats, verify_sizes=verify_sizes, command=command)
+        except ConfigError as exc:  # it changes a greedy choice here: not a candidate
+            _log.warning("kernel %s passed over: %s", candidate.label, exc)
+            continue
+        timed[candidate] = cp
+        _log.info("kernel %s: step %.2f ms, eager step %.2f ms in the same rounds", candidate.label,
+                     cp.costs.step_seconds * 1e3, cp.costs.parts_seconds * 1e3)
+    faster = {k: cp for k, cp in timed.items() if cp.costs.step_seconds < cp.costs.parts_seconds}
+    if not faster:
+        sm.use_kernel(EAGER, capacity=0)  # none is faster here (or none runs): the eager kernel it is
+        _log.info("kernel fastest: eager (%s)", "no compiled kernel runs here" if not timed else
+                     "no compiled kernel's step beat eager's")
+        return measure_cost_profile(sm, context, repeats=repeats, verify_sizes=verify_sizes, command=command)
+    best = min(faster, key=lambda k: faster[k].costs.step_seconds)
+    _log.info("kernel fastest: %s, of %s", best.label, ", ".join(k.label for k in timed))
+    if sm.kernel != best:  # another was built after it: build it again (kept graphs load)
+        sm.use_kernel(best, capacity=len(context) + max(verify_sizes) + 1)
+    return faster[best]
 
 
 def kernel_of(sm: SkippableModel) -> CostKernel:

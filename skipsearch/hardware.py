@@ -60,6 +60,34 @@ def _cpu_model() -> str | None:
     return platform.processor() or platform.machine() or None
 
 
+def cpu_signature() -> str:
+    """A short name for this exact CPU, for keying compiled code that may only run on it: its family and model
+    numbers and a hash of its vendor, model name and instruction-set flags (/proc/cpuinfo), e.g.
+    ``f25m17-3fa09c2e``. Two CPUs that print the same model name ("AMD EPYC" under some hypervisors) but
+    differ in ISA get different signatures. Best effort: "unknown-<hash of platform>" where nothing is readable."""
+    import hashlib
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if not key:
+                    break  # the first processor's block is enough
+                fields.setdefault(key, " ".join(value.split()))
+    except OSError:
+        pass
+    seen = [fields.get(k, "") for k in ("vendor_id", "cpu family", "model", "model name", "flags", "Features")]
+    digest = hashlib.sha256("\n".join(seen or [platform.platform()]).encode()).hexdigest()[:8]
+    family, model = fields.get("cpu family"), fields.get("model")
+    if family and model and family.isdigit() and model.isdigit():
+        return f"f{family}m{model}-{digest}"
+    if not any(seen):
+        digest = hashlib.sha256(f"{platform.machine()} {platform.processor()}".encode()).hexdigest()[:8]
+    return f"{platform.machine() or 'cpu'}-{digest}"
+
+
 def probe(device: str = "cpu") -> Hardware:
     """This machine, as a profile or cost file made here on ``device`` would record it. Best effort: a
     field that cannot be read is None, never an error."""

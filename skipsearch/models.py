@@ -30,7 +30,7 @@ from torch import nn
 from skipsearch import kv_cache
 from skipsearch.checkpoints import ModelError, state_fingerprint
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_kernel, parse_kernel
+from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_kernel, graphs, parse_kernel
 from skipsearch.kv_cache import LayerFrame, PrefixKV
 from skipsearch.notices import long_step
 from skipsearch.placement import Placement
@@ -202,12 +202,15 @@ class SkippableModel:
             return
         check_kernel(kernel, self.device.type)
         # a step of a minute or more: the CLI shows it on stderr with the seconds it is taking (its "step" marks)
+        step = graphs.building(kernel.label, keeps=kernel.spec.keeps_graphs) if kernel.compiled else ""
         if kernel.compiled:
-            _log.info("compiling %s graphs ...", kernel.label, extra={"step": "start"})
+            _log.info("%s ...", step, extra={"step": "start"})
         self._runner = kernel.spec.build(self, kernel, capacity)  # None: eager, this adapter's own forwards
         if self._runner is not None:
-            _log.info("compiling %s graphs ... %.0f s", kernel.label, self._runner.report().compile_seconds,
-                      extra={"step": "end"})
+            seconds = self._runner.report().compile_seconds
+            _log.info("%s ... %.0f s", step, seconds, extra={"step": "end"})
+            if kernel.spec.keeps_graphs:
+                graphs.record(kernel.label, seconds)
 
     def decode_cache(self, positions: int | None = None):
         """The KV cache one sequence decodes in: with a compiled kernel its StaticCache, rewound to empty

@@ -208,3 +208,46 @@ def test_cli_costs_refuses_a_bad_target_before_loading_the_model(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     result = runner.invoke(app, ["costs", "--out", str(tmp_path / "notes.txt")])
     assert_one_line_error(result, "is not a skipsearch cost file")
+
+
+def test_kernel_fastest_times_every_registered_compiled_kernel_and_keeps_the_fastest_that_agrees(monkeypatch):
+    """``costs --kernel fastest`` asks the registry, not a name: every compiled kernel this device runs is built and
+    timed; one that changes a greedy choice is passed over; the fastest step that beats eager's wins and is what
+    the model runs afterwards."""
+    import skipsearch.costs as costs
+    from skipsearch.config import ConfigError
+    from skipsearch.kernels import EAGER, REGISTRY, Kernel
+
+    compiled = [name for name, spec in REGISTRY.items() if spec.compiled]
+    monkeypatch.setattr(costs, "check_kernel", lambda kernel, device: None)  # as on a machine that runs them all
+    assert [k.name for k in costs.fastest_kernels("cpu")] == compiled and "panel" in compiled
+
+    class Model:  # what _fastest reads of the adapter: the kernel it runs, and use_kernel
+        device, kernel, built = "cpu", EAGER, []
+
+        def use_kernel(self, kernel, *, capacity):
+            self.kernel = kernel
+            self.built.append(kernel.label)
+
+    steps = {"inductor": 0.020, "panel": 0.012}  # seconds; eager's step is 0.030 in the same rounds
+
+    state = {"disagree": False}
+
+    def measured(sm, context, **_):
+        if sm.kernel.name == "panel" and state["disagree"]:
+            raise ConfigError("kernel panel-c8 changes greedy choices here")
+        cp = synthetic()
+        return dataclasses.replace(cp, costs=dataclasses.replace(cp.costs, step_seconds=steps.get(sm.kernel.name,
+                                                                                                   0.030),
+                                                                 eager_step_seconds=0.030))
+
+    monkeypatch.setattr(costs, "measure_cost_profile", measured)
+    for disagree, winner in ((False, Kernel("panel", 8)), (True, Kernel("inductor", 4))):
+        state["disagree"] = disagree
+        sm = Model()
+        costs._fastest(sm, list(range(40)), repeats=3, verify_sizes=(2, 4), command=None)
+        assert sm.kernel == winner
+    steps = {"inductor": 0.040, "panel": 0.050}  # neither beats eager: eager it is
+    sm = Model()
+    costs._fastest(sm, list(range(40)), repeats=3, verify_sizes=(2, 4), command=None)
+    assert sm.kernel == EAGER

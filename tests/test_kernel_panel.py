@@ -48,11 +48,12 @@ def test_the_name_parses_with_its_own_default_block():
         parse_kernel("panel-c3")
 
 
-def test_blocks_run_the_panel_copy_and_one_token_runs_the_model_itself(panel):
+def test_steps_and_blocks_run_the_panel_copy_and_the_model_itself_is_untouched(panel):
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
 
     runner = panel._runner
     rows = runner._rows_module._orig_mod
+    assert runner._step_module._orig_mod is rows  # one copy: no frozen weights, so every graph can be kept
     linears = [m for m in rows.modules() if isinstance(m, (nn.Linear, F32PanelLinear))]
     assert linears and all(isinstance(m, F32PanelLinear) for m in linears)  # the LM head too
     assert not any(isinstance(m, F32PanelLinear) for m in panel.hf.modules())  # the model itself is untouched

@@ -1,5 +1,5 @@
 """The ``skipsearch`` command: a thin typer layer over library functions that return data, one module per command
-group (``decode``, ``optimize``, ``bench``, ``costs``, ``plan``, ``export``, ``listing``: methods and models,
+group (``decode``, ``optimize``, ``bench``, ``costs``, ``plan``, ``export``, ``listing``: methods and models, ``cache``,
 ``describe``: the profile and study groups), what they share at the edge in ``edge``, and the app here.
 
 Every known kind of bad input (profile, model, data, config, storage) ends as one line on
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from skipsearch.cli import bench, costs, decode, describe, edge, export, listing, optimize, plan
+from skipsearch.cli import bench, cache, costs, decode, describe, edge, export, listing, optimize, plan
 from skipsearch.cli.edge import line
 
 
@@ -79,6 +79,7 @@ app.add_typer(plan.plan_app, name="plan")  # plan profile, plan hierarchical (an
 app.command("export")(export.export_command)
 app.command("methods")(listing.methods_command)
 app.command("models")(listing.models_command)
+app.command("cache")(cache.cache_command)
 app.add_typer(describe.profile_app, name="profile")
 app.add_typer(describe.study_app, name="study")
 

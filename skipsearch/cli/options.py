@@ -89,11 +89,19 @@ def _check_kernel(word: str) -> None:
         parse_kernel(word)  # the library's own one-line message
 
 
-KERNEL_HELP = ("What runs the full model's forwards: eager (HF's own), inductor[-c<block>] (compiled once per process, "
-               "minutes on a CPU; skipsearch/kernels/), panel[-c<block>] (inductor with its blocks on skipsearch's "
-               "fp32 panel product: CPUs without AVX-512), or auto: the kernel the profile(s) record, else eager. "
-               "costs also takes fastest: the compiled kernel where it runs here and its step is faster than eager's, "
-               "timed in the same rounds.")
+def _kernel_help() -> str:
+    """--kernel's help, from the kernel registry: every kernel's name, block form and summary."""
+    from skipsearch.kernels import REGISTRY
+
+    kernels = "; ".join(f"{name}{'[-c<block>]' if spec.blocks else ''}: {spec.summary}"
+                        for name, spec in REGISTRY.items())
+    return (f"What runs the full model's forwards (skipsearch/kernels/): {kernels}; or auto: the kernel the "
+            "profile(s) record, else eager. costs also takes fastest: it times every compiled kernel that runs here "
+            "and keeps the fastest step that beats eager's in the same rounds and changes no greedy choice. "
+            "`skipsearch cache` lists the compiled graphs kept on disk.")
+
+
+KERNEL_HELP = _kernel_help()
 # `--kernel fastest` is costs' own; the parser of the other commands refuses it (``reject_fastest``)
 Kernel = Annotated[str, choice(*kernel_values(), help=KERNEL_HELP, check=_check_kernel)]
 CostsKernel = Annotated[str, choice(*kernel_values(costs=True), help=KERNEL_HELP, check=_check_kernel)]

@@ -140,6 +140,7 @@ class KernelSpec:
     # cannot run it here; called before the model loads. ``instead`` is how the caller's user asks for eager.
     check: Callable[[Kernel, str, str], None] = _runs_anywhere
     blocks: tuple[int, ...] = ()  # block sizes ``<name>-c<N>`` may give; (): it takes none
+    keeps_graphs: bool = False  # its compiled graphs are kept on disk for later processes (``kernels/graphs.py``)
     default_block: int = DEFAULT_CHUNK  # the block of a bare ``<name>``, where it takes blocks
 
     def __post_init__(self) -> None:

@@ -21,10 +21,11 @@ graph costs two to four minutes of compilation per thread count on that machine 
 longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``).
 
 Compilation happens once per process and thread count (the generated code has the thread count baked in).
-Inductor's on-disk caches live under ``~/.cache/skipsearch/inductor/torch-<version>-<threads>t`` (C++
-kernels and autotuning results are reused by the next process); the frozen fp32 graph itself is not cached
-by torch 2.13 (its packed weights are MKL tensors, which its FX graph cache cannot pickle), so each process
-pays the graph's tracing and lowering again: ``SkippableModel.kernel_report`` says how long.
+Inductor's on-disk caches live in this machine's folder of ``kernels/graphs.py`` (C++ kernels and autotuning
+results are reused by the next process); this kernel's frozen fp32 graphs themselves are not kept by torch 2.13
+(their packed weights are MKL tensors, which its FX graph cache cannot pickle, and AOTAutograd's cache refuses
+frozen graphs), so each process pays their tracing and lowering again: ``SkippableModel.kernel_report`` says how
+long. ``panel`` keeps every graph it compiles (no frozen weights).
 
 No torch at import (the registry parses ``--kernel`` before anything loads): the runner imports it when built.
 """
@@ -36,10 +37,10 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skipsearch.config import ConfigError
+from skipsearch.kernels import graphs
 from skipsearch.kernels.base import DEFAULT_CHUNK, Adapter, Kernel, KernelReport, KernelSpec
 
 if TYPE_CHECKING:  # types only: torch loads with the runner
@@ -81,15 +82,6 @@ def check(kernel: Kernel, device: str, instead: str) -> None:
 
         raise ConfigError(f"kernel {kernel.label} needs a transformers whose StaticCache layers keep their own "
                           f"length (5.x); this is {transformers.__version__}: use {instead}")
-
-
-def inductor_cache_dir(threads: int) -> Path:
-    """Where inductor keeps its compiled C++ kernels and autotuning results for this torch and thread count."""
-    import torch
-
-    from skipsearch.checkpoints import cache_dir
-
-    return cache_dir() / "inductor" / f"torch-{torch.__version__.replace('+', '-')}-{threads}t"
 
 
 # inductor's settings for the kernel: frozen weights, CPU GEMM templates autotuned against the BLAS call, and
@@ -145,9 +137,7 @@ class CompiledBlocks:
         self.kernel, self.capacity, self._sm = kernel, capacity, sm
         self._counters = counters
         threads = torch.get_num_threads()
-        self._cache_dir = inductor_cache_dir(threads)
-        self._cache_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self._cache_dir)  # read by inductor when it compiles
+        self._cache_dir = graphs.use(threads)  # inductor's on-disk caches: this machine's kept graphs
         self.cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
         config = sm.hf.config
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
@@ -312,10 +302,10 @@ class CompiledBlocks:
             if key in self._reused:  # its graph is there: nothing compiles, so inductor's settings need no patch
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     return module(**kwargs).logits
-            graphs = self._counters["stats"]["unique_graphs"]
+            compiled = self._counters["stats"]["unique_graphs"]
             with inductor_config.patch(self._settings):  # the stance stays whatever it is (a test's)
-                logits = module(**kwargs).logits
-            if self._counters["stats"]["unique_graphs"] == graphs:
+                logits = graphs.recovering(self._cache_dir, lambda: module(**kwargs).logits, self._reused.clear)
+            if self._counters["stats"]["unique_graphs"] == compiled:
                 self._reused.add(key)
             return logits
 

@@ -2,11 +2,13 @@
 AVX-512 (the Zen 1 EPYC of ``studies/verify-panel-cpu.md``), where a one-token step spent about 17 of its 44 ms
 outside its matrix products:
 
-- **Blocks on the panel product.** Every linear of a forward over more than one row (a verify block, a batch) runs
-  ``skipsearch::f32_panel_linear``: the model's own fp32 weights, packed in panels of 32 output columns and
-  streamed once for all rows (``kernels/lowbit/csrc/lowbit.cpp``). The BLAS call of inductor's frozen graph runs a
-  few rows at compute speed there: an 8-token verify cost 3.6 one-token steps through two 4-token blocks. The
-  one-token graph keeps inductor's autotuned product, the fastest one-row product measured there.
+- **Every product on the panel product.** Every linear of the full model's forwards (a one-token step, a verify
+  block, a batch) runs ``skipsearch::f32_panel_linear``: the model's own fp32 weights, packed in panels of 32
+  output columns and streamed once for all rows (``kernels/lowbit/csrc/lowbit.cpp``). The BLAS call of inductor's
+  frozen graph runs a few rows at compute speed there: an 8-token verify cost 3.6 one-token steps through two
+  4-token blocks. One row streams the weights as fast (``studies/startup-cpu.md``), and with no frozen weights
+  in any graph, inductor's caches keep every graph for the next process (``kernels/graphs.py``): a later process
+  loads them in seconds where each used to compile for minutes.
 - **Attention without copies.** The model has fewer key/value heads than query heads (grouped-query attention).
   HF's SDPA path, when compiled, copies every key and value head across its group over the whole static cache
   (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so
@@ -21,10 +23,11 @@ outside its matrix products:
   compiled precision draft (181 custom products a step) spends less between them.
 
 Same graphs, cache and rules as ``inductor`` (``kernels/inductor.py``): one-token steps and blocks of ``chunk``
-tokens, compiled once, nothing recompiled while decoding. Each runs a copy of the HF model that shares every
-parameter with it (the block's copy adds its packed weights: the model's linear weights again), so the model the
-drafts and the prompt run is untouched. The products agree with ``nn.Linear`` up to the order of their sums;
-greedy choices are checked against eager where the cost timing runs (``costs``) and in the tests.
+tokens, compiled once per machine, nothing recompiled while decoding; the cache holds a multiple of
+``graphs.CAPACITY_STEP`` positions, so sequences of every ordinary length share the graphs. Both run one copy of
+the HF model that shares every parameter with it (it adds its packed weights: the model's linear weights again),
+so the model the drafts and the prompt run is untouched. The products agree with ``nn.Linear`` up to the order of
+their sums; greedy choices are checked against eager where the cost timing runs (``costs``) and in the tests.
 
 No torch at import (the registry parses ``--kernel`` before anything loads).
 """
@@ -35,6 +38,7 @@ import contextlib
 from collections.abc import Iterator
 
 from skipsearch.config import ConfigError
+from skipsearch.kernels import graphs
 from skipsearch.kernels.base import Adapter, Kernel, KernelSpec
 from skipsearch.kernels.inductor import CHUNKS, CompiledBlocks
 from skipsearch.kernels.inductor import check as check_inductor
@@ -57,7 +61,10 @@ def check(kernel: Kernel, device: str, instead: str) -> None:
 
 
 ATTENTION = "skipsearch_packed_gqa"  # the name the attention below is registered under with transformers
-SETTINGS = {"cpp_wrapper": True}  # on top of inductor's own (kernels/inductor.py)
+# on top of inductor's own (kernels/inductor.py): a C++ wrapper, and no frozen weights, so that inductor's FX graph
+# and AOTAutograd caches keep every graph for the next process (kernels/graphs.py); nothing here needs freezing,
+# since every linear of the full model runs the panel product, which reads the weights as they are
+SETTINGS = {"cpp_wrapper": True, "freezing": False}
 
 
 def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -150,20 +157,23 @@ def shared_copy(hf, *, panels: bool):
 
 
 def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
-    """inductor's runner on the two copies, with a C++ wrapper and drafts on packed attention (minutes, once per
-    process)."""
-    return CompiledBlocks(sm, kernel, capacity=capacity + kernel.chunk, step_model=shared_copy(sm.hf, panels=False),
-                          rows_model=shared_copy(sm.hf, panels=True), settings=SETTINGS,
+    """inductor's runner on one copy of the model on panel products (steps, blocks and batches alike), with a
+    C++ wrapper and drafts on packed attention, its cache a multiple of ``graphs.CAPACITY_STEP`` positions:
+    minutes the first time on a machine, seconds in every later process (``kernels/graphs.py``)."""
+    panels = shared_copy(sm.hf, panels=True)
+    return CompiledBlocks(sm, kernel, capacity=graphs.bucket(capacity + kernel.chunk), step_model=panels,
+                          rows_model=panels, settings=SETTINGS,
                           draft_context=lambda: packed_attention(sm))  # the attention shared_copy registered
 
 
 KERNEL = KernelSpec(
     name="panel",
-    summary="inductor's graphs, with the linears of every forward over more than one row (verify blocks, batches) "
-            "on skipsearch's fp32 panel product: weights streamed once for all rows",
+    summary="inductor's graphs with every linear on skipsearch's fp32 panel product (weights streamed once for all "
+            "rows), compiled once per machine and kept for later processes",
     compiled=True,
     build=build,
     check=check,
     blocks=CHUNKS,
     default_block=DEFAULT_BLOCK,
+    keeps_graphs=True,
 )

@@ -1,0 +1,120 @@
+"""Compiled graphs kept on disk (skipsearch/kernels/graphs.py): a later process loads what an earlier one compiled
+and decodes the same tokens; graphs never stand for other weights; an unreadable entry is compiled again with one
+notice; two processes compiling at once both decode HF greedy's tokens. Each process is tests/graph_worker.py on
+the tiny Llama (a cold compile takes about a minute on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skipsearch.kernels import graphs
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPACITY = 64
+
+
+def _worker(cache: Path, *args: object, wait: bool = True):
+    env = {**os.environ, "SKIPSEARCH_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.graph_worker", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _result(proc) if wait else proc
+
+
+def _result(proc: subprocess.Popen) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _notices(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "could not be read" in line]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A cache filled by two processes that compiled the same graphs at once, and what each decoded."""
+    from skipsearch.config import ConfigError
+    from skipsearch.kernels import Kernel, check_kernel
+
+    try:
+        check_kernel(Kernel("panel"), "cpu")  # a C++ compiler, transformers 5, the product built
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    cache = tmp_path_factory.mktemp("graphs")
+    racing = [_worker(cache, 1, CAPACITY, wait=False) for _ in range(2)]
+    return cache, [_result(p)[0] for p in racing]
+
+
+def _copy(cache: Path, tmp_path: Path) -> Path:
+    shutil.copytree(cache, tmp_path / "copy")
+    return tmp_path / "copy"
+
+
+def test_two_processes_compiling_at_once_both_decode_hf_greedy(built):
+    _, (first, second) = built
+    for run in (first, second):
+        assert run["tokens"] == run["plain"] == run["reference"]
+        assert run["fx"].get("fxgraph_cache_miss", 0) + run["fx"].get("fxgraph_cache_hit", 0) == 3
+    assert first["tokens"] == second["tokens"]
+
+
+def test_a_later_process_loads_every_graph_and_compiles_none(built, tmp_path):
+    cache, (first, _) = built
+    run, err = _worker(_copy(cache, tmp_path), 1, CAPACITY)
+    assert run["fx"] == {"fxgraph_cache_hit": 3}  # the step, the block and the draft's graph: none compiled
+    assert run["aot"] == {"autograd_cache_hit": 3}
+    assert run["tokens"] == run["plain"] == run["reference"] == first["tokens"]
+    assert not _notices(err)
+
+
+def test_a_capacity_in_the_same_bucket_loads_and_another_thread_count_compiles_its_own(built, tmp_path):
+    cache, (first, _) = built
+    copy = _copy(cache, tmp_path)
+    run, _ = _worker(copy, 1, CAPACITY + 100)  # 64 and 164 positions (+ the block) share the 1024-position bucket
+    assert run["fx"] == {"fxgraph_cache_hit": 3} and run["tokens"] == first["tokens"]
+    assert graphs.bucket(CAPACITY + 4) == graphs.bucket(CAPACITY + 104) != graphs.bucket(2000)
+    assert graphs.graphs_dir(1) != graphs.graphs_dir(2)  # the thread count is baked into the C++: its own folder
+
+
+def test_graphs_read_the_weights_they_are_given(built, tmp_path):
+    """Edited weights of the same shapes load the same graphs (the weights are inputs, not frozen constants) and
+    decode what HF greedy decodes with those weights, not what the first weights gave."""
+    cache, (first, _) = built
+    run, _ = _worker(_copy(cache, tmp_path), 1, CAPACITY, 3.0)
+    assert run["fx"] == {"fxgraph_cache_hit": 3}
+    assert run["tokens"] == run["plain"] == run["reference"] != first["tokens"]
+
+
+def test_garbage_in_the_cache_is_compiled_again_with_one_notice(built, tmp_path):
+    cache, (first, _) = built
+    copy = _copy(cache, tmp_path)
+    spoiled = [p for p in copy.rglob("*") if p.is_file() and "locks" not in p.parts]
+    for i, path in enumerate(spoiled):  # half garbage, half truncated
+        path.write_bytes(b"\x00garbage" * 8 if i % 2 else path.read_bytes()[: path.stat().st_size // 2])
+    run, err = _worker(copy, 1, CAPACITY)
+    assert len(_notices(err)) == 1, err[-3000:]
+    assert "Traceback" not in err
+    assert run["tokens"] == run["plain"] == run["reference"] == first["tokens"]
+    again, err = _worker(copy, 1, CAPACITY)  # what the recovery wrote is whole
+    assert again["fx"] == {"fxgraph_cache_hit": 3} and not _notices(err)
+
+
+def test_the_cache_command_lists_and_clears_the_kept_folders(built, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(_copy(built[0], tmp_path)))
+    listed = CliRunner().invoke(app, ["cache"])
+    assert listed.exit_code == 0 and "torch-" in listed.output and "files" in listed.output
+    cleared = CliRunner().invoke(app, ["cache", "--clear"])
+    assert cleared.exit_code == 0 and cleared.output.startswith("removed 1 folder")
+    assert graphs.caches() == ()
+    assert "no compiled graphs kept yet" in CliRunner().invoke(app, ["cache"]).output
