@@ -98,7 +98,7 @@ def decode_prompts(
 def _warm(sm: SkippableModel, drafter: Drafter | None) -> None:
     """Compile ``drafter``'s draft graph now (``Drafter.warm``), under a notice, so no decode's time counts it."""
     if drafter is not None:
-        with long_step(_log, "compiling the draft's graph ..."):
+        with long_step(_log, "the draft's graph (compiled, or loaded where the kernel keeps its graphs) ..."):
             drafter.warm(sm)
 
 

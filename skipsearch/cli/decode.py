@@ -97,7 +97,7 @@ def decode(
             on_text=None if as_json else show, kernel=chosen,
         )
         if sm.kernel_report is not None:
-            typer.echo(f"kernel {sm.kernel_report.kernel}: compiled in {sm.kernel_report.compile_seconds:.0f} s "
+            typer.echo(f"kernel {sm.kernel_report.kernel}: built or loaded in {sm.kernel_report.compile_seconds:.0f} s "
                        f"for {sm.kernel_report.threads} thread(s)", err=True)
         # the input is all checked: now, before any output, a profile measured elsewhere says so
         note = api.profile_hardware_note(prof, sm.device, source=profile)
