@@ -161,8 +161,10 @@ def recovering(folder: Path, build: Callable[[], T], on_reset: Callable[[], obje
             raise
         cause = _root(exc)
         first = str(cause).strip().splitlines()[0][:160] if str(cause).strip() else ""
-        _log.warning("the compiled-graph cache %s could not be read (%s%s); cleared it, compiling again",
-                     folder, type(cause).__name__, f": {first}" if first else "")
+        if not _UNREADABLE.said:  # one notice a process: torch's own "unable to load" line may have given it
+            _UNREADABLE.said = True
+            _log.warning("the compiled-graph cache %s could not be read (%s%s); cleared it, compiling again",
+                         folder, type(cause).__name__, f": {first}" if first else "")
         _reset_compiler()
         if on_reset is not None:
             on_reset()
