@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from skipsearch.data import Prompt, check_chars, check_tokens, context_of, encode_prompt, load_prompts
+from skipsearch.data import Prompt, context_of, encode_all_within, encode_prompt, load_prompts
 from skipsearch.models import SkippableModel
 from skipsearch.surrogate import Calibration, calibrate
 
@@ -29,11 +29,10 @@ def calibrate_on(sm: SkippableModel, *, dataset: str = "mtbench", n_prompts: int
     """The calibration of ``sm`` on ``n_prompts`` prompts of ``dataset``'s ``split``, each continued greedily
     for ``max_new_tokens`` tokens; ``say`` hears one line before the model runs."""
     prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed, split=split)
-    context = context_of(sm.hf.config)  # a prompt that cannot fit it is refused in one line, before the model runs
-    for p in prompts:  # one far too long by its length alone, before any is tokenized
-        check_chars(sm.tokenizer, p, context=context, max_new_tokens=max_new_tokens)
-    ids = [check_tokens(p, encode_prompt(sm.tokenizer, p), context=context, max_new_tokens=max_new_tokens)
-           for p in prompts]
+    # a prompt that cannot fit the model's context is refused in one line, before the model runs (one far too long
+    # by its length alone, before any is tokenized)
+    ids = encode_all_within(sm.tokenizer, prompts, context=context_of(sm.hf.config), max_new_tokens=max_new_tokens,
+                            encode=encode_prompt)
     if say is not None:
         say(f"calibrating on {len(prompts)} prompts from {dataset} ({split} split) x {max_new_tokens} tokens")
     return calibrate(sm, ids, max_new_tokens=max_new_tokens)

@@ -493,12 +493,12 @@ def _fastest(sm: SkippableModel, context: Sequence[int], *, repeats: int, verify
             continue
         timed[candidate] = cp
         _log.info("kernel %s: step %.2f ms, eager step %.2f ms in the same rounds", candidate.label,
-                     cp.costs.step_seconds * 1e3, cp.costs.parts_seconds * 1e3)
+                  cp.costs.step_seconds * 1e3, cp.costs.parts_seconds * 1e3)
     faster = {k: cp for k, cp in timed.items() if cp.costs.step_seconds < cp.costs.parts_seconds}
     if not faster:
         sm.use_kernel(EAGER, capacity=0)  # none is faster here (or none runs): the eager kernel it is
         _log.info("kernel fastest: eager (%s)", "no compiled kernel runs here" if not timed else
-                     "no compiled kernel's step beat eager's")
+                  "no compiled kernel's step beat eager's")
         return measure_cost_profile(sm, context, repeats=repeats, verify_sizes=verify_sizes, command=command)
     best = min(faster, key=lambda k: faster[k].costs.step_seconds)
     _log.info("kernel fastest: %s, of %s", best.label, ", ".join(k.label for k in timed))

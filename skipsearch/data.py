@@ -21,7 +21,7 @@ import random
 import stat
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import islice, zip_longest
@@ -173,18 +173,25 @@ def check_tokens(prompt: Prompt, ids: list[int], *, context: int | None, max_new
     return ids
 
 
-def longest_within(tokenizer: Any, prompts: Sequence[Prompt], *, context: int | None, max_new_tokens: int) -> int:
-    """The most tokens one of ``prompts`` takes, each checked as ``encode_within`` checks it: first all by their
-    length in characters (so that one that cannot fit is refused before any is tokenized), then each tokenized,
-    under a line on stderr when that takes seconds."""
+def encode_all_within(tokenizer: Any, prompts: Sequence[Prompt], *, context: int | None, max_new_tokens: int,
+                      encode: Callable[[Any, Prompt], list[int]] | None = None) -> list[list[int]]:
+    """Each prompt's ids (``encode``, default ``encode_prompt``), each checked as ``encode_within`` checks one: first
+    all by their length in characters (so that one that cannot fit is refused before any is tokenized), then each
+    tokenized, under a line on stderr when that takes seconds."""
+    encode = encode or encode_prompt
     for p in prompts:
         check_chars(tokenizer, p, context=context, max_new_tokens=max_new_tokens)
     chars = sum(len(p.text) for p in prompts)
     slow = (long_step(_log, "tokenizing %d prompt(s) (%d characters) ...", len(prompts), chars)
             if chars > _SLOW_CHARS else contextlib.nullcontext())
     with slow:
-        return max((len(check_tokens(p, encode_prompt(tokenizer, p), context=context, max_new_tokens=max_new_tokens))
-                    for p in prompts), default=0)
+        return [check_tokens(p, encode(tokenizer, p), context=context, max_new_tokens=max_new_tokens) for p in prompts]
+
+
+def longest_within(tokenizer: Any, prompts: Sequence[Prompt], *, context: int | None, max_new_tokens: int) -> int:
+    """The most tokens one of ``prompts`` takes, each checked as ``encode_all_within`` checks them."""
+    ids = encode_all_within(tokenizer, prompts, context=context, max_new_tokens=max_new_tokens)
+    return max(map(len, ids), default=0)
 
 
 # What keeps "a token stands for at most as many characters as its vocabulary entry has": a normalizer that never

@@ -8,6 +8,7 @@ this machine's and say so in one line when it differs, pointing at ``skipsearch 
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from dataclasses import dataclass
@@ -60,11 +61,13 @@ def _cpu_model() -> str | None:
     return platform.processor() or platform.machine() or None
 
 
+@functools.cache
 def cpu_signature() -> str:
     """A short name for this exact CPU, for keying compiled code that may only run on it: its family and model
     numbers and a hash of its vendor, model name and instruction-set flags (/proc/cpuinfo), e.g.
     ``f25m17-3fa09c2e``. Two CPUs that print the same model name ("AMD EPYC" under some hypervisors) but
-    differ in ISA get different signatures. Best effort: "unknown-<hash of platform>" where nothing is readable."""
+    differ in ISA get different signatures. Best effort: "<machine>-<hash of platform>" where nothing is readable.
+    Read once a process: the CPU does not change under it."""
     import hashlib
 
     fields: dict[str, str] = {}

@@ -159,7 +159,7 @@ def bench(
     autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now). ``llama``
     adds the llama.cpp peer, after every timed round (``llamacpp_bench``). ``batched`` adds the section by batch size
     (``bench.batched``), timed after the main rounds on the same prompts; what it refuses, it refuses first."""
-    from skipsearch.data import check_chars, context_of, encode_within
+    from skipsearch.data import context_of, encode_all_within
     from skipsearch.profile import Environment
 
     unknown = [p for p in peers if p not in PEERS]
@@ -170,11 +170,9 @@ def bench(
     t0 = timing.now(sm.device)
     # 0. encode once: every method decodes exactly these ids; a prompt that cannot fit the model's context with
     # max_new_tokens more is refused here, in one line, before anything runs (one far too long, by its length alone)
-    context = context_of(sm.hf.config)
-    for p in (*prompts, *sweep_prompts):
-        check_chars(sm.tokenizer, p, context=context, max_new_tokens=max_new_tokens)
-    ids, sweep_ids = ([encode_within(sm.tokenizer, p, context=context, max_new_tokens=max_new_tokens) for p in ps]
-                      for ps in (prompts, sweep_prompts))
+    every = encode_all_within(sm.tokenizer, (*prompts, *sweep_prompts), context=context_of(sm.hf.config),
+                              max_new_tokens=max_new_tokens)
+    ids, sweep_ids = every[:len(prompts)], every[len(prompts):]
     capacity = max(map(len, [*ids, *sweep_ids])) + max_new_tokens
     if kernel is not None:
         sm.use_kernel(kernel, capacity=capacity)

@@ -11,8 +11,10 @@ that read the weights as inputs (no frozen constants), so another model of the s
 reuse a graph safely.
 
 Writes are inductor's (each entry written to a temporary file and renamed), so two processes compiling at once
-both end with whole entries. An entry that cannot be read (a truncated or garbage file) makes the build fail;
-``recovering`` then clears this machine's folder, says so in one line, and builds once more.
+both end with whole entries. An entry that cannot be read (a truncated or garbage file) is, where torch notices it
+while looking it up, compiled again: torch's own line becomes one notice of ours and the bad entries are removed
+(``_Unreadable``). Where it makes the load fail instead (a truncated ``.so``), ``recovering`` clears this machine's
+folder, says so in one line, and builds once more.
 
 ``skipsearch cache`` lists and clears the folders (``caches``, ``clear``). No torch at import.
 """

@@ -6,9 +6,11 @@ outside its matrix products:
   block, a batch) runs ``skipsearch::f32_panel_linear``: the model's own fp32 weights, packed in panels of 32
   output columns and streamed once for all rows (``kernels/lowbit/csrc/lowbit.cpp``). The BLAS call of inductor's
   frozen graph runs a few rows at compute speed there: an 8-token verify cost 3.6 one-token steps through two
-  4-token blocks. One row streams the weights as fast (``studies/startup-cpu.md``), and with no frozen weights
-  in any graph, inductor's caches keep every graph for the next process (``kernels/graphs.py``): a later process
-  loads them in seconds where each used to compile for minutes.
+  4-token blocks. For one row it was the faster product on that Zen 1 (30.7 against 46.1 ms for MKL's packed
+  product), but on a Zen 4 EPYC inductor's autotuned product runs a one-token step 24% faster
+  (``studies/startup-cpu.md``). The step runs the panel product anyway, since with no frozen weights in any graph
+  inductor's caches keep every graph for the next process (``kernels/graphs.py``): a later process loads them in
+  seconds where each used to compile for minutes.
 - **Attention without copies.** The model has fewer key/value heads than query heads (grouped-query attention).
   HF's SDPA path, when compiled, copies every key and value head across its group over the whole static cache
   (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so
