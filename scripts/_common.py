@@ -1,7 +1,7 @@
 """What the report scripts share: the model and its prompts set up one way, and one int-list option parser.
 
 A script run as ``python scripts/NAME.py`` finds this module beside it; a calibration (prompts and the full
-model's greedy continuations) comes from ``skipsearch.calibration.calibrate_on``, as in every command.
+model's greedy continuations) comes from ``skipsearch.engine.calibration.calibrate_on``, as in every command.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 from skipsearch.config import ConfigError, int_list
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.loader import load_model
-from skipsearch.models import SkippableModel
+from skipsearch.model.loader import load_model
+from skipsearch.model.skippable import SkippableModel
 
 
 def ints_or_exit(text: str, option: str) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ from unittest import mock
 import torch
 
 import skipsearch.kernels.panel as panel
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.kernels.lowbit import arena
 from skipsearch.kernels.lowbit.modules import LowbitLinear
 from skipsearch.methods.precision import copy as precision_copy

@@ -23,7 +23,7 @@ from unittest import mock
 import torch
 
 import skipsearch.kernels.panel as panel
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.methods.precision.copy import quantized_copy
 
 SDPA_NAME = "probe_packed_gqa_sdpa"  # the before-attention's name with transformers

@@ -18,8 +18,8 @@ import sys
 
 from _common import script_model
 
-from skipsearch.calibration import calibrate_on
-from skipsearch.decoding import generate
+from skipsearch.engine.calibration import calibrate_on
+from skipsearch.engine.decoding import generate
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.fractal.drafter import FractalDrafter
 from skipsearch.methods.fractal.surrogate import record

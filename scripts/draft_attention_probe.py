@@ -18,7 +18,7 @@ import contextlib
 
 import torch
 
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.kernels.panel import packed_attention
 from skipsearch.methods.precision.copy import quantized_copy
 

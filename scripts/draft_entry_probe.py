@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.kernels import panel
 from skipsearch.methods.precision.copy import quantized_copy
 

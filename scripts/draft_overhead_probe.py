@@ -22,7 +22,7 @@ import contextlib
 
 import torch
 
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.methods.precision.copy import quantized_copy
 
 

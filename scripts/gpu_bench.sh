@@ -2,7 +2,7 @@
 # The GPU evidence run: smollm2-135m on a lent GPU, in float32 and bfloat16, as one Markdown report,
 # studies/bench-smollm2-<gpu>.md: HF greedy, our autoregressive loop and a profile searched on that GPU,
 # each output with its verdict against HF greedy (identical / equal up to numerical ties / different),
-# and the measured rounding drift behind the tie tolerance (skipsearch/equivalence.py).
+# and the measured rounding drift behind the tie tolerance (skipsearch/engine/equivalence.py).
 #
 # Why it takes more than one call: the GPU machine (/work/.library/device/README.md) has no package
 # registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 8.7 MiB: optuna, alembic,

@@ -195,8 +195,8 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
 
     from _common import prompt_ids, script_model
 
-    from skipsearch import equivalence as eq
-    from skipsearch.decoding import hf_generate
+    from skipsearch.engine import equivalence as eq
+    from skipsearch.engine.decoding import hf_generate
 
     sm = script_model(model, device=device, dtype=dtype)
     moved: list[float] = []
@@ -243,7 +243,7 @@ def report(state: Path, gpu: str, out: Path, *, sequence: str = "") -> str:
     lines += ["Made by `scripts/gpu_bench.sh` (its header lists the device calls). HF greedy is the speed baseline "
               "and the reference output; `skipsearch-ar` is our own loop with no draft; the profiles were searched "
               "on this machine by `skipsearch optimize`, one per dtype. Every output has a verdict against HF "
-              "greedy's (skipsearch/equivalence.py): identical, equal up to numerical ties, or different; only "
+              "greedy's (skipsearch/engine/equivalence.py): identical, equal up to numerical ties, or different; only "
               "the first two get a speedup.", ""]
     if env:
         lines += ["```text", env, "```", ""]

@@ -18,10 +18,10 @@ import sys
 import torch
 from torch import nn
 
-from skipsearch import timing
+from skipsearch.engine import timing
 from skipsearch.hardware import probe
-from skipsearch.loader import load_model
 from skipsearch.methods.precision.linears import quantize_module, weight_bytes
+from skipsearch.model.loader import load_model
 
 
 def _linears(sm) -> list[nn.Linear]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from _common import named_prompt_ids, script_model
 
 from skipsearch.bench.llamacpp import EXPORT, PLAIN, llamacpp_rows
-from skipsearch.decoding import hf_generate
+from skipsearch.engine.decoding import hf_generate
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ linear; this project's fp32 panel product (``skipsearch::f32_panel_linear``, the
 ``aten._weight_int4pack_mm_for_cpu`` (group 32) with bf16 activations, the kernel alone (the casts a draft
 of an fp32 model adds are left out); fbgemm's fp16-weight GEMM (the fp16 scheme's kernel).
 
-Timing goes through the project's one timer (``skipsearch.timing``): a warm-up round, then ``--repeats``
+Timing goes through the project's one timer (``skipsearch.engine.timing``): a warm-up round, then ``--repeats``
 rounds in which every candidate runs once, interleaved, so that all see the same machine; the median is
 kept. Ratios are to fp32 at the same rows and threads. GB/s counts the weight bytes each candidate holds
 (packed weights, scales, zero points), not activations. The last column checks each candidate's outputs
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from skipsearch import timing
 from skipsearch.config import ConfigError
+from skipsearch.engine import timing
 from skipsearch.hardware import probe
 
 
@@ -65,7 +65,7 @@ QUICK = Shapes(hidden=64, intermediate=160, layers=2, heads=4, kv_heads=2, head_
 
 def model_shapes(name: str) -> Shapes:
     from skipsearch.checkpoints import find_checkpoint
-    from skipsearch.loader import read_config
+    from skipsearch.model.loader import read_config
 
     c = read_config(find_checkpoint(name))
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

@@ -1,9 +1,9 @@
 """CLaSp report: static vs dynamic CLaSp vs a tpe profile, LOI and M sweeps, DP vs brute force.
 
 Everything is measured in this one process, on held-out prompts (not the calibration half), in one
-run of the one harness (``skipsearch.harness.run_rounds``): every method of every table, and HF greedy
+run of the one harness (``skipsearch.engine.harness.run_rounds``): every method of every table, and HF greedy
 ``generate`` as the baseline, once per round, the order rotated every round. Every method's tokens are
-checked equal to HF's. The DP's cost is micro-timed with ``skipsearch.timing.time_call``.
+checked equal to HF's. The DP's cost is micro-timed with ``skipsearch.engine.timing.time_call``.
 
     python scripts/report_clasp.py --static profiles/smollm2-135m/cpu-float32-clasp.yaml \\
         --dynamic profiles/smollm2-135m/cpu-float32-clasp-dynamic.yaml \\
@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 from _common import ints_or_exit, prompt_ids, script_model
 
-from skipsearch import timing
 from skipsearch.api import drafter_factory
 from skipsearch.bench import BASELINE, peer_method
-from skipsearch.harness import (
+from skipsearch.engine import timing
+from skipsearch.engine.harness import (
     Contender,
     LosslessnessError,
     Run,

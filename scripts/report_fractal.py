@@ -4,7 +4,7 @@
     PYTHONPATH=. .venv/bin/python scripts/report_fractal.py --n-prompts 1 --max-new-tokens 8 \\
         --n 3 --w 3 --out /tmp/fractal-smoke.md                                  # a smoke run
 
-Everything is timed in this one process by the one harness (``skipsearch.harness.run_rounds``:
+Everything is timed in this one process by the one harness (``skipsearch.engine.harness.run_rounds``:
 warm-up, then every method once per round, the order rotated every round so that drift favours
 none, HF greedy in the same rounds): HF greedy (``model.generate``), skipsearch's autoregressive
 engine, every (n, w) of the grid with the KV cache, the same points without it (``--no-cache`` picks
@@ -30,7 +30,7 @@ from _common import ints_or_exit, prompt_ids, script_model
 
 from skipsearch import api
 from skipsearch.bench import BASELINE, peer_method
-from skipsearch.harness import Contender, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
+from skipsearch.engine.harness import Contender, check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.fractal.compressed import compressed_model, model_bytes
 from skipsearch.methods.fractal.drafter import FractalDrafter
@@ -152,7 +152,7 @@ def render(sm, args, rows: dict[str, Row], *, prompt_lens: list[int], memory: di
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
         f"- prompts: {len(prompt_lens)} from `{args.dataset}` (heldout split, seed {args.seed}), "
         f"{min(prompt_lens)}-{max(prompt_lens)} tokens; {args.max_new_tokens} new tokens each; greedy",
-        f"- timing: one process, the one harness (skipsearch.harness): every method once per round, HF greedy "
+        f"- timing: one process, the one harness (skipsearch.engine.harness): every method once per round, HF greedy "
         f"included, order rotated every round; median of {args.repeats} run(s) per prompt and method, summed over "
         "prompts; speedup = HF greedy seconds / method seconds",
         f"- baseline: HF `generate(do_sample=False)` on the same model, {hf.tok_s:.2f} tok/s here; skipsearch's "

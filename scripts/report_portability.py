@@ -33,14 +33,15 @@ from pathlib import Path
 import torch
 from _common import script_model
 
-from skipsearch import device_replan
 from skipsearch.api.planning import plan_from_study
-from skipsearch.calibration import calibrate_on
-from skipsearch.costs import check_costs_for, load_costs
+from skipsearch.engine.calibration import calibrate_on
+from skipsearch.engine.measuring import check_costs_for
+from skipsearch.files.cost_profile import load_costs
 from skipsearch.methods.hierarchical import planner
-from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
-from skipsearch.study import load_records
+from skipsearch.search import replan as device_replan
+from skipsearch.search.optimize import config_summary
+from skipsearch.search.study import load_records
 
 GOAL_RHO = 0.9
 GOAL_AGREEMENT = 0.10

@@ -29,11 +29,11 @@ from pathlib import Path
 from _common import script_model
 
 from skipsearch import hardware
-from skipsearch.calibration import calibrate_on
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
+from skipsearch.engine.calibration import calibrate_on
 from skipsearch.methods.precision import METHOD as PRECISION
 from skipsearch.methods.precision import SCHEMES, PrecisionParams, traces_and_ratio
-from skipsearch.objective import ModelObjective
+from skipsearch.search.objective import ModelObjective
 
 
 @dataclass(frozen=True)

@@ -32,17 +32,17 @@ from pathlib import Path
 import torch
 from _common import ints_or_exit, script_model
 
-from skipsearch.calibration import calibrate_on
 from skipsearch.config import Candidate, DraftConfig
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.calibration import calibrate_on
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.layer_skip.surrogate import draft_costs, draft_traces
-from skipsearch.objective import ModelObjective
-from skipsearch.optimize import config_summary
 from skipsearch.profile import load_profile
-from skipsearch.space import SearchSpace
-from skipsearch.study import load_records
+from skipsearch.search.objective import ModelObjective
+from skipsearch.search.optimize import config_summary
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.study import load_records
 
 GOAL_CUT = 0.15  # issue 12: the trimmed head cuts c of the best layer-skip draft by at least 15%
 

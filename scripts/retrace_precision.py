@@ -23,12 +23,12 @@ import sys
 from _common import script_model
 
 from skipsearch import methods
-from skipsearch.calibration import SPLIT, calibrate_on, calibration_workload
-from skipsearch.costs import architecture_of
+from skipsearch.engine.calibration import SPLIT, calibrate_on, calibration_workload
+from skipsearch.engine.measuring import architecture_of
 from skipsearch.methods.precision import PRECISION_KEY, precision_from_dict, precision_to_dict
 from skipsearch.methods.precision.replan import trace_record
-from skipsearch.objective import ModelObjective
 from skipsearch.profile import load_profile, save_profile
+from skipsearch.search.objective import ModelObjective
 
 _WORKLOAD = re.compile(rf"^(\S+) \({SPLIT} split\), (\d+) prompts x (\d+) tokens$")
 

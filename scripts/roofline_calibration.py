@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from skipsearch.config import NO_EXIT, DraftConfig, Trace  # noqa: E402
-from skipsearch.costs import cost_model_of  # noqa: E402
+from skipsearch.files.cost_profile import cost_model_of  # noqa: E402
 from skipsearch.roofline import devices  # noqa: E402
 from skipsearch.roofline.arithmetic import Machine, costs_of, forward_seconds  # noqa: E402
 from skipsearch.roofline.shapes import ARCHITECTURES, Shapes, shapes_from_config  # noqa: E402
@@ -161,7 +161,7 @@ def iid_traces(alpha: float, *, sequences: int = 64, length: int = 512, seed: in
 def paper_prediction(row: dict, data: dict, launch: float, fit: dict[str, float]) -> dict:
     """A paper row through the predictor under the calibrated roofline, and its c and v(K+1) beside the ones
     the paper's own figures imply."""
-    from skipsearch.surrogate import replay_all as predict
+    from skipsearch.engine.surrogate import replay_all as predict
 
     s, k = shapes(row["model"]), row["k"]
     eff = fit.get(family(row), fallback(fit))

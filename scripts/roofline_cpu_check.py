@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from skipsearch.config import DraftConfig  # noqa: E402
-from skipsearch.costs import CostProfile, load_costs  # noqa: E402
+from skipsearch.files.cost_profile import CostProfile, load_costs  # noqa: E402
 from skipsearch.files.errors import ProfileError  # noqa: E402
 
 PROFILES = ROOT / "profiles" / "smollm2-135m"
@@ -40,8 +40,8 @@ def _ratio(model: float, measured: float) -> str:
 def compare(measured: CostProfile, roof: CostProfile, *, command: str) -> str:
     """The report: pieces, v(k), draft ratios c and the schemes' whole-model ratios, then the shipped profiles
     re-planned under each file."""
-    from skipsearch import device_replan
     from skipsearch.profile import load_profile
+    from skipsearch.search import replan as device_replan
 
     m, r, L = measured.costs, roof.costs, measured.model.num_layers
     out = ["# The roofline on this CPU against a measured cost file\n", f"```\n{command}\n```\n",

@@ -11,7 +11,7 @@ never on the budget, so the study after N trials is exactly what a fresh run wit
 
 Wall time counts the search and the timing of that budget's shortlist, not the shared calibration.
 Finally the best timed config overall is decoded on held-out prompts against HF greedy and our
-autoregressive path, by the one harness (skipsearch.harness.run_rounds: warm-up, rotated rounds, HF
+autoregressive path, by the one harness (skipsearch.engine.harness.run_rounds: warm-up, rotated rounds, HF
 greedy in the same rounds), with the identical-output check.
 
   .venv/bin/python scripts/search_benchmark.py --budgets 25,50,100,200 --timed-budgets 25,50 \
@@ -33,19 +33,19 @@ import torch
 from _common import prompt_ids, script_model
 
 from skipsearch import methods as draft_methods
-from skipsearch import timing
 from skipsearch.bench import BASELINE, peer_method
-from skipsearch.calibration import calibrate_on
 from skipsearch.config import AUTOREGRESSIVE
-from skipsearch.harness import check_outputs, engine_method, first_outputs, method_seconds, run_rounds
+from skipsearch.engine import timing
+from skipsearch.engine.calibration import calibrate_on
+from skipsearch.engine.harness import check_outputs, engine_method, first_outputs, method_seconds, run_rounds
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.objective import ModelObjective
-from skipsearch.optimize import candidate_summary
 from skipsearch.profile import Environment
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.study import open_study, run_search, shortlist, trial_candidate
+from skipsearch.search.objective import ModelObjective
+from skipsearch.search.optimize import candidate_summary
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
+from skipsearch.search.study import open_study, run_search, shortlist, trial_candidate
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from unittest import mock
 import torch
 
 import skipsearch.kernels.panel as panel
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.kernels.lowbit import convert
 
 

@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-from skipsearch.harness import time_interleaved
+from skipsearch.engine.harness import time_interleaved
 from skipsearch.kernels.lowbit import convert
 from skipsearch.methods.precision import copy as precision_copy
 
@@ -91,7 +91,7 @@ def _share(hits: int, total: int) -> str:
 
 def _greedy(sm, ids: list[int], new: int) -> list[int]:
     """The full model's greedy continuation of ``ids``, eagerly."""
-    from skipsearch.surrogate import calibrate
+    from skipsearch.engine.surrogate import calibrate
 
     return list(calibrate(sm, [ids], max_new_tokens=new).continuations[0])
 

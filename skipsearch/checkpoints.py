@@ -302,7 +302,7 @@ def _unknown(name: str) -> str:
     close = difflib.get_close_matches(name.lower(), [*EMBEDDED, *ALIASES], n=1)
     hint = f"did you mean {close[0]}? " if close else ""
     return (f"unknown model '{name}': {hint}use {', '.join(EMBEDDED)}, one of {len(ALIASES)} "
-            f"aliases such as llama-2-13b or qwen2.5-7b-instruct (skipsearch.models.list_models() lists them), "
+            f"aliases such as llama-2-13b or qwen2.5-7b-instruct (skipsearch models lists them), "
             f"a local Hugging Face directory, or a hub id org/name")
 
 

@@ -9,6 +9,7 @@ this machine's and say so in one line when it differs, pointing at ``skipsearch 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 import platform
 from dataclasses import dataclass
@@ -136,3 +137,49 @@ def mismatch(environment: Any, here: Hardware, *, what: str, replan: str) -> str
     if then.identity() == here.identity():
         return None
     return f"{what}: measured on {then.describe()}; this machine is {here.describe()}: {advice}"
+
+
+# -- the environment a profile or cost file records --------------------------------------------------------
+@dataclass(frozen=True)
+class Environment:
+    python: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    skipsearch: str | None = None
+    device_name: str | None = None
+    device: str | None = None  # cpu, cuda, cuda:N, or auto (the layers spread over several GPUs)
+    device_choice: str | None = None  # how --device and --dtype were resolved, e.g. "device auto: no CUDA device; ..."
+    # the hardware the figures were measured on (skipsearch.hardware; absent in files written before them)
+    cpu_model: str | None = None  # /proc/cpuinfo's model name
+    cpu_capability: str | None = None  # torch's CPU capability (ISA level): AVX2, AVX512, DEFAULT, ...
+    threads: int | None = None  # torch intra-op threads
+    gpu_name: str | None = None  # CUDA only
+    gpu_capability: str | None = None  # CUDA only, e.g. "9.0"
+
+    @classmethod
+    def current(cls, device: str = "cpu", *, placement: Any = None) -> Environment:
+        """This machine. ``placement``: the loaded model's (``SkippableModel.placement``), recorded
+        with its reason; without it only ``device`` is."""
+        versions = {name: _version(name) for name in ("torch", "transformers", "skipsearch")}
+        where = getattr(placement, "device", None) or device
+        return cls(python=platform.python_version(), device_name=_device_name(device), device=where,
+                   device_choice=getattr(placement, "reason", None), **versions,
+                   **probe(str(where)).to_environment())
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _device_name(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return platform.processor() or "cpu"
+    try:
+        import torch  # here, so that reading and writing profiles never needs torch
+
+        return torch.cuda.get_device_name(device)
+    except Exception:  # provenance is best-effort: a missing driver must not fail a run
+        return None

@@ -1,4 +1,4 @@
-"""Clocks a test injects into the one timer (``skipsearch.timing.use_clock``), so that what the cost model, the
+"""Clocks a test injects into the one timer (``skipsearch.engine.timing.use_clock``), so that what the cost model, the
 harness and a search *do* with timings is checked the same way on a quiet machine and on a loaded one.
 
 - ``ManualClock``: time moves only when the test moves it (``advance``), e.g. where a real test would sleep.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from skipsearch import timing
+from skipsearch.engine import timing
 
 
 class ManualClock:

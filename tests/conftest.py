@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 
 def make_tiny_model(
@@ -94,7 +94,7 @@ def tiny_sm() -> SkippableModel:
 @pytest.fixture(scope="session")
 def real_sm() -> SkippableModel:
     """The real default model (SmolLM2-135M, 30 layers), loaded once per session."""
-    from skipsearch.loader import load_model
+    from skipsearch.model.loader import load_model
 
     return load_model("smollm2-135m")
 
@@ -139,10 +139,10 @@ def assert_one_line_error(result, fragment: str) -> None:
 
 def assert_greedy_equivalent(sm: SkippableModel, prompt_ids, tokens, reference=None, *, allow_ties: bool = True):
     """Greedy output ``tokens`` against ``reference`` (HF greedy's, decoded here when None) by
-    skipsearch.equivalence: identical, or, where ``allow_ties`` and the dtype has a tie tolerance (16-bit
+    skipsearch.engine.equivalence: identical, or, where ``allow_ties`` and the dtype has a tie tolerance (16-bit
     floats), equal up to numerical ties. Returns the verdict. In fp32 this is token-for-token identity."""
-    from skipsearch.decoding import hf_generate
-    from skipsearch.equivalence import IDENTICAL, check
+    from skipsearch.engine.decoding import hf_generate
+    from skipsearch.engine.equivalence import IDENTICAL, check
 
     tokens = tuple(tokens)
     if reference is None:

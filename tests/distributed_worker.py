@@ -14,9 +14,9 @@ import time
 import optuna
 
 from skipsearch.measure import Measurement
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.study import config_to_dict, open_study, run_search
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
+from skipsearch.search.study import config_to_dict, open_study, run_search
 
 
 class SlowObjective:

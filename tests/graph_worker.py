@@ -20,7 +20,7 @@ def main(threads: int, capacity: int, edit: float) -> None:
 
     from skipsearch import methods
     from skipsearch.config import NO_EXIT, DraftConfig
-    from skipsearch.decoding import generate, hf_generate
+    from skipsearch.engine.decoding import generate, hf_generate
     from tests.conftest import make_tiny_model
 
     torch.set_num_threads(threads)  # after conftest, which sets its own

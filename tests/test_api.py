@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from skipsearch import api
+from skipsearch.api import decode as api_decode
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.data import Prompt
-from skipsearch.decoding import LayerSkipDrafter, generate
+from skipsearch.engine.decoding import LayerSkipDrafter, generate
 from skipsearch.profile import ModelRef, Profile
 
 
@@ -44,7 +45,7 @@ class _FakeTokenizer:
 
 def test_decode_prompts_drafts_with_the_profile_and_stays_lossless(tiny_sm, monkeypatch):
     ids = (3, 17, 5, 9, 22)
-    monkeypatch.setattr(api, "encode_prompt", lambda tokenizer, prompt: ids)
+    monkeypatch.setattr(api_decode, "encode_prompt", lambda tokenizer, prompt: ids)
     monkeypatch.setattr(tiny_sm, "tokenizer", _FakeTokenizer())
     prompts = [Prompt("1", "x", False, "", "t")]
     prof = _profile("layer-skip", DraftConfig(skip_attn=(2,), max_draft_tokens=2))

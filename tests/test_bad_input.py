@@ -12,6 +12,7 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import api
+from skipsearch.api import decode as api_decode
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
 from skipsearch.data import DataError, Prompt
@@ -48,13 +49,13 @@ def tiny_cli(text_sm, monkeypatch):
     """`skipsearch decode` on the tiny model; counts the prompts decoded."""
     calls = []
     monkeypatch.setattr(api, "open_model", lambda **kwargs: (text_sm, None))
-    real_generate = api.generate
+    real_generate = api_decode.generate
 
     def generate(*args, **kwargs):
         calls.append(args[1])
         return real_generate(*args, **kwargs)
 
-    monkeypatch.setattr(api, "generate", generate)
+    monkeypatch.setattr(api_decode, "generate", generate)
     return calls
 
 
@@ -68,14 +69,14 @@ def _prompts_file(tmp_path, rows) -> str:
 @pytest.mark.parametrize(("failure", "exit_code"), [(KeyboardInterrupt, 130), (ConfigError("broke"), 2)])
 def test_decode_json_keeps_every_finished_result_when_interrupted(tmp_path, tiny_cli, monkeypatch, failure,
                                                                   exit_code):
-    generate = api.generate
+    generate = api_decode.generate
 
     def fourth_fails(*args, **kwargs):
         if len(tiny_cli) == 3:
             raise failure
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(api, "generate", fourth_fails)
+    monkeypatch.setattr(api_decode, "generate", fourth_fails)
     path = _prompts_file(tmp_path, [{"prompt": w} for w in ("one", "two", "three", "four")])
     result = runner.invoke(app, ["decode", "--prompts-file", path, "--json", "--max-new-tokens", "6"])
     assert result.exit_code == exit_code, result.output
@@ -86,8 +87,8 @@ def test_decode_json_keeps_every_finished_result_when_interrupted(tmp_path, tiny
 
 def test_decode_prompts_yields_each_result_before_decoding_the_next(text_sm, monkeypatch):
     started = []
-    generate = api.generate
-    monkeypatch.setattr(api, "generate", lambda *a, **k: started.append(1) or generate(*a, **k))
+    generate = api_decode.generate
+    monkeypatch.setattr(api_decode, "generate", lambda *a, **k: started.append(1) or generate(*a, **k))
     results = api.decode_prompts(text_sm, [Prompt(str(i), "abc", False, "", "t") for i in range(3)],
                                  max_new_tokens=4)
     assert started == []  # checked at the call, decoded on demand
@@ -131,7 +132,7 @@ def test_streamed_text_equals_the_json_text_for_split_characters(tiny_cli):
 
 def test_text_stream_holds_back_an_incomplete_character_and_flushes_it_at_the_end():
     pieces = []
-    stream = api._TextStream(ByteTokenizer(), pieces.append)
+    stream = api_decode._TextStream(ByteTokenizer(), pieces.append)
     lead, tail = _BYTES.index(b"\xc3"), _BYTES.index(b"\xa9")
     for ids in ([0], [lead], [tail], [lead]):  # "a", then "é" over two tokens, then a lone lead byte
         stream.push(ids)
@@ -145,7 +146,7 @@ def test_real_tokenizer_streams_emoji_and_cjk_whole(real_sm):
     ids = real_sm.tokenizer(text, add_special_tokens=False).input_ids
     assert "\ufffd" in real_sm.tokenizer.decode(ids[:4])  # the tokenizer does split a character here
     pieces = []
-    stream = api._TextStream(real_sm.tokenizer, pieces.append)
+    stream = api_decode._TextStream(real_sm.tokenizer, pieces.append)
     for i in ids:
         stream.push([i])
     assert all("\ufffd" not in p for p in pieces)
@@ -259,7 +260,7 @@ def test_study_show_on_trials_skipsearch_did_not_write(tmp_path):
 
 # -- cause 4: output paths are checked before the work -----------------------------------------------------
 def test_plan_out_is_checked_before_measuring(tmp_path, monkeypatch):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("must not measure"))
     notes = tmp_path / "notes.txt"
@@ -275,7 +276,7 @@ def test_plan_out_is_checked_before_measuring(tmp_path, monkeypatch):
 def test_bench_outputs_are_checked_before_the_model_loads(tmp_path, monkeypatch):
     import os
 
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model must not load"))
     base = ["bench", "--peers", "hf-greedy", "--n-prompts", "1"]

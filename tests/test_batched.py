@@ -1,4 +1,4 @@
-"""The batched engine (skipsearch.batched): B prompts in one row cache (a slot per position, per row) and per-row masks.
+"""The batched engine (engine.batched): B prompts in one row cache (a slot per position, per row) and per-row masks.
 
 Greedy identity, batched: every row of a speculative batch decodes what plain batched greedy decodes, and plain
 batched greedy decodes what ``decoding.generate`` does for each prompt alone. A difference is allowed only at a
@@ -19,12 +19,13 @@ import torch
 from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
-from skipsearch import api, batched, methods
-from skipsearch.batched import BatchRefused, check_fits, decode_rows, generate_batch
+from skipsearch import api, methods
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import generate
-from skipsearch.draft import BatchDrafter
+from skipsearch.engine import batched
+from skipsearch.engine.batched import BatchRefused, check_fits, decode_rows, generate_batch
+from skipsearch.engine.decoding import generate
+from skipsearch.engine.draft import BatchDrafter
 from skipsearch.methods.hybrid import HybridParams
 from skipsearch.methods.ngram import NgramParams
 from skipsearch.methods.precision import PrecisionParams
@@ -39,7 +40,7 @@ def sm():
     # hidden and intermediate sizes that the precision schemes' kernels accept (as tests/test_precision.py's)
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from skipsearch.models import SkippableModel
+    from skipsearch.model.skippable import SkippableModel
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=4,

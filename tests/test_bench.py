@@ -14,12 +14,12 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
-from skipsearch import harness
 from skipsearch.bench import peers
 from skipsearch.bench import report as br
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
+from skipsearch.engine import harness
 from skipsearch.profile import Measured, load_profile, profile_from_dict, save_profile
 
 CPU = torch.device("cpu")

@@ -13,13 +13,14 @@ from conftest import assert_one_line_error, make_tiny_model, tiny_tokenizer
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
-from skipsearch import equivalence, harness, methods
+from skipsearch import methods
 from skipsearch.bench import batched as bb
 from skipsearch.bench import batched_report
 from skipsearch.bench import report as br
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
+from skipsearch.engine import equivalence, harness
 from skipsearch.profile import ModelRef, Profile, save_profile
 
 EXAMPLE = "profiles/smollm2-135m/example.yaml"
@@ -41,7 +42,7 @@ PROMPTS = [Prompt("a", "def fib ( n ) : return fib ( n - 1 ) + fib ( n - 2 )", F
 
 @dataclass(frozen=True)
 class _Schedule:
-    """What the bench reads of a profile's schedule (skipsearch.schedule.Schedule): k per batch size, the K weighed."""
+    """What the bench reads of a profile's schedule (files.schedule.Schedule): k per batch size, the K weighed."""
 
     ranges: tuple[tuple[int, int, int], ...]
     considered: tuple[int, ...]
@@ -103,7 +104,7 @@ def test_the_fixed_k_and_the_schedule_rows_k_come_from_the_schedule_else_the_opt
                                                   ("1.5", "--batch-sizes: '1.5' is not an integer"),
                                                   ("2048", "--batch-sizes: 2048 is outside 1..1024")])
 def test_cli_bad_batch_sizes_are_one_line_before_the_model_loads(value, fragment, monkeypatch):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model must not load"))
     result = runner.invoke(app, ["bench", "--profiles", EXAMPLE, "--peers", "hf-greedy", "--batch-sizes", value])
@@ -117,14 +118,14 @@ def test_cli_bad_batch_sizes_are_one_line_before_the_model_loads(value, fragment
     (["--profiles", EXAMPLE, "--batch-sizes", "2", "--batch-ks", "1,-1"], "--batch-ks: -1 is outside"),
 ])
 def test_cli_batch_options_that_do_not_fit_together_are_one_line(args, fragment, monkeypatch):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model must not load"))
     assert_one_line_error(runner.invoke(app, ["bench", "--peers", "hf-greedy", *args]), fragment)
 
 
 def test_cli_a_method_that_cannot_batch_is_one_line_before_the_model_loads(tiny_checkpoint, tmp_path, monkeypatch):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model must not load"))
     cannot = [m for m in methods.names() if m not in methods.batch_methods()]
@@ -281,7 +282,7 @@ def test_cli_end_to_end_by_batch_size_on_a_tiny_checkpoint(tiny_checkpoint, tmp_
 
 
 def test_write_measured_keeps_the_fastest_measured_k_per_batch_size_never_a_loss():
-    from skipsearch.schedule import BatchRange, Schedule
+    from skipsearch.files.schedule import BatchRange, Schedule
 
     planned = Schedule((BatchRange(1, 3, 2, 1.5), BatchRange(4, 16, 4, 1.2)), (0, 1, 2, 4), basis="plan")
 

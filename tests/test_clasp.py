@@ -12,7 +12,7 @@ from conftest import make_tiny_model
 
 from skipsearch import api
 from skipsearch.config import ConfigError, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import Drafter, generate, hf_generate
+from skipsearch.engine.decoding import Drafter, generate, hf_generate
 from skipsearch.methods.clasp_dynamic import METHOD as CLASP_DYNAMIC
 from skipsearch.methods.clasp_dynamic import SUBLAYERS, DynamicParams, config_for, granularity
 from skipsearch.methods.clasp_dynamic.dp import (
@@ -28,9 +28,9 @@ from skipsearch.methods.clasp_dynamic.dp import (
 from skipsearch.methods.clasp_dynamic.drafter import ClaspDynamicDrafter
 from skipsearch.methods.layer_skip import acceptance_from_dict
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.study import open_study, records, run_search
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
+from skipsearch.search.study import open_study, records, run_search
 
 PROMPT = [3, 5, 7, 9, 11, 2, 4, 6]
 
@@ -206,7 +206,7 @@ class _Recorder(Drafter):
 
 
 def test_engine_hands_the_last_kept_tokens_hidden_states(sm8):
-    from skipsearch.decoding import LayerSkipDrafter
+    from skipsearch.engine.decoding import LayerSkipDrafter
 
     rec = _Recorder(LayerSkipDrafter(DraftConfig(skip_attn=(3, 5), max_draft_tokens=3,
                                                  exit=ExitRule(threshold=0.0, adaptive=False))))

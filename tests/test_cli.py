@@ -80,7 +80,7 @@ def test_study_show_missing_study(tmp_path):
 
 @pytest.mark.model
 def test_decode_json_is_greedy_identical(real_sm, tmp_path):
-    from skipsearch.decoding import hf_generate
+    from skipsearch.engine.decoding import hf_generate
 
     prompts = tmp_path / "p.jsonl"
     rows = [{"prompt": "def fib(n):"}, {"prompt": "Name a color.", "chat": True}]
@@ -98,7 +98,7 @@ def test_decode_json_is_greedy_identical(real_sm, tmp_path):
 
 @pytest.mark.model
 def test_optimize_end_to_end_then_decode(real_sm, tmp_path):
-    from skipsearch.decoding import generate, hf_generate
+    from skipsearch.engine.decoding import generate, hf_generate
     from skipsearch.profile import load_profile
 
     out = tmp_path / "best.yaml"
@@ -114,7 +114,7 @@ def test_optimize_end_to_end_then_decode(real_sm, tmp_path):
         real_sm, ids, max_new_tokens=24
     )
     # the study resumes: the same command again adds no trials (budget reached) and still writes a profile
-    from skipsearch.study import load_records
+    from skipsearch.search.study import load_records
 
     before = len(load_records(study_dir=tmp_path / "study")[1])
     out.unlink()
@@ -161,7 +161,7 @@ def _optimize_help() -> str:
 
 
 def test_optimize_help_lists_every_strategy_and_each_ones_flags_in_its_panel():
-    from skipsearch.strategies import REGISTRY
+    from skipsearch.search.strategies import REGISTRY
 
     text = _optimize_help()
     assert f"Search strategy: {', '.join(REGISTRY)} " in text and "precision" in REGISTRY
@@ -189,8 +189,8 @@ def _toy_strategy():
     from skipsearch.config import NO_EXIT, DraftConfig
     from skipsearch.methods.ngram import METHOD as NGRAM
     from skipsearch.methods.ngram import NgramParams
-    from skipsearch.strategies import Option
-    from skipsearch.strategies._grid import GridStrategy
+    from skipsearch.search.strategies import Option
+    from skipsearch.search.strategies._grid import GridStrategy
 
     class ToyStrategy(GridStrategy):
         """A test's strategy: ngram's suffix lengths on a grid, with three settings of its own."""
@@ -218,8 +218,8 @@ def _toy_strategy():
 def test_a_registered_strategy_gets_its_flags_and_checks_with_no_edit_to_cli_or_api(tmp_path, monkeypatch):
     from skipsearch import api
     from skipsearch.config import ConfigError
-    from skipsearch.space import SearchSpace
-    from skipsearch.strategies import REGISTRY, make_strategy
+    from skipsearch.search.space import SearchSpace
+    from skipsearch.search.strategies import REGISTRY, make_strategy
 
     toy = _toy_strategy()
     monkeypatch.setitem(REGISTRY, toy.name, toy)

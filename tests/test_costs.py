@@ -14,17 +14,15 @@ from typer.testing import CliRunner
 
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
-from skipsearch.costs import (
+from skipsearch.engine.measuring import architecture_of, check_costs_for, measure_cost_profile
+from skipsearch.files.cost_profile import (
     SCHEMA_VERSION,
     CostModelRef,
     CostProfile,
-    architecture_of,
-    check_costs_for,
     check_costs_model,
     cost_profile_from_dict,
     cost_profile_to_dict,
     load_costs,
-    measure_cost_profile,
     save_costs,
 )
 from skipsearch.files.costs import BatchCosts, BatchedCosts, Costs
@@ -102,7 +100,7 @@ def test_a_bad_batched_grid_is_one_line(edit, fragment):
 
 def test_batched_forwards_are_measured_on_the_tiny_model():
     """Each (B, T) forward is timed through the harness: positive medians, nothing asserted about speed."""
-    from skipsearch.costs import measure_batched
+    from skipsearch.engine.measuring import measure_batched
 
     sm = make_tiny_model()
     grid = measure_batched(sm, list(range(3, 19)), (1, 2), repeats=1, tokens=(1, 2))
@@ -214,7 +212,7 @@ def test_kernel_fastest_times_every_registered_compiled_kernel_and_keeps_the_fas
     """``costs --kernel fastest`` asks the registry, not a name: every compiled kernel this device runs is built and
     timed; one that changes a greedy choice is passed over; the fastest step that beats eager's wins and is what
     the model runs afterwards."""
-    import skipsearch.costs as costs
+    import skipsearch.engine.measuring as costs
     from skipsearch.config import ConfigError
     from skipsearch.kernels import EAGER, REGISTRY, Kernel
 

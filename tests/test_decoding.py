@@ -14,7 +14,7 @@ import torch
 from conftest import make_tiny_model
 
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import Draft, Drafter, LayerSkipDrafter, generate, hf_generate, process_logits
+from skipsearch.engine.decoding import Draft, Drafter, LayerSkipDrafter, generate, hf_generate, process_logits
 
 V = 64  # the tiny_sm vocabulary
 MAX_NEW = 24

@@ -11,12 +11,12 @@ from clocks import work_clock
 from conftest import assert_one_line_error
 from typer.testing import CliRunner
 
-from skipsearch import device_replan
 from skipsearch.api.costs import default_schemes, model_folders, parse_schemes
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
-from skipsearch.costs import load_costs
+from skipsearch.files.cost_profile import load_costs
 from skipsearch.profile import load_profile
+from skipsearch.search import replan as device_replan
 
 runner = CliRunner()
 ROOT = Path(__file__).parents[1]
@@ -103,7 +103,7 @@ def test_without_the_scheme_plan_still_says_in_one_line_how_to_measure_it(tmp_pa
     cp = load_costs("costs/cpu-float32.yaml")
     from dataclasses import replace
 
-    from skipsearch.costs import save_costs
+    from skipsearch.files.cost_profile import save_costs
 
     bare = save_costs(replace(cp, costs=replace(cp.costs, schemes=())), tmp_path / "bare.yaml")
     result = runner.invoke(app, ["plan", "profile", "--profile", "profiles/smollm2-135m/cpu-float32-chat.yaml",

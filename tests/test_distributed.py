@@ -18,7 +18,7 @@ import optuna
 import pytest
 from pg import Server, find_bindir
 
-from skipsearch.study import load_records, open_study
+from skipsearch.search.study import load_records, open_study
 
 pytestmark = pytest.mark.postgres
 HERE = Path(__file__).parent
@@ -78,9 +78,9 @@ def test_two_workers_share_one_study_with_no_duplicate_trials(pg_url, tmp_path, 
 
 
 def test_a_bad_storage_url_is_one_clear_line(tmp_path):
-    from skipsearch.space import SearchSpace
-    from skipsearch.strategies import make_strategy
-    from skipsearch.study import StudyError
+    from skipsearch.search.space import SearchSpace
+    from skipsearch.search.strategies import make_strategy
+    from skipsearch.search.study import StudyError
 
     strategy = make_strategy("tpe", SearchSpace(num_layers=6))
     with pytest.raises(StudyError, match=r"cannot open storage 'postgresql\+psycopg2://u:\*\*\*@127.0.0.1:1/x'") as e:

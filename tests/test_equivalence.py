@@ -1,4 +1,4 @@
-"""The equivalence check: identical, equal up to numerical ties, or different (skipsearch/equivalence.py).
+"""The equivalence check: identical, equal up to numerical ties, or different (skipsearch/engine/equivalence.py).
 
 Synthetic logits pin down the rules exactly; tiny random Llamas in bfloat16 and float16 run it
 through the model on CPU; the real default model (marked ``model``) checks the goal of issue 13:
@@ -21,13 +21,13 @@ from conftest import assert_greedy_equivalent, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import bench as bn
-from skipsearch import equivalence as eq
-from skipsearch import harness
 from skipsearch.bench import report as br
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
-from skipsearch.decoding import generate, hf_generate
-from skipsearch.models import SkippableModel
+from skipsearch.engine import equivalence as eq
+from skipsearch.engine import harness
+from skipsearch.engine.decoding import generate, hf_generate
+from skipsearch.model.skippable import SkippableModel
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 CPU = torch.device("cpu")
@@ -305,7 +305,7 @@ def _heldout(sm):
 @functools.cache
 def _real16(dtype: str):
     """The real model in a 16-bit dtype with its held-out prompts and HF greedy's outputs on them."""
-    from skipsearch.loader import load_model
+    from skipsearch.model.loader import load_model
 
     sm = load_model("smollm2-135m", device="cpu", dtype=dtype)
     return sm, [(name, ids, hf_generate(sm, ids, max_new_tokens=REAL_NEW)) for name, ids in _heldout(sm)]

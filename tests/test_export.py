@@ -20,7 +20,7 @@ from skipsearch.cli import app
 from skipsearch.config import ConfigError
 from skipsearch.export import MANIFEST, hf
 from skipsearch.files.errors import ProfileError
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_from_dict, save_profile
 
 runner = CliRunner()
@@ -270,7 +270,7 @@ SCHEDULES = [
 
 @pytest.mark.parametrize("ranges", SCHEDULES)
 def test_a_schedule_exports_to_vllm_as_its_rules_take_it_and_runs_the_same_k_everywhere(sm, tmp_path, ranges):
-    from skipsearch.schedule import BatchRange, Schedule
+    from skipsearch.files.schedule import BatchRange, Schedule
 
     sched = Schedule(tuple(BatchRange(*r) for r in ranges), considered=(0, 1, 2, 3))
     prof = dataclasses.replace(_profile(sm, "ngram", min_n=2, max_n=2), schedule=sched)
@@ -293,7 +293,7 @@ def test_a_schedule_exports_to_vllm_as_its_rules_take_it_and_runs_the_same_k_eve
 
 def test_a_schedule_that_never_drafts_exports_plain_decoding_and_a_bad_one_is_one_line(sm):
     from skipsearch.export import ExportError, vllm
-    from skipsearch.schedule import BatchRange, Schedule
+    from skipsearch.files.schedule import BatchRange, Schedule
 
     prof = dataclasses.replace(_profile(sm, "ngram"), schedule=Schedule((BatchRange(1, 32, 0),), (0, 2)))
     assert vllm.config(prof) == {}
@@ -308,7 +308,7 @@ def test_a_schedule_that_never_drafts_exports_plain_decoding_and_a_bad_one_is_on
 
 
 def test_sglang_llamacpp_and_hf_say_in_one_line_what_they_run_for_a_schedule(sm, tmp_path):
-    from skipsearch.schedule import BatchRange, Schedule
+    from skipsearch.files.schedule import BatchRange, Schedule
 
     sched = Schedule((BatchRange(1, 3, 4), BatchRange(4, 32, 0)), considered=(0, 4))
     prof = dataclasses.replace(_profile(sm, "ngram", min_n=2, max_n=2), schedule=sched)

@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 
 from skipsearch.cli import app, edge
 from skipsearch.config import Candidate, ConfigError, DraftConfig
-from skipsearch.costs import CostModelRef, CostProfile, load_costs, save_costs
+from skipsearch.files.cost_profile import CostModelRef, CostProfile, load_costs, save_costs
 from skipsearch.files.costs import Costs
 from skipsearch.measure import Measurement
 from skipsearch.profile import load_profile
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.study import TrialRecord, open_study, run_search, share_cores
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
+from skipsearch.search.study import TrialRecord, open_study, run_search, share_cores
 
 runner = CliRunner()
 HERE = Path(__file__).parent
@@ -35,7 +35,7 @@ ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 def _no_model(monkeypatch):
     """Fail the test if anything loads a model: these checks must come first."""
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the input was checked")
@@ -286,8 +286,8 @@ def test_local_workers_share_the_cores(monkeypatch):
 
 # -- figures that belong to the method --------------------------------------------------------------------------------
 def test_the_verdict_for_a_lookup_draft_reports_its_acceptance_and_tau_and_leaves_loaded_figures_out():
-    from skipsearch.study.shipping import verdict as ship_verdict
-    from skipsearch.surrogate import CostModel
+    from skipsearch.engine.surrogate import CostModel
+    from skipsearch.search.study.shipping import verdict as ship_verdict
 
     lookup = Candidate("hybrid", DraftConfig(max_draft_tokens=8), (("fallback", "none"), ("max_n", 2),
                                                                     ("min_n", 2)))

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from skipsearch import costs, profile
+from skipsearch import profile
+from skipsearch.files import cost_profile as costs
 from skipsearch.files import targets, yamlio
 from skipsearch.files.errors import CostsError, ProfileError, TargetError
 

@@ -12,10 +12,10 @@ from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
 from skipsearch import api
-from skipsearch import optimize as opt
+from skipsearch.api import decode as api_decode
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
-from skipsearch.decoding import GREEDY, generate, hf_generate
+from skipsearch.engine.decoding import GREEDY, generate, hf_generate
 from skipsearch.files.errors import ProfileError
 from skipsearch.methods import fractal
 from skipsearch.methods.fractal import METHOD as FRACTAL
@@ -24,6 +24,7 @@ from skipsearch.methods.fractal import drafter as fractal_drafter
 from skipsearch.methods.fractal.compressed import compressed_model, model_bytes
 from skipsearch.methods.fractal.drafter import FractalDrafter, draft_pass, merge
 from skipsearch.profile import ModelRef, Profile, load_profile, save_profile
+from skipsearch.search import optimize as opt
 
 PROMPT = [3, 17, 5, 9, 22, 7, 1, 40, 2]
 NEW = 30
@@ -382,7 +383,7 @@ def _params(profile):
 
 
 def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_path):
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
     settings = opt.SearchSettings(strategy="fractal", budget=10, n_prompts=2, max_new_tokens=8,
                                   study=str(tmp_path / "study"), strategy_options=(
@@ -421,7 +422,7 @@ def test_decode_runs_a_fractal_profile(sm, monkeypatch, tmp_path, reference):
     monkeypatch.setattr(sm, "tokenizer", Tok())
     monkeypatch.setattr(api, "open_model", lambda **kw: (sm, load_profile(kw["profile"])))  # sm has no checkpoint
     monkeypatch.setattr(api, "check_prompts_fit", lambda *a, **kw: None)  # nor a config or tokenizer to read
-    monkeypatch.setattr(api, "encode_prompt", lambda tokenizer, prompt: PROMPT)
+    monkeypatch.setattr(api_decode, "encode_prompt", lambda tokenizer, prompt: PROMPT)
     monkeypatch.setattr(sm, "name", "tiny-fractal")
     out = CliRunner().invoke(app, ["decode", "--profile", str(path), "--prompt", "x", "--max-new-tokens", str(NEW),
                                    "--json"])
@@ -469,7 +470,7 @@ def test_real_model_compressed_copy_and_positions(real_sm):
     assert float((full - quant).abs().sum(-1).max()) < 0.5  # twice the total variation, per position
 
 
-# -- re-planning a fractal profile for another device (skipsearch.device_replan, issue 22) ----------------------------
+# -- re-planning a fractal profile for another device (skipsearch.search.replan, issue 22) ----------------------------
 def _observed_cycles(sm, params, prompt, cont, max_new):
     """(drafted, accepted) of every cycle the engine runs with the fractal drafter."""
     drafter = FractalDrafter(sm, params)
@@ -482,9 +483,9 @@ def _observed_cycles(sm, params, prompt, cont, max_new):
 
 @pytest.mark.parametrize(("n", "w"), [(1, 2), (2, 3)])
 def test_the_fractal_record_replays_the_engine_s_cycles(sm, n, w):
+    from skipsearch.engine.surrogate import Calibration
     from skipsearch.methods.fractal.surrogate import record
     from skipsearch.methods.ngram import replay_cycles
-    from skipsearch.surrogate import Calibration
 
     params = FractalParams(n=n, w=w, quantization="none")  # the full model as its copy: drafts that often match
     prompts = (tuple(PROMPT), (5, 9, 2, 8, 8, 1, 30))
@@ -500,7 +501,7 @@ def test_the_fractal_record_replays_the_engine_s_cycles(sm, n, w):
 
 
 def _fractal_costs(sm, *, verify, scheme_seconds, head_saving=0.0):
-    from skipsearch.costs import CostModelRef, CostProfile
+    from skipsearch.files.cost_profile import CostModelRef, CostProfile
     from skipsearch.files.costs import Costs, SchemeCosts
 
     L = sm.num_layers
@@ -510,9 +511,9 @@ def _fractal_costs(sm, *, verify, scheme_seconds, head_saving=0.0):
 
 
 def test_a_fractal_profile_re_plans_whether_its_draft_pays(sm):
-    from skipsearch import device_replan
+    from skipsearch.engine.surrogate import calibrate
     from skipsearch.methods.fractal import FRACTAL_KEY
-    from skipsearch.surrogate import calibrate
+    from skipsearch.search import replan as device_replan
 
     params = FractalParams(n=1, w=2, quantization="int8-dynamic")
     prof = _profile(dict(params.to_method_params(sm.num_layers)), max_k=0)  # as optimize ships a losing draft

@@ -10,12 +10,12 @@ import pytest
 import torch
 from clocks import ManualClock
 
-from skipsearch import harness as hn
-from skipsearch import timing
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.decoding import Draft, Drafter, generate, make_drafter
+from skipsearch.engine import harness as hn
+from skipsearch.engine import timing
+from skipsearch.engine.decoding import Draft, Drafter, generate, make_drafter
 from skipsearch.memory import memory_probe
-from skipsearch.objective import LosslessnessError, time_drafter
+from skipsearch.search.objective import LosslessnessError, time_drafter
 
 CPU = torch.device("cpu")
 PROMPTS = ((3, 17, 5, 9, 22, 41), (7, 7, 30, 2), (11, 4, 11, 4, 9))
@@ -110,8 +110,8 @@ def test_a_method_that_changes_one_token_is_caught():
 
 
 def test_the_search_accepts_numerical_ties_only_below_fp32(tiny_sm):
-    from skipsearch.equivalence import lossless_check
-    from skipsearch.models import SkippableModel
+    from skipsearch.engine.equivalence import lossless_check
+    from skipsearch.model.skippable import SkippableModel
 
     assert lossless_check(tiny_sm) is None  # fp32: identical, or a LosslessnessError
     bf16 = SkippableModel(copy.deepcopy(tiny_sm.hf).to(torch.bfloat16), tokenizer=None, name="tiny-bf16")
@@ -216,12 +216,12 @@ def test_time_drafter_times_a_lossless_drafter_against_autoregressive(tiny_sm):
 def test_hierplan_validation_pools_alpha_and_beta_over_one_pass(tiny_sm):
     # the harness warms up and repeats; the α, β that validation reports must still be those of one
     # drafter run once over each prompt, as the planner defines them
-    from skipsearch.decoding import generate
+    from skipsearch.engine.decoding import generate
+    from skipsearch.engine.surrogate import calibrate
     from skipsearch.methods.hierarchical import Hierarchy
     from skipsearch.methods.hierarchical.closed_form import PlanInputs
     from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
     from skipsearch.methods.hierarchical.planner import validate
-    from skipsearch.surrogate import calibrate
 
     h = Hierarchy(DraftConfig(skip_attn=(2,), skip_mlp=(3,)), DraftConfig(skip_attn=(1, 2), skip_mlp=(1, 3)), 2, 1)
     cal = calibrate(tiny_sm, PROMPTS, max_new_tokens=12)

@@ -17,13 +17,13 @@ from skipsearch import api
 from skipsearch.api.planning import build_profile
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig, SamplingParams
-from skipsearch.decoding import LayerSkipDrafter, generate, hf_generate, process_logits
+from skipsearch.engine.decoding import LayerSkipDrafter, generate, hf_generate, process_logits
+from skipsearch.engine.surrogate import calibrate
 from skipsearch.files.errors import ProfileError
 from skipsearch.methods.hierarchical import Hierarchy, hierarchy_from_profile, hierarchy_to_profile_fields
 from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
 from skipsearch.methods.hierarchical.planner import plan_model, render_markdown
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
-from skipsearch.surrogate import calibrate
 
 PROMPT = [3, 9, 4, 1, 7, 22, 5, 40, 11]
 MEDIUM = DraftConfig(skip_attn=(2,), skip_mlp=(3,))
@@ -302,7 +302,7 @@ def test_measured_alpha_is_one_when_the_medium_draft_is_the_full_model(tiny_sm):
 
 # -- the CLI, measured mode -----------------------------------------------------------------------------------
 def test_cli_plan_refuses_unnested_profiles_before_loading_the_model(tmp_path, monkeypatch):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     example = yaml.safe_load(open("profiles/smollm2-135m/example.yaml"))
     small = {**example, "draft": {**example["draft"], "skip_attn": [5, 9]}}

@@ -38,8 +38,8 @@ from conftest import save_tiny_checkpoint
 from typer.testing import CliRunner
 
 from skipsearch.cli import app
-from skipsearch.costs import load_costs
 from skipsearch.files import yamlio
+from skipsearch.files.cost_profile import load_costs
 from skipsearch.profile import load_profile
 
 runner = CliRunner()
@@ -267,8 +267,8 @@ def test_a_profile_for_a_model_of_another_depth_is_one_line(tmp_path, tiny):
 
 def _no_model(monkeypatch) -> None:
     """Any model load fails the test: what is checked must be refused before one."""
-    from skipsearch import loader
     from skipsearch.api import loading
+    from skipsearch.model import loader
 
     for module in (loader, loading):
         monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
@@ -426,7 +426,7 @@ def test_a_hostile_study_is_one_line(tmp_path, tiny, ngram_study, make, fragment
                          ids=[c[0] for c in RESUMED_INPUTS])
 def test_resuming_a_study_made_otherwise_is_one_line_before_the_model_loads(tmp_path, tiny, ngram_study,
                                                                              monkeypatch, make, strategy, fragment):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     study = make(tmp_path, ngram_study)
     before = _snapshot(study)
@@ -532,7 +532,7 @@ DATASET_INPUTS = [
 
 @pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in DATASET_INPUTS], ids=[c[0] for c in DATASET_INPUTS])
 def test_a_hostile_dataset_file_is_one_line_before_the_model_loads(tmp_path, tiny, monkeypatch, make, fragment):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     path = make(tmp_path)
     before = _snapshot(tmp_path)
@@ -564,7 +564,7 @@ STORAGE_READERS = [["study", "show", "--storage", "{}"],
 @pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in STORAGE_INPUTS], ids=[c[0] for c in STORAGE_INPUTS])
 @pytest.mark.parametrize("reader", STORAGE_READERS, ids=lambda r: r[0])
 def test_a_hostile_storage_url_is_one_line_and_creates_nothing(tmp_path, tiny, monkeypatch, make, fragment, reader):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     url = make(tmp_path)
     if url.startswith("mysql+mysqldb:") and importlib.util.find_spec("MySQLdb") is not None:
@@ -844,8 +844,9 @@ AT = [(1.0, False), (5.0, True), (15.0, True)]  # seconds; from the start, or fr
 def interrupted(tmp_path_factory, tiny):
     """Every long command Ctrl-C'd at 1 s, 5 s and 15 s, and two workers on one study, as real processes run
     side by side. Each has a good file at its target first. -> {case: (Done, folder)}."""
-    from skipsearch.costs import measure_cost_profile, save_costs
-    from skipsearch.loader import load_model
+    from skipsearch.engine.measuring import measure_cost_profile
+    from skipsearch.files.cost_profile import save_costs
+    from skipsearch.model.loader import load_model
 
     base = tmp_path_factory.mktemp("interrupted")
     sm = load_model(str(tiny), device="cpu", dtype="float32")
@@ -1002,7 +1003,7 @@ def test_ctrl_c_turned_into_a_bad_input_error_by_native_code_is_still_exit_130(t
     # process inside it and the KeyboardInterrupt comes back out as the reader's own error.
     script = (
         "import os, signal, sys\n"
-        "import skipsearch.loader as loader\n"
+        "import skipsearch.model.loader as loader\n"
         "from skipsearch.checkpoints import ModelError\n"
         "def reader(path):\n"
         "    try:\n"

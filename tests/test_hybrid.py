@@ -18,10 +18,10 @@ from test_ngram import MUTANT_SAMPLES, chi2_fails, exact_joint, ngram, sample_pa
 from typer.testing import CliRunner
 
 from skipsearch import methods
-from skipsearch import optimize as opt
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import Draft, generate, hf_generate
+from skipsearch.engine.decoding import Draft, generate, hf_generate
+from skipsearch.engine.surrogate import calibrate
 from skipsearch.methods.fractal import METHOD as FRACTAL
 from skipsearch.methods.fractal import FractalParams
 from skipsearch.methods.hybrid import METHOD as HYBRID
@@ -29,11 +29,11 @@ from skipsearch.methods.hybrid import NONE, HybridDrafter, HybridParams
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.precision import METHOD as PRECISION
-from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.surrogate import calibrate
+from skipsearch.search import optimize as opt
+from skipsearch.search.objective import ModelObjective
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
 
 PROMPTS = ([1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 9, 2, 33, 7, 5, 9], [40, 41, 42, 43, 40, 41], [7], [30, 31, 32])
 SAMPLES = 1500
@@ -264,11 +264,11 @@ def test_a_new_draft_source_is_a_hybrid_fallback_by_its_hooks_alone(tiny_sm, toy
     """The toy draft source is the model under its skip sets, as layer-skip with the full head is, and says so only
     through its hooks (a drafter, drafts_alone, Tracing): a hybrid drafts, predicts, keeps and re-plans through it
     exactly as through layer-skip, and nothing in hybrid names it."""
-    from skipsearch import device_replan
-    from skipsearch.costs import CostModelRef, CostProfile
+    from skipsearch.files.cost_profile import CostModelRef, CostProfile
     from skipsearch.files.costs import Costs
     from skipsearch.methods import Keeping
     from skipsearch.profile import Measured
+    from skipsearch.search import replan as device_replan
 
     name = toy_source.SOURCE
     with pytest.raises(methods.ParamsError, match=f"must be one of layer-skip, fractal, precision, {name}, none, "
@@ -339,7 +339,7 @@ def test_prepare_ranks_the_trimmed_head_by_calibration_frequency(tiny_sm):
 
 
 def test_optimize_hybrid_ships_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
     settings = opt.SearchSettings(strategy=HYBRID.name, budget=24, n_prompts=2, max_new_tokens=12, shortlist=2,
                                   space=SearchSpace(num_layers=4, max_draft_tokens=(2, 4)),
@@ -360,13 +360,13 @@ def test_optimize_hybrid_ships_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
 
 
 def test_optimize_hybrid_through_the_cli_with_a_warm_start(tiny_sm, monkeypatch, tmp_path):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     warm = Profile(model=ModelRef(name="tiny", num_layers=4), method=LAYER_SKIP.name,
                    draft=DraftConfig(skip_attn=(2,), max_draft_tokens=2))
     warm_path = save_profile(warm, tmp_path / "warm.yaml")
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: tiny_sm)
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [4, 5, 6, 4, 5, len(prompt.text) % 60])
     out = tmp_path / "code.yaml"
     result = CliRunner().invoke(app, ["optimize", "--strategy", HYBRID.name, "--warm-start", str(warm_path),

@@ -207,3 +207,74 @@ def test_python_m_skipsearch_still_runs():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Usage" in out.stdout
+
+
+# -- the layers are folders --------------------------------------------------------------------------------
+# docs/development.md's layers, lowest first. The top of skipsearch/ holds only the ground floor's shared modules
+# (and __main__, the entry point above everything); every other module is in its layer's folder, and a folder
+# imports only folders below it (and the ground floor), not even inside a function.
+GROUND = {"config", "data", "hardware", "notices", "interrupts", "tested", "measure", "memory", "checkpoints",
+          "kv_cache"}
+LAYERS = ("kernels", "model", "files", "engine", "methods", "profile", "search", "roofline", "export", "bench", "api",
+          "cli")
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "ground"
+
+
+def test_the_top_of_the_package_holds_only_the_ground_floor_and_every_layer_is_a_folder():
+    top = {p.stem for p in (ROOT / PACKAGE).glob("*.py")} - {"__init__", "__main__"}
+    assert top == GROUND, f"modules at the top of skipsearch/ that belong in a layer's folder: {sorted(top - GROUND)}"
+    folders = {p.name for p in (ROOT / PACKAGE).iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(LAYERS), f"folders that are not a layer of LAYERS (or layers with no folder): " \
+                                   f"{sorted(folders ^ set(LAYERS))}"
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    order = {name: i for i, name in enumerate(("ground", *LAYERS))}
+    upward = sorted(f"{a} -> {b}" for a, targets in import_graph().items() if a != f"{PACKAGE}.__main__"
+                    for b in targets if order[_room(b)] > order[_room(a)])
+    assert not upward, "imports that run up the layers (docs/development.md):\n" + "\n".join(upward)
+
+
+def test_the_layer_reader_places_modules_in_their_folders():
+    assert _room("skipsearch.engine.decoding") == "engine" and _room("skipsearch.config") == "ground"
+    assert _room("skipsearch.methods.fractal.drafter") == "methods" and _room("skipsearch") == "ground"
+
+
+# A method's internals are its own: outside methods/, code imports the registry (skipsearch.methods), the shared
+# base and summary, and a method's package or module (its face), never a module inside a method's package. The
+# exceptions, each with its reason; like KNOWN, the list only shrinks.
+INSIDE_A_METHOD = {
+    "skipsearch.methods.clasp_dynamic.dp": "the CLaSp strategy runs the method's DP over calibration prompts",
+    "skipsearch.methods.hierarchical.planner": "skipsearch plan runs the hierarchical planner (no strategy of its own)",
+    "skipsearch.methods.hierarchical.closed_form": "skipsearch plan prints and draws the planner's closed forms",
+}
+
+
+def test_nothing_outside_methods_imports_a_methods_internals_but_the_named_exceptions():
+    names = module_names()
+    faces = {n for n in names if n.count(".") == 2 and n.startswith(f"{PACKAGE}.methods.")}
+    found = {b for a, targets in import_graph().items() if not a.startswith(f"{PACKAGE}.methods")
+             for b in targets if b.startswith(f"{PACKAGE}.methods.") and b not in faces}
+    assert found <= set(INSIDE_A_METHOD), f"a method's internals imported from outside methods/: " \
+                                          f"{sorted(found - set(INSIDE_A_METHOD))}"
+    gone = set(INSIDE_A_METHOD) - found
+    assert not gone, f"no longer imported from outside methods/: delete from INSIDE_A_METHOD: {sorted(gone)}"
+
+
+def test_an_old_import_path_is_the_moved_module_and_says_where_it_went():
+    code = ("import warnings, sys\nwarnings.simplefilter('error')\n"
+            "import skipsearch.engine.decoding as new\n"
+            "try:\n    import skipsearch.decoding\nexcept DeprecationWarning as w:\n    print(w)\n"
+            "warnings.simplefilter('ignore')\n"
+            "from skipsearch.decoding import generate\nimport skipsearch.study.runner as old_runner\n"
+            "import skipsearch.search.study.runner as runner\n"
+            "assert sys.modules['skipsearch.decoding'] is new and generate is new.generate\n"
+            "assert old_runner is runner and runner.__spec__.name == 'skipsearch.search.study.runner'\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ("skipsearch.decoding moved to skipsearch.engine.decoding; the old path goes in the "
+                                  "next release")

@@ -14,7 +14,7 @@ from torch import nn
 
 from skipsearch import methods
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
-from skipsearch.decoding import generate, hf_generate
+from skipsearch.engine.decoding import generate, hf_generate
 from skipsearch.kernels import Kernel, check_kernel, parse_kernel
 from skipsearch.kernels.inductor import static_cache_supported
 from tests.conftest import make_tiny_model
@@ -177,10 +177,11 @@ def test_decode_in_batches_compiles_a_batch_of_ones_draft_before_the_first_batch
     from torch._dynamo.utils import counters
 
     from skipsearch import api
-    from skipsearch.batched import generate_batch
+    from skipsearch.api import decode as api_decode
     from skipsearch.data import Prompt
+    from skipsearch.engine.batched import generate_batch
+    from skipsearch.files.schedule import BatchRange, Schedule
     from skipsearch.profile import ModelRef, Profile
-    from skipsearch.schedule import BatchRange, Schedule
 
     m = methods.get("precision")
     cfg = DraftConfig(max_draft_tokens=2, exit=NO_EXIT)
@@ -188,7 +189,7 @@ def test_decode_in_batches_compiles_a_batch_of_ones_draft_before_the_first_batch
     candidate = m.candidate(cfg, m.parse({"scheme": "int8", "full_attn": [1]}, draft=cfg, num_layers=4))
     prof = Profile(model=ModelRef("tiny", 4), method="precision", draft=cfg, method_params=candidate.params,
                    schedule=Schedule((BatchRange(1, 1, 2), BatchRange(2, 8, 0)), (0, 2)))
-    monkeypatch.setattr(api, "encode_prompt", lambda tokenizer, prompt: [int(t) for t in prompt.text.split()])
+    monkeypatch.setattr(api_decode, "encode_prompt", lambda tokenizer, prompt: [int(t) for t in prompt.text.split()])
     monkeypatch.setattr(panel, "tokenizer", SimpleNamespace(eos_token_id=None, decode=lambda ids, **kw: ""))
     prompts = [Prompt(str(i), " ".join(map(str, ids)), False, "", "--prompt") for i, ids in enumerate(PROMPTS)]
     batches = api.decode_batches(panel, prompts, profile=prof, batch_size=2, max_new_tokens=8)
@@ -254,7 +255,7 @@ def test_a_call_seen_before_skips_dynamos_guards_and_still_runs_its_own_graph(pa
 
 
 def test_batches_decode_what_eager_batches_do(panel):
-    from skipsearch.batched import decode_rows, generate_batch
+    from skipsearch.engine.batched import decode_rows, generate_batch
 
     twin = make_tiny_model(vocab_size=64, num_layers=4, seed=3)  # the same weights, eager
     batch = list(PROMPTS)

@@ -14,7 +14,7 @@ import transformers
 
 from skipsearch import kernels, methods
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
-from skipsearch.decoding import generate, hf_generate
+from skipsearch.engine.decoding import generate, hf_generate
 from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
 from skipsearch.kernels.inductor import static_cache_supported
 from tests.conftest import make_tiny_model
@@ -212,7 +212,7 @@ def test_batches_run_compiled_graphs_per_batch_size_and_decode_what_eager_batche
     prompt length, draft length or acceptance compiles anything, and the full model's forwards run compiled."""
     from torch._dynamo.utils import counters
 
-    from skipsearch.batched import decode_rows, generate_batch
+    from skipsearch.engine.batched import decode_rows, generate_batch
 
     twin = make_tiny_model(vocab_size=64, num_layers=4, seed=3)  # the same weights, eager
     runner = compiled._runner
@@ -246,7 +246,7 @@ def test_batches_run_compiled_graphs_per_batch_size_and_decode_what_eager_batche
 
 
 def test_the_compiled_batch_cache_refuses_a_batch_it_cannot_hold_in_one_line(compiled):
-    from skipsearch.batched import generate_batch
+    from skipsearch.engine.batched import generate_batch
 
     with pytest.raises(ConfigError, match="do not fit kernel inductor-c4's batched cache") as info:
         generate_batch(compiled, [[1] * 40, [2] * 30], max_new_tokens=40)
@@ -256,8 +256,8 @@ def test_the_compiled_batch_cache_refuses_a_batch_it_cannot_hold_in_one_line(com
 def test_a_new_batch_sizes_compiled_graphs_count_in_the_memory_check(compiled, monkeypatch):
     """A batch size not yet compiled is charged what the kernel's last compile took (its graphs freeze their own
     weights); one already compiled, a batch of one (the one-sequence graphs) and the eager kernel are not."""
-    from skipsearch import batched
-    from skipsearch.batched import BatchRefused, batch_bytes, check_fits
+    from skipsearch.engine import batched
+    from skipsearch.engine.batched import BatchRefused, batch_bytes, check_fits
 
     runner = compiled._runner
     compiled.batch_cache(2, 40)
@@ -280,7 +280,7 @@ def test_the_batched_cost_grid_times_each_batch_size_as_decode_runs_it_on_the_ke
     batch size's graphs (compiled before the timing), and the timing compiles nothing."""
     from torch._dynamo.utils import counters
 
-    from skipsearch.costs import measure_batched
+    from skipsearch.engine.measuring import measure_batched
 
     runner = compiled._runner
     compiled.batch_cache(2, 40)
@@ -311,7 +311,8 @@ def test_the_batched_cost_grid_times_each_batch_size_as_decode_runs_it_on_the_ke
 
 def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):
     from skipsearch import methods as registry
-    from skipsearch.costs import load_costs, measure_cost_profile, save_costs
+    from skipsearch.engine.measuring import measure_cost_profile
+    from skipsearch.files.cost_profile import load_costs, save_costs
 
     context = tuple(range(3, 23))
     cp = measure_cost_profile(compiled, context, repeats=3, verify_sizes=(1, 2, 4, 5))
@@ -343,7 +344,7 @@ def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_ste
 def test_the_verify_curve_is_timed_at_each_blocks_edges(compiled, monkeypatch):
     """v(k) on a kernel of 4-token blocks is a staircase, flat inside a block: timed only at 3 and 6, a line
     between them would price v(4) too high and v(5) too low, so each block's edges are timed too."""
-    from skipsearch import surrogate
+    from skipsearch.engine import surrogate
 
     seen = []
     timer = surrogate.time_interleaved
@@ -361,7 +362,7 @@ def test_the_verify_curve_is_timed_at_each_blocks_edges(compiled, monkeypatch):
 
 
 def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_path):
-    from skipsearch.costs import load_costs
+    from skipsearch.files.cost_profile import load_costs
 
     path = tmp_path / "old.yaml"
     path.write_text("schema_version: 1\nmodel: {name: m, num_layers: 2}\ndevice: cpu\ndtype: float32\n"

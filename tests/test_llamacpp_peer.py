@@ -29,7 +29,7 @@ from skipsearch.bench.llamacpp_server import (
     request_body,
 )
 from skipsearch.config import ConfigError
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 # llama.cpp as vendored in llama-cpp-python 0.3.36, common/arg.cpp: the ngram-mod flags (``--spec-default``'s)
 # beside the ones exports use (test_export.LLAMA_FLAGS), and the spec types of common/speculative.cpp.
@@ -369,7 +369,7 @@ def test_only_the_kinds_asked_for_run(fake_server, bpe_sm, tmp_path):
 @pytest.mark.skipif(lp.find_server(None)[0] is None, reason="no llama-server (--llama-server, $SKIPSEARCH_LLAMA_SERVER "
                     "or PATH)")
 def test_a_real_llama_server_decodes_plain_as_hf_greedy(real_sm, encode_offline, tmp_path_factory):
-    from skipsearch.decoding import hf_generate
+    from skipsearch.engine.decoding import hf_generate
 
     prompts = [ids for _, ids in encode_offline(real_sm, "mtbench,humaneval", n=2)]
     want = [hf_generate(real_sm, ids, max_new_tokens=8) for ids in prompts]
@@ -437,8 +437,8 @@ def _answers(ckpt, tmp_path, max_new_tokens: int) -> Path:
     """HF greedy's output on every prompt the bench decodes (its bench and sweep prompts), keyed by the prompt's ids,
     for the stand-in server to answer with."""
     from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.decoding import hf_generate
-    from skipsearch.loader import load_model
+    from skipsearch.engine.decoding import hf_generate
+    from skipsearch.model.loader import load_model
 
     sm = load_model(str(ckpt), device="cpu", dtype="float32")
     prompts = [*load_prompts("humaneval", split="heldout", n=2, seed=0),

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from skipsearch import api, bench, methods
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, SamplingParams
-from skipsearch.decoding import Draft, Drafter, generate, hf_generate
+from skipsearch.engine.decoding import Draft, Drafter, generate, hf_generate
 from skipsearch.methods import Method, ParamsError, check_keys, int_param
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
 
@@ -154,7 +154,7 @@ class EchoDrafter(Drafter):
 
     def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history):
         tokens = tuple(history[-self.span:])[: min(limit, self.k)]
-        from skipsearch.decoding import one_hot_probs
+        from skipsearch.engine.decoding import one_hot_probs
 
         return Draft(tokens, None if sampling.greedy or not tokens else one_hot_probs(tokens, sm))
 

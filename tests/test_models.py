@@ -9,8 +9,8 @@ import torch
 
 from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.loader import load_model
-from skipsearch.models import SkippableModel
+from skipsearch.model.loader import load_model
+from skipsearch.model.skippable import SkippableModel
 
 PROMPT = [5, 17, 3, 42, 8]  # 5 tokens: the cache holds positions 0..4 after prefill
 P = len(PROMPT)

@@ -15,12 +15,13 @@ import torch
 from conftest import assert_one_line_error, save_tiny_checkpoint, tiny_llama
 from typer.testing import CliRunner
 
-from skipsearch import checkpoints, placement
+from skipsearch import checkpoints
 from skipsearch.checkpoints import ALIASES, ModelError, list_models, state_fingerprint, weights_fingerprint
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
-from skipsearch.loader import load_model
-from skipsearch.placement import GIB, Placement, choose_placement, count_parameters, estimate_memory
+from skipsearch.model import placement
+from skipsearch.model.loader import load_model
+from skipsearch.model.placement import GIB, Placement, choose_placement, count_parameters, estimate_memory
 from skipsearch.profile import SCHEMA_VERSION, Environment, ModelRef, Profile, check_model, load_profile, save_profile
 
 runner = CliRunner()

@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 from skipsearch import methods
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig, SamplingParams
-from skipsearch.decoding import Draft, generate, hf_generate, process_logits
+from skipsearch.engine.decoding import Draft, generate, hf_generate, process_logits
+from skipsearch.engine.surrogate import calibrate
 from skipsearch.methods.ngram import METHOD as NGRAM
 from skipsearch.methods.ngram import NgramDrafter, NgramIndex, NgramParams
-from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
-from skipsearch.surrogate import calibrate
+from skipsearch.search.objective import ModelObjective
 
 V16 = 16
 SAMPLES = 1500
@@ -274,10 +274,10 @@ def test_bad_params_are_one_line_errors(tmp_path, params, draft, fragment):
 
 # -- the search, end to end --------------------------------------------------------------------------------------
 def test_optimize_ngram_writes_a_valid_profile(tiny_sm, monkeypatch, tmp_path):
-    from skipsearch import loader
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: tiny_sm)
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [1, 2, 3, 1, 2, len(prompt.text) % 60])
     out = tmp_path / "ngram.yaml"
     result = CliRunner().invoke(app, ["optimize", "--strategy", "ngram", "--n", "1,2", "--budget", "6",

@@ -65,9 +65,9 @@ def test_notebooks_draw_committed_results(tmp_path, monkeypatch):
     import yaml
 
     from skipsearch.measure import Measurement
-    from skipsearch.space import SearchSpace
-    from skipsearch.strategies import make_strategy
-    from skipsearch.study import open_study, run_search
+    from skipsearch.search.space import SearchSpace
+    from skipsearch.search.strategies import make_strategy
+    from skipsearch.search.study import open_study, run_search
 
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").mkdir()

@@ -99,7 +99,7 @@ def test_python_default_filters_keep_our_deprecation_and_drop_a_libraries():
             warnings.resetwarnings()
             warnings.simplefilter("ignore", DeprecationWarning)
             route_warnings(lines.append)
-            _warn_from(OURS, "`ours` is deprecated", DeprecationWarning, module="skipsearch.models")
+            _warn_from(OURS, "`ours` is deprecated", DeprecationWarning, module="skipsearch.model.skippable")
             _warn_from(THIRD_PARTY, "`theirs` is deprecated", DeprecationWarning, module="somelib.deprecation")
             _warn_from(THIRD_PARTY, "a library's own warning", UserWarning, module="somelib.deprecation")
     finally:
@@ -113,8 +113,8 @@ def _decode_with_the_old_cache_name(checkpoint: Path, *flags: str) -> subprocess
     # 5.24-5.39 still takes but warns about on every forward (README command 1 once printed that notice 7 times).
     script = textwrap.dedent(f"""
         import sys
-        import skipsearch.models
-        skipsearch.models._cache_parameter = lambda forward: "past_key_values"
+        import skipsearch.model.skippable
+        skipsearch.model.skippable._cache_parameter = lambda forward: "past_key_values"
         sys.argv = ["skipsearch", *{list(flags)!r}, "decode", "--model", {str(checkpoint)!r},
                     "--prompt", "def fib ( n ) :", "--max-new-tokens", "6", "--device", "cpu"]
         from skipsearch.__main__ import main

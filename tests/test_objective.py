@@ -9,8 +9,7 @@ import pytest
 from clocks import WorkCosts, work_clock
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, Trace
-from skipsearch.objective import ModelObjective
-from skipsearch.surrogate import (
+from skipsearch.engine.surrogate import (
     CostModel,
     calibrate,
     interpolate,
@@ -18,6 +17,7 @@ from skipsearch.surrogate import (
     replay,
     trace,
 )
+from skipsearch.search.objective import ModelObjective
 
 PROMPTS = ((3, 17, 5, 9, 22, 41), (7, 7, 30, 2))
 
@@ -104,7 +104,7 @@ def test_a_config_that_skips_nothing_matches_everywhere(tiny_sm, calibration):
 
 
 def test_the_trace_leaves_the_shared_cache_as_it_found_it(tiny_sm, calibration):
-    from skipsearch.surrogate import full_cache
+    from skipsearch.engine.surrogate import full_cache
 
     prompt, cont = calibration.prompts[0], calibration.continuations[0]
     kv = full_cache(tiny_sm, prompt, cont)

@@ -17,8 +17,8 @@ from skipsearch.bench.plot import bench_figure, plot_reports, read_report
 from skipsearch.cli import app
 from skipsearch.config import Candidate, ConfigError, DraftConfig
 from skipsearch.measure import Measurement
-from skipsearch.study import ERROR_ATTR, KIND_ATTR, MEASUREMENT_ATTR, WORKER_ATTR, candidate_attrs, load_records
-from skipsearch.study.plot import cost_acceptance_front, study_figure
+from skipsearch.search.study import ERROR_ATTR, KIND_ATTR, MEASUREMENT_ATTR, WORKER_ATTR, candidate_attrs, load_records
+from skipsearch.search.study.plot import cost_acceptance_front, study_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -200,7 +200,7 @@ def test_a_study_without_cost_or_acceptance_still_draws(tmp_path):
 
 def test_committed_study_draws_as_a_png(tmp_path):
     label, recs = load_records(study_dir=ROOT / "studies" / "smollm2-135m-tpe")
-    from skipsearch.study.plot import plot_study
+    from skipsearch.search.study.plot import plot_study
 
     assert_png(plot_study(recs, tmp_path / "s.png", title=label))
 

@@ -19,15 +19,15 @@ from typer.testing import CliRunner
 from skipsearch import api, bench, methods
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule
-from skipsearch.decoding import generate, hf_generate
+from skipsearch.engine.decoding import generate, hf_generate
+from skipsearch.engine.surrogate import calibrate
 from skipsearch.methods import ParamsError
 from skipsearch.methods.precision import METHOD, PrecisionParams, check_scheme
-from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, save_profile
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.study import seed_study
-from skipsearch.surrogate import calibrate
+from skipsearch.search.objective import ModelObjective
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
+from skipsearch.search.study import seed_study
 
 CPU_SCHEMES = ("fp16", "int8", "int4")
 PROMPTS = ([5, 9, 2, 33, 7, 12], [1, 2, 3, 1, 2, 3, 1, 2], [40, 41, 42, 43, 40, 41, 17])
@@ -46,7 +46,7 @@ def tiny():
     with torch.no_grad():
         model.lm_head.weight.mul_(5.0)
     model.generation_config.eos_token_id = None
-    from skipsearch.models import SkippableModel
+    from skipsearch.model.skippable import SkippableModel
 
     return SkippableModel(model, tokenizer=None, name="tiny-precision")
 
@@ -259,7 +259,7 @@ def test_tiny_model_factory_is_still_available():
 def test_the_memory_check_counts_the_draft_copy():
     from transformers import LlamaConfig
 
-    from skipsearch.placement import estimate_memory
+    from skipsearch.model.placement import estimate_memory
 
     config = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)

@@ -144,7 +144,7 @@ def test_upgrade_is_identity_for_current_version_and_copies():
 
 
 def test_upgrade_runs_every_step_up_to_the_current_version(monkeypatch):
-    import skipsearch.profile as profile_module
+    import skipsearch.profile.schema as profile_module
 
     def v1_to_v2(raw):
         return {**raw, "draft": {**raw["draft"], "max_draft_tokens": 9}}
@@ -557,7 +557,7 @@ def test_check_profile_target_refuses_an_immutable_target(tmp_path):
 def test_check_profile_target_keeps_other_files_even_when_forced(tmp_path):
     from test_costs import synthetic
 
-    from skipsearch.costs import save_costs
+    from skipsearch.files.cost_profile import save_costs
     from skipsearch.profile import check_profile_target
 
     notes = write(tmp_path, "my notes: do not lose\n", "notes.yaml")
@@ -574,7 +574,7 @@ def test_check_profile_target_keeps_other_files_even_when_forced(tmp_path):
 
 def test_the_bounds_name_the_engines_own_limits():
     from skipsearch.files import bounds
-    from skipsearch.placement import DEFAULT_MAX_TOKENS, DTYPES
+    from skipsearch.model.placement import DEFAULT_MAX_TOKENS, DTYPES
 
     assert set(bounds.DTYPES) == set(DTYPES)
     assert bounds.MAX_DRAFT_TOKENS == DEFAULT_MAX_TOKENS - 1  # K + 1 verified positions fit the default cache

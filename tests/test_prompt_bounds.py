@@ -61,7 +61,8 @@ def bpe(tmp_path_factory) -> Path:
 @pytest.fixture
 def no_model(monkeypatch):
     """Every way a command loads a model fails the test: a refusal must come first."""
-    from skipsearch import api, loader
+    from skipsearch import api
+    from skipsearch.model import loader
 
     monkeypatch.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
     monkeypatch.setattr(api, "open_model", lambda **k: pytest.fail("the model loaded before the check"))
@@ -224,8 +225,8 @@ def test_a_prompt_just_under_the_limit_decodes_as_hf_greedy_and_one_token_more_i
                                                                                             monkeypatch):
     from skipsearch import api
     from skipsearch.config import DraftConfig
-    from skipsearch.decoding import hf_generate
-    from skipsearch.loader import load_model
+    from skipsearch.engine.decoding import hf_generate
+    from skipsearch.model.loader import load_model
 
     sm = load_model(str(bpe))
     text = _prompt_of(sm.tokenizer, CONTEXT - 8)
@@ -254,7 +255,7 @@ MIXED = ["plain words, some punctuation!", "emoji 🦊🐕 and CJK 狐狸跳过�
 def test_the_character_cap_never_refuses_what_fits(bpe):
     """A token stands for at most ``token_chars`` characters, so a text of more than room x that many characters
     needs more tokens than the room holds: the cap refuses nothing the exact check would pass."""
-    from skipsearch.loader import read_tokenizer
+    from skipsearch.model.loader import read_tokenizer
 
     tok = read_tokenizer(_checkpoint(bpe))
     per = token_chars(tok)
@@ -266,7 +267,7 @@ def test_the_character_cap_never_refuses_what_fits(bpe):
 @pytest.mark.model
 def test_the_default_models_character_cap_holds():
     from skipsearch.checkpoints import find_checkpoint
-    from skipsearch.loader import read_tokenizer
+    from skipsearch.model.loader import read_tokenizer
 
     tok = read_tokenizer(find_checkpoint("smollm2-135m"))
     per = token_chars(tok)
@@ -300,8 +301,8 @@ def test_max_new_tokens_that_leave_no_room_are_refused_untokenized():
 
 def test_the_bench_library_refuses_a_prompt_past_the_context_before_timing(bpe, monkeypatch):
     from skipsearch import bench as bn
-    from skipsearch import harness
-    from skipsearch.loader import load_model
+    from skipsearch.engine import harness
+    from skipsearch.model.loader import load_model
 
     sm = load_model(str(bpe))
     monkeypatch.setattr(harness, "run_rounds", lambda *a, **k: pytest.fail("timed before the check"))
@@ -327,7 +328,7 @@ def test_each_stage_says_so_on_stderr_where_no_bar_is_drawn():
 def test_tokenizing_much_text_says_so(bpe, monkeypatch):
     import contextlib
 
-    from skipsearch.loader import read_tokenizer
+    from skipsearch.model.loader import read_tokenizer
 
     said = []
     monkeypatch.setattr(data, "_SLOW_CHARS", 10)

@@ -13,11 +13,19 @@ from clocks import ManualClock, work_clock
 from conftest import assert_one_line_error, make_tiny_model
 from typer.testing import CliRunner
 
-from skipsearch import device_replan, timing
 from skipsearch.api.planning import plan_from_study, study_front
 from skipsearch.cli import app
 from skipsearch.config import Candidate, DraftConfig, Trace
-from skipsearch.costs import CostModelRef, CostProfile, cost_model_of, load_costs, planned_costs_of, save_costs
+from skipsearch.engine import timing
+from skipsearch.engine.surrogate import K_VALUES, calibrate, replay_all, trace_skip_sets
+from skipsearch.files.cost_profile import (
+    CostModelRef,
+    CostProfile,
+    cost_model_of,
+    load_costs,
+    planned_costs_of,
+    save_costs,
+)
 from skipsearch.files.costs import Costs, planned_costs_to_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.records import decode_trace, encode_trace
@@ -30,12 +38,12 @@ from skipsearch.methods.layer_skip import acceptance_to_dict, record_acceptance
 from skipsearch.methods.ngram import lookup_to_dict, record_lookup, replay_lookup
 from skipsearch.methods.precision import PRECISION_KEY, precision_from_dict
 from skipsearch.methods.precision.replan import precision_ratio, record_precision
-from skipsearch.objective import ModelObjective
 from skipsearch.profile import load_profile, save_profile
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import make_strategy
-from skipsearch.study import TrialRecord, load_records, open_study, records, run_search
-from skipsearch.surrogate import K_VALUES, calibrate, replay_all, trace_skip_sets
+from skipsearch.search import replan as device_replan
+from skipsearch.search.objective import ModelObjective
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import make_strategy
+from skipsearch.search.study import TrialRecord, load_records, open_study, records, run_search
 
 runner = CliRunner()
 CPU = "costs/cpu-float32.yaml"
@@ -163,7 +171,7 @@ def test_cli_plan_refuses_mixed_modes_and_lookup_profiles_without_their_record(t
 def lookup_calibration(seed: int = 0):
     """Greedy continuations that repeat their prompt in long runs, with a new token now and then: the lookup hits
     often and matches a few to a dozen tokens."""
-    from skipsearch.surrogate import Calibration
+    from skipsearch.engine.surrogate import Calibration
 
     rng = random.Random(seed)
     prompts, conts = [], []
@@ -260,7 +268,8 @@ def tiny_study(tmp_path_factory):
 
 def test_rerank_under_the_studys_own_costs_reproduces_its_predictions(tiny_study):
     sm, cal, objective, recs = tiny_study
-    from skipsearch.costs import architecture_of, costs_from_model
+    from skipsearch.engine.measuring import architecture_of
+    from skipsearch.files.cost_profile import costs_from_model
 
     own = CostProfile(CostModelRef(sm.name, 6, architecture_of(sm)), "cpu", "float32",
                       costs_from_model(objective.costs))
@@ -404,9 +413,9 @@ def _whole_workflow(tiny_checkpoint, tmp_path):
 
 
 def test_an_ngram_search_keeps_the_lookup_record_that_re_planning_needs(tiny_sm, monkeypatch, tmp_path):
-    from skipsearch import optimize as opt
+    from skipsearch.search import optimize as opt
 
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
     result = opt.optimize(tiny_sm, opt.SearchSettings(strategy="ngram", budget=3, n_prompts=2, max_new_tokens=16,
                                                       objective="surrogate", study=str(tmp_path / "s")))
@@ -634,10 +643,10 @@ def test_a_broken_precision_record_is_one_line_on_load(tmp_path):
 
 @pytest.mark.parametrize("strategy", ["precision", "hybrid"])
 def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, monkeypatch, tmp_path, strategy):
-    from skipsearch import optimize as opt
-    from skipsearch.strategies.hybrid import HybridStrategy
+    from skipsearch.search import optimize as opt
+    from skipsearch.search.strategies.hybrid import HybridStrategy
 
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
     # the hybrid grid narrowed to precision fallbacks, so that what ships has one
     monkeypatch.setattr(HybridStrategy, "grid",
@@ -669,10 +678,10 @@ def test_a_precision_search_keeps_the_record_that_re_planning_needs(tiny_sm, mon
 
 
 def test_a_hybrid_with_a_layer_skip_fallback_keeps_what_re_planning_needs(tiny_sm, monkeypatch, tmp_path):
-    from skipsearch import optimize as opt
-    from skipsearch.strategies.hybrid import HybridStrategy
+    from skipsearch.search import optimize as opt
+    from skipsearch.search.strategies.hybrid import HybridStrategy
 
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [3, 17, 5, 3, 17, 5, len(prompt.text) % 60])
     grid = HybridStrategy.grid
 

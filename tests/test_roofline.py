@@ -17,10 +17,11 @@ from skipsearch import roofline
 from skipsearch.api.checks import costs_hardware_note, profile_hardware_note
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
-from skipsearch.costs import architecture_of, cost_profile_from_dict, cost_profile_to_dict, load_costs, save_costs
+from skipsearch.engine.measuring import architecture_of
+from skipsearch.files.cost_profile import cost_profile_from_dict, cost_profile_to_dict, load_costs, save_costs
 from skipsearch.files.costs import planned_costs_from_dict, planned_costs_to_dict
 from skipsearch.files.errors import CostsError
-from skipsearch.models import arch_fingerprint
+from skipsearch.model.skippable import arch_fingerprint
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, load_profile, save_profile
 from skipsearch.roofline import arithmetic as ar
 from skipsearch.roofline import devices
@@ -101,7 +102,7 @@ def test_a_published_architecture_stands_in_for_a_checkpoint_not_on_this_machine
 
 # -- the file --------------------------------------------------------------------------------------------------
 def test_a_roofline_file_from_a_config_validates_round_trips_and_says_it_is_modelled(tiny_checkpoint, tmp_path):
-    from skipsearch.loader import load_model
+    from skipsearch.model.loader import load_model
 
     cp = roofline.roofline_cost_profile(device="h100-sxm", model=str(tiny_checkpoint), context_tokens=64)
     back = load_costs(save_costs(cp, tmp_path / "r.yaml"))
@@ -227,7 +228,7 @@ def test_bad_roofline_input_is_one_line(args, fragment, tmp_path):
 # -- a model, never taken for a measurement --------------------------------------------------------------------
 def _planned_with(cp, tiny_checkpoint, tmp_path) -> Path:
     """A tiny-model profile whose measured.costs were a roofline file's, made on this machine."""
-    from skipsearch.costs import planned_costs_of
+    from skipsearch.files.cost_profile import planned_costs_of
 
     costs = planned_costs_to_dict(planned_costs_of(cp, source="r.yaml"))
     prof = Profile(model=ModelRef(name=str(tiny_checkpoint), num_layers=4), method="layer-skip",

@@ -1,4 +1,4 @@
-"""A draft length per batch size (skipsearch.schedule): the profile's ``schedule`` key round-trips and every bad
+"""A draft length per batch size (skipsearch.files.schedule): the profile's ``schedule`` key round-trips and every bad
 schedule is one line; old profiles stay valid; the planner picks K = 0 where a synthetic cost file makes
 speculation lose and a positive K where it pays; ``plan --profile --costs`` writes a schedule from a batched cost
 file and says in one line when the cost file has none."""
@@ -12,11 +12,10 @@ import yaml
 from typer.testing import CliRunner
 
 from skipsearch.cli import app
-from skipsearch.costs import load_costs, save_costs
+from skipsearch.files.cost_profile import load_costs, save_costs
 from skipsearch.files.costs import BatchCosts, BatchedCosts
 from skipsearch.files.errors import ProfileError
-from skipsearch.profile import SCHEMA_VERSION, load_profile, profile_from_dict, profile_to_dict, save_profile
-from skipsearch.schedule import (
+from skipsearch.files.schedule import (
     BatchRange,
     DraftPoint,
     Schedule,
@@ -26,6 +25,7 @@ from skipsearch.schedule import (
     plan_schedule,
     schedule_from_dict,
 )
+from skipsearch.profile import SCHEMA_VERSION, load_profile, profile_from_dict, profile_to_dict, save_profile
 
 runner = CliRunner()
 SHIPPED_COSTS = "costs/cpu-float32.yaml"
@@ -54,7 +54,7 @@ def test_a_schedule_round_trips_through_a_profile(tmp_path):
 
 
 def test_decode_batch_size_runs_the_schedules_k_else_the_profiles_own():
-    from skipsearch.api import batch_k
+    from skipsearch.api.decode import batch_k
 
     prof = load_profile(LOOKUP_PROFILE)
     own = prof.draft.max_draft_tokens

@@ -20,9 +20,9 @@ from skipsearch import methods
 from skipsearch.config import Candidate, ConfigError, DraftConfig, ExitRule
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import REGISTRY, Strategy, make_strategy
-from skipsearch.study import open_study, records, run_search
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import REGISTRY, Strategy, make_strategy
+from skipsearch.search.study import open_study, records, run_search
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ALL = sorted(REGISTRY)
@@ -117,7 +117,7 @@ def test_a_grid_is_visited_once_each_and_a_budget_takes_a_subset(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_a_strategy_that_cannot_warm_start_refuses_one_in_one_line(name):
-    from skipsearch.optimize import SearchSettings, build_strategy
+    from skipsearch.search.optimize import SearchSettings, build_strategy
 
     warm = (DraftConfig(skip_attn=(3,), max_draft_tokens=2),)
     settings = SearchSettings(strategy=name)

@@ -14,9 +14,9 @@ import sqlalchemy
 
 from skipsearch.config import Candidate, DraftConfig, ExitRule
 from skipsearch.measure import Measurement
-from skipsearch.space import SearchSpace
-from skipsearch.strategies import REGISTRY, Strategy, make_strategy
-from skipsearch.study import (
+from skipsearch.search.space import SearchSpace
+from skipsearch.search.strategies import REGISTRY, Strategy, make_strategy
+from skipsearch.search.study import (
     SearchSummary,
     StudyError,
     TrialRecord,
@@ -416,7 +416,7 @@ def test_a_trial_finished_by_another_worker_is_never_written_again(fast_dir):
 
 def test_a_busy_storage_is_retried_and_survived(fast_dir, monkeypatch):
     """A storage that refuses a write ("database is locked") is tried again; the search never crashes."""
-    from skipsearch.study import storage as st
+    from skipsearch.search.study import storage as st
 
     study, strategy = opened(fast_dir)
     tell, refusals = study.tell, []

@@ -9,7 +9,7 @@ import pytest
 from clocks import ManualClock, work_clock
 from conftest import make_tiny_model
 
-from skipsearch import timing
+from skipsearch.engine import timing
 
 
 def test_a_swapped_clock_is_read_inside_its_block_only_and_always_put_back():

@@ -20,15 +20,15 @@ from typer.testing import CliRunner
 from skipsearch import methods
 from skipsearch.cli import app
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig, ExitRule, SamplingParams
-from skipsearch.decoding import Draft, LayerSkipDrafter, generate, hf_generate
+from skipsearch.engine.decoding import Draft, LayerSkipDrafter, generate, hf_generate
+from skipsearch.engine.surrogate import calibrate
 from skipsearch.methods import ParamsError
 from skipsearch.methods.layer_skip import METHOD as LAYER_SKIP
 from skipsearch.methods.layer_skip import LayerSkipParams, decode_ids, encode_ids, frequent_tokens, subset_sha256
 from skipsearch.methods.layer_skip import drafter as ls_drafter
 from skipsearch.methods.layer_skip import surrogate as ls_surrogate
-from skipsearch.objective import ModelObjective
 from skipsearch.profile import ModelRef, Profile, load_profile, profile_to_dict, save_profile
-from skipsearch.surrogate import calibrate
+from skipsearch.search.objective import ModelObjective
 
 SAMPLES = 1500
 PROMPTS = ([1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 9, 2, 33, 7, 5, 9], [40, 41, 42, 43, 40, 41], [7])
@@ -181,7 +181,7 @@ class ShuffledQ(LayerSkipDrafter):
     def draft(self, sm, cache, *, pending, start, limit, sampling, generator):
         d = super().draft(sm, cache, pending=pending, start=start, limit=limit, sampling=sampling, generator=generator)
         sm.crop(cache, start)
-        from skipsearch.decoding import process_logits
+        from skipsearch.engine.decoding import process_logits
 
         rows = []
         with sm.drafting(self.config), sm.draft_head(self.wrong.head):  # the same inputs, through the wrong head
@@ -304,7 +304,7 @@ def test_the_report_script_runs_on_a_tiny_model(tiny_sm, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look their module up there
     spec.loader.exec_module(script)
     monkeypatch.setattr("_common.load_model", lambda *a, **k: tiny_sm)
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [1, 2, 3, 1, len(prompt.text) % 60])
     out, rows = tmp_path / "report.md", tmp_path / "rows.json"
     assert script.main(["--n-prompts", "2", "--heldout", "1", "--max-new-tokens", "8", "--vocab-sizes", "32,8",

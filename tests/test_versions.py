@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from skipsearch import __version__, tested
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
-from skipsearch.decoding import generate, hf_generate
-from skipsearch.surrogate import trace
+from skipsearch.engine.decoding import generate, hf_generate
+from skipsearch.engine.surrogate import trace
 
 try:
     import tomllib

@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from skipsearch.study import GRACE_SECONDS
+from skipsearch.search.study import GRACE_SECONDS
 
 HERE = Path(__file__).parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
@@ -71,7 +71,7 @@ def test_sigkill_mid_search_then_the_same_command_resumes(tiny_checkpoint, tmp_p
     assert all(after[n] == attrs for n, attrs in before.items())  # every finished trial intact
     assert len(after) == len(before) + 3
     assert _STATES.RUNNING not in {t.state for t in trials}
-    from skipsearch.study import LOST, load_records
+    from skipsearch.search.study import LOST, load_records
 
     errors = {r.number: r.error for r in load_records(study_dir=study_dir)[1]}
     for number in running:  # the killed trial: failed, and the record says why
@@ -111,7 +111,7 @@ def test_a_second_search_on_a_live_study_neither_kills_the_first_nor_ships_its_t
     assert first.returncode == 130 and "Traceback" not in err, err[-2000:]  # Ctrl-C: the best so far is shipped
     assert (tmp_path / "a.yaml").exists() and (tmp_path / "b.yaml").exists()
     trials = _trials(study_dir)
-    from skipsearch.study import LOST, load_records
+    from skipsearch.search.study import LOST, load_records
 
     assert LOST not in {r.error for r in load_records(study_dir=study_dir)[1]}  # nobody was failed as lost
     # both searches ran trials (a seed still enqueued, or a trial the Ctrl-C failed before it was tagged, has none)
@@ -156,8 +156,8 @@ def test_bad_counts_are_one_line_before_the_model_loads(tiny_checkpoint, tmp_pat
 def test_ctrl_c_in_the_first_trial_ships_without_measuring_the_cost_model(tiny_sm, monkeypatch, tmp_path):
     """Ctrl-C before anything was measured returns at once: the verdict never measures costs on the way out
     (it used to, which took 15 s on this CPU and minutes on a loaded one)."""
-    from skipsearch import objective
-    from skipsearch import optimize as opt
+    from skipsearch.search import objective
+    from skipsearch.search import optimize as opt
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -165,7 +165,7 @@ def test_ctrl_c_in_the_first_trial_ships_without_measuring_the_cost_model(tiny_s
     def never(*args, **kwargs):
         raise AssertionError("the cost model was measured after Ctrl-C")
 
-    monkeypatch.setattr("skipsearch.calibration.encode_prompt",
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
                         lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
     monkeypatch.setattr(opt, "run_search", interrupted)
     monkeypatch.setattr(objective, "measure_costs", never)

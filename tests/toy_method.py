@@ -100,7 +100,7 @@ class SourceParams:
 
 
 def _source_drafter(candidate, sm):
-    from skipsearch.decoding import LayerSkipDrafter
+    from skipsearch.engine.decoding import LayerSkipDrafter
 
     return None if candidate.draft.is_autoregressive else LayerSkipDrafter(candidate.draft)
 
@@ -113,7 +113,7 @@ def read_traces(raw: Any, *, source: str = "<profile>") -> tuple[str, ...]:
 
 
 def _measure(objective, candidate) -> Traced:
-    from skipsearch.surrogate import trace
+    from skipsearch.engine.surrogate import trace
 
     rows = zip(objective.cal.prompts, objective.cal.continuations, objective.full_caches(), strict=True)
     traces = tuple(trace(objective.sm, p, c, candidate.draft, cache=kv) for p, c, kv in rows)
@@ -121,7 +121,7 @@ def _measure(objective, candidate) -> Traced:
 
 
 def _keep_source(k, candidate) -> Kept:
-    from skipsearch.surrogate import aligned, trace_skip_sets
+    from skipsearch.engine.surrogate import aligned, trace_skip_sets
 
     key = (candidate.draft.skip_attn, candidate.draft.skip_mlp)
     traced = aligned(trace_skip_sets(k.objective.sm, k.objective.cal, [candidate.draft])[key], k.objective.cal)

@@ -17,13 +17,13 @@ from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT, PROFILE, check_target
 from skipsearch.kernels import check_kernel, choose_kernel
-from skipsearch.placement import choose_placement
+from skipsearch.model.placement import choose_placement
 from skipsearch.profile import Profile, check_model, load_profile
 
 if TYPE_CHECKING:
     from skipsearch.bench import BenchReport
     from skipsearch.bench.batched import BatchedPlan
-    from skipsearch.harness import Progress
+    from skipsearch.engine.harness import Progress
 
 DEFAULT_PEERS = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized"
 
@@ -77,7 +77,7 @@ def bench_profiles(
 
     from skipsearch import bench as bn
     from skipsearch.bench import llamacpp_bench as lb
-    from skipsearch.loader import load_model
+    from skipsearch.model.loader import load_model
 
     # 1. everything that can be wrong with the input fails here, before the model loads
     check_model_arg(o.model)

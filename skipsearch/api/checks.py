@@ -31,7 +31,7 @@ def check_prompts_fit(model: str, prompts: Sequence[Prompt], *, max_new_tokens: 
     Returns the most tokens a prompt takes, which sizes the KV cache in the memory check."""
     from skipsearch.checkpoints import find_checkpoint
     from skipsearch.data import context_of, longest_within
-    from skipsearch.loader import read_config, read_tokenizer
+    from skipsearch.model.loader import read_config, read_tokenizer
 
     check_model_arg(model)
     checkpoint = find_checkpoint(model)
@@ -42,9 +42,9 @@ def check_prompts_fit(model: str, prompts: Sequence[Prompt], *, max_new_tokens: 
 def check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
     """A study made for another model (depth, fingerprint) is refused before this one loads."""
     from skipsearch.checkpoints import find_checkpoint
-    from skipsearch.loader import read_config
-    from skipsearch.models import arch_fingerprint
-    from skipsearch.study import check_study_model
+    from skipsearch.model.loader import read_config
+    from skipsearch.model.skippable import arch_fingerprint
+    from skipsearch.search.study import check_study_model
 
     check_model_arg(model)
     config = read_config(find_checkpoint(model))

@@ -55,7 +55,7 @@ def batch_sizes_option(text: str | None) -> tuple[int, ...] | None:
     """``--batch-sizes`` as given: None (not given), else ascending distinct batch sizes
     (``schedule.parse_batch_sizes``) that include 1, the unit a draft's growth with the batch is taken from; one
     ConfigError line otherwise."""
-    from skipsearch.schedule import parse_batch_sizes
+    from skipsearch.files.schedule import parse_batch_sizes
 
     if text is None:
         return None
@@ -128,7 +128,7 @@ def measure_batched_costs(sm, context: Sequence[int], batch_sizes: Sequence[int]
     the cost file prices), c(B), its whole-model draft step at B as its method runs that draft
     (``methods.scheme_draft``), timed in the same rounds. A scheme whose method has no such draft gets one ``warn``
     line and no c(B) column (the planner then grows its drafts with B as the full step)."""
-    from skipsearch.costs import measure_batched
+    from skipsearch.engine.measuring import measure_batched
 
     drafts = {}
     for scheme in schemes:

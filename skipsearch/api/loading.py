@@ -6,9 +6,9 @@ from __future__ import annotations
 from skipsearch import methods
 from skipsearch.checkpoints import ModelError, find_checkpoint, weights_fingerprint
 from skipsearch.kernels import check_kernel, choose_kernel
-from skipsearch.loader import DEFAULT_MODEL, load_model, read_config
-from skipsearch.models import SkippableModel, arch_fingerprint
-from skipsearch.placement import DEFAULT_MAX_TOKENS, choose_placement
+from skipsearch.model.loader import DEFAULT_MODEL, load_model, read_config
+from skipsearch.model.placement import DEFAULT_MAX_TOKENS, choose_placement
+from skipsearch.model.skippable import SkippableModel, arch_fingerprint
 from skipsearch.profile import Profile, check_model, load_profile
 
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from skipsearch import methods
 from skipsearch.api.checks import check_prompts_fit, check_study_for_model, costs_hardware_note, costs_model_note
-from skipsearch.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
+from skipsearch.engine.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.methods.hierarchical import METHOD as HIERARCHICAL
 from skipsearch.methods.hierarchical import Hierarchy, hierarchy_to_profile_fields
 from skipsearch.profile import (
@@ -39,10 +39,10 @@ from skipsearch.profile import (
 )
 
 if TYPE_CHECKING:
+    from skipsearch.engine.surrogate import Calibration, CostModel
     from skipsearch.methods.hierarchical.closed_form import Plan
     from skipsearch.methods.hierarchical.planner import FrontPoint, PlanReport, StudyPlan
-    from skipsearch.models import SkippableModel
-    from skipsearch.surrogate import Calibration, CostModel
+    from skipsearch.model.skippable import SkippableModel
 
 Say = Callable[[str], None]
 
@@ -76,8 +76,8 @@ def plan_profiles(medium: str, small: str, *, model: str | None = None, dataset:
     best pairs. With ``want_profile``, the hierarchical profile of the chosen (m, n).
 
     Everything that can be checked without the model (profiles, level rules, prompts) is checked first."""
-    from skipsearch.loader import load_model
     from skipsearch.methods.hierarchical import planner
+    from skipsearch.model.loader import load_model
     from skipsearch.profile import check_model
 
     med, sml = load_profile(medium), load_profile(small)
@@ -107,8 +107,8 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
     traced on the model first (``device_replan.record_on_model``: ``n_prompts`` calibration prompts of ``dataset``, one
     forward per sequence, no timing); the re-planned profile keeps that record, so the next re-plan needs no
     model. The cost file is checked against the profile's model before the model loads."""
-    from skipsearch import device_replan
-    from skipsearch.costs import load_costs
+    from skipsearch.files.cost_profile import load_costs
+    from skipsearch.search import replan as device_replan
 
     say = on_stage or (lambda _msg: None)
     prof = load_profile(profile)
@@ -136,8 +136,8 @@ def replan_profile_file(profile: str, *, costs: str | None = None, command: str 
 def _record_on_model(prof: Profile, path: str, *, model: str | None, dataset: str, n_prompts: int,
                      max_new_tokens: int, seed: int, device: str, dtype: str, workload: str, say: Say) -> Profile:
     """``prof`` with its draft's acceptance record made on the model it names (or ``model``, checked against it)."""
-    from skipsearch import device_replan
     from skipsearch.api.loading import open_model
+    from skipsearch.search import replan as device_replan
 
     prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed)  # a bad prompt file fails before loading
     check_prompts_fit(model or prof.model.name, prompts, max_new_tokens=max_new_tokens)  # and one too long for it
@@ -154,11 +154,12 @@ def plan_study(study: str, *, costs: str | None = None, model: str | None = None
     """The hierarchical planner with its two levels chosen from the study's α/c Pareto front
     (``plan_from_study``), under ``costs`` or costs measured here. The study is checked against the
     model before it loads; ``on_note`` gets a line when the cost file was measured on other hardware."""
-    from skipsearch import device_replan
-    from skipsearch.costs import check_costs_for, load_costs
-    from skipsearch.loader import load_model
+    from skipsearch.engine.measuring import check_costs_for
+    from skipsearch.files.cost_profile import load_costs
     from skipsearch.methods.hierarchical import planner
-    from skipsearch.study import load_study
+    from skipsearch.model.loader import load_model
+    from skipsearch.search import replan as device_replan
+    from skipsearch.search.study import load_study
 
     say = on_stage or (lambda _msg: None)
     # 1. the input, before the model loads
@@ -226,8 +227,8 @@ def plan_from_study(sm: SkippableModel, cal: Calibration, records: Sequence, *, 
                     on_stage: Say | None = None) -> StudyPlan:
     """The study's front (``study_front``) under ``costs`` or costs measured here, then the planner on it
     (``planner.plan_from_front``: pairs, and the best pair measured, planned and, with ``run_validation``, timed)."""
+    from skipsearch.engine.surrogate import measure_costs
     from skipsearch.methods.hierarchical.planner import plan_from_front
-    from skipsearch.surrogate import measure_costs
 
     say = on_stage or (lambda _msg: None)
     for r in records:

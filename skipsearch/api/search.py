@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skipsearch.api.checks import check_model_arg, check_prompts_fit, check_study_for_model, costs_hardware_note
-from skipsearch.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.config import ConfigError
+from skipsearch.engine.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.kernels import check_kernel, parse_kernel
-from skipsearch.optimize import SearchSettings
-from skipsearch.placement import choose_placement
+from skipsearch.model.placement import choose_placement
 from skipsearch.profile import Profile, check_profile_target, load_profile
+from skipsearch.search.optimize import SearchSettings
 
 if TYPE_CHECKING:
-    from skipsearch.costs import CostProfile
-    from skipsearch.device_replan import Reranking
-    from skipsearch.optimize import OptimizeResult
-    from skipsearch.study import TrialRecord
+    from skipsearch.files.cost_profile import CostProfile
+    from skipsearch.search.optimize import OptimizeResult
+    from skipsearch.search.replan import Reranking
+    from skipsearch.search.study import TrialRecord
 
 Stage = Callable[[str, "int | None"], None]  # (title, total steps or None) as a stage opens
 Progress = Callable[[int, "int | None"], None]  # (done, total) within the open stage
@@ -64,9 +64,9 @@ def optimize_study(
     the prompts, the warm-start profiles and the strategy's options (on a deep stand-in, as the model's
     depth is not known yet; ``optimize`` checks them again against the model).
     """
-    from skipsearch import optimize as opt
-    from skipsearch.loader import load_model
-    from skipsearch.study import check_storage
+    from skipsearch.model.loader import load_model
+    from skipsearch.search import optimize as opt
+    from skipsearch.search.study import check_storage
 
     # 1. everything that can be wrong with the input fails here, before the model loads
     study = o.study_dir
@@ -100,8 +100,8 @@ def _check_resumed_study(study_dir: str | None, model: str, strategy: str) -> No
     """A local study made by another strategy, or for a model of another depth, refused before the model loads
     (the search would refuse either, but only once the model had loaded)."""
     from skipsearch.checkpoints import find_checkpoint
-    from skipsearch.loader import read_config
-    from skipsearch.study import STRATEGY_ATTR, StudyError, check_study_model, load_study
+    from skipsearch.model.loader import read_config
+    from skipsearch.search.study import STRATEGY_ATTR, StudyError, check_study_model, load_study
 
     if not study_dir or not (Path(study_dir) / "study.db").is_file():
         return  # a new study, or one in a --storage database (the search checks that one)
@@ -126,10 +126,10 @@ def rerank_study(
     """``optimize --study S --costs C --budget 0``: the study's layer-skip configs re-ranked under C, no new trials
     (``device_replan.rerank_study``); with ``o.time_shortlist`` the ``o.shortlist`` best are timed here, each against
     plain decoding in the same rounds. ``on_note`` gets a line when C was measured on other hardware."""
-    from skipsearch import device_replan
-    from skipsearch.costs import load_costs
-    from skipsearch.loader import load_model
-    from skipsearch.study import load_study
+    from skipsearch.files.cost_profile import load_costs
+    from skipsearch.model.loader import load_model
+    from skipsearch.search import replan as device_replan
+    from skipsearch.search.study import load_study
 
     stage, progress = on_stage or (lambda _t, _n: None), on_progress or (lambda _d, _n: None)
     # 1. the input, before the model loads

@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from skipsearch import methods
-from skipsearch.batched import check_fits, generate_batch
 from skipsearch.config import Candidate, ConfigError
-from skipsearch.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, lossless_check, worst
-from skipsearch.harness import Batch, Contender, ContenderOutput, Progress, Run, method_seconds, run_rounds
-from skipsearch.models import SkippableModel
-from skipsearch.schedule import draft_length
+from skipsearch.engine.batched import check_fits, generate_batch
+from skipsearch.engine.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, lossless_check, worst
+from skipsearch.engine.harness import Batch, Contender, ContenderOutput, Progress, Run, method_seconds, run_rounds
+from skipsearch.files.schedule import draft_length
+from skipsearch.model.skippable import SkippableModel
 
 if TYPE_CHECKING:
-    from skipsearch.draft import BatchDrafter
-    from skipsearch.schedule import Schedule
+    from skipsearch.engine.draft import BatchDrafter
+    from skipsearch.files.schedule import Schedule
 
 PLAIN = "plain"  # plain batched greedy: the baseline and the reference output
 SCHEDULE = "schedule"  # the profile's schedule
@@ -348,7 +348,7 @@ def measured_schedule(bench: BatchedBench | Sequence[BatchedBench], planned: Sch
     at their lowest measured speedup. A range keeps the planned prediction where it runs the planned K. Rows whose
     output differs from plain's measure nothing. The figures come from the runs the choice was made on: another run
     is what checks them."""
-    from skipsearch.schedule import MARGIN, BatchRange, Schedule
+    from skipsearch.files.schedule import MARGIN, BatchRange, Schedule
 
     runs = (bench,) if isinstance(bench, BatchedBench) else tuple(bench)
     if not runs:

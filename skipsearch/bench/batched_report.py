@@ -94,7 +94,7 @@ NOTES = (
     "batch's time is the median over its timed runs. speedup: plain's time over the contender's at the same B; none "
     "where some row's output differs from plain's.",
     "identical rows: rows whose output equals plain's token for token (every repeat); then those equal up to "
-    "numerical ties (the model teacher-forced over the row's output; skipsearch/equivalence.py).",
+    "numerical ties (the model teacher-forced over the row's output; skipsearch/engine/equivalence.py).",
 )
 
 

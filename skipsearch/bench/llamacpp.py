@@ -276,7 +276,7 @@ def choose_best(results: Sequence[SettingResult], *, kinds: Collection[str] = SP
 
 def first_difference(got: Sequence[int], want: Sequence[int]) -> int | None:
     """None where equal token for token; else the first index where they differ (or where one ends)."""
-    from skipsearch.harness import first_difference as first
+    from skipsearch.engine.harness import first_difference as first
 
     return None if tuple(got) == tuple(want) else first(got, want)
 
@@ -383,7 +383,7 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     if not prompt_ids:
         raise ConfigError("the llama.cpp peer needs at least one prompt")
     if reference is None:
-        from skipsearch.decoding import hf_generate
+        from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
     if checkpoint is None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 
 from skipsearch.config import ConfigError
-from skipsearch.decoding import hf_generate
-from skipsearch.harness import (
+from skipsearch.engine.decoding import hf_generate
+from skipsearch.engine.harness import (
     Contender,
     ContenderOutput,
     engine_method,
 )
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 BASELINE = "hf-greedy"  # the speed baseline and the reference output
 

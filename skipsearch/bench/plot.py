@@ -12,7 +12,7 @@ from pathlib import Path
 from skipsearch.bench.report import JSON_FORMAT, report_to_dict
 from skipsearch.bench.runner import BenchReport
 from skipsearch.config import ConfigError
-from skipsearch.figures import drawing, finite, new_figure, save_png
+from skipsearch.files.figures import drawing, finite, new_figure, save_png
 
 ALL = "all prompts"
 FAMILY_COLOURS = {"hf": "tab:gray", "skipsearch": "tab:blue", "hf-profile": "tab:orange"}

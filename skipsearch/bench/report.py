@@ -24,8 +24,8 @@ from skipsearch.bench.batched import BatchedBench
 from skipsearch.bench.peers import BASELINE, PROFILE_IN_HF
 from skipsearch.bench.rows import BenchRow
 from skipsearch.bench.runner import BenchReport
-from skipsearch.equivalence import DIFFERENT, IDENTICAL, tolerance_rule
-from skipsearch.harness import OURS_AR
+from skipsearch.engine.equivalence import DIFFERENT, IDENTICAL, tolerance_rule
+from skipsearch.engine.harness import OURS_AR
 from skipsearch.profile import BASELINE_HF_GREEDY, OLD_BASELINE_KEY, Measured, Profile
 
 JSON_FORMAT = "skipsearch-bench"
@@ -341,7 +341,7 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
         "differs, but the model, teacher-forced over the method's whole output in one forward, puts every token "
         f"within a numerical tie of its argmax ({tolerance_rule(st.dtype)}); in brackets, the tokens that such "
         "ties decided. Anything else is DIFFERS, with the first token outside the tolerance "
-        "(skipsearch/equivalence.py).",
+        "(skipsearch/engine/equivalence.py).",
         "- τ: tokens emitted per full-model forward after the first; acceptance: accepted over drafted tokens. For HF "
         "peers both are counted from the model's forward calls.",
         f"- memory: {st.memory_kind}; in brackets, the most one call added above what was in use before it.",

@@ -7,15 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from skipsearch.bench.peers import BASELINE
-from skipsearch.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, worst
-from skipsearch.harness import (
+from skipsearch.engine.equivalence import DIFFERENT, IDENTICAL, TIES, Verdict, check, worst
+from skipsearch.engine.harness import (
     OURS_AR,
     Contender,
     Run,
     first_difference,
     method_seconds,
 )
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 
 # -- summaries -------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import torch
 
-from skipsearch import timing
 from skipsearch.bench.batched import BatchedBench, BatchedPlan, bench_batched, prepare
 from skipsearch.bench.llamacpp import LlamaCppResult
 from skipsearch.bench.llamacpp_bench import LlamaPlan, bench_llamacpp
@@ -41,8 +40,9 @@ from skipsearch.bench.peers import (
 from skipsearch.bench.rows import BenchRow, model_verdicts, summarize
 from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
-from skipsearch.equivalence import IDENTICAL
-from skipsearch.harness import (
+from skipsearch.engine import timing
+from skipsearch.engine.equivalence import IDENTICAL
+from skipsearch.engine.harness import (
     Contender,
     Progress,
     ours_autoregressive,
@@ -50,7 +50,7 @@ from skipsearch.harness import (
 )
 from skipsearch.kernels import Kernel
 from skipsearch.memory import memory_probe
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 
 # -- the peer sweep --------------------------------------------------------------------------------

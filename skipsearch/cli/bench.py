@@ -11,7 +11,7 @@ import typer
 from skipsearch.cli import options
 from skipsearch.cli.edge import LazyProgress, line, save_profile_kept, user_errors, warnings_to_stderr, write_text
 from skipsearch.cli.options import renamed
-from skipsearch.figures import check_plot_target
+from skipsearch.files.figures import check_plot_target
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
 
@@ -80,7 +80,7 @@ def bench(
 
     from skipsearch import api
     from skipsearch.bench.plot import plot_reports
-    from skipsearch.harness import LosslessnessError
+    from skipsearch.engine.harness import LosslessnessError
 
     warnings_to_stderr()
     more_profiles, json_out, as_json = _old_json_spelling(as_json, list(more_profiles or []), json_out)

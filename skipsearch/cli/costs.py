@@ -15,7 +15,7 @@ from skipsearch.cli.options import renamed
 from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.files.targets import COSTS, check_target
-from skipsearch.loader import DEFAULT_MODEL
+from skipsearch.model.loader import DEFAULT_MODEL
 
 
 def costs_command(
@@ -58,8 +58,8 @@ def costs_command(
     import torch
 
     from skipsearch.api.costs import batch_sizes_option, default_schemes, measure_schemes, parse_schemes
-    from skipsearch.costs import calibration_context, measure_cost_profile
-    from skipsearch.loader import load_model
+    from skipsearch.engine.measuring import calibration_context, measure_cost_profile
+    from skipsearch.model.loader import load_model
 
     warnings_to_stderr()
     source = ctx.get_parameter_source("kernel")
@@ -109,7 +109,7 @@ def costs_command(
         choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
         if kernel != "auto":
             from skipsearch.kernels import check_kernel, parse_kernel
-            from skipsearch.placement import choose_placement
+            from skipsearch.model.placement import choose_placement
 
             check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
         from skipsearch.api.checks import check_prompts_fit

@@ -15,7 +15,7 @@ from skipsearch.cli.edge import finite, user_errors, warnings_to_stderr
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.data import MAX_PROMPTS_BYTES, DataError, Prompt, read_prompts_file
 from skipsearch.kernels import choose_kernel
-from skipsearch.loader import DEFAULT_MODEL
+from skipsearch.model.loader import DEFAULT_MODEL
 from skipsearch.profile import load_profile
 
 
@@ -134,7 +134,7 @@ def _decode_batched(sm, prof, prompts, *, profile: str | None, kernel: str | Non
                     max_new_tokens: int, as_json: bool, check: bool) -> None:
     """``decode --batch-size B`` (B > 1): each batch's outputs, row by row, then the batch's stats on stderr."""
     from skipsearch import api
-    from skipsearch.equivalence import check_against_hf
+    from skipsearch.engine.equivalence import check_against_hf
 
     chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)
     batches = api.decode_batches(sm, prompts, profile=prof, batch_size=batch_size, max_new_tokens=max_new_tokens,
@@ -164,7 +164,7 @@ def _decode_batched(sm, prof, prompts, *, profile: str | None, kernel: str | Non
 
 
 def _check_decoded(sm, decoded, max_new_tokens: int):
-    """``decode --check``: the output against HF greedy's, judged by skipsearch.equivalence."""
-    from skipsearch.equivalence import check_against_hf
+    """``decode --check``: the output against HF greedy's, judged by skipsearch.engine.equivalence."""
+    from skipsearch.engine.equivalence import check_against_hf
 
     return check_against_hf(sm, decoded.prompt_token_ids, decoded.result.token_ids, max_new_tokens=max_new_tokens)

@@ -9,9 +9,9 @@ import typer
 
 from skipsearch.cli import options
 from skipsearch.cli.edge import user_errors
-from skipsearch.figures import check_plot_target
+from skipsearch.files.figures import check_plot_target
 from skipsearch.profile import load_profile
-from skipsearch.study import StudyError
+from skipsearch.search.study import StudyError
 
 profile_app = typer.Typer(help="Check and describe draft profiles.", no_args_is_help=True)
 study_app = typer.Typer(help="Inspect search studies.", no_args_is_help=True)
@@ -52,8 +52,8 @@ def study_show(
     from rich.console import Console
     from rich.table import Table
 
-    from skipsearch.study import STUDY_COLUMNS, load_records, study_table
-    from skipsearch.study.plot import plot_study
+    from skipsearch.search.study import STUDY_COLUMNS, load_records, study_table
+    from skipsearch.search.study.plot import plot_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():

@@ -21,7 +21,7 @@ from skipsearch.files.errors import ProfileError, TargetError
 from skipsearch.interrupts import interrupt_seen
 from skipsearch.notices import route_warnings
 from skipsearch.profile import save_profile
-from skipsearch.study import StudyError
+from skipsearch.search.study import StudyError
 
 USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
 
@@ -212,7 +212,7 @@ def write_text(path: Path, text: str, *, kind: str, replace: bool, flag: str = "
 
 def save_costs_checked(cp, path: Path, *, replace: bool) -> Path:
     """costs.save_costs under the overwrite rule: a cost file replaces only a cost file, and only when asked."""
-    from skipsearch.costs import save_costs
+    from skipsearch.files.cost_profile import save_costs
 
     targets.check_target(path, targets.COSTS, replace=replace)
     return save_costs(cp, path)

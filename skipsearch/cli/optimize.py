@@ -14,7 +14,7 @@ from skipsearch.cli.edge import LazyProgress, finite, save_profile_kept, user_er
 from skipsearch.cli.strategy_flags import strategy_options, with_strategy_flags
 from skipsearch.config import ConfigError
 from skipsearch.files.bounds import MAX_DRAFT_TOKENS
-from skipsearch.loader import DEFAULT_MODEL
+from skipsearch.model.loader import DEFAULT_MODEL
 
 
 @with_strategy_flags  # a flag for each option the registered strategies declare, in panels named after them
@@ -124,7 +124,7 @@ def _search(settings):
 
 def _print_searched(run, *, replace: bool) -> None:
     """Write the search's profile (and its companions) and print what was timed (inside user_errors)."""
-    from skipsearch.optimize import candidate_summary
+    from skipsearch.search.optimize import candidate_summary
 
     result, path = run.result, run.path
     for conflict in result.summary.conflicts[:1]:  # one line: the study keeps the rest
@@ -172,7 +172,7 @@ def _rerank(settings):
 
 def _print_reranked(rr, *, costs: str, shortlist: int, replace: bool) -> None:
     """Write the re-ranked study's profile and print its table (inside user_errors)."""
-    from skipsearch.optimize import config_summary
+    from skipsearch.search.optimize import config_summary
 
     save_profile_kept(rr.profile, rr.path, replace=replace, keep_in=rr.study)
     rows = rr.reranking.rows

@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from skipsearch.files.bounds import DTYPES, MAX_THREADS
-from skipsearch.loader import DEFAULT_MODEL
+from skipsearch.model.loader import DEFAULT_MODEL
 
 # -- the defaults (a default changed here was another command's before: the old value is still accepted) ---------
 MAX_NEW_TOKENS = 128  # decode and bench had 128; optimize, costs and plan 64 (pass --max-new-tokens 64 for that)
@@ -164,7 +164,7 @@ def _check_split(word: str) -> None:
 
 
 def objective_values() -> tuple[str, ...]:
-    from skipsearch.optimize import OBJECTIVES
+    from skipsearch.search.optimize import OBJECTIVES
 
     return OBJECTIVES
 

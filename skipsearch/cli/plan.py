@@ -25,7 +25,7 @@ from skipsearch.cli.options import in_panel
 from skipsearch.config import ConfigError
 from skipsearch.files.bounds import MAX_PLAN_M, MAX_PLAN_N
 from skipsearch.files.targets import PLAN_REPORT, PLOT, PROFILE, check_target
-from skipsearch.methods.hierarchical.params import HierarchicalParams
+from skipsearch.methods.hierarchical import HierarchicalParams
 
 FLAT = "flat"  # the hidden command behind the old spelling `plan --...`; goes in the next release
 
@@ -263,7 +263,7 @@ def _run(*, alpha=None, beta=None, c=None, cs=None, verify=None, model=None, med
         if mode == "analysis":
             outcome = api.plan_given(alpha, beta, c, cs, verify=planner.parse_curve(verify or ""), max_m=max_m,
                                      max_n=max_n)
-        elif mode == "profile":  # search once, deploy anywhere (skipsearch.device_replan)
+        elif mode == "profile":  # search once, deploy anywhere (skipsearch.search.replan)
             outcome = api.replan_profile_file(profile, costs=costs, command=command, model=model, dataset=dataset,
                                               n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed,
                                               device=device, dtype=dtype, on_stage=say)

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from skipsearch.config import ConfigError, int_list
-from skipsearch.strategies import REGISTRY, Option
+from skipsearch.search.strategies import REGISTRY, Option
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ What it cannot express:
 - a draft exit threshold, skipped sublayers or a trimmed head on the copy (``ct_draft.copy_problem``);
 - layer-skip, CLaSp, fractal and hierarchical drafts: no such method.
 
-A profile's schedule (skipsearch.schedule) becomes ``num_speculative_tokens_per_batch_size``: inclusive ``[start,
+A profile's schedule (skipsearch.files.schedule) becomes ``num_speculative_tokens_per_batch_size``: inclusive ``[start,
 end, k]`` ranges, as vLLM validates them (``validate_and_normalize_dynamic_sd_schedule``): a non-empty list, each
 start and end >= 1, start <= end, k >= 0, sorted and non-overlapping, the first range starting at 1. vLLM fills a gap
 between ranges, and every batch size past the last, with the K before it, and clamps each k to
@@ -32,8 +32,8 @@ from pathlib import Path
 from skipsearch.export import ct_draft
 from skipsearch.export import shapes as sh
 from skipsearch.export.base import Engine, ExportError, Gap, Written, plain, served_model, write_text
+from skipsearch.files.schedule import Schedule
 from skipsearch.profile import Profile
-from skipsearch.schedule import Schedule
 
 CONFIG = "speculative_config.json"
 

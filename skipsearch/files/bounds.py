@@ -14,8 +14,8 @@ from typing import Any
 
 from skipsearch.files.yamlio import short
 
-# The dtypes a model is loaded in (skipsearch.placement.DTYPES, which needs torch; tests/test_profile.py checks the
-# two agree). A profile's model.dtype names one of them.
+# The dtypes a model is loaded in (skipsearch.model.placement.DTYPES, which needs torch; tests/test_profile.py
+# checks the two agree). A profile's model.dtype names one of them.
 DTYPES = ("float32", "float16", "bfloat16")
 
 # The engine's limit on K: a draft of K tokens and the pending token are verified in one forward of K + 1 positions,

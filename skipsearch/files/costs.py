@@ -1,7 +1,8 @@
 """The ``costs`` mapping of skipsearch's files: what one device charges for each piece of a decoding step, as a
 cost file's ``costs`` section and a draft profile's ``measured.costs`` (``PlannedCosts``: the costs the profile
 was planned with) hold it. The cost file around it (model, device, environment, measuring) is
-``skipsearch.costs``; ``skipsearch.costs.cost_model_of`` turns these figures into the objective's CostModel.
+``skipsearch.files.cost_profile``; its ``cost_model_of`` turns these figures into the objective's CostModel
+(below).
 ``RooflineInfo`` is where modelled figures come from (``skipsearch.roofline``): a cost file's ``roofline`` block,
 carried into the ``measured.costs`` of every profile planned with it, so a model is never taken for a measurement.
 
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from skipsearch.config import DraftConfig
 from skipsearch.files.bounds import MAX_BATCH_SIZE
 from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import mapping, plain, section
@@ -368,3 +370,52 @@ __all__ = ["COSTS_KEY", "VERIFY_DIP", "VERIFY_ONE", "BatchCosts", "BatchedCosts"
            "RooflineInfo", "SchemeCosts", "batched_from_dict", "batched_to_dict", "check_verify_curve",
            "costs_from_dict", "costs_to_dict", "planned_costs_from_dict", "planned_costs_to_dict",
            "roofline_from_dict", "roofline_to_dict"]
+
+
+# -- the objective's cost model: the figures as ratios to one full step --------------------------------------
+@dataclass(frozen=True)
+class DraftCost:
+    """One extra draft config, timed in the same rounds as the full step (``measure_costs(extra=...)``)."""
+
+    name: str
+    step_seconds: float  # one single-token step with the config's sublayers skipped (median)
+    verify_ratio: tuple[float, ...]  # k = 1..len: one k-token forward of the config / its own step
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Measured costs, in seconds and as ratios to one full autoregressive step."""
+
+    step_seconds: float  # one autoregressive decoder cycle (one-token full forward + argmax) at calibration length
+    attn_seconds: float  # one layer's attention, inside that step
+    mlp_seconds: float  # one layer's MLP
+    fixed_seconds: float  # the rest: embedding, norms, LM head, framework overhead
+    verify_ratio: tuple[float, ...]  # v(k) for k = 1..len: one forward over k tokens / one step
+    num_layers: int
+    extras: tuple[DraftCost, ...] = ()  # the ``extra`` configs, costed in the same rounds
+    # The full one-token step run eagerly, which attn/mlp/fixed split (drafts that run part of the model run
+    # eagerly): None when it is the step itself. With a compiled kernel step_seconds (the unit every ratio is
+    # relative to) is a plain step through that kernel, and this is the eager one.
+    eager_step_seconds: float | None = None
+
+    def extra(self, name: str) -> DraftCost:
+        """The measured costs of the extra config ``name``."""
+        found = next((e for e in self.extras if e.name == name), None)
+        if found is None:
+            raise KeyError(f"no extra config '{name}' was costed (have: {', '.join(e.name for e in self.extras)})")
+        return found
+
+    def draft_ratio(self, config: DraftConfig) -> float:
+        """c: one draft step of ``config`` relative to one full step."""
+        kept_attn = self.num_layers - len(config.skip_attn)
+        kept_mlp = self.num_layers - len(config.skip_mlp)
+        seconds = self.fixed_seconds + kept_attn * self.attn_seconds + kept_mlp * self.mlp_seconds
+        return max(seconds, 0.0) / self.step_seconds
+
+    def verify(self, k: int) -> float:
+        """v(k), extrapolated linearly past the measured range."""
+        v = self.verify_ratio
+        if k <= len(v):
+            return v[k - 1]
+        slope = (v[-1] - v[0]) / max(len(v) - 1, 1)
+        return v[-1] + slope * (k - len(v))

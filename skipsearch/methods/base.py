@@ -8,7 +8,7 @@ A *method* is what a profile's ``method:`` key names. Each package (or light mod
 - ``params``: its ``method_params`` type, a frozen dataclass with one validation path,
   ``parse(raw, draft=..., num_layers=...)``, whose every problem is one ``ParamsError`` line;
 - ``drafter``: ``(candidate, model) -> Drafter | None``, a fresh drafter per sequence (None: plain decoding);
-- ``batch_drafter``: ``(candidate, model) -> BatchDrafter``, a fresh one per batch (``skipsearch.batched``, greedy);
+- ``batch_drafter``: ``(candidate, model) -> BatchDrafter``, a fresh one per batch (``engine.batched``, greedy);
   None: its candidates cannot decode a batch (``batch_drafter`` below refuses them in one line);
 - ``strategy``: its search entry, the name of the registered ``Strategy`` that searches it (None: none);
 - ``example``: ``num_layers -> Candidate``, a small valid candidate (docs, and the shared test suite that
@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, thaw
 
 if TYPE_CHECKING:
-    from skipsearch.decoding import Drafter
-    from skipsearch.draft import BatchDrafter
-    from skipsearch.models import SkippableModel
+    from skipsearch.engine.decoding import Drafter
+    from skipsearch.engine.draft import BatchDrafter
+    from skipsearch.model.skippable import SkippableModel
 
 
-# -- a method's record and re-plan: the types they exchange with the shared re-planner (skipsearch.device_replan) --
+# -- a method's record and re-plan: the types they exchange with the shared re-planner (skipsearch.search.replan) --
 @dataclass(frozen=True)
 class Keeping:
     """What a method's record is made from, on the model: after a search, or for a profile that keeps none."""
@@ -240,7 +240,7 @@ class Method:
     params: type  # its Params type
     drafter: Callable[[Candidate, SkippableModel], Drafter | None]
     example: Callable[[int], Candidate] | None = None  # required by the shared suite: tests/test_methods.py
-    strategy: str | None = None  # the search entry: a name in skipsearch.strategies.REGISTRY
+    strategy: str | None = None  # the search entry: a name in skipsearch.search.strategies.REGISTRY
     predict: Callable[[Any, Candidate], Any] | None = None  # (ModelObjective, candidate) -> Measurement
     # (candidate, device) -> None: a one-line ConfigError when the device cannot run the candidate (e.g. a
     # precision scheme without its kernel there); called before the model loads. None: any device runs it.
@@ -265,7 +265,7 @@ class Method:
     # it) or hierarchical (its K is m·(n+1), fixed by its params).
     drafts_alone: bool = False
     traces: Tracing | None = None  # a traced draft's hooks (see Tracing); None: where it drafts it can only be timed
-    # (candidate, model) -> a fresh BatchDrafter for one batch (skipsearch.batched, greedy); None: it cannot batch
+    # (candidate, model) -> a fresh BatchDrafter for one batch (engine.batched, greedy); None: it cannot batch
     batch_drafter: Callable[[Candidate, SkippableModel], BatchDrafter] | None = None
     # (model, scheme) -> a context factory: inside each context the model's own forward is the whole-model draft in
     # that scheme (every sublayer and the head in it), as the method's batched draft runs it; ``skipsearch costs

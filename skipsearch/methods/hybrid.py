@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.draft import BatchDrafter, Drafter
+from skipsearch.engine.draft import BatchDrafter, Drafter
 from skipsearch.files.errors import ProfileError
 from skipsearch.methods import ngram
 from skipsearch.methods.base import (
@@ -170,7 +170,7 @@ class HybridDrafter(Drafter):
         return self.fallback.threshold if self.fallback is not None else None
 
     def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history: Sequence[int]):
-        from skipsearch import timing
+        from skipsearch.engine import timing
 
         # 1a. look the suffix up; a hit is this cycle's draft
         found = self.lookup.draft(sm, cache, pending=pending, start=start, limit=limit, sampling=sampling,
@@ -279,7 +279,7 @@ class LookupThenFallback:
     fallback's draft tokens, which the caller charges c each."""
 
     def __init__(self, lookup, source: str | None, fallback: DraftConfig | None, trace, length: int) -> None:
-        from skipsearch.decoding import LayerSkipDrafter
+        from skipsearch.engine.decoding import LayerSkipDrafter
 
         self.lookup, self.source, self.trace, self.length = lookup, source, trace, length
         on = fallback is not None and trace is not None
@@ -292,7 +292,7 @@ class LookupThenFallback:
         if found is not None or self.gamma is None:
             drafted, accepted = found or (0, 0)
             return NGRAM.name, drafted, accepted
-        from skipsearch.surrogate import draft_block
+        from skipsearch.engine.surrogate import draft_block
 
         # entry i of the trace is the draft's guess at cont[i]; past the continuation's end it is unknown
         drafted, accepted = draft_block(self.trace, t, min(limit, self.max_k, self.length - t), self.gamma.gamma)
@@ -305,7 +305,7 @@ def _predict(objective, candidate: Candidate):
     """The lookup replayed exactly (as ``ngram``'s surrogate); a miss replays the fallback over the traces its own
     method measures (``Method.traces``: a layer-skip draft through its trimmed head, if any; a precision draft)
     with its exit rule and adaptive γ, charged c per draft token."""
-    from skipsearch import timing
+    from skipsearch.engine import timing
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
     fb = params.fallback_candidate(candidate.draft)

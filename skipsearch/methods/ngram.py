@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from skipsearch.config import AUTOREGRESSIVE, NO_EXIT, Candidate, ConfigError, DraftConfig
-from skipsearch.draft import BatchDrafter, Draft, Drafter
+from skipsearch.engine.draft import BatchDrafter, Draft, Drafter
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.records import MATCH_ENCODING, NO_HIT, known_keys, match_sequences, optional_strings, read_record
 from skipsearch.methods.base import (
@@ -125,8 +125,8 @@ class NgramDrafter(Drafter):
         self.seconds = 0.0
 
     def draft(self, sm, cache, *, pending, start, limit, sampling, generator, history: Sequence[int]) -> Draft:
-        from skipsearch import timing
-        from skipsearch.decoding import one_hot_probs
+        from skipsearch.engine import timing
+        from skipsearch.engine.decoding import one_hot_probs
 
         t0 = timing.now(sm.device)
         tokens = self.index.lookup(history, min(limit, self.k))
@@ -205,7 +205,7 @@ def replay_cycles(prompt: Sequence[int], continuation: Sequence[int], *, max_new
 def _predict(objective, candidate: Candidate):
     """Acceptance, τ and the number of verify steps exactly as decoding gives them; cost, in full steps,
     the measured v(k+1) per verify plus the lookups' own time (timed here) over one step's seconds."""
-    from skipsearch import timing
+    from skipsearch.engine import timing
 
     params = METHOD.parse(candidate.params, draft=candidate.draft, num_layers=objective.sm.num_layers)
     costs, k = objective.costs, candidate.draft.max_draft_tokens

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from skipsearch.config import ConfigError
-from skipsearch.costs import DEFAULT_BATCH_SIZES, CostModelRef, CostProfile, CostRun
+from skipsearch.files.cost_profile import DEFAULT_BATCH_SIZES, CostModelRef, CostProfile, CostRun
 from skipsearch.files.costs import RooflineInfo
 from skipsearch.roofline import devices
 from skipsearch.roofline.arithmetic import DTYPE_BYTES, Machine, batched_of, costs_of
@@ -79,7 +79,7 @@ def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: st
     # 3. the figures
     probed = None
     if on_cpu and (bandwidth_gb_s is None or tflops is None or launch_us is None):
-        from skipsearch import timing
+        from skipsearch.engine import timing
         from skipsearch.roofline.probe import probe_cpu
 
         t0 = timing.now()

@@ -31,7 +31,7 @@ def probe_cpu(*, dtype: str = "float32", repeats: int = 9, copy_bytes: int = COP
     """Measure this CPU's figures for a roofline (see the module docstring)."""
     import torch
 
-    from skipsearch.harness import time_interleaved
+    from skipsearch.engine.harness import time_interleaved
 
     dt = getattr(torch, dtype)
     src = torch.ones(max(copy_bytes // 4, 1), dtype=torch.float32)  # [N]

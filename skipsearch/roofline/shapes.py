@@ -32,7 +32,7 @@ _34B = dict(num_hidden_layers=48, hidden_size=8192, intermediate_size=22016, num
 _L3_8B = dict(num_hidden_layers=32, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
               num_key_value_heads=8)
 
-# alias (skipsearch.models.ALIASES) -> (config fields, source)
+# alias (skipsearch.model.skippable.ALIASES) -> (config fields, source)
 ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     **{name: ({**_LLAMA2, **_7B}, f'{GPT_FAST} "7B"') for name in ("llama-2-7b", "llama-2-7b-chat")},
     **{name: ({**_LLAMA2, **_13B}, f'{GPT_FAST} "13B"') for name in ("llama-2-13b", "llama-2-13b-chat")},
@@ -97,7 +97,7 @@ class Shapes:
 
 def shapes_from_config(config: Any, name: str, *, source: str, architecture: str | None = None) -> Shapes:
     """Shapes of a transformers config (or anything with its attributes)."""
-    from skipsearch.models import arch_fingerprint
+    from skipsearch.model.skippable import arch_fingerprint
 
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -115,7 +115,7 @@ def resolve_shapes(model: str) -> Shapes:
     """``--model``'s shapes: its config.json where the checkpoint is on this machine (an embedded model, a
     directory, a cached alias or hub id: no weight is read), else the published table's row for an alias."""
     from skipsearch.checkpoints import find_checkpoint, layout_fingerprint
-    from skipsearch.loader import read_config
+    from skipsearch.model.loader import read_config
 
     try:
         checkpoint = find_checkpoint(model)

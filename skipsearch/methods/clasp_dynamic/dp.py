@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from skipsearch.methods.clasp_dynamic.params import SUBLAYERS
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 # (layer, states [S, N, H]) -> [S, N, H]: one decoder layer (or a layer with a sublayer skipped) on S
 # stacked candidate states for the same N tokens.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from skipsearch import timing
 from skipsearch.config import DraftConfig
-from skipsearch.decoding import Draft, Drafter, LayerSkipDrafter
+from skipsearch.engine import timing
+from skipsearch.engine.decoding import Draft, Drafter, LayerSkipDrafter
 from skipsearch.methods.clasp_dynamic.dp import ModelLayers, dp_skip_sets
 from skipsearch.methods.clasp_dynamic.params import DynamicParams, config_for, skippable
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 
 class ClaspDynamicDrafter(Drafter):

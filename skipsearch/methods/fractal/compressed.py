@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from skipsearch.methods.fractal.params import resolve_scheme
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 
 def _quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,10 +55,10 @@ from collections.abc import Sequence
 import torch
 
 from skipsearch.config import ConfigError, SamplingParams
-from skipsearch.decoding import Draft, Drafter, process_logits
+from skipsearch.engine.decoding import Draft, Drafter, process_logits
 from skipsearch.methods.fractal.compressed import CompressedModel, compressed_model
 from skipsearch.methods.fractal.params import FractalParams
-from skipsearch.models import SkippableModel
+from skipsearch.model.skippable import SkippableModel
 
 
 # -- the draft pass --------------------------------------------------------------------------------------

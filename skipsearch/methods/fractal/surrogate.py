@@ -28,12 +28,12 @@ from typing import Any
 import torch
 
 from skipsearch.config import GREEDY, ConfigError
+from skipsearch.engine.surrogate import Calibration, full_cache, measure_stand_ins
 from skipsearch.files.records import NO_HIT
 from skipsearch.methods.fractal.compressed import CompressedModel, compressed_model
 from skipsearch.methods.fractal.drafter import FractalDrafter, draft_pass
 from skipsearch.methods.fractal.params import FractalParams, resolve_scheme
 from skipsearch.methods.fractal.record import FractalRecord
-from skipsearch.surrogate import Calibration, full_cache, measure_stand_ins
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from skipsearch.decoding import Draft, Drafter, accept_greedy, draw, process_logits, rejection_sample
+from skipsearch.engine.decoding import Draft, Drafter, accept_greedy, draw, process_logits, rejection_sample
 from skipsearch.methods.hierarchical.params import Hierarchy
 
 

@@ -26,15 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from skipsearch import timing
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.equivalence import lossless_check
-from skipsearch.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
+from skipsearch.engine import timing
+from skipsearch.engine.equivalence import lossless_check
+from skipsearch.engine.harness import engine_method, first_outputs, method_seconds, ours_autoregressive, run_rounds
+from skipsearch.engine.surrogate import Calibration, CostModel, full_cache, measure_costs, trace, trace_skip_sets
 from skipsearch.methods.hierarchical.closed_form import Plan, PlanInputs, PlanRow, format_plan, plan_row, plan_table
 from skipsearch.methods.hierarchical.drafter import HierarchicalDrafter
 from skipsearch.methods.hierarchical.params import Hierarchy
-from skipsearch.models import SkippableModel
-from skipsearch.surrogate import Calibration, CostModel, full_cache, measure_costs, trace, trace_skip_sets
+from skipsearch.model.skippable import SkippableModel
 
 Stage = Callable[[str], None]
 

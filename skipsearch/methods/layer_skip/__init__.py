@@ -16,7 +16,7 @@ The search builds the subset from token frequencies in its calibration data (``f
 
 The package holds the params (``params.py``), the drafter and trimmed head (``drafter.py``; the drafter
 class itself is the engine's ``decoding.LayerSkipDrafter``, which ``generate(config=...)`` builds) and the
-surrogate (``surrogate.py``): trace-and-replay over skipsearch.surrogate; with a trimmed head the traces
+surrogate (``surrogate.py``): trace-and-replay over skipsearch.engine.surrogate; with a trimmed head the traces
 run through that head and the replay charges the draft step less the head's measured saving. Its record
 (``record.py``): the traces of the shortlisted skip sets; its re-plan (``replan.py``) replays them under another
 device's costs. As a hybrid's fallback it drafts alone, and its traces (``Method.traces``) are replayed there.

@@ -7,7 +7,7 @@ import weakref
 
 import torch
 
-from skipsearch.decoding import LayerSkipDrafter
+from skipsearch.engine.decoding import LayerSkipDrafter
 from skipsearch.methods.base import ParamsError
 from skipsearch.methods.layer_skip.params import LayerSkipParams
 

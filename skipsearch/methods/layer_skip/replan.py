@@ -29,7 +29,7 @@ from skipsearch.methods.layer_skip.record import (
 def keep(k: Keeping) -> Kept:
     """The traces of the distinct skip sets the search shortlisted (best first, at most MAX_KEPT); for a profile
     alone, of its own draft's skip set."""
-    from skipsearch.surrogate import trace_skip_sets
+    from skipsearch.engine.surrogate import trace_skip_sets
 
     if k.searched is None:
         draft = k.candidate.draft
@@ -59,7 +59,7 @@ def _priced(cand: Candidate) -> bool:
 def keep_draft(k: Keeping, cand: Candidate) -> Kept | None:
     """The acceptance record of ``cand``'s skip set alone, its traces lined up with the calibration's sequences (an
     empty trace where a continuation is empty); None for a trimmed head, which a cost file does not price."""
-    from skipsearch.surrogate import aligned, trace_skip_sets
+    from skipsearch.engine.surrogate import aligned, trace_skip_sets
 
     if not _priced(cand):
         return None
@@ -102,7 +102,7 @@ def kept_traces(job: Replanning) -> AcceptanceRecord:
 def replan_record(rec: AcceptanceRecord, costs: Any, *, k_values: Sequence[int] | None = None,
                   also: Sequence[DraftConfig] = ()) -> Replanned:
     """Re-plan K, the exit rule and the skip set (among the kept ones) for ``costs`` (a surrogate.CostModel)."""
-    from skipsearch.surrogate import K_VALUES, replan_skip_set
+    from skipsearch.engine.surrogate import K_VALUES, replan_skip_set
 
     ks = K_VALUES if k_values is None else k_values
     options = sorted((replan_skip_set(s.decoded(), (s.skip_attn, s.skip_mlp), costs, k_values=ks, also=also)

@@ -1,6 +1,6 @@
 """``layer-skip``'s surrogate: traces of the calibration data through the draft, replayed with the measured costs.
 
-What it reads (trace, replay, the cost model) is skipsearch.surrogate's, shared with every method.
+What it reads (trace, replay, the cost model) is skipsearch.engine.surrogate's, shared with every method.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from skipsearch import timing
 from skipsearch.config import Candidate, DraftConfig
-from skipsearch.harness import time_interleaved
+from skipsearch.engine import timing
+from skipsearch.engine.harness import time_interleaved
+from skipsearch.engine.surrogate import replay_all, trace
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip.drafter import subset_head
 from skipsearch.methods.layer_skip.params import LayerSkipParams
-from skipsearch.surrogate import replay_all, trace
 
 
 @dataclass

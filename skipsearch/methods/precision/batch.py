@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from skipsearch.batched import LayerSkipBatchDrafter
 from skipsearch.config import DraftConfig
+from skipsearch.engine.batched import LayerSkipBatchDrafter
 from skipsearch.methods.precision.copy import QuantizedCopy, draft_head, quantized_copy
 from skipsearch.methods.precision.drafter import PrecisionDrafter
 from skipsearch.methods.precision.params import PrecisionParams

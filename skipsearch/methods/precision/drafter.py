@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from skipsearch.config import DraftConfig
-from skipsearch.decoding import LayerSkipDrafter
+from skipsearch.engine.decoding import LayerSkipDrafter
 from skipsearch.methods.precision.copy import QuantizedCopy, draft_head
 from skipsearch.methods.precision.params import PrecisionParams
 

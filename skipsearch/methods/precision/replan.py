@@ -65,8 +65,8 @@ def trace_record(objective, cand: Candidate, *, workload: str | None, architectu
     """The precision draft ``cand``'s record on ``objective``'s model and calibration: its teacher-forced traces in
     its own scheme and in each of ``schemes`` (default: ``portable_schemes`` of this device), lined up with the
     calibration's sequences. One forward per sequence and scheme; nothing is timed."""
+    from skipsearch.engine.surrogate import aligned
     from skipsearch.methods.precision.surrogate import draft_traces
-    from skipsearch.surrogate import aligned
 
     sm, cal = objective.sm, objective.cal
     pp = PrecisionParams.parse(cand.plain_params(), draft=cand.draft, num_layers=sm.num_layers)
@@ -233,8 +233,8 @@ def read_draft(job: Replanning, cand: Candidate) -> Traced:
 # -- re-planning the profile's own draft ----------------------------------------------------------------------
 def _plan_scheme(job: Replanning, rec: PrecisionRecord, params: PrecisionParams, scheme: str):
     """The options (draft, Measurement) over K for the draft in ``scheme``, best first, and c's note."""
+    from skipsearch.engine.surrogate import replan_skip_set
     from skipsearch.methods.precision.surrogate import priced
-    from skipsearch.surrogate import replan_skip_set
 
     profile, target = job.profile, job.target
     c, note = precision_ratio(target.costs, profile.model.num_layers, profile.draft, replace(params, scheme=scheme),

@@ -12,8 +12,8 @@ import weakref
 from dataclasses import dataclass, replace
 
 from skipsearch.config import Candidate, DraftConfig
+from skipsearch.engine.surrogate import SchemeCost, measure_stand_ins
 from skipsearch.methods.precision.params import PrecisionParams
-from skipsearch.surrogate import SchemeCost, measure_stand_ins
 
 
 @dataclass
@@ -45,7 +45,7 @@ def head_saving(objective, params: PrecisionParams) -> float:
     if key not in memo.head_savings:
         import torch
 
-        from skipsearch.harness import time_interleaved
+        from skipsearch.engine.harness import time_interleaved
         from skipsearch.methods.precision.copy import draft_head, quantized_copy
 
         sm, context = objective.sm, _context(objective)
@@ -112,8 +112,8 @@ def scheme_cost(objective, scheme: str) -> SchemeCost:
 
 def draft_traces(objective, config: DraftConfig, params: PrecisionParams) -> list:
     """Teacher-forced traces of every calibration sequence through the precision draft (full-model context KV)."""
+    from skipsearch.engine.surrogate import trace
     from skipsearch.methods.precision.copy import draft_head, quantized_copy
-    from skipsearch.surrogate import trace
 
     memo = _memo(objective)
     key = (config.skip_attn, config.skip_mlp, params.full_attn, params.full_mlp, params.scheme, params.quant_head,
@@ -130,8 +130,8 @@ def draft_traces(objective, config: DraftConfig, params: PrecisionParams) -> lis
 
 def predict(objective, candidate: Candidate):
     """Replay the decoder over the traces with the candidate's own c (the layer-skip replay, re-priced)."""
-    from skipsearch import timing
-    from skipsearch.surrogate import replay_all
+    from skipsearch.engine import timing
+    from skipsearch.engine.surrogate import replay_all
 
     sm = objective.sm
     t0 = timing.now(sm.device)

@@ -1,0 +1,130 @@
+"""Candidate -> Measurement, two ways: timed (the truth) and a cheap surrogate (the predictor).
+
+Timed: decode the calibration prompts with the runtime decoder (decoding.generate, the engine
+``decode`` runs), interleaved prompt by prompt with the autoregressive baseline in the same
+process so machine drift cancels; speedup = baseline seconds / config seconds.
+
+Surrogate: the candidate's method's own ``predict`` (skipsearch.methods), from the calibration data,
+the measured cost model and cycle replay that skipsearch.engine.surrogate holds for every method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from skipsearch import methods
+from skipsearch.config import Candidate, ConfigError
+from skipsearch.engine import timing
+from skipsearch.engine.decoding import Drafter
+from skipsearch.engine.equivalence import lossless_check
+from skipsearch.engine.harness import LosslessnessError as LosslessnessError  # raised by its output check; re-exported
+from skipsearch.engine.harness import (
+    engine_method,
+    first_outputs,
+    method_seconds,
+    ours_autoregressive,
+    run_rounds,
+)
+from skipsearch.engine.surrogate import Calibration, CostModel, full_cache, measure_costs
+from skipsearch.engine.surrogate import replay_all as replay_all  # noqa: F401 (old import path, until callers move)
+from skipsearch.engine.surrogate import trace as trace  # noqa: F401 (old import path, until callers move)
+from skipsearch.measure import Kind, Measurement
+from skipsearch.model.skippable import SkippableModel
+
+
+class ModelObjective:
+    """The real objective: surrogate and timed evaluations of candidates on one model and calibration set.
+
+    The surrogate is the candidate's method's own ``predict`` (skipsearch.methods); timing decodes with
+    the method's drafter through the one engine and harness, whatever the method.
+    """
+
+    def __init__(self, sm: SkippableModel, calibration: Calibration, *, repeats: int = 1) -> None:
+        self.sm = sm
+        self.cal = calibration
+        self.repeats = repeats
+        self._costs: CostModel | None = None
+        self._full: list | None = None  # full-model KV per calibration sequence, built once
+
+    @property
+    def costs(self) -> CostModel:
+        """The cost model, measured on first use (a few seconds on a small CPU model)."""
+        if self._costs is None:
+            self._costs = measure_costs(self.sm, self.cal.cost_context)
+        return self._costs
+
+    @property
+    def measured_costs(self) -> CostModel | None:
+        """The cost model if it was measured already; never measures (e.g. on the way out of a Ctrl-C)."""
+        return self._costs
+
+    def evaluate(self, candidate: Candidate, *, kind: Kind) -> Measurement:
+        candidate.draft.check_layers(self.sm.num_layers)
+        if kind == "surrogate":
+            return self.predict(candidate)
+        return self.time(candidate)
+
+    def predict(self, candidate: Candidate) -> Measurement:
+        method = methods.get(candidate.method)
+        if method.predict is None:
+            raise ConfigError(f"method '{method.name}' has no surrogate: its candidates can only be timed")
+        return method.predict(self, candidate)
+
+    def full_caches(self) -> list:
+        """Full-model KV of every calibration sequence (prompt + continuation): what draft queries read.
+        Built once; ``trace`` crops its own additions off again, so every surrogate shares them."""
+        if self._full is None:
+            pairs = zip(self.cal.prompts, self.cal.continuations, strict=True)
+            self._full = [full_cache(self.sm, p, c) for p, c in pairs]
+        return self._full
+
+    def time(self, candidate: Candidate) -> Measurement:
+        """Decode every calibration prompt with the candidate and autoregressively, interleaved.
+
+        The method's prediction, where it has one, is made first and kept beside the measurement: the timing is
+        the last thing done, so nothing runs between the harness's figures and the Measurement they fill."""
+        t0 = timing.now(self.sm.device)
+        predicted = self.predict(candidate) if methods.get(candidate.method).predict is not None else None
+        m, _ = time_drafter(self.sm, self.cal.prompts, lambda _prompt: methods.build_drafter(candidate, self.sm),
+                            max_new_tokens=self.cal.max_new_tokens, repeats=self.repeats, label=str(candidate))
+        if predicted is not None:
+            m = replace(m, predicted_speedup=predicted.speedup, alpha=predicted.alpha,
+                        cost_ratio=predicted.cost_ratio)
+        return replace(m, seconds=timing.now(self.sm.device) - t0)
+
+
+def time_drafter(
+    sm: SkippableModel, prompts: Sequence[Sequence[int]], make_drafter: Callable[[Sequence[int]], Drafter | None], *,
+    max_new_tokens: int, repeats: int = 1, label: str = "draft",
+) -> tuple[Measurement, float]:
+    """Decode ``prompts`` with fresh drafters and autoregressively, interleaved by the one harness.
+
+    Returns the timed Measurement and accepted draft tokens per verification. ``make_drafter``
+    gets each prompt (a drafter without a KV cache needs it). Greedy outputs must be identical:
+    our autoregressive loop is the reference, and a difference raises ``LosslessnessError``.
+    """
+    t0 = timing.now(sm.device)
+    base = ours_autoregressive(sm, name="autoregressive")  # the baseline and the reference
+    spec = engine_method(sm, label if label != base.name else f"{label} (draft)", make_drafter, setting=label)
+    # a short warm-up (8 tokens) keeps each timed trial of a search cheap
+    runs = run_rounds([base, spec], prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
+                      warmup_tokens=8, reference=base.name, strict=True, same=lossless_check(sm))
+    seconds = method_seconds(runs)
+    base_total, spec_total = seconds[base.name], seconds[spec.name]
+    outs = first_outputs(runs, spec.name)
+    tokens = sum(len(o.token_ids) for o in outs)
+    drafted = sum(o.drafted or 0 for o in outs)
+    accepted = sum(o.accepted or 0 for o in outs)
+    verify_steps = sum(o.verify_steps or 0 for o in outs)
+    m = Measurement(
+        kind="timed",
+        speedup=base_total / spec_total,
+        tokens_per_s=tokens / spec_total,
+        baseline_tokens_per_s=tokens / base_total,
+        # the prefill's token is not a verification's
+        tau=(tokens - len(prompts)) / verify_steps if verify_steps else 1.0,
+        acceptance_rate=accepted / drafted if drafted else None,
+        seconds=timing.now(sm.device) - t0,
+    )
+    return m, accepted / verify_steps if verify_steps else 0.0
