@@ -424,3 +424,18 @@ def _digest(entries: list[tuple[str, tuple[int, ...], str, bytes]]) -> str:
         content.update(hashlib.sha256(data).digest())
     return f"{_layout_digest([(e[0], e[1]) for e in entries])}-{content.hexdigest()[:16]}"
 
+
+def arch_fingerprint(config, name: str) -> str:
+    """A short hash of the architecture and the ``--model`` string: what schema-1 profiles recorded
+    as ``model.fingerprint``. Unchanged, so that their fingerprints still match."""
+    arch = {
+        "model_type": config.model_type,
+        "num_hidden_layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": getattr(config, "num_key_value_heads", None),
+        "vocab_size": config.vocab_size,
+        "name": name,
+    }
+    return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]

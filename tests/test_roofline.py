@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 from skipsearch import roofline
 from skipsearch.api.checks import costs_hardware_note, profile_hardware_note
+from skipsearch.checkpoints import arch_fingerprint
 from skipsearch.cli import app
 from skipsearch.config import DraftConfig
 from skipsearch.engine.measuring import architecture_of
 from skipsearch.files.cost_profile import cost_profile_from_dict, cost_profile_to_dict, load_costs, save_costs
 from skipsearch.files.costs import planned_costs_from_dict, planned_costs_to_dict
 from skipsearch.files.errors import CostsError
-from skipsearch.model.skippable import arch_fingerprint
 from skipsearch.profile import Environment, Measured, ModelRef, Profile, load_profile, save_profile
 from skipsearch.roofline import arithmetic as ar
 from skipsearch.roofline import devices

@@ -41,9 +41,8 @@ def check_prompts_fit(model: str, prompts: Sequence[Prompt], *, max_new_tokens: 
 
 def check_study_for_model(label: str, attrs: dict, model: str, *, force: bool = False) -> None:
     """A study made for another model (depth, fingerprint) is refused before this one loads."""
-    from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.checkpoints import arch_fingerprint, find_checkpoint
     from skipsearch.model.loader import read_config
-    from skipsearch.model.skippable import arch_fingerprint
     from skipsearch.search.study import check_study_model
 
     check_model_arg(model)

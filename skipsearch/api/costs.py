@@ -1,4 +1,7 @@
-"""Which draft schemes ``skipsearch costs`` measures: those asked for, or by default the device's own draft scheme
+"""``skipsearch costs`` as functions: a cost file measured on this device (``measure_cost_file``) or modelled from a
+GPU's figures (``model_cost_file``), each checking its input before the model loads.
+
+Which draft schemes ``skipsearch costs`` measures: those asked for, or by default the device's own draft scheme
 (fp16 on a CPU, int8 on a GPU) and every scheme a profile shipped for the model (``profiles/<model>/*.yaml``)
 needs to be re-planned (``plan --profile``), so that the default cost file re-plans every shipped profile.
 
@@ -143,3 +146,85 @@ def measure_batched_costs(sm, context: Sequence[int], batch_sizes: Sequence[int]
 
 __all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_batched_costs",
            "measure_schemes", "model_folders", "parse_schemes"]
+
+
+def model_cost_file(roofline: str | None, *, model: str, device: str, dtype: str, out: Path | None, force: bool,
+                    threads: int | None, samples: int, command: str, schemes: str | None, batch_sizes: str | None,
+                    figures: dict) -> tuple:
+    """``costs --roofline GPU``: a cost file modelled from ``model``'s shapes and the GPU's figures (``figures``:
+    bandwidth, TFLOPS, efficiency, launch and context overrides), timing nothing; and where it goes."""
+    from skipsearch import roofline as rl
+    from skipsearch.files.targets import COSTS, check_target
+
+    if roofline is None:
+        raise ConfigError("--bandwidth, --tflops, --efficiency, --launch-us and --context-tokens give a "
+                          "roofline's figures: use them with --roofline GPU")
+    if device != "auto":
+        raise ConfigError("--device is where costs are timed; a roofline names its device: --roofline GPU")
+    if out:
+        check_target(out, COSTS, replace=force)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    sizes = batch_sizes_option(batch_sizes)
+    cp = rl.roofline_cost_profile(
+        device=roofline, model=model, dtype=dtype, repeats=samples, command=command,
+        schemes=None if schemes is None else tuple(x.strip() for x in schemes.split(",") if x.strip()),
+        batch_sizes=sizes, **figures)
+    return cp, out or rl.default_path(cp)
+
+
+def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, force: bool, threads: int | None,
+                      samples: int, command: str, schemes: str | None, batch_sizes: str | None, kernel: str,
+                      dataset: str, max_new_tokens: int, seed: int, on_note: Callable[[str], None],
+                      warn: Callable[[str], None]) -> tuple:
+    """``skipsearch costs``: the cost file of ``model`` on this device (the step, the sublayers, v(k), each draft
+    scheme's costs and, with ``batch_sizes``, the batched grid), timed at optimize's calibration context; and where it
+    goes. Every input is checked before the model loads."""
+    from dataclasses import replace
+
+    import torch
+
+    from skipsearch.api.checks import check_prompts_fit
+    from skipsearch.data import load_prompts
+    from skipsearch.engine.measuring import calibration_context, measure_cost_profile
+    from skipsearch.files.targets import COSTS, check_target
+    from skipsearch.model.loader import load_model
+
+    if out:
+        check_target(out, COSTS, replace=force)
+    sizes = batch_sizes_option(batch_sizes)  # bad input fails before the model loads
+    choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
+    if kernel != "auto":
+        from skipsearch.kernels import check_kernel, parse_kernel
+        from skipsearch.model.placement import choose_placement
+
+        check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
+    # the first calibration prompt, continued for half of --max-new-tokens (calibration_context), fits the model's
+    # context: a megabyte is refused by its length, untokenized
+    check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
+                      max_new_tokens=max(max_new_tokens // 2, 1))
+    if threads:
+        torch.set_num_threads(threads)
+    sm = load_model(model, device=device, dtype=dtype)
+    path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
+    if not out:
+        check_target(path, COSTS, replace=force)  # the default path, before the timing
+    on_note(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))")
+    context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
+    cp = measure_cost_profile(sm, context, repeats=samples, command=command, kernel=kernel)
+    if choice is None:
+        choice = default_schemes((model, sm.name), str(sm.device))
+        for note in choice.notes:
+            warn(note)
+    on_note(choice.describe())
+    measured = measure_schemes(sm, context, choice, repeats=samples, warn=warn)
+    if measured:
+        cp = replace(cp, costs=replace(cp.costs, schemes=measured))
+    if sizes:
+        priced = tuple(s.scheme for s in cp.costs.schemes)
+        on_note(f"timing batched forwards at B = {', '.join(map(str, sizes))} ({sm.kernel.label})"
+                + (f" and the draft step of {', '.join(priced)}" if priced else ""))
+        cp = replace(cp, batched=measure_batched_costs(sm, context, sizes, priced, repeats=samples, warn=warn))
+    return cp, path

@@ -4,11 +4,11 @@ loads: ``open_model``, which ``decode`` and ``plan --profile`` (when it traces a
 from __future__ import annotations
 
 from skipsearch import methods
-from skipsearch.checkpoints import ModelError, find_checkpoint, weights_fingerprint
+from skipsearch.checkpoints import ModelError, arch_fingerprint, find_checkpoint, weights_fingerprint
 from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.model.loader import DEFAULT_MODEL, load_model, read_config
 from skipsearch.model.placement import DEFAULT_MAX_TOKENS, choose_placement
-from skipsearch.model.skippable import SkippableModel, arch_fingerprint
+from skipsearch.model.skippable import SkippableModel
 from skipsearch.profile import Profile, check_model, load_profile
 
 

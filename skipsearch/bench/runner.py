@@ -133,52 +133,11 @@ class BenchReport:
         return next((r for r in self.rows if r.method == method), None)
 
 
-def bench(
-    sm: SkippableModel,
-    prompts: Sequence[Prompt],
-    *,
-    profiles: Sequence[tuple[str, object]] = (),
-    peers: Sequence[str] = (BASELINE,),
-    max_new_tokens: int = 128,
-    repeats: int = 1,
-    sweep_prompts: Sequence[Prompt] = (),
-    peer_values: dict[str, Sequence[int]] | None = None,
-    sweep: bool = True,
-    dataset: str = "",
-    split: str = "",
-    on_stage: Callable[[str, int], None] | None = None,
-    on_progress: Progress | None = None,
-    kernel: Kernel | None = None,
-    llama: LlamaPlan | None = None,
-    batched: BatchedPlan | None = None,
-) -> BenchReport:
-    """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
-    autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
-    ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
-    ``on_stage(title, total calls)`` opens each stage. ``kernel`` runs skipsearch's own rows (the profiles and our
-    autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now). ``llama``
-    adds the llama.cpp peer, after every timed round (``llamacpp_bench``). ``batched`` adds the section by batch size
-    (``bench.batched``), timed after the main rounds on the same prompts; what it refuses, it refuses first."""
-    from skipsearch.data import context_of, encode_all_within
-    from skipsearch.profile import Environment
-
-    unknown = [p for p in peers if p not in PEERS]
-    if unknown:
-        raise ConfigError(f"unknown peer '{unknown[0]}': use {', '.join(PEERS)}")
-    if not prompts:
-        raise ConfigError("a bench needs at least one prompt")
-    t0 = timing.now(sm.device)
-    # 0. encode once: every method decodes exactly these ids; a prompt that cannot fit the model's context with
-    # max_new_tokens more is refused here, in one line, before anything runs (one far too long, by its length alone)
-    every = encode_all_within(sm.tokenizer, (*prompts, *sweep_prompts), context=context_of(sm.hf.config),
-                              max_new_tokens=max_new_tokens)
-    ids, sweep_ids = every[:len(prompts)], every[len(prompts):]
-    capacity = max(map(len, [*ids, *sweep_ids])) + max_new_tokens
-    if kernel is not None:
-        sm.use_kernel(kernel, capacity=capacity)
-    # a method that cannot batch, or a batch that does not fit, is refused before anything is timed
-    sizes = prepare(sm, batched, ids, max_new_tokens=max_new_tokens) if batched is not None else None
-    # 1. each peer with a knob: sweep it on the sweep prompts and keep its best value
+def _peer_methods(sm: SkippableModel, peers: Sequence[str], sweep_ids, *, capacity: int, max_new_tokens: int,
+                  peer_values: dict[str, Sequence[int]] | None, sweep: bool, on_stage, on_progress
+                  ) -> tuple[list[Contender], list]:
+    """HF greedy, our autoregressive loop and each peer, a peer with a knob at its best value on the sweep prompts
+    (or, unswept, its middle candidate); and the sweeps."""
     sweeps, methods = [], [peer_method(sm, BASELINE), ours_autoregressive(sm)]
     for peer in dict.fromkeys(peers):
         spec = PEERS[peer]
@@ -205,20 +164,119 @@ def bench(
             best, note = values[0], ""
         m = peer_method(sm, peer, best)
         methods.append(Contender(m.name, m.family, m.setting + note, m.decode))
-    if HF_PROFILE in peers and not profiles:
-        raise ConfigError(f"{HF_PROFILE} runs the benched profiles inside HF generate: give --profiles")
-    exports = contextlib.ExitStack()
+    return methods, sweeps
+
+
+def _profile_methods(sm: SkippableModel, profiles: Sequence[tuple[str, object]], *, hf_profile: bool,
+                     taken: Sequence[Contender], exports: contextlib.ExitStack, capacity: int) -> list[Contender]:
+    """Each profile's row in skipsearch's engine and, with the hf-generate+profile peer, inside HF generate (its
+    export folder lives in ``exports``); a name already taken gets #2, #3, ..."""
+    made_all: list[Contender] = []
     for path, profile in profiles:
         made = [profile_method(sm, path, profile)]
-        if HF_PROFILE in peers:
+        if hf_profile:
             import tempfile
 
             where = Path(exports.enter_context(tempfile.TemporaryDirectory(prefix="skipsearch-hf-export-")))
             made.append(hf_profile_method(sm, path, profile, where, capacity=capacity))
         for m in made:
-            taken = {x.name for x in methods}
-            name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in taken)
-            methods.append(Contender(name, m.family, m.setting, m.decode))
+            names = {x.name for x in (*taken, *made_all)}
+            name = next(n for n in (m.name, *(f"{m.name}#{k}" for k in range(2, 100))) if n not in names)
+            made_all.append(Contender(name, m.family, m.setting, m.decode))
+    return made_all
+
+
+def _per_prompt(methods: Sequence[Contender], runs, prompts: Sequence[Prompt], labels: Sequence[str],
+                verdicts) -> tuple[PromptResult, ...]:
+    """One row per method and prompt: tokens, the median seconds over repeats, whether every repeat's output is
+    HF greedy's, and the verdict."""
+    out = []
+    for m in methods:
+        for i, p in enumerate(prompts):
+            rs = [r for r in runs if r.method == m.name and r.prompt == i]
+            ref = next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
+            v = verdicts[m.name, i]
+            out.append(PromptResult(m.name, labels[i], p.category, len(rs[0].output.token_ids),
+                                    statistics.median(r.seconds for r in rs),
+                                    all(r.output.token_ids == ref for r in rs), v.kind, v.tie_tokens))
+    return tuple(out)
+
+
+def _check_request(peers: Sequence[str], prompts: Sequence[Prompt], profiles: Sequence) -> None:
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise ConfigError(f"unknown peer '{unknown[0]}': use {', '.join(PEERS)}")
+    if not prompts:
+        raise ConfigError("a bench needs at least one prompt")
+    if HF_PROFILE in peers and not profiles:
+        raise ConfigError(f"{HF_PROFILE} runs the benched profiles inside HF generate: give --profiles")
+
+
+def _encoded(sm: SkippableModel, prompts: Sequence[Prompt], sweep_prompts: Sequence[Prompt], *,
+             max_new_tokens: int) -> tuple[list, list]:
+    """The bench prompts' ids and the sweep prompts', each refused in one line where it cannot fit the model's
+    context with ``max_new_tokens`` more (one far too long, by its length alone)."""
+    from skipsearch.data import context_of, encode_all_within
+
+    every = encode_all_within(sm.tokenizer, (*prompts, *sweep_prompts), context=context_of(sm.hf.config),
+                              max_new_tokens=max_new_tokens)
+    return every[:len(prompts)], every[len(prompts):]
+
+
+def _by_category(methods: Sequence[Contender], runs, prompts: Sequence[Prompt], labels: Sequence[str], *,
+                 flagged: frozenset[str], verdicts) -> tuple:
+    """The rows again for each task category's prompts, with the flags of the rows over all prompts."""
+    cats: dict[str, list[int]] = {}
+    for i, p in enumerate(prompts):
+        cats.setdefault(p.category or "(none)", []).append(i)
+    return tuple((c, summarize(methods, runs, labels, subset=idx, flagged=flagged, verdicts=verdicts))
+                 for c, idx in cats.items())
+
+
+def bench(
+    sm: SkippableModel,
+    prompts: Sequence[Prompt],
+    *,
+    profiles: Sequence[tuple[str, object]] = (),
+    peers: Sequence[str] = (BASELINE,),
+    max_new_tokens: int = 128,
+    repeats: int = 1,
+    sweep_prompts: Sequence[Prompt] = (),
+    peer_values: dict[str, Sequence[int]] | None = None,
+    sweep: bool = True,
+    dataset: str = "",
+    split: str = "",
+    on_stage: Callable[[str, int], None] | None = None,
+    on_progress: Progress | None = None,
+    kernel: Kernel | None = None,
+    llama: LlamaPlan | None = None,
+    batched: BatchedPlan | None = None,
+) -> BenchReport:
+    """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
+    autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
+    ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
+    ``on_stage(title, total calls)`` opens each stage. ``kernel`` runs skipsearch's own rows (the profiles and our
+    autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now). ``llama``
+    adds the llama.cpp peer, after every timed round (``llamacpp_bench``). ``batched`` adds the section by batch size
+    (``bench.batched``), timed after the main rounds on the same prompts; what it refuses, it refuses first."""
+    from skipsearch.hardware import Environment
+
+    _check_request(peers, prompts, profiles)
+    t0 = timing.now(sm.device)
+    # 0. encode once: every method decodes exactly these ids; a prompt that cannot fit the model's context with
+    # max_new_tokens more is refused here, in one line, before anything runs (one far too long, by its length alone)
+    ids, sweep_ids = _encoded(sm, prompts, sweep_prompts, max_new_tokens=max_new_tokens)
+    capacity = max(map(len, [*ids, *sweep_ids])) + max_new_tokens
+    if kernel is not None:
+        sm.use_kernel(kernel, capacity=capacity)
+    # a method that cannot batch, or a batch that does not fit, is refused before anything is timed
+    sizes = prepare(sm, batched, ids, max_new_tokens=max_new_tokens) if batched is not None else None
+    # 1. each peer with a knob: sweep it on the sweep prompts and keep its best value
+    methods, sweeps = _peer_methods(sm, peers, sweep_ids, capacity=capacity, max_new_tokens=max_new_tokens,
+                                    peer_values=peer_values, sweep=sweep, on_stage=on_stage, on_progress=on_progress)
+    exports = contextlib.ExitStack()
+    methods += _profile_methods(sm, profiles, hf_profile=HF_PROFILE in peers, taken=methods, exports=exports,
+                                capacity=capacity)
     # 2. the main run: every method, interleaved over the same prompt ids
     if on_stage:
         on_stage("bench", len(ids) * repeats * len(methods))
@@ -229,26 +287,13 @@ def bench(
     labels = [f"{p.source}:{p.id}" for p in prompts]
     verdicts = model_verdicts(sm, runs, ids)  # after the timed rounds: checking costs no one's time
     rows = summarize(methods, runs, labels, verdicts=verdicts)
-    flagged = frozenset(r.method for r in rows if r.flagged)
-    cats: dict[str, list[int]] = {}
-    for i, p in enumerate(prompts):
-        cats.setdefault(p.category or "(none)", []).append(i)
-    categories = tuple((c, summarize(methods, runs, labels, subset=idx, flagged=flagged, verdicts=verdicts))
-                       for c, idx in cats.items())
-    per_prompt = []
-    for m in methods:
-        for i, p in enumerate(prompts):
-            rs = [r for r in runs if r.method == m.name and r.prompt == i]
-            ref = next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
-            v = verdicts[m.name, i]
-            per_prompt.append(PromptResult(m.name, labels[i], p.category, len(rs[0].output.token_ids),
-                                           statistics.median(r.seconds for r in rs),
-                                           all(r.output.token_ids == ref for r in rs), v.kind, v.tie_tokens))
+    categories = _by_category(methods, runs, prompts, labels, flagged=frozenset(r.method for r in rows if r.flagged),
+                              verdicts=verdicts)
+    per_prompt = _per_prompt(methods, runs, prompts, labels, verdicts)
     # 4. by batch size: the engine's batched decoding, its schedule and each fixed K, and HF's batched generate
-    section = None
-    if batched is not None:
-        section = bench_batched(sm, batched, ids, labels, max_new_tokens=max_new_tokens, repeats=repeats,
-                                prepared=sizes, on_stage=on_stage, on_progress=on_progress)
+    section = None if batched is None else bench_batched(
+        sm, batched, ids, labels, max_new_tokens=max_new_tokens, repeats=repeats, prepared=sizes, on_stage=on_stage,
+        on_progress=on_progress)
     # 5. llama.cpp, last: its servers never share the machine with a timed row
     llama_result = llama_sweep = None
     if llama is not None:
@@ -260,12 +305,10 @@ def bench(
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
-        kernel=sm.kernel.label,
-        sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind,
-    )
+        kernel=sm.kernel.label, sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind)
     env = Environment.current(str(sm.device))
     return BenchReport(
         settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),
-        rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=tuple(per_prompt),
+        rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=per_prompt,
         wall_seconds=timing.now(sm.device) - t0, llama=llama_result, llama_sweep=llama_sweep, batched=section,
     )

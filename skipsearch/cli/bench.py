@@ -14,58 +14,70 @@ from skipsearch.cli.options import renamed
 from skipsearch.files.figures import check_plot_target
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT
 
+# the command's own options (those several commands share are in options.py)
+MoreProfiles = Annotated[
+    list[str] | None, typer.Argument(help="More profiles (so that `--profiles dir/*.yaml` works unquoted).")
+]
+Profiles = Annotated[
+    list[str] | None, typer.Option(help="Profiles to bench: repeat, comma-separate or give a glob.")
+]
+Peers = Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
+    "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
+    "generate); llama.cpp (llama-server, after the timed rows).")]
+LlamaServer = Annotated[str | None, typer.Option(
+    help="With --peers llama.cpp: the llama-server binary (default: $SKIPSEARCH_LLAMA_SERVER, else PATH).")]
+LlamaSettings = Annotated[str | None, typer.Option(
+    help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
+    "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")]
+SweepPrompts = Annotated[
+    int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
+]
+BatchKs = Annotated[str | None, typer.Option(
+    help="With --batch-sizes: the fixed K to bench, e.g. 1,2,3,4 (default: those the profile's schedule "
+    "considered, else 1,2,3,4).")]
+Strict = Annotated[bool, typer.Option(
+    help="With --batch-sizes: stop at the first batch whose output differs from plain batched decoding "
+    "(exit 1).")]
+Plot = Annotated[Path | None, typer.Option(
+    help="Draw each method's and peer's speedup over HF greedy, by workload, to this PNG (--force replaces an "
+    "earlier plot). Earlier --json-out reports draw with scripts/plot_bench.py.")]
+ByCategory = Annotated[bool, typer.Option(help="Also print one table per task category.")]
+WriteMeasured = Annotated[
+    bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
+]
+Force = Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch, and replace --report "
+    "and --json-out where they hold an earlier bench report (another kind "
+    "of file is never replaced).")]
+
 
 def bench(
-    more_profiles: Annotated[
-        list[str] | None, typer.Argument(help="More profiles (so that `--profiles dir/*.yaml` works unquoted).")
-    ] = None,
-    profiles: Annotated[
-        list[str] | None, typer.Option(help="Profiles to bench: repeat, comma-separate or give a glob.")
-    ] = None,
+    more_profiles: MoreProfiles = None,
+    profiles: Profiles = None,
     model: options.Model = None,
-    peers: Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
-                                            "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
-                                            "generate); llama.cpp (llama-server, after the timed rows).")]
-    = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
-    llama_server: Annotated[str | None, typer.Option(
-        help="With --peers llama.cpp: the llama-server binary (default: $SKIPSEARCH_LLAMA_SERVER, else PATH).")]
-    = None,
-    llama_settings: Annotated[str | None, typer.Option(
-        help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
-             "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")] = None,
+    peers: Peers = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
+    llama_server: LlamaServer = None,
+    llama_settings: LlamaSettings = None,
     dataset: options.Dataset = options.DATASET,
     split: options.Split = options.SPLIT,
     n_prompts: options.NPrompts = options.N_PROMPTS,
     max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
     repeats: options.Repeats = options.REPEATS,
-    sweep_prompts: Annotated[
-        int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
-    ] = 2,
+    sweep_prompts: SweepPrompts = 2,
     seed: options.Seed = options.SEED,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
     threads: options.Threads = None,
     kernel: options.Kernel = options.KERNEL,
     batch_sizes: options.BatchSizes = None,
-    batch_ks: Annotated[str | None, typer.Option(
-        help="With --batch-sizes: the fixed K to bench, e.g. 1,2,3,4 (default: those the profile's schedule "
-             "considered, else 1,2,3,4).")] = None,
-    strict: Annotated[bool, typer.Option(
-        help="With --batch-sizes: stop at the first batch whose output differs from plain batched decoding "
-             "(exit 1).")] = False,
+    batch_ks: BatchKs = None,
+    strict: Strict = False,
     report: options.Report = None,
     as_json: options.Json = False,
     json_out: options.JsonOut = None,
-    plot: Annotated[Path | None, typer.Option(
-        help="Draw each method's and peer's speedup over HF greedy, by workload, to this PNG (--force replaces an "
-             "earlier plot). Earlier --json-out reports draw with scripts/plot_bench.py.")] = None,
-    by_category: Annotated[bool, typer.Option(help="Also print one table per task category.")] = False,
-    write_measured: Annotated[
-        bool, typer.Option(help="Fill each profile's measured block from its row (identical output only).")
-    ] = False,
-    force: Annotated[bool, typer.Option(help="Use profiles despite a model fingerprint mismatch, and replace --report "
-                                             "and --json-out where they hold an earlier bench report (another kind "
-                                             "of file is never replaced).")] = False,
+    plot: Plot = None,
+    by_category: ByCategory = False,
+    write_measured: WriteMeasured = False,
+    force: Force = False,
 ) -> None:
     """Every profile and the HF peers side by side: speed, τ, acceptance, memory, identical output.
 
@@ -75,9 +87,6 @@ def bench(
     setting's differences are reported but leave the exit code alone: another runtime's numerics, not
     skipsearch's. Bad input is exit code 2. A missing llama-server is one line in the report.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-
     from skipsearch import api
     from skipsearch.bench.plot import plot_reports
     from skipsearch.engine.harness import LosslessnessError
@@ -98,14 +107,7 @@ def bench(
             check_plot_target(plot, replace=force)
         # 1. the input is checked before the model loads; 2. the run, with a progress bar per stage on stderr
         try:
-            with LazyProgress(TextColumn("{task.description}"), BarColumn(),
-                              TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[last]}"),
-                              TimeElapsedColumn(), console=Console(stderr=True)) as bar:
-                run = api.bench_profiles(
-                    options_, on_stage=lambda title, total: bar.stage(title, total, last=""),
-                    on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
-                    on_note=lambda note: typer.echo(f"warning: {note}", err=True),
-                )
+            run = _run(options_)
         except LosslessnessError as exc:  # --strict: a wrong output is no result to report
             typer.echo(f"error: {line(exc)}", err=True)
             raise typer.Exit(1) from None
@@ -121,6 +123,22 @@ def bench(
         typer.echo(f"error: output differs from hf-greedy in {len(differing)} of skipsearch's rows: "
                    f"{', '.join(differing)} (exit code 1)", err=True)
         raise typer.Exit(1)
+
+
+def _run(options_):
+    """The bench, with a progress bar per stage on stderr (a line per stage in a pipe or a log)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from skipsearch import api
+
+    with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+        return api.bench_profiles(
+            options_, on_stage=lambda title, total: bar.stage(title, total, last=""),
+            on_progress=lambda done, _total, what: bar.update(bar.task, completed=done, last=what),
+            on_note=lambda note: typer.echo(f"warning: {note}", err=True),
+        )
 
 
 def differs_from_hf_greedy(result) -> tuple[str, ...]:

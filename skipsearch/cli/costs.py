@@ -13,9 +13,30 @@ from skipsearch.cli import options
 from skipsearch.cli.edge import line, save_costs_checked, user_errors, warnings_to_stderr
 from skipsearch.cli.options import renamed
 from skipsearch.config import ConfigError
-from skipsearch.data import load_prompts
-from skipsearch.files.targets import COSTS, check_target
 from skipsearch.model.loader import DEFAULT_MODEL
+
+# the command's own options (those several commands share are in options.py)
+Out = Annotated[Path | None, typer.Option(help="Cost file to write (default costs/<device>-<dtype>.yaml).")]
+Samples = Annotated[int, typer.Option(min=1, help="Samples per quantity (the median is kept).")]
+OldRepeats = Annotated[int | None, typer.Option(hidden=True, min=1, help="The old spelling of --samples.")]
+Force = Annotated[bool, typer.Option(help="Replace the cost file at --out (or the default path); another kind of "
+    "file is never replaced.")]
+Schemes = Annotated[str | None, typer.Option(
+    help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
+    "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
+    "device's own (fp16 on a CPU, int8 on a GPU) and every scheme profiles/<model>/*.yaml need.")
+]
+Roofline = Annotated[str | None, typer.Option(
+    help="Time nothing: model the costs of a GPU from --model's shapes (config only) and the GPU's published "
+    "figures: h100-sxm, h100-pcie, a100-80gb-sxm, a100-80gb-pcie, a100-40gb, l4, rtx-4090, rtx-a6000; "
+    "cpu: this CPU, its bandwidth probed; any other name with --bandwidth and --tflops.")]
+Bandwidth = Annotated[float | None, typer.Option(help="With --roofline: peak memory bandwidth, GB/s.")]
+Tflops = Annotated[float | None, typer.Option(help="With --roofline: dense peak TFLOPS in --dtype.")]
+Efficiency = Annotated[float | None, typer.Option(
+    help="With --roofline: achieved / peak bandwidth (default: the GPU family's calibrated value).")]
+LaunchUs = Annotated[float | None, typer.Option(help="With --roofline: microseconds per kernel launch.")]
+ContextTokens = Annotated[int | None, typer.Option(
+    help="With --roofline: KV-cache positions a step reads (default 512).")]
 
 
 def costs_command(
@@ -23,43 +44,28 @@ def costs_command(
     model: options.Model = None,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
-    out: Annotated[Path | None, typer.Option(help="Cost file to write (default costs/<device>-<dtype>.yaml).")]
-    = None,
+    out: Out = None,
     dataset: options.Dataset = options.DATASET,
     max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
-    samples: Annotated[int, typer.Option(min=1, help="Samples per quantity (the median is kept).")] = 9,
-    repeats: Annotated[int | None, typer.Option(hidden=True, min=1, help="The old spelling of --samples.")] = None,
+    samples: Samples = 9,
+    repeats: OldRepeats = None,
     threads: options.Threads = None,
     seed: options.Seed = options.SEED,
-    force: Annotated[bool, typer.Option(help="Replace the cost file at --out (or the default path); another kind of "
-                                             "file is never replaced.")] = False,
+    force: Force = False,
     kernel: options.CostsKernel = options.KERNEL,
-    schemes: Annotated[str | None, typer.Option(
-        help="Also cost these draft schemes per sublayer: precision's fp16,int8 (CPU) or int8,int4,fp8 (CUDA); "
-             "fractal's int8-dynamic (CPU), int8-weight-only, bnb-int8 (CUDA); none: no scheme. Default: the "
-             "device's own (fp16 on a CPU, int8 on a GPU) and every scheme profiles/<model>/*.yaml need.")
-    ] = None,
-    roofline: Annotated[str | None, typer.Option(
-        help="Time nothing: model the costs of a GPU from --model's shapes (config only) and the GPU's published "
-             "figures: h100-sxm, h100-pcie, a100-80gb-sxm, a100-80gb-pcie, a100-40gb, l4, rtx-4090, rtx-a6000; "
-             "cpu: this CPU, its bandwidth probed; any other name with --bandwidth and --tflops.")] = None,
-    bandwidth: Annotated[float | None, typer.Option(help="With --roofline: peak memory bandwidth, GB/s.")] = None,
-    tflops: Annotated[float | None, typer.Option(help="With --roofline: dense peak TFLOPS in --dtype.")] = None,
-    efficiency: Annotated[float | None, typer.Option(
-        help="With --roofline: achieved / peak bandwidth (default: the GPU family's calibrated value).")] = None,
-    launch_us: Annotated[float | None, typer.Option(help="With --roofline: microseconds per kernel launch.")] = None,
-    context_tokens: Annotated[int | None, typer.Option(
-        help="With --roofline: KV-cache positions a step reads (default 512).")] = None,
+    schemes: Schemes = None,
+    roofline: Roofline = None,
+    bandwidth: Bandwidth = None,
+    tflops: Tflops = None,
+    efficiency: Efficiency = None,
+    launch_us: LaunchUs = None,
+    context_tokens: ContextTokens = None,
     batch_sizes: options.BatchSizes = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
 
-    import torch
-
-    from skipsearch.api.costs import batch_sizes_option, default_schemes, measure_schemes, parse_schemes
-    from skipsearch.engine.measuring import calibration_context, measure_cost_profile
-    from skipsearch.model.loader import load_model
+    from skipsearch.api.costs import measure_cost_file, model_cost_file
 
     warnings_to_stderr()
     source = ctx.get_parameter_source("kernel")
@@ -79,77 +85,22 @@ def costs_command(
                               f"plus half as many generated tokens), got {max_new_tokens}")
     figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,
                    context_tokens=context_tokens)
+    command = shlex.join(["skipsearch", *sys.argv[1:]])
     if roofline is not None or any(v is not None for v in figures.values()):  # modelled: nothing is timed
-        from skipsearch import roofline as rl
-
         with user_errors():
-            if roofline is None:
-                raise ConfigError("--bandwidth, --tflops, --efficiency, --launch-us and --context-tokens give a "
-                                  "roofline's figures: use them with --roofline GPU")
-            if device != "auto":
-                raise ConfigError("--device is where costs are timed; a roofline names its device: --roofline GPU")
-            if out:
-                check_target(out, COSTS, replace=force)
-            if threads:
-                torch.set_num_threads(threads)
-            sizes = batch_sizes_option(batch_sizes)
-            cp = rl.roofline_cost_profile(
-                device=roofline, model=model, dtype=dtype, repeats=samples, command=shlex.join(
-                    ["skipsearch", *sys.argv[1:]]), schemes=None if schemes is None else tuple(
-                    x.strip() for x in schemes.split(",") if x.strip()), batch_sizes=sizes, **figures)
-            path = out or rl.default_path(cp)
+            cp, path = model_cost_file(roofline, model=model, device=device, dtype=dtype, out=out, force=force,
+                                       threads=threads, samples=samples, command=command, schemes=schemes,
+                                       batch_sizes=batch_sizes, figures=figures)
             save_costs_checked(cp, path, replace=force)
         typer.echo(cp.describe())
         typer.echo(f"wrote {path} (modelled, not measured)")
         return
     with user_errors():
-        if out:
-            check_target(out, COSTS, replace=force)
-        sizes = batch_sizes_option(batch_sizes)  # bad input fails before the model loads
-        choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
-        if kernel != "auto":
-            from skipsearch.kernels import check_kernel, parse_kernel
-            from skipsearch.model.placement import choose_placement
-
-            check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
-        from skipsearch.api.checks import check_prompts_fit
-
-        # the first calibration prompt, continued for half of --max-new-tokens (costs.calibration_context), fits the
-        # model's context: a megabyte is refused by its length, untokenized
-        check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
-                          max_new_tokens=max(max_new_tokens // 2, 1))
-        if threads:
-            torch.set_num_threads(threads)
-        sm = load_model(model, device=device, dtype=dtype)
-        path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
-        if not out:
-            check_target(path, COSTS, replace=force)  # the default path, before the timing
-        typer.echo(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))", err=True)
-        context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
-        cp = measure_cost_profile(sm, context, repeats=samples, command=shlex.join(["skipsearch", *sys.argv[1:]]),
-                                  kernel=kernel)
-        if choice is None:
-            choice = default_schemes((model, sm.name), str(sm.device))
-            for note in choice.notes:
-                typer.echo(f"warning: {line(note)}", err=True)
-        typer.echo(choice.describe(), err=True)
-        measured = measure_schemes(sm, context, choice, repeats=samples,
-                                   warn=lambda text: typer.echo(f"warning: {line(text)}", err=True))
-        if measured:
-            from dataclasses import replace
-
-            cp = replace(cp, costs=replace(cp.costs, schemes=measured))
-        if sizes:
-            from dataclasses import replace
-
-            from skipsearch.api.costs import measure_batched_costs
-
-            priced = tuple(s.scheme for s in cp.costs.schemes)
-            typer.echo(f"timing batched forwards at B = {', '.join(map(str, sizes))} ({sm.kernel.label})"
-                       + (f" and the draft step of {', '.join(priced)}" if priced else ""), err=True)
-            cp = replace(cp, batched=measure_batched_costs(
-                sm, context, sizes, priced, repeats=samples,
-                warn=lambda text: typer.echo(f"warning: {line(text)}", err=True)))
+        cp, path = measure_cost_file(model, device=device, dtype=dtype, out=out, force=force, threads=threads,
+                                     samples=samples, command=command, schemes=schemes, batch_sizes=batch_sizes,
+                                     kernel=kernel, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed,
+                                     on_note=lambda text: typer.echo(text, err=True),
+                                     warn=lambda text: typer.echo(f"warning: {line(text)}", err=True))
         save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")

@@ -50,18 +50,9 @@ def decode(
 
     warnings_to_stderr()
     with user_errors():
-        if (prompt is None) == (prompts_file is None):
-            raise DataError("give exactly one of --prompt or --prompts-file")
-        if prompt == "":
-            raise DataError("--prompt is empty: give the text to continue")
-        sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
-        if check and not sampling.greedy:
-            raise ConfigError("--check compares greedy output with HF greedy: leave --temperature at 0")
         # 1. all the input is checked before the model loads: a typo costs milliseconds
-        prompts = (  # the bound is read here, where a test can lower it
-            read_prompts_file(prompts_file, chat_default=chat, limit=MAX_PROMPTS_BYTES) if prompts_file
-            else (Prompt("", prompt, chat, "", "--prompt"),)
-        )
+        prompts, sampling = _read_input(prompt, prompts_file, chat=chat, check=check,
+                                        sampling=dict(temperature=temperature, top_p=top_p, top_k=top_k))
         kernel = options.reject_fastest(kernel)
         if model is None and profile is None:
             model = DEFAULT_MODEL
@@ -106,28 +97,52 @@ def decode(
         # 3. each result is written (and flushed) as soon as its prompt is done: Ctrl-C or a failure
         # later keeps every finished one
         for d in results:
-            verdict = _check_decoded(sm, d, max_new_tokens) if check else None
-            if as_json:
-                row = {
-                    "prompt": d.prompt.text,
-                    "prompt_token_ids": list(d.prompt_token_ids),
-                    "token_ids": list(d.result.token_ids),
-                    "text": d.text,
-                    "stats": dataclasses.asdict(d.result.stats),
-                    **({"check": verdict.to_dict()} if verdict is not None else {}),
-                }
-                typer.echo(json.dumps(row))  # click's echo flushes
-            else:
-                s = d.result.stats
-                acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
-                own = "".join(f", {k} {v:.3g}" for k, v in s.drafter_stats)  # the method's own figures
-                typer.echo(
-                    f"\n[{s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
-                    f"tau {s.tau:.2f}, acceptance {acc}{own}]",
-                    err=True,
-                )
-            if verdict is not None:
-                typer.echo(f"[check: {verdict.describe()}]", err=True)
+            _print_decoded(sm, d, as_json=as_json, check=check, max_new_tokens=max_new_tokens)
+
+
+def _read_input(prompt: str | None, prompts_file: Path | None, *, chat: bool, check: bool,
+                sampling: dict) -> tuple[tuple[Prompt, ...], SamplingParams]:
+    """The prompts to decode, from --prompt or --prompts-file (exactly one), and the sampling settings, each refused
+    in one line before anything loads: an empty prompt, a bad setting or file, or --check with sampling."""
+    if (prompt is None) == (prompts_file is None):
+        raise DataError("give exactly one of --prompt or --prompts-file")
+    if prompt == "":
+        raise DataError("--prompt is empty: give the text to continue")
+    params = SamplingParams(**sampling)
+    if check and not params.greedy:
+        raise ConfigError("--check compares greedy output with HF greedy: leave --temperature at 0")
+    prompts = (  # the bound is read here, where a test can lower it
+        read_prompts_file(prompts_file, chat_default=chat, limit=MAX_PROMPTS_BYTES) if prompts_file
+        else (Prompt("", prompt, chat, "", "--prompt"),)
+    )
+    return prompts, params
+
+
+def _print_decoded(sm, d, *, as_json: bool, check: bool, max_new_tokens: int) -> None:
+    """One finished prompt: a JSON line on stdout, or its stats on stderr (its text was streamed); with --check,
+    its verdict against HF greedy."""
+    verdict = _check_decoded(sm, d, max_new_tokens) if check else None
+    if as_json:
+        row = {
+            "prompt": d.prompt.text,
+            "prompt_token_ids": list(d.prompt_token_ids),
+            "token_ids": list(d.result.token_ids),
+            "text": d.text,
+            "stats": dataclasses.asdict(d.result.stats),
+            **({"check": verdict.to_dict()} if verdict is not None else {}),
+        }
+        typer.echo(json.dumps(row))  # click's echo flushes
+    else:
+        s = d.result.stats
+        acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+        own = "".join(f", {k} {v:.3g}" for k, v in s.drafter_stats)  # the method's own figures
+        typer.echo(
+            f"\n[{s.new_tokens} tokens, {s.seconds:.2f}s, {s.tokens_per_s:.1f} tok/s, "
+            f"tau {s.tau:.2f}, acceptance {acc}{own}]",
+            err=True,
+        )
+    if verdict is not None:
+        typer.echo(f"[check: {verdict.describe()}]", err=True)
 
 
 def _decode_batched(sm, prof, prompts, *, profile: str | None, kernel: str | None, batch_size: int,

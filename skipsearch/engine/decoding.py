@@ -182,6 +182,81 @@ def make_drafter(config: DraftConfig | None) -> Drafter | None:
 
 
 # -- the engine ------------------------------------------------------------------------------------
+def _stop(new: list[int], pending: int, eos: set[int], *, room: int) -> tuple[list[int], int]:
+    """A cycle's new tokens cut at the first EOS (kept, as HF does; it becomes the pending token) and at ``room``
+    tokens, the most max_new_tokens leaves."""
+    for i, tok in enumerate(new):
+        if tok in eos:
+            new, pending = new[: i + 1], tok
+            break
+    return new[:room], pending
+
+
+class _Tally:
+    """What ``generate``'s cycles add up to, for its DecodeStats."""
+
+    def __init__(self) -> None:
+        self.draft_seconds = self.verify_seconds = 0.0
+        self.draft_steps = self.verify_steps = self.drafted = self.accepted = 0
+        self.emitted: list[int] = []
+
+    def cycle(self, *, drafted: int, accepted: int, emitted: int, draft_seconds: float,
+              verify_seconds: float) -> None:
+        """One draft + verify cycle: ``drafted`` tokens proposed (one draft step each), ``accepted`` of them kept by
+        the verifier, ``emitted`` output. Accepted drafts past a cut EOS are not output, so not in tau either."""
+        self.draft_steps += drafted
+        self.verify_steps += 1
+        self.drafted += drafted
+        self.accepted += min(accepted, emitted)
+        self.emitted.append(emitted)
+        self.draft_seconds += draft_seconds
+        self.verify_seconds += verify_seconds
+
+    def stats(self, prompt_tokens: int, new_tokens: int, total: float, prefill: float,
+              drafter: Drafter | None) -> DecodeStats:
+        return DecodeStats(
+            prompt_tokens=prompt_tokens,
+            new_tokens=new_tokens,
+            seconds=total,
+            tokens_per_s=new_tokens / total if total > 0 else 0.0,
+            prefill_seconds=prefill,
+            draft_seconds=self.draft_seconds,
+            verify_seconds=self.verify_seconds,
+            draft_steps=self.draft_steps,
+            verify_steps=self.verify_steps,
+            drafted_tokens=self.drafted,
+            accepted_tokens=self.accepted,
+            tau=sum(self.emitted) / len(self.emitted) if self.emitted else 1.0,
+            acceptance_rate=self.accepted / self.drafted if self.drafted else None,
+            final_threshold=drafter.threshold if drafter is not None else None,
+            drafter_stats=tuple(drafter.report()) if drafter is not None else (),
+        )
+
+
+def _check_request(prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+
+
+def _verify(sm: SkippableModel, cache, pending: int, draft: Draft, *, start: int, wants_hidden: bool,
+            sampling: SamplingParams, generator: torch.Generator) -> tuple[int, int, torch.Tensor | None]:
+    """One verify cycle's forward and choice: the draft's partial-model KV dropped, ``pending`` and the drafts run
+    through the full model at ``start``, and how many drafts it accepts with the token it emits after them (greedy,
+    or by rejection sampling); with ``wants_hidden``, the forward's hidden states too."""
+    sm.crop(cache, start)
+    verify_ids = torch.tensor([pending, *draft.tokens])
+    hidden = None
+    if wants_hidden:
+        logits, hidden = sm.forward_hidden(verify_ids, start=start, cache=cache)  # [k+1, V], [L+1, k+1, H]
+    else:
+        logits = sm.forward(verify_ids, start=start, cache=cache)  # [k+1, V]
+    if sampling.greedy:
+        return (*accept_greedy(draft.tokens, logits), hidden)
+    return (*rejection_sample(logits, draft, sampling, generator), hidden)
+
+
 def generate(
     sm: SkippableModel,
     prompt_ids: Sequence[int],
@@ -200,10 +275,7 @@ def generate(
     With neither (or ``max_draft_tokens == 0``) this is plain autoregressive decoding.
     ``on_tokens`` receives each batch of newly emitted tokens (for streaming).
     """
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
+    _check_request(prompt_ids, max_new_tokens)
     if drafter is None:
         drafter = make_drafter(config)
     max_k = config.max_draft_tokens if config is not None else (1 << 30)
@@ -213,26 +285,19 @@ def generate(
     device = sm.device
     generator = torch.Generator(device=device).manual_seed(seed)
 
-    def choose(logits: torch.Tensor) -> int:  # logits: [V]
-        if sampling.greedy:
-            return int(logits.argmax())
-        return draw(process_logits(logits, sampling), generator)
-
     t_start = timing.now(device)
     # the kernel's cache: a DynamicCache, or the compiled kernel's StaticCache rewound to empty
     cache = sm.decode_cache(len(prompt_ids) + max_new_tokens)
     # 0. prefill with the full model; its last logits give the first token.
     logits = sm.forward(torch.tensor(list(prompt_ids)), start=0, cache=cache, last_only=True)  # [1, V]
-    pending = choose(logits[-1])
+    pending = int(logits[-1].argmax()) if sampling.greedy else draw(process_logits(logits[-1], sampling), generator)
     n = len(prompt_ids)  # cache holds positions [0, n); `pending` will sit at position n
     out = [pending]
     seq = [*prompt_ids, pending]  # the whole sequence, for drafters that read it (wants_tokens)
     if on_tokens:
         on_tokens([pending])
     t_prefill = timing.now(device)
-    draft_s = verify_s = 0.0
-    draft_steps = verify_steps = drafted = accepted = 0
-    emitted_per_cycle: list[int] = []
+    tally = _Tally()
 
     while len(out) < max_new_tokens and pending not in eos:
         # Draft at most enough tokens that the cycle cannot overshoot max_new_tokens.
@@ -244,24 +309,13 @@ def generate(
             draft = drafter.draft(
                 sm, cache, pending=pending, start=n, limit=limit, sampling=sampling, generator=generator, **extra
             )
-            draft_steps += len(draft.tokens)
         else:
             draft = Draft((), None)
         k = len(draft.tokens)
         t1 = timing.now(device)
-        # 2. verify in one full forward; first drop the draft's partial-model KV
-        sm.crop(cache, n)
-        verify_ids = torch.tensor([pending, *draft.tokens])
-        if wants_hidden:
-            logits, hidden = sm.forward_hidden(verify_ids, start=n, cache=cache)  # [k+1, V], [L+1, k+1, H]
-        else:
-            logits = sm.forward(verify_ids, start=n, cache=cache)  # [k+1, V]
-        verify_steps += 1
-        # 3. accept / resample
-        if sampling.greedy:
-            a, bonus = accept_greedy(draft.tokens, logits)
-        else:
-            a, bonus = rejection_sample(logits, draft, sampling, generator)
+        # 2. verify in one full forward, 3. accept / resample
+        a, bonus, hidden = _verify(sm, cache, pending, draft, start=n, wants_hidden=wants_hidden, sampling=sampling,
+                                   generator=generator)
         new = [*draft.tokens[:a], bonus]
         # 4. crop the rejected positions: keep pending + the a accepted drafts
         sm.crop(cache, n + 1 + a)
@@ -269,47 +323,19 @@ def generate(
         pending = new[-1]
         if drafter is not None and k:
             drafter.observe(k, a)
-        # stop at EOS (kept, as HF does) and at max_new_tokens
-        for i, tok in enumerate(new):
-            if tok in eos:
-                new = new[: i + 1]
-                pending = tok
-                break
-        new = new[: max_new_tokens - len(out)]
-        # count what is emitted: accepted drafts past a cut EOS are not output, so not in tau either
-        drafted += k
-        accepted += min(a, len(new))
-        emitted_per_cycle.append(len(new))
+        new, pending = _stop(new, pending, eos, room=max_new_tokens - len(out))
         out.extend(new)
         seq.extend(new)
         if on_tokens:
             on_tokens(new)
-        t2 = timing.now(device)
-        draft_s += t1 - t0
-        verify_s += t2 - t1
+        tally.cycle(drafted=k, accepted=a, emitted=len(new), draft_seconds=t1 - t0,
+                    verify_seconds=timing.now(device) - t1)
         # 5. a drafter that re-plans from the verify pass sees the last kept token's hidden states
         if wants_hidden and len(out) < max_new_tokens and pending not in eos:
             drafter.verified(sm, cache, hidden=hidden[:, a], position=n - 1)
 
     total = timing.now(device) - t_start
-    stats = DecodeStats(
-        prompt_tokens=len(prompt_ids),
-        new_tokens=len(out),
-        seconds=total,
-        tokens_per_s=len(out) / total if total > 0 else 0.0,
-        prefill_seconds=t_prefill - t_start,
-        draft_seconds=draft_s,
-        verify_seconds=verify_s,
-        draft_steps=draft_steps,
-        verify_steps=verify_steps,
-        drafted_tokens=drafted,
-        accepted_tokens=accepted,
-        tau=sum(emitted_per_cycle) / len(emitted_per_cycle) if emitted_per_cycle else 1.0,
-        acceptance_rate=accepted / drafted if drafted else None,
-        final_threshold=drafter.threshold if drafter is not None else None,
-        drafter_stats=tuple(drafter.report()) if drafter is not None else (),
-    )
-    return DecodeResult(tuple(out), stats)
+    return DecodeResult(tuple(out), tally.stats(len(prompt_ids), len(out), total, t_prefill - t_start, drafter))
 
 
 # -- the reference ---------------------------------------------------------------------------------

@@ -155,6 +155,33 @@ def timed_verify_sizes(sizes: Sequence[int], chunk: int) -> list[int]:
     return sorted({1, *sizes, *edges})
 
 
+def _step_call(sm: SkippableModel, context: Sequence[int], cache, config: DraftConfig | None) -> Callable[[], None]:
+    """One decoding step after ``context`` (last-position logits only), with ``config``'s sublayers skipped."""
+    token, n = torch.tensor([context[-1]]), len(context)
+
+    def once():
+        _one_step(sm, token, n, cache, config)
+
+    return once
+
+
+def _verify_call(sm: SkippableModel, context: Sequence[int], k: int, cache,
+                 config: DraftConfig | None) -> Callable[[], None]:
+    """A k-token forward after ``context`` as a verifier runs it: all k rows of logits, argmax read back, then the
+    cache cropped back; through the full model (on the kernel's cache), or a draft ``config`` (eager)."""
+    ids, n = torch.tensor((list(context) * k)[:k]), len(context)
+
+    def once():
+        if config is None:
+            sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
+        else:
+            with sm.drafting(config):
+                sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
+        sm.crop(cache, n)
+
+    return once
+
+
 def measure_costs(
     sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9), repeats: int = 9,
     extra: Mapping[str, DraftConfig] | None = None, extra_verify_sizes: Mapping[str, Sequence[int]] | None = None,
@@ -185,7 +212,6 @@ def measure_costs(
         raise ConfigError(f"extra_verify_sizes names configs not in extra: {', '.join(sorted(unknown))}")
     cache = sm.new_cache()
     sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-    n = len(context)
     L = sm.num_layers
     every = tuple(range(L))
     # the parts (full, no_attn, no_mlp and the extra drafts) run eagerly on a DynamicCache; the verify curve and the
@@ -193,26 +219,10 @@ def measure_costs(
     vcache = _kernel_cache(sm, context, max(verify_sizes)) if compiled else cache
 
     def step(config: DraftConfig | None):
-        token = torch.tensor([context[-1]])
-
-        def once():  # one decoding step: last-position logits only
-            _one_step(sm, token, n, cache, config)
-
-        return once
+        return _step_call(sm, context, cache, config)
 
     def verify(k: int, config: DraftConfig | None = None):
-        ids = torch.tensor((list(context) * k)[:k])
-
-        def once():  # as a verifier runs it: all k rows of logits, argmax read back
-            if config is None:
-                sm.forward(ids, start=n, cache=vcache).argmax(-1).tolist()
-                sm.crop(vcache, n)
-            else:
-                with sm.drafting(config):
-                    sm.forward(ids, start=n, cache=cache).argmax(-1).tolist()
-                sm.crop(cache, n)
-
-        return once
+        return _verify_call(sm, context, k, vcache if config is None else cache, config)
 
     calls = {"full": step(None), "no_attn": step(DraftConfig(skip_attn=every)),
              "no_mlp": step(DraftConfig(skip_mlp=every))}

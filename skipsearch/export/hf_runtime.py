@@ -33,12 +33,13 @@ from typing import Any
 import torch
 
 from skipsearch import methods
+from skipsearch.checkpoints import arch_fingerprint
 from skipsearch.config import ConfigError, SamplingParams
 from skipsearch.engine.decoding import DecodeStats
 from skipsearch.engine.decoding import generate as engine_generate
 from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.model.loader import quiet_optional_kernels
-from skipsearch.model.skippable import SkippableModel, arch_fingerprint
+from skipsearch.model.skippable import SkippableModel
 from skipsearch.profile import Profile, check_model, profile_from_dict
 
 # generate() arguments the engine cannot honour: (name in generate's signature, what to say)

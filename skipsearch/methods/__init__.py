@@ -1,7 +1,7 @@
 """The method registry: every draft method skipsearch can search, ship, decode and re-plan.
 
 Each method is a package here (``layer_skip/``, ``clasp_dynamic/``, ``fractal/``, ``hierarchical/``,
-``precision/``) or, when light, one module (``ngram.py``, ``hybrid.py``) that exports one ``METHOD`` record; what
+``precision/``, ``hybrid/``) or, when light, one module (``ngram.py``) that exports one ``METHOD`` record; what
 they share (the record, ``Params``, ``ParamsError``, the validators, the record and re-plan types, the registry's
 functions) is in ``base.py``. Adding a method is its package plus one ``register(...)`` line below.
 """

@@ -233,6 +233,14 @@ class Params(Protocol):
     def to_pairs(self) -> tuple[tuple[str, Any], ...]: ...
 
 
+def parse_params(params: type, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
+                 num_layers: int) -> Any:
+    """``method_params`` (a mapping, or a profile's pairs) validated by the Params type ``params``, for a model of
+    ``num_layers``: what ``Method.parse`` does, for a method's own modules, which cannot import its METHOD."""
+    values = {k: thaw(v) for k, v in (raw.items() if isinstance(raw, Mapping) else raw)}
+    return params.parse(values, draft=draft, num_layers=num_layers)
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -275,8 +283,7 @@ class Method:
     def parse(self, raw: Mapping[str, Any] | Sequence[tuple[str, Any]], *, draft: DraftConfig,
               num_layers: int) -> Any:
         """Validate ``method_params`` for a model of ``num_layers``; ParamsError (one line) if bad."""
-        values = {k: thaw(v) for k, v in (raw.items() if isinstance(raw, Mapping) else raw)}
-        return self.params.parse(values, draft=draft, num_layers=num_layers)
+        return parse_params(self.params, raw, draft=draft, num_layers=num_layers)
 
     def candidate(self, draft: DraftConfig, params: Any = None) -> Candidate:
         return Candidate(self.name, draft, params.to_pairs() if params is not None else ())

@@ -18,9 +18,7 @@ length, because layer 0's cache may be shorter than the others' in the middle of
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 
@@ -28,7 +26,7 @@ import torch
 from torch import nn
 
 from skipsearch import kv_cache
-from skipsearch.checkpoints import ModelError, state_fingerprint
+from skipsearch.checkpoints import ModelError, arch_fingerprint, state_fingerprint
 from skipsearch.config import ConfigError, DraftConfig
 from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_kernel, graphs, parse_kernel
 from skipsearch.kv_cache import LayerFrame, PrefixKV
@@ -38,7 +36,7 @@ from skipsearch.notices import long_step
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "SkippableModel", "arch_fingerprint"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "SkippableModel"]
 
 # Decoder stacks whose layers are (input_layernorm, self_attn, post_attention_layernorm, mlp)
 # around two residual adds. Skipping a sublayer there means adding zero to the residual.
@@ -492,19 +490,3 @@ def _cache_parameter(forward: Callable) -> str:
     except (TypeError, ValueError):
         return "past_key_values"
     return "cache" if "cache" in params else "past_key_values"
-
-
-def arch_fingerprint(config, name: str) -> str:
-    """A short hash of the architecture and the ``--model`` string: what schema-1 profiles recorded
-    as ``model.fingerprint``. Unchanged, so that their fingerprints still match."""
-    arch = {
-        "model_type": config.model_type,
-        "num_hidden_layers": config.num_hidden_layers,
-        "hidden_size": config.hidden_size,
-        "intermediate_size": config.intermediate_size,
-        "num_attention_heads": config.num_attention_heads,
-        "num_key_value_heads": getattr(config, "num_key_value_heads", None),
-        "vocab_size": config.vocab_size,
-        "name": name,
-    }
-    return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]

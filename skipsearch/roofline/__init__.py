@@ -43,6 +43,28 @@ def _check_figures(**figures: float | None) -> None:
             raise ConfigError(f"--{flag.replace('_', '-')} must be a positive number, got {value}")
 
 
+def _scheme_names(kind: str, schemes: Sequence[str] | None) -> tuple[str, ...]:
+    """The draft schemes to price: those asked for, each one skipsearch runs on a ``kind`` device, else the
+    device kind's defaults."""
+    scheme_bytes = devices.SCHEME_BYTES[kind]
+    names = tuple(schemes) if schemes is not None else devices.DEFAULT_SCHEMES[kind]
+    for name in names:
+        if name not in scheme_bytes:
+            raise ConfigError(f"a {kind} roofline prices the draft schemes skipsearch runs on a {kind}: "
+                              f"{', '.join(scheme_bytes)}; not {name}")
+    return names
+
+
+def _efficiency(table: Device, efficiency: float | None, *, on_cpu: bool) -> tuple[float, str]:
+    """Achieved / peak bandwidth and where it comes from: given, 1 on a CPU (its probe measures achieved
+    bandwidth), else the GPU family's calibrated value."""
+    if on_cpu:
+        return efficiency or 1.0, ("given" if efficiency else "1: the probe's copy is already achieved bandwidth")
+    if efficiency is not None:
+        return efficiency, "given"
+    return devices.efficiency_of(table)
+
+
 def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: str = "auto",
                           bandwidth_gb_s: float | None = None, tflops: float | None = None,
                           efficiency: float | None = None, launch_us: float | None = None,
@@ -67,11 +89,7 @@ def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: st
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--dtype {dtype} for a roofline: use {', '.join(DTYPE_BYTES)} (or auto)")
     scheme_bytes = devices.SCHEME_BYTES[kind]
-    names = tuple(schemes) if schemes is not None else devices.DEFAULT_SCHEMES[kind]
-    for name in names:
-        if name not in scheme_bytes:
-            raise ConfigError(f"a {kind} roofline prices the draft schemes skipsearch runs on a {kind}: "
-                              f"{', '.join(scheme_bytes)}; not {name}")
+    names = _scheme_names(kind, schemes)
     # 2. the model's shapes (config only) before anything is probed
     shapes = resolve_shapes(model)
     if table is None and not on_cpu:
@@ -98,13 +116,7 @@ def roofline_cost_profile(*, device: str, model: str = "smollm2-135m", dtype: st
     if peak is None:
         raise ConfigError(f"{table.name} has no {dtype} throughput in the table: give it with --tflops, or pick "
                           f"another --dtype ({', '.join(d for d, _ in table.tflops if d in DTYPE_BYTES)})")
-    if on_cpu:
-        eff, eff_source = efficiency or 1.0, ("given" if efficiency else "1: the probe's copy is already achieved "
-                                              "bandwidth")
-    elif efficiency is not None:
-        eff, eff_source = efficiency, "given"
-    else:
-        eff, eff_source = devices.efficiency_of(table)
+    eff, eff_source = _efficiency(table, efficiency, on_cpu=on_cpu)
     launch = launch_us if launch_us is not None else (probed.launch_us if probed else DEFAULT_LAUNCH_US)
     if not on_cpu and "fp8" in names and not table.has_fp8:
         names = tuple(n for n in names if n != "fp8")  # fp8 needs compute capability 8.9 (Ada, Hopper)

@@ -97,7 +97,7 @@ class Shapes:
 
 def shapes_from_config(config: Any, name: str, *, source: str, architecture: str | None = None) -> Shapes:
     """Shapes of a transformers config (or anything with its attributes)."""
-    from skipsearch.model.skippable import arch_fingerprint
+    from skipsearch.checkpoints import arch_fingerprint
 
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads

@@ -13,7 +13,7 @@ import optuna
 
 from skipsearch.config import Candidate
 from skipsearch.interrupts import held_interrupt
-from skipsearch.measure import Kind, Objective
+from skipsearch.measure import Kind, Measurement, Objective
 from skipsearch.search.strategies import Seed, Strategy
 from skipsearch.search.study.opening import check_or_stamp
 from skipsearch.search.study.record import (
@@ -100,6 +100,37 @@ def _used(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_COUNTED))
 
 
+def _take_share(study: optuna.Study, neighbours: int) -> int:
+    """With a shared storage, the other live workers on this machine now; more of them than last seen: this
+    worker takes its share of the cores, with a warning."""
+    if not isinstance(storage_of(study), optuna.storages.RDBStorage):
+        return neighbours
+    others = len(other_local_workers(study))
+    if others > neighbours:  # more workers on these cores than before: take this one's share
+        shared = share_cores(others + 1)
+        if shared:
+            warnings.warn(shared, RuntimeWarning, stacklevel=3)
+    return others
+
+
+def _measure(study: optuna.Study, trial: optuna.Trial, candidate: Candidate, strategy: Strategy,
+             objective: Objective, *, kind: Kind) -> Measurement:
+    """The candidate's measurement: an earlier twin's (at no cost), else the objective's, noting other work that
+    ran on the machine while a timed one was measured."""
+    earlier = _earlier_twin(study, candidate, kind, trial.number, shared=strategy.shared)
+    if earlier is not None:
+        trial.set_user_attr(REUSED_ATTR, earlier.number)
+        return replace(earlier.measurement, seconds=0.0)
+    if strategy.shared:
+        trial.set_user_attr(EVALUATING_ATTR, True)  # twins announced from now on wait for this one
+    busy = contention(study) if kind == "timed" else None
+    measurement = objective.evaluate(candidate, kind=kind)
+    busy = busy or (contention(study) if kind == "timed" else None)
+    if busy:  # recorded, and never shipped: see optimize's verdict
+        measurement = replace(measurement, notes=busy)
+    return measurement
+
+
 def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *, budget: int,
                kind: Kind = "surrogate",
                on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None) -> SearchSummary:
@@ -144,31 +175,14 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
                 raise KeyboardInterrupt
             with heartbeat(study, trial.number):
                 trial.set_user_attr(WORKER_ATTR, worker_id())
-                if isinstance(storage_of(study), optuna.storages.RDBStorage):
-                    others = len(other_local_workers(study))
-                    if others > neighbours:  # more workers on these cores than before: take this one's share
-                        shared = share_cores(others + 1)
-                        if shared:
-                            warnings.warn(shared, RuntimeWarning, stacklevel=2)
-                    neighbours = others
+                neighbours = _take_share(study, neighbours)
                 # 2. params -> candidate, recorded before evaluation so a failed trial still shows it
                 candidate = strategy.suggest(trial)
                 for key, value in candidate_attrs(candidate).items():
                     trial.set_user_attr(key, value)
                 trial.set_user_attr(KIND_ATTR, kind)
                 # 3. evaluate, or reuse the measurement of the same candidate: a repeat costs nothing
-                earlier = _earlier_twin(study, candidate, kind, trial.number, shared=strategy.shared)
-                if earlier is not None:
-                    measurement = replace(earlier.measurement, seconds=0.0)
-                    trial.set_user_attr(REUSED_ATTR, earlier.number)
-                else:
-                    if strategy.shared:
-                        trial.set_user_attr(EVALUATING_ATTR, True)  # twins announced from now on wait for this one
-                    busy = contention(study) if kind == "timed" else None
-                    measurement = objective.evaluate(candidate, kind=kind)
-                    busy = busy or (contention(study) if kind == "timed" else None)
-                    if busy:  # recorded, and never shipped: see optimize's verdict
-                        measurement = replace(measurement, notes=busy)
+                measurement = _measure(study, trial, candidate, strategy, objective, kind=kind)
                 if not math.isfinite(measurement.speedup):
                     raise ValueError(f"the objective returned speedup {measurement.speedup}")
                 trial.set_user_attr(MEASUREMENT_ATTR, measurement.to_dict())
