@@ -3,7 +3,7 @@ its prefix (``PrefixKV``) and the positions, rotary embeddings and mask a draft 
 
 They work on transformers' ``Cache`` objects through their layers (``keys``/``values`` of a DynamicCache layer,
 a StaticCache layer's own length and ``crop``), so they serve both the adapter's DynamicCache and the compiled
-kernel's StaticCache. The rules the decoder relies on are in models.py's docstring.
+kernel's StaticCache. The rules the decoder relies on are in model/skippable.py's docstring.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What an evaluation of a draft config returns, and the objective interface strategies see.
 
-Kept apart from objective.py (which needs a model) so that strategies, the study runner and
+Kept apart from search/objective.py (which needs a model) so that strategies, the study runner and
 their tests can work against a fake objective with no model at all.
 """
 

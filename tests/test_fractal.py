@@ -69,7 +69,7 @@ def _pass(sm, *, n, w, scheme="int8-dynamic", kv_cache=True, positions=None, rec
     return draft, cache
 
 
-# -- the models.py helpers the pass runs on -------------------------------------------------------------------
+# -- the model adapter's helpers the pass runs on -------------------------------------------------------------------
 def test_run_layers_reproduces_the_model_and_reads_the_prefix_kv_without_writing_it(sm):
     ids = torch.tensor([*PROMPT, 11, 4, 8])
     full = sm.hidden_states(ids)  # embeddings, then each layer's input, the last one normed

@@ -26,7 +26,7 @@ def _warn_from(filename: str, message: str, category: type[Warning], module: str
 
 
 THIRD_PARTY = "/venv/lib/python3.11/site-packages/somelib/deprecation.py"
-OURS = str(ROOT / "skipsearch" / "models.py")
+OURS = str(ROOT / "skipsearch" / "model" / "skippable.py")
 
 
 @contextlib.contextmanager

@@ -29,9 +29,9 @@ A *method* is what a profile's ``method:`` key names. Each package (or light mod
   ``Tracing``). The other method asks any registered method for them and names none.
 
 Adding a method is one package (or module) plus its line in ``skipsearch/methods/__init__.py``.
-``profile``, ``api``, ``cli``, ``optimize`` and ``device_replan`` read only the registry. A method's record, params
-and re-plan import no torch (its drafter and surrogate load it when called), so reading and validating profiles
-stays light.
+``profile``, ``api``, ``cli``, ``search.optimize`` and ``search.replan`` read only the registry. A method's record,
+params and re-plan import no torch (its drafter and surrogate load it when called), so reading and validating
+profiles stays light.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Record:
     """What a method's profiles keep so that they can be re-planned with no model."""
 
     # (measured key, reader): ``reader(raw, source=...)`` validates and returns the record, every problem one
-    # ProfileError line; profile.py runs it on every load
+    # ProfileError line; the profile reader runs it on every load
     formats: tuple[tuple[str, Callable[..., Any]], ...]
     build: Callable[[Keeping], Kept]  # made on the model (one forward per calibration sequence, no timing)
 

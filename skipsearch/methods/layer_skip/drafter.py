@@ -1,4 +1,4 @@
-"""``layer-skip``'s drafter: the engine's ``LayerSkipDrafter`` (decoding.py builds it for ``generate(config=...)``),
+"""``layer-skip``'s drafter: the engine's ``LayerSkipDrafter`` (engine.decoding builds it for ``generate(config=...)``),
 with FR-Spec's trimmed draft head built once per model and subset."""
 
 from __future__ import annotations

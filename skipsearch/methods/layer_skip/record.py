@@ -2,7 +2,7 @@
 
 A trace does not depend on K or the exit rule, only on the skip set, so one record serves every K and exit rule
 a re-plan weighs. The plain method's profiles keep the traces of their search's shortlist; a study's skip sets are
-re-traced into one (``device_replan``); a hybrid's layer-skip fallback keeps its own skip set's. No torch.
+re-traced into one (``search.replan``); a hybrid's layer-skip fallback keeps its own skip set's. No torch.
 """
 
 from __future__ import annotations
