@@ -152,9 +152,10 @@ def assert_greedy_equivalent(sm: SkippableModel, prompt_ids, tokens, reference=N
     return verdict
 
 
-def compiled_product_calls(module, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
-    """``module(x)`` compiled with frozen weights, and skipsearch's product calls in its graph after AOT autograd's
-    passes (counted by a post-grad pass that is never cached, so the count comes from a compile)."""
+def compiled_product_calls(module, x: torch.Tensor, *, freezing: bool = True) -> tuple[torch.Tensor, list[str]]:
+    """``module(x)`` compiled (with frozen weights, or with the weights as the graph's inputs, as the kernels whose
+    graphs are kept compile), and skipsearch's product calls in its graph after AOT autograd's passes (counted by a
+    post-grad pass that is never cached, so the count comes from a compile)."""
     import torch._inductor.config as inductor_config
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
@@ -170,7 +171,7 @@ def compiled_product_calls(module, x: torch.Tensor) -> tuple[torch.Tensor, list[
 
     torch._dynamo.reset()
     counting = Counting()
-    with inductor_config.patch({"freezing": True, "post_grad_custom_post_pass": counting}), torch.no_grad():
+    with inductor_config.patch({"freezing": freezing, "post_grad_custom_post_pass": counting}), torch.no_grad():
         out = torch.compile(module, dynamic=False)(x)
     return out, counting.calls
 

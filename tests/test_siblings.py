@@ -35,7 +35,10 @@ class Attention(nn.Module):
 @pytest.mark.parametrize("make", [Int8WoLinear.from_linear, Int4WoLinear.from_linear, F32PanelLinear.from_linear,
                                   Int8DqLinear.from_linear])
 @pytest.mark.parametrize("bias", [False, True])
-def test_siblings_run_as_one_product_compiled_with_the_same_outputs(make, bias):
+@pytest.mark.parametrize("freezing", [True, False], ids=["frozen", "weights-as-inputs"])
+def test_siblings_run_as_one_product_compiled_with_the_same_outputs(make, bias, freezing):
+    """Frozen, or with the weights as the graph's inputs (the kept graphs of kernels/graphs.py: AOT autograd keeps an
+    unmutated duplicate input apart, so identical calls do not merge there by themselves)."""
     torch.manual_seed(0)
     module = Attention(bias=bias).eval()
     swap_linears(module, make)
@@ -46,7 +49,7 @@ def test_siblings_run_as_one_product_compiled_with_the_same_outputs(make, bias):
     x = torch.randn(3, 64)
     with torch.no_grad():
         eager = module(x)
-    compiled, calls = compiled_product_calls(module, x)
+    compiled, calls = compiled_product_calls(module, x, freezing=freezing)
     assert len(calls) == 2, calls  # q, k, v as one; o alone
     assert torch.equal(eager, compiled)
 

@@ -47,7 +47,7 @@ def pack(modules: Iterable[nn.Module]) -> int:
     """Move every buffer of the stand-ins (``LowbitLinear``) under ``modules`` into one block (``hugepage_bytes``),
     in the order given, then each module's own. A storage shared by several buffers (siblings' whole buffers and
     their slices, ``siblings.py``) moves once, and its views stay views of it: one new tensor for each view, so
-    siblings still hold one whole-buffer object, and a compiled graph still merges their calls. Each storage is
+    siblings still hold one whole-buffer object, and a compiled graph still runs their one product. Each storage is
     freed as soon as it has moved, so the copy is held twice only one storage at a time. Returns the bytes moved;
     0 where there is nothing to move or the stand-ins are not on the CPU."""
     owners = [m for top in modules for m in top.modules() if isinstance(m, LowbitLinear)]

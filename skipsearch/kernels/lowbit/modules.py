@@ -26,6 +26,14 @@ from skipsearch.kernels.lowbit.quant import (
 )
 
 
+class SiblingGroup:
+    """Siblings' one product while a graph is traced: the input the first sibling ran it on and its output, which
+    the next siblings slice; the last sibling clears both, so that nothing outlives the call."""
+
+    def __init__(self) -> None:
+        self.input = self.output = None
+
+
 class LowbitLinear(nn.Module):
     """A stand-in holding packed low-bit (or panel fp32) weights as buffers, run by one of the C++ ops: each call
     is ``_run(x, *self._streamed(), bias, out_features)`` on fp32 activations, the result in the input's dtype."""
@@ -36,6 +44,8 @@ class LowbitLinear(nn.Module):
     # once its siblings share its storage (``siblings.share_storage``): its columns (start, stop) of their
     # product, and how many that product has
     columns: tuple[int, int, int] | None = None
+    sibling_group: SiblingGroup | None = None  # what the siblings share while a compiled graph is traced
+
 
     @property
     def weight_bytes(self) -> int:
@@ -55,11 +65,19 @@ class LowbitLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x if x.dtype is torch.float32 else x.float()
         if self.columns is not None and torch.compiler.is_compiling():
-            # compiled: its siblings' whole product, sliced; each sibling makes the same call on the same input,
-            # and the graph keeps one (AOT autograd's common-subexpression pass), so they run as one product
+            # compiled: its siblings' whole product, once for them all, sliced. The first sibling (q, gate) makes
+            # the call; the others, called next on the same input (k and v, up), take their columns of it. The
+            # graph's inputs hold the whole buffer once per sibling (AOT autograd keeps an unmutated duplicate input
+            # as an input of its own), so identical calls would not merge by themselves.
             start, stop, total = self.columns
-            whole = tuple(getattr(self, f"siblings_{name}") for name in self.STREAMED)
-            out = self._run(x32, *whole, self.siblings_bias, total)[..., start:stop]
+            group = self.sibling_group
+            if start and group.input is x32:
+                whole_out = group.output
+            else:
+                whole = tuple(getattr(self, f"siblings_{name}") for name in self.STREAMED)
+                whole_out = self._run(x32, *whole, self.siblings_bias, total)
+            group.input, group.output = (None, None) if stop == total else (x32, whole_out)
+            out = whole_out[..., start:stop]
         else:
             out = self._run(x32, *self._streamed(), self.bias, self.out_features)
         return out if x.dtype is torch.float32 else out.to(x.dtype)

@@ -6,8 +6,8 @@ When linears are swapped for stand-ins (``convert.swap_linears``), the children 
 (``SIBLINGS``) that are stand-ins of one kind, with the same inputs (and int4 group) and whole panels of outputs,
 keep each of their packed tensors (weights, scales, biases) in one buffer, back to back (``share_storage``): each
 module holds its own slice, and the whole buffers too. Eagerly each still runs its own product, on its slice.
-Compiled, each runs the whole product on its input and keeps its columns; siblings that read one input make the
-same call, which AOT autograd's common-subexpression pass keeps once. Only named siblings are grouped: a stand-in
+Compiled, the first runs the whole product on its input and each keeps its columns of it: the others, called next on
+the same input, take theirs from that one call. Only named siblings are grouped: a stand-in
 that reads another input (an attention's output projection beside q, k, v) would make a call nothing merges, and
 pay for the whole product alone.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from skipsearch.kernels.lowbit.modules import LowbitLinear
+from skipsearch.kernels.lowbit.modules import LowbitLinear, SiblingGroup
 from skipsearch.kernels.lowbit.quant import PANEL
 
 # the child names that read one input, per family (HF's Llama, Mistral, Qwen2, Gemma, Phi-3 and others name them
@@ -52,9 +52,10 @@ def share_storage(mods: list[LowbitLinear]) -> None:
                 setattr(m, name, whole[at:at + part.shape[0]])
                 at += part.shape[0]
             m.register_buffer(f"siblings_{name}", whole, persistent=False)
-    start = 0
+    start, group = 0, SiblingGroup()
     for m in mods:
         m.columns = (start, start + m.out_features, total)
+        m.sibling_group = group
         start += m.out_features
 
 
