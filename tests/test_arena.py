@@ -55,7 +55,8 @@ def _model(make, bias: bool = False) -> nn.Module:
 @pytest.mark.parametrize("make", [Int8WoLinear.from_linear, Int4WoLinear.from_linear, F32PanelLinear.from_linear,
                                   Int8DqLinear.from_linear])
 @pytest.mark.parametrize("bias", [False, True])
-def test_packed_weights_give_the_same_outputs_eager_and_compiled(make, bias):
+@pytest.mark.parametrize("freezing", [True, False], ids=["frozen", "weights-as-inputs"])
+def test_packed_weights_give_the_same_outputs_eager_and_compiled(make, bias, freezing):
     module = _model(make, bias)
     x = torch.randn(3, 64)
     with torch.no_grad():
@@ -63,9 +64,9 @@ def test_packed_weights_give_the_same_outputs_eager_and_compiled(make, bias):
         moved = arena.pack([module])
         assert moved > 0
         assert torch.equal(module(x), before)
-    compiled, calls = compiled_product_calls(module, x)
+    compiled, calls = compiled_product_calls(module, x, freezing=freezing)
     assert torch.equal(compiled, before)
-    assert len(calls) == 8, calls  # a block: q|k|v, o, gate|up, down; siblings still one call
+    assert len(calls) == 8, calls  # a block: q|k|v, o, gate|up, down; siblings still one call (k, v before q)
 
 
 def test_every_buffer_lives_in_one_block_in_order_and_siblings_stay_views():

@@ -27,11 +27,14 @@ from skipsearch.kernels.lowbit.quant import (
 
 
 class SiblingGroup:
-    """Siblings' one product while a graph is traced: the input the first sibling ran it on and its output, which
-    the next siblings slice; the last sibling clears both, so that nothing outlives the call."""
+    """Siblings' one product while a graph is traced: the input the first of them called ran it on and its output,
+    which the others, called next on the same input, slice; once each has taken its columns both are cleared, so
+    that nothing outlives the call (and the next trace starts from the same state)."""
 
-    def __init__(self) -> None:
+    def __init__(self, members: int) -> None:
+        self.members = members
         self.input = self.output = None
+        self.left = 0  # siblings still to take their columns of ``output``
 
 
 class LowbitLinear(nn.Module):
@@ -65,19 +68,20 @@ class LowbitLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x if x.dtype is torch.float32 else x.float()
         if self.columns is not None and torch.compiler.is_compiling():
-            # compiled: its siblings' whole product, once for them all, sliced. The first sibling (q, gate) makes
-            # the call; the others, called next on the same input (k and v, up), take their columns of it. The
-            # graph's inputs hold the whole buffer once per sibling (AOT autograd keeps an unmutated duplicate input
-            # as an input of its own), so identical calls would not merge by themselves.
+            # compiled: its siblings' whole product, once for them all, sliced. The first of them called (q, gate)
+            # makes the call; the others, called next on the same input (k and v, up), take their columns of it.
+            # The graph's inputs hold the whole buffer once per sibling (AOT autograd keeps an unmutated duplicate
+            # input as an input of its own), so identical calls would not merge by themselves.
             start, stop, total = self.columns
             group = self.sibling_group
-            if start and group.input is x32:
-                whole_out = group.output
-            else:
+            if not (group.left and group.input is x32):
                 whole = tuple(getattr(self, f"siblings_{name}") for name in self.STREAMED)
-                whole_out = self._run(x32, *whole, self.siblings_bias, total)
-            group.input, group.output = (None, None) if stop == total else (x32, whole_out)
-            out = whole_out[..., start:stop]
+                group.input, group.left = x32, group.members
+                group.output = self._run(x32, *whole, self.siblings_bias, total)
+            out = group.output[..., start:stop]
+            group.left -= 1
+            if not group.left:
+                group.input = group.output = None
         else:
             out = self._run(x32, *self._streamed(), self.bias, self.out_features)
         return out if x.dtype is torch.float32 else out.to(x.dtype)

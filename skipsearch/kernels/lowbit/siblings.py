@@ -6,10 +6,10 @@ When linears are swapped for stand-ins (``convert.swap_linears``), the children 
 (``SIBLINGS``) that are stand-ins of one kind, with the same inputs (and int4 group) and whole panels of outputs,
 keep each of their packed tensors (weights, scales, biases) in one buffer, back to back (``share_storage``): each
 module holds its own slice, and the whole buffers too. Eagerly each still runs its own product, on its slice.
-Compiled, the first runs the whole product on its input and each keeps its columns of it: the others, called next on
-the same input, take theirs from that one call. Only named siblings are grouped: a stand-in
-that reads another input (an attention's output projection beside q, k, v) would make a call nothing merges, and
-pay for the whole product alone.
+Compiled, the first of them called runs the whole product on its input and each keeps its columns of it: the others,
+called next on the same input, take theirs from that one call, whatever their order. Only named siblings are
+grouped: a stand-in that reads another input (an attention's output projection beside q, k, v) would make a call
+nothing merges, and pay for the whole product alone.
 
 Why: each product call pays a fixed price (its activations quantized again, a parallel region opened and joined,
 an output allocated, the weight stream started anew). Measured on the AVX-512 Xeon in
@@ -52,7 +52,7 @@ def share_storage(mods: list[LowbitLinear]) -> None:
                 setattr(m, name, whole[at:at + part.shape[0]])
                 at += part.shape[0]
             m.register_buffer(f"siblings_{name}", whole, persistent=False)
-    start, group = 0, SiblingGroup()
+    start, group = 0, SiblingGroup(len(mods))
     for m in mods:
         m.columns = (start, start + m.out_features, total)
         m.sibling_group = group
