@@ -51,8 +51,8 @@ def decode(
     warnings_to_stderr()
     with user_errors():
         # 1. all the input is checked before the model loads: a typo costs milliseconds
-        prompts, sampling = _read_input(prompt, prompts_file, chat=chat, check=check,
-                                        sampling=dict(temperature=temperature, top_p=top_p, top_k=top_k))
+        prompts, sampling = _read_input(prompt, prompts_file, chat=chat, check=check, temperature=temperature,
+                                        top_p=top_p, top_k=top_k)
         kernel = options.reject_fastest(kernel)
         if model is None and profile is None:
             model = DEFAULT_MODEL
@@ -100,15 +100,15 @@ def decode(
             _print_decoded(sm, d, as_json=as_json, check=check, max_new_tokens=max_new_tokens)
 
 
-def _read_input(prompt: str | None, prompts_file: Path | None, *, chat: bool, check: bool,
-                sampling: dict) -> tuple[tuple[Prompt, ...], SamplingParams]:
+def _read_input(prompt: str | None, prompts_file: Path | None, *, chat: bool, check: bool, temperature: float,
+                top_p: float, top_k: int) -> tuple[tuple[Prompt, ...], SamplingParams]:
     """The prompts to decode, from --prompt or --prompts-file (exactly one), and the sampling settings, each refused
     in one line before anything loads: an empty prompt, a bad setting or file, or --check with sampling."""
     if (prompt is None) == (prompts_file is None):
         raise DataError("give exactly one of --prompt or --prompts-file")
     if prompt == "":
         raise DataError("--prompt is empty: give the text to continue")
-    params = SamplingParams(**sampling)
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
     if check and not params.greedy:
         raise ConfigError("--check compares greedy output with HF greedy: leave --temperature at 0")
     prompts = (  # the bound is read here, where a test can lower it

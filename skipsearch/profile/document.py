@@ -22,12 +22,12 @@ from skipsearch.files.costs import COSTS_KEY, planned_costs_from_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.schedule import Schedule, schedule_from_dict, schedule_to_dict
 from skipsearch.files.targets import PROFILE, PROFILE_HEADER, check_target
-from skipsearch.files.yamlio import MAX_BYTES, build, coerce, mapping, read_yaml, section, write_atomic
+from skipsearch.files.yamlio import MAX_BYTES, build, coerce, read_yaml, section, write_atomic
 from skipsearch.files.yamlio import Dumper as _Dumper
 from skipsearch.files.yamlio import plain as _plain
 from skipsearch.files.yamlio import short as _short
 from skipsearch.hardware import Environment
-from skipsearch.profile.schema import BASELINES, SCHEMA_VERSION, upgrade
+from skipsearch.profile.schema import BASELINES, SCHEMA_VERSION, _err, _mapping, upgrade
 
 _TOP_KEYS = ("schema_version", "model", "method", "draft", "kernel", "schedule", "measured", "environment", "search",
              "method_params")
@@ -149,15 +149,7 @@ def _brief(key: str, value: Any) -> Any:
     return value
 
 
-def _err(source: str, problem: str) -> ProfileError:
-    return ProfileError(f"{source}: {problem}")
-
-
 # The shared YAML toolkit (skipsearch.files.yamlio), with this file's error type.
-def _mapping(value: Any, path: str, source: str) -> dict:
-    return mapping(value, path, source, error=ProfileError)
-
-
 def _coerce(value: Any, kind: str, path: str, source: str) -> Any:
     return coerce(value, kind, path, source, error=ProfileError)
 

@@ -90,7 +90,7 @@ def _v2_to_v3(raw: dict) -> dict:
 _UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v1_to_v2, 4: _v1_to_v2}
 
 
-def _err(source: str, problem: str) -> ProfileError:
+def _err(source: str, problem: str) -> ProfileError:  # the profile's one-line error; document.py raises it too
     return ProfileError(f"{source}: {problem}")
 
 
