@@ -8,7 +8,9 @@ kernel's StaticCache. The rules the decoder relies on are in model/skippable.py'
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -126,7 +128,14 @@ def _row_layer_class():
             self.values.scatter_(2, at.expand(-1, self.num_heads, -1, self.v_head_dim), value_states)
             return self.keys, self.values
 
-    return RowLayer
+    RowLayer.__qualname__ = "RowLayer"  # ``skipsearch.kv_cache.RowLayer`` (``__getattr__``): a precompiled call
+    return RowLayer  # names the class of what it reads, and a later process finds it there
+
+
+def __getattr__(name: str):
+    if name == "RowLayer":
+        return _row_layer_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def row_cache(config, *, rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
@@ -167,6 +176,22 @@ def guard_addresses(cache):
             if isinstance(tensor, torch.Tensor):
                 torch._dynamo.mark_static_address(tensor, guard=True)
     return cache
+
+
+@contextlib.contextmanager
+def unguarded(cache) -> Iterator[None]:
+    """``guard_addresses`` undone while held: a precompiled call (``kernels/precompiled.py``) is traced with the
+    cache's tensors as plain inputs, since a guarded address is baked into the graph as that very tensor, which a
+    later process that loads the call does not have (it crashed there)."""
+    marked = [t for layer in cache.layers for name in ("keys", "values", "cumulative_length")
+              if getattr(t := getattr(layer, name, None), "_dynamo_static_input_type", None) == "guarded"]
+    for tensor in marked:
+        tensor._dynamo_static_input_type = "unguarded"
+    try:
+        yield
+    finally:
+        for tensor in marked:
+            tensor._dynamo_static_input_type = "guarded"
 
 
 def row_capacity(cache) -> int:

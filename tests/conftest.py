@@ -186,3 +186,14 @@ def lowbit_built() -> None:
         check_lowbit()
     except ConfigError as exc:
         pytest.skip(str(exc))
+
+
+def graphs_made() -> int:
+    """Graphs this process has compiled or loaded so far: dynamo's (torch.compile, and each precompiled call built:
+    its capture is dynamo's) and the precompiled calls loaded (``kernels/precompiled.py``, which dynamo never sees).
+    Unchanged across a decode = nothing compiled or loaded inside it."""
+    from torch._dynamo.utils import counters
+
+    from skipsearch.kernels import precompiled
+
+    return counters["stats"]["unique_graphs"] + precompiled.COUNTS["loaded"]

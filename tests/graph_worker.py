@@ -5,7 +5,8 @@ Usage: python -m tests.graph_worker THREADS CAPACITY [EDIT]
 Builds the tiny Llama of tests/conftest.py (with EDIT, its LM head moved by that much noise: other weights, the
 same shapes), runs plain
 steps, an 8-token verify block and a compiled int8 draft on ``panel-c4``, and prints one JSON line: the tokens
-decoded with the draft, HF greedy's, and inductor's and AOTAutograd's cache counters."""
+decoded with the draft, HF greedy's, the precompiled calls loaded or built, and
+dynamo's graphs and inductor's and AOTAutograd's cache counters."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def main(threads: int, capacity: int, edit: float) -> None:
     from skipsearch import methods
     from skipsearch.config import NO_EXIT, DraftConfig
     from skipsearch.engine.decoding import generate, hf_generate
+    from skipsearch.kernels import precompiled
     from tests.conftest import make_tiny_model
 
     torch.set_num_threads(threads)  # after conftest, which sets its own
@@ -40,7 +42,9 @@ def main(threads: int, capacity: int, edit: float) -> None:
     reference = hf_generate(sm, prompt, max_new_tokens=16)
     inductor = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
     print(json.dumps({"tokens": list(tokens), "plain": list(plain), "reference": list(reference),
-                      "fx": inductor, "aot": {k: v for k, v in counters["aot_autograd"].items() if "cache" in k},
+                      "fx": inductor, "calls": dict(precompiled.COUNTS),
+                      "dynamo": counters["stats"]["unique_graphs"],
+                      "aot": {k: v for k, v in counters["aot_autograd"].items() if "cache" in k},
                       "folder": sm.kernel_report.cache_dir}))
 
 

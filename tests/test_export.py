@@ -93,10 +93,9 @@ def test_hf_generate_refuses_a_profile_of_other_weights_and_what_the_engine_cann
 
 def test_hf_generate_runs_the_profiles_compiled_kernel_built_once(tmp_path):
     """A profile planned with inductor-c4 compiles the model inside generate, as decode would, and keeps it."""
-    from torch._dynamo.utils import counters
-
     from skipsearch.export import hf_runtime
     from skipsearch.kernels.inductor import static_cache_supported
+    from tests.conftest import graphs_made
 
     if not static_cache_supported():  # transformers 4.x refuses the kernel (tests/test_kernels.py)
         pytest.skip("the compiled kernel needs transformers 5's StaticCache layers")
@@ -110,10 +109,10 @@ def test_hf_generate_runs_the_profiles_compiled_kernel_built_once(tmp_path):
         assert torch.equal(_generate(model, PROMPT[:length], max_new_tokens=24, **run), want)
         if length == len(PROMPT):
             adapted = hf_runtime._ADAPTED[model].sm
-            report, graphs = adapted.kernel_report, counters["stats"]["unique_graphs"]
+            report, graphs = adapted.kernel_report, graphs_made()
             assert report.kernel == "inductor-c4" and report.capacity == hf_runtime.CAPACITY_STEP + 4
     assert adapted.kernel_report.compile_seconds == report.compile_seconds  # the same kernel: not built again
-    assert counters["stats"]["unique_graphs"] == graphs  # and nothing recompiled
+    assert graphs_made() == graphs  # and nothing recompiled
     assert torch.equal(_generate(model, PROMPT, max_new_tokens=24, skipsearch_kernel="eager", **run),
                        _generate(model, PROMPT, max_new_tokens=24))
     assert adapted.kernel_report is None  # eager, as asked

@@ -17,7 +17,7 @@ from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.engine.decoding import generate, hf_generate
 from skipsearch.kernels import Kernel, check_kernel, parse_kernel
 from skipsearch.kernels.inductor import static_cache_supported
-from tests.conftest import make_tiny_model
+from tests.conftest import graphs_made, make_tiny_model
 
 PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])
 
@@ -63,11 +63,10 @@ def test_steps_and_blocks_run_the_panel_copy_and_the_model_itself_is_untouched(p
 
 
 def test_plain_steps_verifies_and_a_compiled_precision_draft_are_hf_greedy(panel):
-    from torch._dynamo.utils import counters
 
     drafter = methods.build_drafter(_precision(3), panel)
     generate(panel, PROMPTS[0], drafter=drafter, max_new_tokens=8)  # warm: the draft's graph compiles once
-    before = counters["stats"]["unique_graphs"]
+    before = graphs_made()
     for prompt in PROMPTS:
         ref = hf_generate(panel, prompt, max_new_tokens=24)
         assert generate(panel, prompt, max_new_tokens=24).token_ids == ref
@@ -75,7 +74,7 @@ def test_plain_steps_verifies_and_a_compiled_precision_draft_are_hf_greedy(panel
         assert generate(panel, prompt, config=skip, max_new_tokens=24).token_ids == ref  # 7 tokens: a block, a rest
         res = generate(panel, prompt, drafter=methods.build_drafter(_precision(3), panel), max_new_tokens=24)
         assert res.token_ids == ref and res.stats.drafted_tokens > 0
-    assert counters["stats"]["unique_graphs"] == before  # nothing recompiled
+    assert graphs_made() == before  # nothing recompiled
 
 
 def test_a_block_agrees_with_eager_forwards(panel):
@@ -152,19 +151,18 @@ def test_steps_blocks_and_drafts_attend_through_the_gqa_attention_op(panel):
 
 
 def test_a_warmed_drafter_has_compiled_its_graph_before_it_decodes(panel):
-    from torch._dynamo.utils import counters
 
     m = methods.get("precision")
     cfg = DraftConfig(max_draft_tokens=3, exit=NO_EXIT)
     # a stand-in set no other test here drafts with (layer 0's attention at full precision): a graph of its own
     drafter = methods.build_drafter(m.candidate(cfg, m.parse({"scheme": "int8", "full_attn": [0]}, draft=cfg,
                                                                num_layers=4)), panel)
-    before = counters["stats"]["unique_graphs"]
+    before = graphs_made()
     drafter.warm(panel)
-    warmed = counters["stats"]["unique_graphs"]
+    warmed = graphs_made()
     res = generate(panel, PROMPTS[1], drafter=drafter, max_new_tokens=12)
     assert warmed == before + 1  # the draft's graph, compiled by warm()
-    assert counters["stats"]["unique_graphs"] == warmed and res.stats.drafted_tokens > 0  # none while decoding
+    assert graphs_made() == warmed and res.stats.drafted_tokens > 0  # none while decoding
     assert res.token_ids == hf_generate(panel, PROMPTS[1], max_new_tokens=12)
 
 
@@ -173,8 +171,6 @@ def test_decode_in_batches_compiles_a_batch_of_ones_draft_before_the_first_batch
     through its compiled draft where the schedule drafts at B = 1: that draft compiles with the batch graphs, before
     the first batch, not inside the last batch's time."""
     from types import SimpleNamespace
-
-    from torch._dynamo.utils import counters
 
     from skipsearch import api
     from skipsearch.api import decode as api_decode
@@ -193,25 +189,73 @@ def test_decode_in_batches_compiles_a_batch_of_ones_draft_before_the_first_batch
     monkeypatch.setattr(panel, "tokenizer", SimpleNamespace(eos_token_id=None, decode=lambda ids, **kw: ""))
     prompts = [Prompt(str(i), " ".join(map(str, ids)), False, "", "--prompt") for i, ids in enumerate(PROMPTS)]
     batches = api.decode_batches(panel, prompts, profile=prof, batch_size=2, max_new_tokens=8)
-    ready = counters["stats"]["unique_graphs"]
+    ready = graphs_made()
     done = list(batches)
-    assert counters["stats"]["unique_graphs"] == ready  # nothing compiled inside a batch's time
+    assert graphs_made() == ready  # nothing compiled inside a batch's time
     assert [len(b.prompts) for b in done] == [2, 1]
     last = done[1].result
     assert last.stats.k == 2 and last.stats.drafted_tokens > 0  # the batch of one drafted, compiled
     assert last.token_ids[0] == generate_batch(panel, [PROMPTS[2]], max_new_tokens=8).token_ids[0]
 
 
+def _draft_calls(panel, cache):
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    every = range(panel.num_layers)
+
+    def draft(scheme: str):
+        q = quantized_copy(panel, scheme)
+        with panel.substituted(**q.stand_ins(every, every)), panel.draft_head(q.head), panel.compiled_draft():
+            return panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
+
+    return draft, {"int8": lambda: draft("int8"), "int4": lambda: draft("int4"),
+                   "step": lambda: panel.forward(torch.tensor([42]), start=5, cache=cache),
+                   "block": lambda: panel.forward(torch.tensor([42, 7, 9, 11]), start=5, cache=cache)}
+
+
+def _eager_int8_draft(panel, cache):
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    every = range(panel.num_layers)
+    panel.crop(cache, 5)
+    with panel.eager():
+        q = quantized_copy(panel, "int8")
+        with panel.substituted(**q.stand_ins(every, every)), panel.draft_head(q.head):
+            return panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
+
+
+def test_each_precompiled_call_runs_its_own_graph(panel, monkeypatch):
+    """The kernel runs its calls precompiled (kernels/precompiled.py), one call per module, shape, cache and
+    stand-ins: two drafts of different stand-ins, a step and a block, interleaved, give what each gave the first
+    time. The same stand-ins on another attention are a call of their own, and agree with eager."""
+    import contextlib
+
+    from skipsearch.kernels import precompiled
+
+    runner = panel._runner
+    cache = panel.decode_cache(30)
+    panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
+    draft, calls = _draft_calls(panel, cache)
+    first = {name: call() for name, call in calls.items()}
+    for name in ("step", "int4", "block", "int8", "step", "int8", "int4", "block"):
+        assert torch.equal(calls[name](), first[name]), name
+    assert runner._calls and None not in runner._calls.values()  # every one ran precompiled
+    before = precompiled.COUNTS["built"] + precompiled.COUNTS["loaded"]
+    monkeypatch.setattr(runner, "_draft_context", contextlib.nullcontext)  # the same stand-ins on HF's attention
+    hf_attention = draft("int8")
+    assert precompiled.COUNTS["built"] + precompiled.COUNTS["loaded"] == before + 1  # its own call
+    assert torch.allclose(hf_attention, _eager_int8_draft(panel, cache), atol=1e-4, rtol=1e-4)
+
+
 def test_a_call_seen_before_skips_dynamos_guards_and_still_runs_its_own_graph(panel, monkeypatch):
-    """After a call's graph has run once without compiling, the same call (module, shapes, cache, the model's
+    """Where a call runs through torch.compile (a kernel that does not precompile, a call dynamo cannot capture
+    whole): after its graph has run once without compiling, the same call (module, shapes, cache, the model's
     stand-ins and attention) skips dynamo's guard checks; every call still runs its own graph: two drafts of
     different stand-ins, a step and a block, interleaved, give what each gave with every guard checked. A draft
     never run before (other stand-ins, or the same ones on another attention) is checked in full and compiles."""
     import contextlib
 
     from torch._dynamo.utils import counters
-
-    from skipsearch.methods.precision.copy import quantized_copy
 
     skipped = []
     real = torch.compiler.set_stance
@@ -221,18 +265,11 @@ def test_a_call_seen_before_skips_dynamos_guards_and_still_runs_its_own_graph(pa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch.compiler, "set_stance", recorded)
-    every, runner = range(panel.num_layers), panel._runner
+    runner = panel._runner
+    monkeypatch.setattr(runner, "_models", None)  # nothing precompiled: every call through torch.compile
     cache = panel.decode_cache(30)
     panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
-
-    def draft(scheme: str):
-        q = quantized_copy(panel, scheme)
-        with panel.substituted(**q.stand_ins(every, every)), panel.draft_head(q.head), panel.compiled_draft():
-            return panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
-
-    calls = {"int8": lambda: draft("int8"), "int4": lambda: draft("int4"),
-             "step": lambda: panel.forward(torch.tensor([42]), start=5, cache=cache),
-             "block": lambda: panel.forward(torch.tensor([42, 7, 9, 11]), start=5, cache=cache)}
+    draft, calls = _draft_calls(panel, cache)
     checked = {name: call() for name, call in calls.items()}  # compiles what is new, every guard checked
     for call in calls.values():
         call()  # runs each graph again: from here on each of these calls skips the guards
@@ -246,12 +283,7 @@ def test_a_call_seen_before_skips_dynamos_guards_and_still_runs_its_own_graph(pa
     monkeypatch.setattr(runner, "_draft_context", contextlib.nullcontext)  # the same stand-ins on HF's attention
     hf_attention = draft("int8")
     assert counters["stats"]["unique_graphs"] == before + 1 and skipped == []  # checked in full: its own graph
-    panel.crop(cache, 5)
-    with panel.eager():
-        q = quantized_copy(panel, "int8")
-        with panel.substituted(**q.stand_ins(every, every)), panel.draft_head(q.head):
-            eager = panel.forward(torch.tensor([42]), start=5, cache=cache, last_only=True)
-    assert torch.allclose(hf_attention, eager, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(hf_attention, _eager_int8_draft(panel, cache), atol=1e-4, rtol=1e-4)
 
 
 def test_batches_decode_what_eager_batches_do(panel):

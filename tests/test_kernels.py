@@ -17,7 +17,7 @@ from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.engine.decoding import generate, hf_generate
 from skipsearch.kernels import EAGER, Kernel, check_kernel, parse_kernel
 from skipsearch.kernels.inductor import static_cache_supported
-from tests.conftest import make_tiny_model
+from tests.conftest import graphs_made, make_tiny_model
 
 PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])  # three lengths: one graph serves all
 
@@ -135,15 +135,14 @@ def test_a_compiled_precision_draft_is_hf_greedy(compiled):
 
 
 def test_nothing_recompiles_while_decoding_prompts_of_mixed_lengths(compiled):
-    from torch._dynamo.utils import counters
 
     drafter = methods.build_drafter(_precision(3), compiled)
     generate(compiled, PROMPTS[0], drafter=drafter, max_new_tokens=8)  # warm: the draft's graph compiles once
-    before = counters["stats"]["unique_graphs"]
+    before = graphs_made()
     for prompt in (*PROMPTS, [9] * 20, [1, 2]):
         for d in (None, methods.build_drafter(_precision(3), compiled)):
             generate(compiled, prompt, drafter=d, max_new_tokens=17)
-    assert counters["stats"]["unique_graphs"] == before
+    assert graphs_made() == before
     assert compiled.kernel_report.graphs >= 2  # the verify block, and the draft (counted since the kernel was built)
 
 
@@ -165,7 +164,6 @@ def test_eager_forwards_on_the_compiled_cache_match_the_compiled_ones(compiled):
 
 
 def test_one_token_and_a_block_plus_one_run_the_one_token_graph_unpadded(compiled):
-    from torch._dynamo.utils import counters
 
     runner = compiled._runner
     seen: list[int] = []
@@ -177,7 +175,7 @@ def test_one_token_and_a_block_plus_one_run_the_one_token_graph_unpadded(compile
 
     cache = compiled.decode_cache(20)
     compiled.forward(torch.tensor([4, 8, 15, 16]), start=0, cache=cache)  # the prompt: eager
-    before = counters["stats"]["unique_graphs"]
+    before = graphs_made()
     runner._logits = spy
     try:
         one = compiled.forward(torch.tensor([23]), start=4, cache=cache)  # a plain step
@@ -185,7 +183,7 @@ def test_one_token_and_a_block_plus_one_run_the_one_token_graph_unpadded(compile
     finally:
         del runner._logits
     assert seen == [1, 4, 1]  # no padded block for a lone token
-    assert counters["stats"]["unique_graphs"] == before  # both graphs were compiled when the kernel was built
+    assert graphs_made() == before  # both graphs were compiled when the kernel was built
     assert compiled.cache_lengths(cache) == (10,) * 4
     compiled.crop(cache, 4)
     with compiled.eager():
@@ -210,7 +208,6 @@ def test_batches_run_compiled_graphs_per_batch_size_and_decode_what_eager_batche
     with plain steps, lookup drafts of k 1, 3 and 6 (a 7-token verify: a block and a rest) and a precision draft (its
     steps eager on the batch's cache). Each batch size compiles its two graphs once, on its first batch; then no
     prompt length, draft length or acceptance compiles anything, and the full model's forwards run compiled."""
-    from torch._dynamo.utils import counters
 
     from skipsearch.engine.batched import decode_rows, generate_batch
 
@@ -218,7 +215,7 @@ def test_batches_run_compiled_graphs_per_batch_size_and_decode_what_eager_batche
     runner = compiled._runner
     for B in (2, 3):  # compile each batch size's graphs first
         compiled.batch_cache(B, 40)
-    before = counters["stats"]["unique_graphs"]
+    before = graphs_made()
     calls: list[tuple[int, int]] = []
     real = runner.forward_rows
 
@@ -241,7 +238,7 @@ def test_batches_run_compiled_graphs_per_batch_size_and_decode_what_eager_batche
             assert res.token_ids == ref and res.stats.drafted_tokens > 0, (B, start, "precision")
     finally:
         del runner.forward_rows
-    assert counters["stats"]["unique_graphs"] == before  # nothing recompiled
+    assert graphs_made() == before  # nothing recompiled
     assert {b for b, _ in calls} == {2, 3} and {t for _, t in calls} >= {1, 4, 7}  # plain steps and verifies ran
 
 
@@ -278,13 +275,12 @@ def test_a_new_batch_sizes_compiled_graphs_count_in_the_memory_check(compiled, m
 def test_the_batched_cost_grid_times_each_batch_size_as_decode_runs_it_on_the_kernel(compiled):
     """On the compiled kernel the grid names it, a batch of one runs the one-sequence graphs and a larger batch its
     batch size's graphs (compiled before the timing), and the timing compiles nothing."""
-    from torch._dynamo.utils import counters
 
     from skipsearch.engine.measuring import measure_batched
 
     runner = compiled._runner
     compiled.batch_cache(2, 40)
-    before = counters["stats"]["unique_graphs"]
+    before = graphs_made()
     seen: list[tuple[str, tuple[int, ...]]] = []
     one, rows = runner.forward, runner.forward_rows
 
@@ -306,7 +302,7 @@ def test_the_batched_cost_grid_times_each_batch_size_as_decode_runs_it_on_the_ke
     assert all(v > 0 for r in grid.rows for v in r.verify_seconds)
     assert {("one", (t,)) for t in (1, 2, 4, 5)} <= set(seen)
     assert {("rows", (2, t)) for t in (1, 2, 4, 5)} <= set(seen)
-    assert counters["stats"]["unique_graphs"] == before
+    assert graphs_made() == before
 
 
 def test_a_cost_file_names_its_kernel_and_prices_drafts_against_the_compiled_step(compiled, tmp_path):

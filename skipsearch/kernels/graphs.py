@@ -8,7 +8,7 @@ graph, its input shapes and strides, inductor's settings, the torch version), an
 the generated C++ bakes in beyond that: the thread count and the exact CPU (``hardware.cpu_signature``: family,
 model and ISA flags). A graph that does not match is compiled again, never misused. A kernel keeps only graphs
 that read the weights as inputs (no frozen constants), so another model of the same shapes, or edited weights,
-reuse a graph safely.
+reuse a graph safely. ``kernels/precompiled.py`` keeps each call whole in the same folder, dynamo's trace too.
 
 Writes are inductor's (each entry written to a temporary file and renamed), so two processes compiling at once
 both end with whole entries. An entry that cannot be read (a truncated or garbage file) is, where torch notices it
@@ -118,17 +118,22 @@ class _Unreadable(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "unable to load compiled graph" in str(record.msg):
-            if not self.said:
-                self.said = True
-                _log.warning("a compiled graph kept in %s could not be read (truncated or garbage); compiling it "
-                             "again", self.folder)
-                if self.folder is not None:
-                    _prune(self.folder)  # torch writes the new entry beside the bad one: remove the bad one
+            if not self.said and self.folder is not None:
+                unreadable(self.folder)
+                _prune(self.folder)  # torch writes the new entry beside the bad one: remove the bad one
             return False
         return record.levelno >= logging.WARNING
 
 
 _UNREADABLE = _Unreadable()
+
+
+def unreadable(folder: Path) -> None:
+    """Say, once a process, that a kept entry in ``folder`` could not be read and is built again (the same notice
+    as torch's own caches give)."""
+    if not _UNREADABLE.said:
+        _UNREADABLE.said = True
+        _log.warning("a compiled graph kept in %s could not be read (truncated or garbage); compiling it again", folder)
 
 
 def _prune(folder: Path) -> None:
@@ -301,4 +306,4 @@ def age(cache: GraphCache) -> str:
 
 
 __all__ = ["CAPACITY_STEP", "GraphCache", "age", "bucket", "building", "caches", "clear", "graphs_dir",
-           "graphs_root", "record", "recovering", "use"]
+           "graphs_root", "record", "recovering", "unreadable", "use"]

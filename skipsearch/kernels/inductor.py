@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from skipsearch.config import ConfigError
-from skipsearch.kernels import graphs
+from skipsearch.kernels import graphs, precompiled
 from skipsearch.kernels.base import DEFAULT_CHUNK, Adapter, Kernel, KernelReport, KernelSpec
 
 if TYPE_CHECKING:  # types only: torch loads with the runner
@@ -125,7 +125,8 @@ class CompiledBlocks:
 
     def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int, step_model=None, rows_model=None,
                  settings: dict | None = None,
-                 draft_context: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
+                 draft_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+                 precompile: bool = False) -> None:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -153,6 +154,10 @@ class CompiledBlocks:
         # copy of the model that shares its weights (``panel``'s); by default both run the model itself
         self._step_module = self._module if step_model is None else torch.compile(step_model, dynamic=False)
         self._rows_module = self._module if rows_model is None else torch.compile(rows_model, dynamic=False)
+        # with ``precompile``, one-sequence calls run precompiled (``kernels/precompiled.py``: dynamo's trace kept too)
+        self._models = {id(self._module): sm.hf, id(self._step_module): step_model or sm.hf,
+                        id(self._rows_module): rows_model or sm.hf} if precompile else None
+        self._calls: dict[tuple, precompiled.Call | None] = {}  # call key -> its precompiled call (None: refused)
         self._reused: set[tuple] = set()  # calls (``_call_key``) whose graph ran again without compiling
         graphs_before = counters["stats"]["unique_graphs"]
         self._memory = memory_probe(sm.device)
@@ -299,15 +304,36 @@ class CompiledBlocks:
             kwargs = {"input_ids": ids, "position_ids": positions, "use_cache": True, **extra,
                       **self._sm.cache_kwargs(cache)}
             key = self._call_key(module, ids, cache, mask, draft)
+            if self._models is not None:
+                logits = graphs.recovering(self._cache_dir, lambda: self._precompiled(
+                    key, module, (ids, positions, self._sm.cache_kwargs(cache), extra.get("attention_mask")), draft),
+                    self._forget)
+                if logits is not None:
+                    return logits
             if key in self._reused:  # its graph is there: nothing compiles, so inductor's settings need no patch
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     return module(**kwargs).logits
             compiled = self._counters["stats"]["unique_graphs"]
             with inductor_config.patch(self._settings):  # the stance stays whatever it is (a test's)
-                logits = graphs.recovering(self._cache_dir, lambda: module(**kwargs).logits, self._reused.clear)
+                logits = graphs.recovering(self._cache_dir, lambda: module(**kwargs).logits, self._forget)
             if self._counters["stats"]["unique_graphs"] == compiled:
                 self._reused.add(key)
             return logits
+
+    def _precompiled(self, key: tuple, module, args: tuple, draft: bool) -> torch.Tensor | None:
+        """The call of ``key`` over ``args`` (ids, positions, the cache's keyword, the mask or None) run precompiled
+        (loaded, or built and kept, the first time), or ``None`` where it cannot be (``torch.compile`` runs it)."""
+        model = self._models[id(module)]
+        if key not in self._calls:
+            role = f"{'draft' if draft else 'full'}:{model.config._attn_implementation}:{args[3] is None}"
+            self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, role, self._settings)
+        call = self._calls[key]
+        return None if call is None else call(model, *args)
+
+    def _forget(self) -> None:
+        """After ``graphs.recovering`` cleared the folder: nothing this process loaded or ran stands."""
+        self._reused.clear()
+        self._calls.clear()
 
     def _call_key(self, module, ids: torch.Tensor, cache, mask, draft: bool) -> tuple:
         """What picks a compiled call's graph: the module, the input's shape, the cache, whether a mask comes, and,

@@ -165,7 +165,8 @@ def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
     panels = shared_copy(sm.hf, panels=True)
     return CompiledBlocks(sm, kernel, capacity=graphs.bucket(capacity + kernel.chunk), step_model=panels,
                           rows_model=panels, settings=SETTINGS,
-                          draft_context=lambda: packed_attention(sm))  # the attention shared_copy registered
+                          draft_context=lambda: packed_attention(sm),  # the attention shared_copy registered
+                          precompile=True)
 
 
 KERNEL = KernelSpec(

@@ -1,0 +1,186 @@
+"""A kept graph's whole call, dynamo's trace included: precompiled once per machine, loaded by later processes.
+
+Inductor's caches (``kernels/graphs.py``) keep what inductor and AOTAutograd build, but every process still ran
+dynamo over the model's Python to find which graph to load: about 8 s a graph for smollm2-135m on a 2-core Zen 4,
+24 s of a 43 s warm ``decode`` (``studies/startup-cpu.md``). Torch's precompile (``aot_compile``: dynamo's capture,
+guards and bytecode, and the compiled graph, in one file) keeps that too: a later process loads a call in about a
+second and runs it without tracing, as fast as a traced one.
+
+What a call is: ``logits(model, input_ids, position_ids, cache, attention_mask)``, one module function compiled
+whole (``fullgraph``) for one input shape. Its file is named by a hash of what the traced code bakes in and its
+saved guards cannot check (``entry_key``):
+- the model's structure as it stands: every module's class, its tensors' shapes and dtypes, its plain settings (a
+  draft's stand-ins change it), and its config;
+- the call's role (a full-model step or block, a draft's step; its attention; a batch's mask) and input shape;
+- inductor's settings;
+- the versions of torch and transformers, and a hash of the skipsearch source that runs inside a call (kernels,
+  model, methods, the KV cache): any edit of it builds the calls anew.
+
+Guards on identity (which object, which function) and on globals cannot be saved and are dropped; the caller's
+in-process key (``CompiledBlocks._call_key``) still holds the objects. The other guards (shapes, strides, dtypes,
+constants) are checked on a loaded call's first run, and a call that fails them is built again. Weights are the
+call's inputs, never its constants: edited weights of the same shapes load the same file and are read.
+
+A file that cannot be read is built again with ``graphs``' one notice a process. Files are written whole (torch
+writes a temporary file and renames it), so two processes building the same call both end with a whole one. A
+call dynamo cannot capture whole (a graph break) is not precompiled: the caller falls back to ``torch.compile``.
+A saved call runs skipsearch's own operators through the dispatcher, so they are loaded before any call is (a
+dispatcher call of an operator nobody registered ends the process). No torch at import.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from skipsearch.config import ConfigError
+from skipsearch.kernels import graphs
+
+_log = logging.getLogger(__name__)
+
+FOLDER = "calls"  # under a machine's graph folder (``graphs.graphs_dir``)
+COUNTS: Counter = Counter()  # this process's precompiled calls: loaded, built, refused (fell back), stale (rebuilt)
+# guards that name an object or a function by identity: a later process has other objects, so they cannot be saved
+_IDENTITY = frozenset({"ID_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE"})
+
+
+def logits(model, input_ids, position_ids, cache, attention_mask=None):
+    """The call kept: the HF model over one block on its cache (a batch's row cache with its mask), its logits. A
+    module function, so that the saved call names it, and the cache a positional argument, whatever keyword the
+    installed transformers takes it by (``cache`` is that keyword and the cache, one item)."""
+    mask = {} if attention_mask is None else {"attention_mask": attention_mask}
+    return model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **cache, **mask).logits
+
+
+def _savable(entries) -> list[bool]:
+    """dynamo's guard filter: keep every guard but those on identity and on globals (neither can be saved)."""
+    return [not (e.is_global or e.guard_type in _IDENTITY or _IDENTITY.intersection(e.derived_guard_types or ()))
+            for e in entries]
+
+
+_TRACED = ("kernels", "model", "methods", "kv_cache.py")  # skipsearch's code that runs inside a call
+
+
+@functools.cache
+def _versions() -> str:
+    """torch's and transformers' versions and a hash of skipsearch's source that a call runs (``_TRACED``)."""
+    import torch
+    import transformers
+
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(p for name in _TRACED for p in ((package / name).rglob("*.py") if (package / name).is_dir()
+                                                       else [package / name])):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return f"{torch.__version__}|{transformers.__version__}|{digest.hexdigest()}"
+
+
+def structure(model) -> str:
+    """What the traced code of ``model`` bakes in, as text: each module's name and class, the shape and dtype of
+    each tensor it holds (parameters, buffers and plain attributes) and its plain settings (numbers, strings,
+    flags), and the config. Weights' values are left out: they are the call's inputs."""
+    import torch
+
+    parts = [model.config.to_json_string(use_diff=False)]
+    for name, module in model.named_modules():
+        parts.append(f"{name}:{type(module).__module__}.{type(module).__qualname__}")
+        for attr, value in sorted(vars(module).items()):
+            if isinstance(value, torch.Tensor):
+                parts.append(f" {attr}{tuple(value.shape)}{value.dtype}")
+            elif isinstance(value, dict) and attr in ("_parameters", "_buffers"):
+                parts.extend(f" {k}{tuple(t.shape)}{t.dtype}" for k, t in sorted(value.items()) if t is not None)
+            elif isinstance(value, bool | int | float | str | type(None)):
+                parts.append(f" {attr}={value!r}")
+    return "\n".join(parts)
+
+
+def entry_key(model, role: str, shape: tuple[int, ...], settings: dict) -> str:
+    """The file name of a call: a hash of ``structure(model)``, its role (a step, a block, a draft's step), its
+    input's shape, inductor's settings and ``_versions()``."""
+    text = "\n".join((_versions(), role, repr(shape), repr(sorted(settings.items())), structure(model)))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class Call:
+    """One precompiled call of ``logits`` on ``model`` for one role and shape, kept in ``folder``: loaded from its
+    file, else built and saved. Its first run checks dynamo's saved guards against the arguments (a loaded call
+    that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
+    apart. ``None`` from ``of`` where dynamo cannot capture the call whole."""
+
+    def __init__(self, fn, path: Path, build: Callable[[], object]) -> None:
+        self._fn, self._path, self._build, self._checked = fn, path, build, False
+
+    @classmethod
+    def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
+        path = folder / FOLDER / f"{entry_key(model, role, tuple(args[0].shape), settings)}.bin"
+
+        def build():
+            return _build(path, model, args, settings)
+
+        fn = _load(path, folder)
+        if fn is None:
+            try:
+                fn = build()
+            except (ConfigError, KeyboardInterrupt, MemoryError):
+                raise
+            except Exception as exc:  # a graph break, an object torch cannot save: torch.compile runs it instead
+                COUNTS["refused"] += 1
+                _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
+                return None
+        return cls(fn, path, build)
+
+    def __call__(self, model, *args):
+        if not self._checked:
+            if not self._fn.guard_check(model, *args):  # shapes, strides or constants other than when it was built
+                COUNTS["stale"] += 1
+                self._fn = self._build()
+            self._fn.disable_guard_check()
+            self._checked = True
+        return self._fn(model, *args)
+
+
+def _load(path: Path, folder: Path):
+    """The call saved at ``path``, or ``None`` where there is none; one that cannot be read is removed, with one
+    notice a process (``graphs.unreadable``)."""
+    import torch
+
+    from skipsearch.kernels.lowbit.build import check_lowbit
+
+    if not path.is_file():
+        return None
+    check_lowbit()  # a saved call runs skipsearch's ops through the dispatcher: they must be registered before it runs
+    try:
+        with path.open("rb") as handle:
+            fn = torch.compiler.load_compiled_function(handle)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception:
+        graphs.unreadable(folder)
+        path.unlink(missing_ok=True)
+        return None
+    COUNTS["loaded"] += 1
+    return fn
+
+
+def _build(path: Path, model, args: tuple, settings: dict):
+    """Capture, compile and save the call (dynamo's precompile, under inductor's ``settings``)."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from skipsearch.kv_cache import unguarded
+
+    compiled = torch.compile(logits, fullgraph=True, dynamic=False, options={"guard_filter_fn": _savable})
+    with inductor_config.patch(settings), unguarded(*args[2].values()):
+        fn = compiled.aot_compile(((model, *args), {}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fn.save_compiled_function(str(path))
+    COUNTS["built"] += 1
+    return fn
+
+
+__all__ = ["COUNTS", "Call", "entry_key", "logits", "structure"]
