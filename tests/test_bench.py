@@ -255,6 +255,20 @@ def test_a_profile_inside_hf_generate_is_held_to_its_own_row_not_counted_as_a_pe
         br.summary_lines(slow))
 
 
+def test_the_last_line_says_what_shipped_beside_hf_greedy_and_hf_compiled_on_this_machine():
+    env = (("cpu_model", "AMD EPYC"), ("cpu_capability", "AVX2"), ("threads", 2))
+    rows = [_row("hf-greedy", "hf", 1.0), _row("hf-compiled", "hf", 2.0), _row("skipsearch-ar", "skipsearch", 2.2, 1),
+            _row("hybrid:quickstart", "skipsearch", 3.7, 1.7), _row("layer-skip:x", "skipsearch", None, identical=3)]
+    report = dataclasses.replace(_report(rows), environment=env)
+    last = br.summary_lines(report)[-1]
+    assert last == ("hybrid:quickstart: 100.0 tokens/s on this machine (AMD EPYC, AVX2, 2 threads), 3.70x HF greedy "
+                    "and 1.85x HF compiled greedy in this run; output identical to HF greedy on 4 of 4 prompts.")
+    alone = _report([_row("hf-greedy", "hf", 1.0), _row("hybrid:q", "skipsearch", 1.5, 1.2)])
+    assert br.headline(alone).startswith("hybrid:q: 100.0 tokens/s on this machine (cpu), 1.50x HF greedy in this run")
+    assert br.headline(_report([_row("hf-greedy", "hf", 1.0), _row("hybrid:q", "skipsearch", None, identical=2)])) \
+        is None  # no profile whose output was HF greedy's: nothing to claim
+
+
 def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
     report = _report([_row("hf-greedy", "hf", 1.0), _row("layer-skip:example", "skipsearch", 1.1, 1.05)])
     measured = br.measured_for(report, report.row("layer-skip:example"))

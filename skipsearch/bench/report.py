@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from skipsearch.bench import batched_report
 from skipsearch.bench import llamacpp_report as llama_report
 from skipsearch.bench.batched import BatchedBench
-from skipsearch.bench.peers import BASELINE, PROFILE_IN_HF
+from skipsearch.bench.peers import BASELINE, HF_COMPILED, PROFILE_IN_HF
 from skipsearch.bench.rows import BenchRow
 from skipsearch.bench.runner import BenchReport
 from skipsearch.engine.equivalence import DIFFERENT, IDENTICAL, tolerance_rule
@@ -262,7 +262,27 @@ def summary_lines(report: BenchReport) -> list[str]:
         out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
     if report.llama is not None:
         out.append(llama_report.summary_line(report.llama))
+    if (last := headline(report)) is not None:
+        out.append(last)
     return out
+
+
+def headline(report: BenchReport) -> str | None:
+    """One line for people, the bench's last: the fastest profile whose output was HF greedy's, its speed beside HF
+    greedy's and HF compiled greedy's in this run, on this machine. None where no profile qualified."""
+    name = summarize_report(report).best_profile
+    best, compiled = report.row(name) if name else None, report.row(HF_COMPILED)
+    if best is None or best.speedup is None:
+        return None
+    env = dict(report.environment)
+    where = ", ".join(str(v) for v in (env.get("cpu_model") or env.get("device_name"), env.get("cpu_capability"),
+                                       env.get("threads") and f"{env['threads']} threads") if v)
+    vs = (f" and {best.speedup / compiled.speedup:.2f}x HF compiled greedy" if compiled is not None
+          and compiled.speedup is not None else "")
+    ties = f", {best.ties} more up to numerical ties" if best.ties else ""
+    return (f"{name}: {best.tokens_per_s:.1f} tokens/s on this machine ({where or 'unnamed'}), {best.speedup:.2f}x HF "
+            f"greedy{vs} in this run; output identical to HF greedy on {best.identical} of {best.prompts} prompts"
+            f"{ties}.")
 
 
 def diagnosis_rows(report: BenchReport) -> list[tuple[str, ...]]:

@@ -19,9 +19,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import optuna
-from bayes_opt import BayesianOptimization
-from scipy.stats import norm
-from threadpoolctl import threadpool_limits  # installed with scikit-learn, which bayes_opt builds on
 
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.methods import Method
@@ -126,6 +123,9 @@ class BayesStrategy(Strategy):
         observed: dict[tuple[float, ...], list[float]] = {}
         for t in done:
             observed.setdefault(tuple(t.params[n] for n in names), []).append(float(t.value))
+        from bayes_opt import BayesianOptimization  # here, not at import: scikit-learn's 1-2 s, which every command
+        from threadpoolctl import threadpool_limits  # paid (the CLI imports the registry), only where a GP is fitted
+
         bo = BayesianOptimization(f=None, pbounds=self.bounds, random_state=self.seed, verbose=0)
         bo.set_gp_params(n_restarts_optimizer=self.gp_restarts)
         for x, ys in observed.items():
@@ -196,6 +196,8 @@ class GPSampler(optuna.samplers.BaseSampler):
 
 
 def _expected_improvement(mean: np.ndarray, std: np.ndarray, target: float) -> np.ndarray:
+    from scipy.stats import norm
+
     std = np.maximum(std, 1e-12)
     z = (mean - target) / std
     return (mean - target) * norm.cdf(z) + std * norm.pdf(z)
