@@ -64,6 +64,10 @@ if [ "$dev" = 1 ] && ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/
         echo "setup: no PostgreSQL server found; the distributed-study test will be skipped" >&2
     fi
 fi
+if ! command -v "${CXX:-g++}" >/dev/null && ! command -v c++ >/dev/null && ! command -v clang++ >/dev/null; then
+    echo "setup: no C++ compiler (g++, clang++ or \$CXX): the compiled kernels, and README command 1, need one" \
+         "(Debian/Ubuntu: apt-get install g++); --kernel eager runs without" >&2
+fi
 check=("${kept[@]}")
 [ "$latest" = 1 ] && check+=(--latest)
 if ! result=$(.venv/bin/python -m skipsearch.tested "${check[@]}"); then
