@@ -83,6 +83,18 @@ def test_a_capacity_in_the_same_bucket_loads_and_another_thread_count_compiles_i
     assert graphs.graphs_dir(1) != graphs.graphs_dir(2)  # the thread count is baked into the C++: its own folder
 
 
+def test_another_capacity_bucket_builds_calls_of_its_own_beside_the_first(built, tmp_path):
+    """A cache of another capacity bucket is another call (its graph fixes the cache's shape): it builds its own
+    files, and the first bucket's still load after it, neither built over the other."""
+    cache, (first, _) = built
+    copy = _copy(cache, tmp_path)
+    other, _ = _worker(copy, 1, 1100)
+    assert graphs.bucket(1100 + 4) != graphs.bucket(CAPACITY + 4)
+    assert other["calls"] == {"built": 3} and other["tokens"] == first["tokens"]
+    again, _ = _worker(copy, 1, CAPACITY)
+    assert again["calls"] == {"loaded": 3} and again["tokens"] == first["tokens"]
+
+
 def test_graphs_read_the_weights_they_are_given(built, tmp_path):
     """Edited weights of the same shapes load the same graphs (the weights are inputs, not frozen constants) and
     decode what HF greedy decodes with those weights, not what the first weights gave."""

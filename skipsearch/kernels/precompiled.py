@@ -11,7 +11,8 @@ whole (``fullgraph``) for one input shape. Its file is named by a hash of what t
 saved guards cannot check (``entry_key``):
 - the model's structure as it stands: every module's class, its tensors' shapes and dtypes, its plain settings (a
   draft's stand-ins change it), and its config;
-- the call's role (a full-model step or block, a draft's step; its attention; a batch's mask) and input shape;
+- the call's role (a full-model step or block, a draft's step; its attention; a batch's mask), its inputs'
+  shapes and its cache's (capacity, layer kind): another capacity bucket is another call;
 - inductor's settings;
 - the versions of torch and transformers, and a hash of the skipsearch source that runs inside a call (kernels,
   model, methods, the KV cache): any edit of it builds the calls anew.
@@ -99,10 +100,24 @@ def structure(model) -> str:
     return "\n".join(parts)
 
 
-def entry_key(model, role: str, shape: tuple[int, ...], settings: dict) -> str:
-    """The file name of a call: a hash of ``structure(model)``, its role (a step, a block, a draft's step), its
-    input's shape, inductor's settings and ``_versions()``."""
-    text = "\n".join((_versions(), role, repr(shape), repr(sorted(settings.items())), structure(model)))
+def cache_shape(cache) -> tuple:
+    """What a call's graph fixes of its KV cache: each kind of layer's class, capacity and key tensor's shape and
+    dtype (a cache of another capacity bucket is another call, not a stale one that two buckets would build over
+    each other in turn)."""
+    import torch
+
+    kinds = set()
+    for layer in getattr(cache, "layers", ()):
+        keys = getattr(layer, "keys", None)
+        shape = (tuple(keys.shape), str(keys.dtype)) if isinstance(keys, torch.Tensor) else None
+        kinds.add((type(layer).__name__, getattr(layer, "max_cache_len", None), shape))
+    return tuple(sorted(kinds, key=repr))
+
+
+def entry_key(model, role: str, shapes: tuple, settings: dict) -> str:
+    """The file name of a call: a hash of ``structure(model)``, its role (a step, a block, a draft's step), the shapes
+    of its inputs and its cache (``cache_shape``), inductor's settings and ``_versions()``."""
+    text = "\n".join((_versions(), role, repr(shapes), repr(sorted(settings.items())), structure(model)))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -117,7 +132,10 @@ class Call:
 
     @classmethod
     def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
-        path = folder / FOLDER / f"{entry_key(model, role, tuple(args[0].shape), settings)}.bin"
+        ids, positions, cache, mask = args
+        shapes = (tuple(ids.shape), tuple(positions.shape), None if mask is None else tuple(mask.shape),
+                  *(cache_shape(c) for c in cache.values()))
+        path = folder / FOLDER / f"{entry_key(model, role, shapes, settings)}.bin"
 
         def build():
             return _build(path, model, args, settings)
@@ -183,4 +201,4 @@ def _build(path: Path, model, args: tuple, settings: dict):
     return fn
 
 
-__all__ = ["COUNTS", "Call", "entry_key", "logits", "structure"]
+__all__ = ["COUNTS", "Call", "cache_shape", "entry_key", "logits", "structure"]
