@@ -168,14 +168,15 @@ def guard_addresses(cache):
     other cache of the same shapes, reading and writing the first one's tensors: a second compiled kernel built in
     the same process (the same kernel after an eager spell, another of the same block) gave wrong logits or an
     out-of-bounds abort. With the guard, a new cache compiles its own graphs."""
-    import torch
-
-    for layer in cache.layers:
-        for name in ("keys", "values", "cumulative_length"):
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                torch._dynamo.mark_static_address(tensor, guard=True)
+    for tensor in _addressed(cache):
+        torch._dynamo.mark_static_address(tensor, guard=True)
     return cache
+
+
+def _addressed(cache) -> list[torch.Tensor]:
+    """The tensors of ``cache`` a compiled graph reads by address: each layer's keys, values and length."""
+    return [t for layer in cache.layers for name in ("keys", "values", "cumulative_length")
+            if isinstance(t := getattr(layer, name, None), torch.Tensor)]
 
 
 @contextlib.contextmanager
@@ -183,8 +184,7 @@ def unguarded(cache) -> Iterator[None]:
     """``guard_addresses`` undone while held: a precompiled call (``kernels/precompiled.py``) is traced with the
     cache's tensors as plain inputs, since a guarded address is baked into the graph as that very tensor, which a
     later process that loads the call does not have (it crashed there)."""
-    marked = [t for layer in cache.layers for name in ("keys", "values", "cumulative_length")
-              if getattr(t := getattr(layer, name, None), "_dynamo_static_input_type", None) == "guarded"]
+    marked = [t for t in _addressed(cache) if getattr(t, "_dynamo_static_input_type", None) == "guarded"]
     for tensor in marked:
         tensor._dynamo_static_input_type = "unguarded"
     try:

@@ -262,15 +262,16 @@ def summary_lines(report: BenchReport) -> list[str]:
         out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
     if report.llama is not None:
         out.append(llama_report.summary_line(report.llama))
-    if (last := headline(report)) is not None:
+    if (last := headline(report, s)) is not None:
         out.append(last)
     return out
 
 
-def headline(report: BenchReport) -> str | None:
+def headline(report: BenchReport, summary: Summary | None = None) -> str | None:
     """One line for people, the bench's last: the fastest profile whose output was HF greedy's, its speed beside HF
-    greedy's and HF compiled greedy's in this run, on this machine. None where no profile qualified."""
-    name = summarize_report(report).best_profile
+    greedy's and HF compiled greedy's in this run, on this machine. None where no profile qualified. ``summary``:
+    the report's, where the caller has it."""
+    name = (summary or summarize_report(report)).best_profile
     best, compiled = report.row(name) if name else None, report.row(HF_COMPILED)
     if best is None or best.speedup is None:
         return None

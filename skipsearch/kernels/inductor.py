@@ -155,8 +155,8 @@ class CompiledBlocks:
         self._step_module = self._module if step_model is None else torch.compile(step_model, dynamic=False)
         self._rows_module = self._module if rows_model is None else torch.compile(rows_model, dynamic=False)
         # with ``precompile``, one-sequence calls run precompiled (``kernels/precompiled.py``: dynamo's trace kept too)
-        self._models = {id(self._module): sm.hf, id(self._step_module): step_model or sm.hf,
-                        id(self._rows_module): rows_model or sm.hf} if precompile else None
+        self._models = {id(self._module): sm.hf, id(self._step_module): sm.hf if step_model is None else step_model,
+                        id(self._rows_module): sm.hf if rows_model is None else rows_model} if precompile else None
         self._calls: dict[tuple, precompiled.Call | None] = {}  # call key -> its precompiled call (None: refused)
         self._reused: set[tuple] = set()  # calls (``_call_key``) whose graph ran again without compiling
         graphs_before = counters["stats"]["unique_graphs"]
@@ -301,15 +301,18 @@ class CompiledBlocks:
             extra = {} if mask is None else {"attention_mask": mask if mask.is_inference() else mask.clone()}
             module = self._module if draft else self._step_module if ids.numel() == 1 else self._rows_module
             cache = self.cache if cache is None else cache
-            kwargs = {"input_ids": ids, "position_ids": positions, "use_cache": True, **extra,
-                      **self._sm.cache_kwargs(cache)}
             key = self._call_key(module, ids, cache, mask, draft)
             if self._models is not None:
-                logits = graphs.recovering(self._cache_dir, lambda: self._precompiled(
-                    key, module, (ids, positions, self._sm.cache_kwargs(cache), extra.get("attention_mask")), draft),
-                    self._forget)
-                if logits is not None:
-                    return logits
+                args = (ids, positions, self._sm.cache_kwargs(cache), extra.get("attention_mask"))
+                if key not in self._calls:  # loaded or built, and run once with its guards checked, kept safe
+                    logits = graphs.recovering(self._cache_dir, lambda: self._first_call(key, module, args, draft),
+                                               self._forget)
+                    if logits is not None:
+                        return logits
+                elif (call := self._calls[key]) is not None:  # its graph ran: no folder, guard or compile on the way
+                    return call(self._models[id(module)], *args)
+            kwargs = {"input_ids": ids, "position_ids": positions, "use_cache": True, **extra,
+                      **self._sm.cache_kwargs(cache)}
             if key in self._reused:  # its graph is there: nothing compiles, so inductor's settings need no patch
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     return module(**kwargs).logits
@@ -320,14 +323,13 @@ class CompiledBlocks:
                 self._reused.add(key)
             return logits
 
-    def _precompiled(self, key: tuple, module, args: tuple, draft: bool) -> torch.Tensor | None:
-        """The call of ``key`` over ``args`` (ids, positions, the cache's keyword, the mask or None) run precompiled
-        (loaded, or built and kept, the first time), or ``None`` where it cannot be (``torch.compile`` runs it)."""
+    def _first_call(self, key: tuple, module, args: tuple, draft: bool) -> torch.Tensor | None:
+        """The first call of ``key`` over ``args`` (ids, positions, the cache's keyword, the mask or None): its
+        precompiled call loaded, or built and kept, and run; ``None`` where it cannot be (``torch.compile`` runs it,
+        this time and later)."""
         model = self._models[id(module)]
-        if key not in self._calls:
-            role = f"{'draft' if draft else 'full'}:{model.config._attn_implementation}:{args[3] is None}"
-            self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, role, self._settings)
-        call = self._calls[key]
+        role = f"{'draft' if draft else 'full'}:{model.config._attn_implementation}"
+        call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, role, self._settings)
         return None if call is None else call(model, *args)
 
     def _forget(self) -> None:

@@ -11,8 +11,8 @@ whole (``fullgraph``) for one input shape. Its file is named by a hash of what t
 saved guards cannot check (``entry_key``):
 - the model's structure as it stands: every module's class, its tensors' shapes and dtypes, its plain settings (a
   draft's stand-ins change it), and its config;
-- the call's role (a full-model step or block, a draft's step; its attention; a batch's mask), its inputs'
-  shapes and its cache's (capacity, layer kind): another capacity bucket is another call;
+- the call's role (a full-model step or block, a draft's step; its attention), the shapes of its inputs and its
+  mask (a batch's) and its cache's (capacity, layer kind): another capacity bucket is another call;
 - inductor's settings;
 - the versions of torch and transformers, and a hash of the skipsearch source that runs inside a call (kernels,
   model, methods, the KV cache): any edit of it builds the calls anew.
@@ -127,8 +127,8 @@ class Call:
     that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
     apart. ``None`` from ``of`` where dynamo cannot capture the call whole."""
 
-    def __init__(self, fn, path: Path, build: Callable[[], object]) -> None:
-        self._fn, self._path, self._build, self._checked = fn, path, build, False
+    def __init__(self, fn, build: Callable[[], object]) -> None:
+        self._fn, self._build, self._checked = fn, build, False
 
     @classmethod
     def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
@@ -150,7 +150,7 @@ class Call:
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
-        return cls(fn, path, build)
+        return cls(fn, build)
 
     def __call__(self, model, *args):
         if not self._checked:

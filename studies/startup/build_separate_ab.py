@@ -4,10 +4,10 @@ calls each, the order alternating; each checked against eager."""
 
 import os
 import shutil
-import statistics
 import time
 
 import torch
+from interleave import compare  # beside this file
 
 from skipsearch.api.loading import open_model
 from skipsearch.kernels import Kernel, graphs, panel
@@ -27,24 +27,4 @@ for name, extra in (("one file", {}), ("separate", {"cpp_wrapper_build_separate"
                                    settings={**panel.SETTINGS, **extra},
                                    draft_context=lambda: panel.packed_attention(sm), precompile=True)
     print(f"{name}: built in {time.perf_counter() - t:.1f} s", flush=True)
-res = {}
-with torch.inference_mode():
-    for R in runners.values():
-        R.forward(ids[:100], 0)
-    for r in range(10):
-        for name in (list(runners) if r % 2 == 0 else list(runners)[::-1]):
-            for n in (1, 8):
-                for _ in range(15):
-                    t = time.perf_counter()
-                    runners[name].forward(ids[100:100 + n], 100)
-                    res.setdefault((name, n), []).append(time.perf_counter() - t)
-for key, v in sorted(res.items()):
-    print(key, f"median {1e3 * statistics.median(v):.2f} ms  min {1e3 * min(v):.2f} ms")
-with torch.inference_mode():
-    with sm.eager():
-        ref = sm.forward(ids[:108].clone(), start=0, cache=sm.new_cache())[100:108].float()
-    for name, R in runners.items():
-        R.forward(ids[:100], 0)
-        got = R.forward(ids[100:108], 100)
-        print(name, "argmax = eager:", bool((got.argmax(-1) == ref.argmax(-1)).all()),
-              f"max |diff| {float((got - ref).abs().max()):.2e}")
+compare(sm, runners, ids)
