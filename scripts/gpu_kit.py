@@ -8,8 +8,13 @@
     gpu-name                                  "h100", "h200", ... from torch (or "cpu")
     drift --device D --dtype T --out FILE     one forward vs one-token steps and blocks, in ulps (margin_drift)
     report --state DIR --gpu NAME --out FILE  the one Markdown report from the benches, the drift and the profiles
+    steps --model M --dtype T --out FILE      HF greedy, HF compiled greedy and our loop on a kernel, on a model of
+                                              M's architecture with random weights: tokens/s and output verdicts
+    compare --measured A.yaml --roofline B.yaml --out FILE
+                                              a measured cost file beside a roofline's: step, v(k), each draft's c
 
-Nothing here times anything: speed figures come from ``skipsearch bench`` (the one harness).
+Nothing here has a timer of its own: speed figures come from the one harness (``engine.harness.run_rounds``,
+through ``skipsearch bench`` or ``steps``) and from ``skipsearch costs``.
 """
 
 from __future__ import annotations
@@ -210,6 +215,89 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
     return doc
 
 
+def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, prompt_tokens: int,
+          max_new_tokens: int, repeats: int, out: Path, hf_compiled: bool = True) -> dict:
+    """HF greedy (the reference), HF compiled greedy (StaticCache, ``torch.compile``: ``reduce-overhead`` on a GPU)
+    and our own loop with no draft on ``kernel``, through the one harness (``run_rounds``: interleaved, warmed up),
+    on ``n_prompts`` random token prompts of a model of ``model``'s architecture with random weights. The weights
+    set which tokens come out, not what a step costs, so the speeds stand for the real model's; the verdicts check
+    the kernels against HF's own forward (bf16: ``equivalence.check``, numerical ties allowed)."""
+    import torch
+
+    from skipsearch.bench.peers import BASELINE, hf_compiled_method, peer_method
+    from skipsearch.engine import equivalence as eq
+    from skipsearch.engine.harness import first_outputs, method_seconds, ours_autoregressive, run_rounds
+    from skipsearch.kernels import check_kernel, parse_kernel
+    from skipsearch.model.loader import random_model
+    from skipsearch.roofline.shapes import architecture_config
+
+    chosen = parse_kernel(kernel)
+    check_kernel(chosen, device)
+    config, source = architecture_config(model)
+    capacity = prompt_tokens + max_new_tokens + 16
+    sm = random_model(config, name=model, device=device, dtype=dtype, seed=0, max_tokens=capacity)
+    sm.hf.generation_config.eos_token_id = None  # every method runs the full max_new_tokens
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(config.vocab_size, (prompt_tokens,), generator=generator).tolist()
+               for _ in range(n_prompts)]
+    methods = [peer_method(sm, BASELINE)] + ([hf_compiled_method(sm, capacity=capacity + 1)] if hf_compiled else [])
+    sm.use_kernel(chosen, capacity=capacity)  # built (compiled, captured) before the timing
+    methods.append(ours_autoregressive(sm))
+    runs = run_rounds(methods, prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats)
+    seconds = method_seconds(runs)
+    reference = first_outputs(runs, BASELINE)
+    rows = []
+    for name in (m.name for m in methods):
+        outputs = first_outputs(runs, name)
+        verdicts = [eq.check(sm, p, o.token_ids, r.token_ids) for p, o, r in zip(prompts, outputs, reference,
+                                                                                     strict=True)]
+        tokens = sum(len(o.token_ids) for o in outputs)
+        rows.append({"method": name, "setting": next(m.setting for m in methods if m.name == name),
+                     "tokens": tokens, "seconds": round(seconds[name], 4),
+                     "ms_per_token": round(1000 * seconds[name] / tokens, 4),
+                     "identical": sum(o.token_ids == r.token_ids for o, r in zip(outputs, reference, strict=True)),
+                     "lossless": sum(v.ok for v in verdicts), "prompts": len(prompts)})
+    kr = sm.kernel_report
+    doc = {"model": model, "architecture": source, "weights": "random (seed 0)", "device": str(sm.device),
+           "device_name": torch.cuda.get_device_name(0) if sm.device.type == "cuda" else "cpu", "dtype": dtype,
+           "kernel": chosen.label, "compile_seconds": None if kr is None else kr.compile_seconds,
+           "prompts": n_prompts, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens,
+           "repeats": repeats, "rows": rows}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+def compare(measured: Path, roofline: Path, out: Path) -> str:
+    """A measured cost file beside a roofline's for the same model and dtype: the step, v(k) at every block both
+    price, each draft scheme's c (its whole model in the scheme, over a step), and how far the roofline is off
+    (roofline / measured - 1)."""
+    from skipsearch.files.cost_profile import load_costs
+
+    m, r = load_costs(measured), load_costs(roofline)
+
+    def err(a: float | None, b: float | None) -> str:
+        return "-" if not a or b is None else f"{b / a - 1:+.0%}"
+
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [f"| {m.model.name}, {m.dtype} | measured ({m.device}, kernel {m.kernel.verify}) | roofline "
+             f"({r.roofline.device if r.roofline else r.device}) | roofline off by |", "|---|---:|---:|---:|"]
+    ms, rs = m.costs.step_seconds, r.costs.step_seconds
+    lines.append(f"| step, ms | {1000 * ms:.3f} | {1000 * rs:.3f} | {err(ms, rs)} |")
+    mv, rv = m.costs.verify_ratio, r.costs.verify_ratio
+    for k in range(1, min(len(mv), len(rv)) + 1):
+        lines.append(f"| v({k}) | {mv[k - 1]:.3f} | {rv[k - 1]:.3f} | {err(mv[k - 1], rv[k - 1])} |")
+    mc = {s.scheme: m.costs.whole_model_ratio(s, m.model.num_layers) for s in m.costs.schemes}
+    rc = {s.scheme: r.costs.whole_model_ratio(s, r.model.num_layers) for s in r.costs.schemes}
+    for scheme in sorted(set(mc) | set(rc)):
+        lines.append(f"| c, {scheme} draft | {num(mc.get(scheme))} | {num(rc.get(scheme))} | "
+                     f"{err(mc.get(scheme), rc.get(scheme))} |")
+    text = "\n".join(lines) + "\n"
+    out.write_text(text)
+    return text
+
+
 # -- the report ----------------------------------------------------------------------------------------
 DTYPE_ORDER = ("float32", "float16", "bfloat16")
 
@@ -288,6 +376,55 @@ def report(state: Path, gpu: str, out: Path, *, sequence: str = "") -> str:
     return text
 
 
+def probe_report(state: Path, gpu: str, out: Path) -> str:
+    """The probe's one Markdown file (``gpu_bench.sh probe``): the loops' speed and verdicts per dtype, then each
+    architecture's measured cost file beside the roofline's, as far as the stages got."""
+    from skipsearch.files.cost_profile import load_costs
+
+    env = (state / "environment.txt").read_text().strip() if (state / "environment.txt").is_file() else ""
+    steps_docs = [json.loads(p.read_text()) for p in sorted(state.glob("steps-*.json"))]
+    steps_docs.sort(key=lambda d: DTYPE_ORDER.index(d["dtype"]) if d["dtype"] in DTYPE_ORDER else 9)
+    lines = [f"# skipsearch's probe on {gpu}: CUDA graphs, and costs of real model sizes without their weights", "",
+             "Made by `scripts/gpu_bench.sh probe` (one device call). Every model here has **random weights** "
+             "(seed 0) of a named architecture: a step costs the same whatever the weights' values, so the speeds "
+             "stand for the real model's; acceptance does not, so no draft's speedup is claimed here. The verdicts "
+             "check each loop's tokens against HF greedy's on the same weights (bf16: equal up to numerical ties "
+             "counts as lossless).", ""]
+    if env:
+        lines += ["```text", env, "```", ""]
+    lines += ["## One sequence, no draft: HF greedy, HF compiled greedy and our loop", ""]
+    if steps_docs:
+        lines += ["| dtype | method | how | ms a token | tokens/s | vs HF compiled | identical | lossless |",
+                  "|---|---|---|---:|---:|---:|---:|---:|"]
+    for d in steps_docs:
+        compiled = next((r for r in d["rows"] if r["method"] == "hf-compiled"), None)
+        for r in d["rows"]:
+            ratio = "-" if compiled is None else f"{compiled['ms_per_token'] / r['ms_per_token']:.2f}x"
+            lines.append(f"| {d['dtype']} | {r['method']} | {r['setting']} | {r['ms_per_token']:.3f} | "
+                         f"{1000 / r['ms_per_token']:.1f} | {ratio} | {r['identical']}/{r['prompts']} | "
+                         f"{r['lossless']}/{r['prompts']} |")
+    if steps_docs:
+        d = steps_docs[0]
+        lines += ["", f"{d['model']} ({d['architecture']}); {d['prompts']} random prompts of {d['prompt_tokens']} "
+                      f"tokens, {d['max_new_tokens']} new tokens each, {d['repeats']} repeats, through the harness "
+                      f"(`engine.harness.run_rounds`: warmed up, interleaved); our loop on kernel {d['kernel']}." +
+                  "".join(f" Its build in {x['dtype']}: {x['compile_seconds']} s." for x in steps_docs
+                          if x.get("compile_seconds") is not None), ""]
+    else:
+        lines += ["No steps stage finished.", ""]
+    lines += ["## Cost files of the architectures, measured on the kernel, beside the roofline", ""]
+    for path in sorted(state.glob("costs-*.yaml")):
+        name = path.stem.removeprefix("costs-")
+        lines += [f"### {name}", "", "```text", load_costs(path).describe().strip(), "```", ""]
+        table = state / f"compare-{name}.md"
+        if table.is_file():
+            lines += [table.read_text().strip(), ""]
+    text = "\n".join(lines) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -316,6 +453,25 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--gpu", required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--sequence", type=Path, help="a text file with the calls that made this run")
+    s = sub.add_parser("steps")
+    s.add_argument("--model", required=True, help="an alias, a directory with a config.json (no weights needed)")
+    s.add_argument("--device", default="cuda")
+    s.add_argument("--dtype", required=True)
+    s.add_argument("--kernel", default="cudagraph")
+    s.add_argument("--n-prompts", type=int, default=4)
+    s.add_argument("--prompt-tokens", type=int, default=64)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--repeats", type=int, default=2)
+    s.add_argument("--hf-compiled", type=int, default=1, help="1: time HF compiled greedy too (0: not)")
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("compare")
+    s.add_argument("--measured", type=Path, required=True)
+    s.add_argument("--roofline", type=Path, required=True)
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("probe-report")
+    s.add_argument("--state", type=Path, required=True)
+    s.add_argument("--gpu", required=True)
+    s.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     if a.cmd == "split":
         m = split(a.source, a.kit, a.part_mib)
@@ -341,6 +497,18 @@ def main(argv: list[str] | None = None) -> int:
                   max_new_tokens=a.max_new_tokens, out=a.out)
         print(f"drift {a.dtype}: max {d['max_ulps']:.2f} ulps over {d['positions']} positions "
               f"(TIE_ULPS {d['tie_ulps']})")
+    elif a.cmd == "steps":
+        d = steps(model=a.model, device=a.device, dtype=a.dtype, kernel=a.kernel, n_prompts=a.n_prompts,
+                  prompt_tokens=a.prompt_tokens, max_new_tokens=a.max_new_tokens, repeats=a.repeats, out=a.out,
+                  hf_compiled=bool(a.hf_compiled))
+        for row in d["rows"]:
+            print(f"{d['dtype']} {row['method']}: {row['ms_per_token']:.3f} ms a token, identical "
+                  f"{row['identical']}/{row['prompts']}, lossless {row['lossless']}/{row['prompts']}")
+    elif a.cmd == "probe-report":
+        probe_report(a.state, a.gpu, a.out)
+        print(f"wrote {a.out}")
+    elif a.cmd == "compare":
+        print(compare(a.measured, a.roofline, a.out))
     elif a.cmd == "report":
         seq = a.sequence.read_text() if a.sequence and a.sequence.is_file() else ""
         report(a.state, a.gpu, a.out, sequence=seq)

@@ -219,7 +219,7 @@ def test_an_unknown_gpu_is_refused_in_one_line_naming_the_known_ones_and_the_fla
     (["--roofline", "h100-sxm", "--schemes", "fp16"], "not fp16"),
     (["--roofline", "a100-40gb", "--dtype", "float64"], "float64"),  # the parser names the value
     (["--roofline", "l4", "--efficiency", "-1"], "--efficiency must be a positive number"),
-    (["--roofline", "l4", "--model", "no-such-model"], "the roofline also knows these architectures"),
+    (["--roofline", "l4", "--model", "no-such-model"], "these architectures are also known without their files"),
 ])
 def test_bad_roofline_input_is_one_line(args, fragment, tmp_path):
     assert_one_line_error(runner.invoke(app, ["costs", *args, "--out", str(tmp_path / "c.yaml")]), fragment)

@@ -158,7 +158,8 @@ def model_cost_file(roofline: str | None, *, model: str, device: str, dtype: str
 
     if roofline is None:
         raise ConfigError("--bandwidth, --tflops, --efficiency, --launch-us and --context-tokens give a "
-                          "roofline's figures: use them with --roofline GPU")
+                          "roofline's figures: use them with --roofline GPU (--context-tokens also with "
+                          "--random-weights)")
     if device != "auto":
         raise ConfigError("--device is where costs are timed; a roofline names its device: --roofline GPU")
     if out:
@@ -178,10 +179,16 @@ def model_cost_file(roofline: str | None, *, model: str, device: str, dtype: str
 def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, force: bool, threads: int | None,
                       samples: int, command: str, schemes: str | None, batch_sizes: str | None, kernel: str,
                       dataset: str, max_new_tokens: int, seed: int, on_note: Callable[[str], None],
-                      warn: Callable[[str], None]) -> tuple:
+                      warn: Callable[[str], None], random_weights: bool = False,
+                      context_tokens: int | None = None) -> tuple:
     """``skipsearch costs``: the cost file of ``model`` on this device (the step, the sublayers, v(k), each draft
     scheme's costs and, with ``batch_sizes``, the batched grid), timed at optimize's calibration context; and where it
-    goes. Every input is checked before the model loads."""
+    goes. Every input is checked before the model loads.
+
+    With ``random_weights`` the model is its architecture alone (its config.json, or the published table's row for
+    an alias whose files are not here: ``roofline.shapes.architecture_config``) with seeded random weights, timed at
+    ``context_tokens`` random token ids (default: the roofline's context, so the two files compare): its costs,
+    not its acceptance, which the weights decide."""
     from dataclasses import replace
 
     import torch
@@ -201,18 +208,42 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
         from skipsearch.model.placement import choose_placement
 
         check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
-    # the first calibration prompt, continued for half of --max-new-tokens (calibration_context), fits the model's
-    # context: a megabyte is refused by its length, untokenized
-    check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
-                      max_new_tokens=max(max_new_tokens // 2, 1))
-    if threads:
-        torch.set_num_threads(threads)
-    sm = load_model(model, device=device, dtype=dtype)
+    if random_weights:
+        from skipsearch.model.loader import random_model
+        from skipsearch.roofline import DEFAULT_CONTEXT
+        from skipsearch.roofline.shapes import architecture_config
+
+        if context_tokens is not None and context_tokens < 1:
+            raise ConfigError(f"--context-tokens must be >= 1, got {context_tokens}")
+        config, source = architecture_config(model)
+        length = DEFAULT_CONTEXT if context_tokens is None else context_tokens
+        if length + 32 > getattr(config, "max_position_embeddings", length + 32):
+            raise ConfigError(f"--context-tokens {length} is past {model}'s {config.max_position_embeddings} "
+                              "positions")
+        if threads:
+            torch.set_num_threads(threads)
+        sm = random_model(config, name=model, device=device, dtype=dtype, seed=seed, max_tokens=length + 32)
+        on_note(f"random weights (seed {seed}) of {model}'s architecture ({source}), {length} random context tokens")
+        generator = torch.Generator().manual_seed(seed)
+        context = tuple(torch.randint(config.vocab_size, (length,), generator=generator).tolist())
+    else:
+        if context_tokens is not None:
+            raise ConfigError("--context-tokens sets a roofline's or random weights' context: use it with "
+                              "--roofline GPU or --random-weights (a measured cost file runs at the calibration "
+                              "context)")
+        # the first calibration prompt, continued for half of --max-new-tokens (calibration_context), fits the
+        # model's context: a megabyte is refused by its length, untokenized
+        check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
+                          max_new_tokens=max(max_new_tokens // 2, 1))
+        if threads:
+            torch.set_num_threads(threads)
+        sm = load_model(model, device=device, dtype=dtype)
     path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
     if not out:
         check_target(path, COSTS, replace=force)  # the default path, before the timing
     on_note(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))")
-    context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
+    if not random_weights:
+        context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
     cp = measure_cost_profile(sm, context, repeats=samples, command=command, kernel=kernel)
     if choice is None:
         choice = default_schemes((model, sm.name), str(sm.device))
@@ -222,6 +253,8 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     measured = measure_schemes(sm, context, choice, repeats=samples, warn=warn)
     if measured:
         cp = replace(cp, costs=replace(cp.costs, schemes=measured))
+    if random_weights and cp.run is not None:
+        cp = replace(cp, run=replace(cp.run, weights=f"random:seed={seed}"))
     if sizes:
         priced = tuple(s.scheme for s in cp.costs.schemes)
         on_note(f"timing batched forwards at B = {', '.join(map(str, sizes))} ({sm.kernel.label})"

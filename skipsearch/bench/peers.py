@@ -136,21 +136,32 @@ def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Cont
 
 def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
     """HF greedy ``generate`` on a StaticCache of ``capacity`` positions, the model's forward compiled by
-    torch.compile (dynamic prompt lengths, one-token steps static) inside the compiled kernel's inductor settings.
+    torch.compile (dynamic prompt lengths, one-token steps static): on a CPU inside the compiled kernel's inductor
+    settings, on a CUDA GPU in ``mode="reduce-overhead"`` (CUDA graphs), the recipe transformers documents there.
     Compiled here, on two warm-up prompts of different lengths, so that no timed call compiles."""
+    import contextlib
+
     from transformers import StaticCache
 
     from skipsearch.kernels.inductor import inductor_settings
 
     cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
-    compiled = torch.compile(sm.hf.forward)
+    config = sm.hf.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    # allocated here, not inside the first compiled forward: under CUDA graphs a tensor made inside a graph lives in
+    # its memory pool, which the next replay overwrites
+    cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
+    gpu = sm.device.type == "cuda"
+    compiled = torch.compile(sm.hf.forward, mode="reduce-overhead") if gpu else torch.compile(sm.hf.forward)
+    settings = contextlib.nullcontext if gpu else inductor_settings
 
     def generate_compiled(prompt_ids: Sequence[int], max_new_tokens: int, **kwargs):
         sm.hf.forward = compiled  # generate calls the module, which calls this instance's forward
         try:
             with torch.inference_mode():
                 cache.reset()
-            with inductor_settings():
+            with settings():
                 return hf_generate(sm, prompt_ids, max_new_tokens=max_new_tokens, cache=cache, **kwargs)
         finally:
             del sm.hf.forward
@@ -160,7 +171,8 @@ def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
     def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
         return ContenderOutput(generate_compiled(prompt_ids, max_new_tokens))  # forwards uncounted: compiled
 
-    return Contender(HF_COMPILED, "hf", "generate(cache=StaticCache), torch.compile(model.forward)", decode)
+    how = 'torch.compile(model.forward, mode="reduce-overhead")' if gpu else "torch.compile(model.forward)"
+    return Contender(HF_COMPILED, "hf", f"generate(cache=StaticCache), {how}", decode)
 
 
 def _assisted_method(sm: SkippableModel, value: int) -> Contender:

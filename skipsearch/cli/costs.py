@@ -28,7 +28,7 @@ Schemes = Annotated[str | None, typer.Option(
 ]
 Roofline = Annotated[str | None, typer.Option(
     help="Time nothing: model the costs of a GPU from --model's shapes (config only) and the GPU's published "
-    "figures: h100-sxm, h100-pcie, a100-80gb-sxm, a100-80gb-pcie, a100-40gb, l4, rtx-4090, rtx-a6000; "
+    "figures: h100-sxm, h100-pcie, h200, a100-80gb-sxm, a100-80gb-pcie, a100-40gb, l4, rtx-4090, rtx-a6000; "
     "cpu: this CPU, its bandwidth probed; any other name with --bandwidth and --tflops.")]
 Bandwidth = Annotated[float | None, typer.Option(help="With --roofline: peak memory bandwidth, GB/s.")]
 Tflops = Annotated[float | None, typer.Option(help="With --roofline: dense peak TFLOPS in --dtype.")]
@@ -36,7 +36,10 @@ Efficiency = Annotated[float | None, typer.Option(
     help="With --roofline: achieved / peak bandwidth (default: the GPU family's calibrated value).")]
 LaunchUs = Annotated[float | None, typer.Option(help="With --roofline: microseconds per kernel launch.")]
 ContextTokens = Annotated[int | None, typer.Option(
-    help="With --roofline: KV-cache positions a step reads (default 512).")]
+    help="With --roofline or --random-weights: KV-cache positions a step reads (default 512).")]
+RandomWeights = Annotated[bool, typer.Option(
+    help="Time --model's architecture with seeded random weights (its config.json, or the published shapes of an "
+    "alias whose files are not here, e.g. llama-2-7b): real costs, no acceptance. Nothing is downloaded.")]
 
 
 def costs_command(
@@ -60,6 +63,7 @@ def costs_command(
     efficiency: Efficiency = None,
     launch_us: LaunchUs = None,
     context_tokens: ContextTokens = None,
+    random_weights: RandomWeights = False,
     batch_sizes: options.BatchSizes = None,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
@@ -86,7 +90,12 @@ def costs_command(
     figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,
                    context_tokens=context_tokens)
     command = shlex.join(["skipsearch", *sys.argv[1:]])
-    if roofline is not None or any(v is not None for v in figures.values()):  # modelled: nothing is timed
+    modelled = roofline is not None or any(v is not None for k, v in figures.items()
+                                           if k != "context_tokens" or not random_weights)
+    if modelled and random_weights:
+        with user_errors():
+            raise ConfigError("--random-weights times a model; --roofline and its figures model one: use one of them")
+    if modelled:  # modelled: nothing is timed
         with user_errors():
             cp, path = model_cost_file(roofline, model=model, device=device, dtype=dtype, out=out, force=force,
                                        threads=threads, samples=samples, command=command, schemes=schemes,
@@ -100,7 +109,8 @@ def costs_command(
                                      samples=samples, command=command, schemes=schemes, batch_sizes=batch_sizes,
                                      kernel=kernel, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed,
                                      on_note=lambda text: typer.echo(text, err=True),
-                                     warn=lambda text: typer.echo(f"warning: {line(text)}", err=True))
+                                     warn=lambda text: typer.echo(f"warning: {line(text)}", err=True),
+                                     random_weights=random_weights, context_tokens=context_tokens)
         save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")

@@ -102,6 +102,9 @@ class CostRun:
     threads: int | None = None  # torch intra-op threads: costs on a CPU depend on them
     seconds: float | None = None  # wall time of the measurement
     command: str | None = None
+    # "random:seed=N" where the model was its architecture with random weights (``costs --random-weights``): its
+    # costs stand for the real model's, its acceptance does not; None: the checkpoint's own weights
+    weights: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,8 @@ class CostProfile:
         share = lambda s: f"{s * 1e3:.3f} ms ({s / c.step_seconds:.1%} of a step)"  # noqa: E731
         lines = [f"{self.model.name} ({L} layers) on {self.device}, {self.dtype}"
                  + (f", {self.run.threads} thread(s)" if self.run and self.run.threads else "")]
+        if self.run is not None and self.run.weights is not None:
+            lines.append(f"weights: {self.run.weights} (the architecture's costs, not its acceptance)")
         if self.roofline is not None:
             lines.append(f"not measured: {self.roofline.describe()}")
         else:

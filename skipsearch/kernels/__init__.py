@@ -42,5 +42,6 @@ __all__ = ["DEFAULT_CHUNK", "EAGER", "REGISTRY", "Kernel", "KernelReport", "Kern
 from skipsearch.kernels import eager; register(eager.KERNEL)  # noqa: E402, E702, I001
 from skipsearch.kernels import inductor; register(inductor.KERNEL)  # noqa: E402, E702, I001
 from skipsearch.kernels import panel; register(panel.KERNEL)  # noqa: E402, E702, I001
+from skipsearch.kernels import cudagraph; register(cudagraph.KERNEL)  # noqa: E402, E702, I001
 
 EAGER = Kernel()  # what runs when nothing is chosen: HF's own forward

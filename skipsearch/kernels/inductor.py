@@ -126,7 +126,7 @@ class CompiledBlocks:
     def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int, step_model=None, rows_model=None,
                  settings: dict | None = None,
                  draft_context: Callable[[], contextlib.AbstractContextManager] | None = None,
-                 precompile: bool = False) -> None:
+                 precompile: bool = False, copy_out: bool = False) -> None:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -148,6 +148,7 @@ class CompiledBlocks:
         # one graph per module and block shape; a model and its copies (a draft) must not evict each other
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self._settings = {**_SETTINGS, **(settings or {})}
+        self._copy_out = copy_out  # logits copied out of the graph's memory (CUDA graphs: the next replay reuses it)
         self._draft_context = draft_context or contextlib.nullcontext
         self._module = torch.compile(sm.hf, dynamic=False)  # drafts: the model as it stands, its stand-ins swapped in
         # the full model's one-token steps and its forwards over more than one row (blocks, batches) may each run a
@@ -288,6 +289,12 @@ class CompiledBlocks:
 
     def _logits(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None, mask: torch.Tensor | None = None,
                 draft: bool = False) -> torch.Tensor:
+        """``_run``'s logits, copied where the graph's output memory is reused by its next replay (``copy_out``)."""
+        logits = self._run(ids, positions, cache=cache, mask=mask, draft=draft)
+        return logits.clone() if self._copy_out else logits
+
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None, mask: torch.Tensor | None = None,
+             draft: bool = False) -> torch.Tensor:
         """The compiled module over ``ids`` [B, T] at ``positions`` [B, T] on ``cache`` (the one-sequence cache by
         default; a batch's row cache with its ``mask``): logits [B, T, V]. Both are copied into inference tensors
         first: a tensor made outside ``inference_mode`` (a decoder's token) carries another dispatch key set, which

@@ -15,7 +15,7 @@ from skipsearch.model.placement import DEFAULT_MAX_TOKENS, Placement, check_memo
 from skipsearch.model.skippable import SUPPORTED_MODEL_TYPES, SkippableModel
 from skipsearch.notices import route_library_logs
 
-__all__ = ["DEFAULT_MODEL", "load_model", "quiet_optional_kernels", "read_config", "read_tokenizer"]
+__all__ = ["DEFAULT_MODEL", "load_model", "quiet_optional_kernels", "random_model", "read_config", "read_tokenizer"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,31 @@ def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", 
     model, tokenizer = _from_pretrained(checkpoint, placement)
     return SkippableModel(model, tokenizer, name=checkpoint.name, placement=placement,
                           weights_fingerprint=weights_fingerprint(checkpoint.path))
+
+
+def random_model(config, *, name: str, device: str = "auto", dtype: str = "auto", seed: int = 0,
+                 max_tokens: int = DEFAULT_MAX_TOKENS) -> SkippableModel:
+    """A model of ``config``'s architecture with randomly initialised weights (seeded), built on its device, with
+    no tokenizer: for timing a model whose weights are not here (its costs do not depend on the weights' values;
+    its acceptance does). ``device`` and ``dtype`` as ``load_model``'s, checked against free memory first."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    choose_placement(device, dtype)
+    quiet_optional_kernels()
+    route_library_logs()
+    if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        raise ModelError(f"model '{name}' has architecture '{getattr(config, 'model_type', '?')}'; skipsearch "
+                         f"supports Llama-style decoder stacks: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    placement = choose_placement(device, dtype, checkpoint=checkpoint_dtype(config))
+    if placement.device == "auto":
+        raise ModelError("random weights are built on one device: name it (--device cuda:0 or cpu)")
+    check_memory(config, placement, max_tokens=max_tokens, label=f"model '{name}' (random weights)")
+    log.info("building %s with random weights (seed %d) on %s", name, seed, placement.describe())
+    torch.manual_seed(seed)
+    with torch.device(placement.device):  # initialised where it runs: no host copy of a 7B model
+        model = AutoModelForCausalLM.from_config(config, dtype=placement.torch_dtype, attn_implementation="sdpa")
+    return SkippableModel(model, None, name=name, placement=placement)  # fingerprinted from memory when asked
 
 
 def _from_pretrained(checkpoint: Checkpoint, placement: Placement):

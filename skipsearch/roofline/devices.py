@@ -53,6 +53,11 @@ GPUS: dict[str, Device] = {d.key: d for d in (
     Device("h100-pcie", "NVIDIA H100 PCIe 80GB", "gpu", 2000.0,
            (("float32", 51.0), ("bfloat16", 756.5), ("float16", 756.5), ("fp8", 1513.0), ("int8", 1513.0)),
            "h100", "9.0", _H100),
+    Device("h200", "NVIDIA H200 SXM 141GB", "gpu", 4800.0,
+           (("float32", 67.0), ("bfloat16", 989.5), ("float16", 989.5), ("fp8", 1979.0), ("int8", 1979.0)),
+           "h100", "9.0", "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200; Tensor Core "
+           "figures printed with sparsity, halved here). The H100's chip with HBM3e: it takes the H100 family's "
+           "fitted efficiency, which no published H200 row has checked"),
     Device("a100-80gb-sxm", "NVIDIA A100 80GB SXM4", "gpu", 2039.0,
            (("float32", 19.5), ("bfloat16", 312.0), ("float16", 312.0), ("int8", 624.0)), "a100", "8.0", _A100),
     Device("a100-80gb-pcie", "NVIDIA A100 80GB PCIe", "gpu", 1935.0,

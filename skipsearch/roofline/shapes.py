@@ -111,10 +111,11 @@ def shapes_from_config(config: Any, name: str, *, source: str, architecture: str
         fingerprint=arch_fingerprint(config, name), architecture=architecture)
 
 
-def resolve_shapes(model: str) -> Shapes:
-    """``--model``'s shapes: its config.json where the checkpoint is on this machine (an embedded model, a
-    directory, a cached alias or hub id: no weight is read), else the published table's row for an alias."""
-    from skipsearch.checkpoints import find_checkpoint, layout_fingerprint
+def architecture_config(model: str) -> tuple[Any, str]:
+    """``--model``'s transformers config and where it comes from: its config.json where the checkpoint is on this
+    machine (an embedded model, a directory, a cached alias or hub id: no weight is read), else the published
+    table's row for an alias (``ARCHITECTURES``). One ModelError line for a model that is neither."""
+    from skipsearch.checkpoints import find_checkpoint
     from skipsearch.model.loader import read_config
 
     try:
@@ -122,13 +123,29 @@ def resolve_shapes(model: str) -> Shapes:
     except ModelError as e:
         row = ARCHITECTURES.get(model.lower())
         if row is None:
-            raise ModelError(f"{e}; the roofline also knows these architectures without their files: "
+            raise ModelError(f"{e}; these architectures are also known without their files: "
                              f"{', '.join(sorted(ARCHITECTURES))}") from None
+        from transformers import AutoConfig
+
+        fields, source = row
+        return AutoConfig.for_model(**fields), f"published architecture: {source}"
+    return read_config(checkpoint), f"config.json of {model}"
+
+
+def resolve_shapes(model: str) -> Shapes:
+    """``--model``'s shapes (``architecture_config``; no weight is read)."""
+    from skipsearch.checkpoints import find_checkpoint, layout_fingerprint
+
+    try:
+        checkpoint = find_checkpoint(model)
+    except ModelError:
+        row = ARCHITECTURES.get(model.lower())
+        if row is None:
+            architecture_config(model)  # its one-line error, naming the table
         fields, source = row
         return shapes_from_config(SimpleNamespace(**fields), model, source=f"published architecture: {source}")
-    config = read_config(checkpoint)
-    return shapes_from_config(config, model, source=f"config.json of {model}",
-                              architecture=layout_fingerprint(checkpoint.path))
+    config, source = architecture_config(model)
+    return shapes_from_config(config, model, source=source, architecture=layout_fingerprint(checkpoint.path))
 
 
-__all__ = ["ARCHITECTURES", "GPT_FAST", "Shapes", "resolve_shapes", "shapes_from_config"]
+__all__ = ["ARCHITECTURES", "GPT_FAST", "Shapes", "architecture_config", "resolve_shapes", "shapes_from_config"]
