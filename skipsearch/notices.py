@@ -91,6 +91,15 @@ def route_library_logs() -> None:
         (handler.removeFilter if _ROUTED["verbose"] else handler.addFilter)(_DROP)
 
 
+def quiet_optional_kernels() -> None:
+    """torchao, imported by transformers and by the low-bit drafts, logs a warning per optional CUDA extension it
+    cannot load on this machine, and torch one deprecation line per enum torchao registers: none of it is the user's
+    concern (its errors still show). Called before anything imports torchao: by every command (``route_warnings``
+    without ``--verbose``) and where a model loads."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
     """Send every warning to ``echo`` as one ``warning:`` line, by the rules above (replaces
     ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message."""
@@ -111,6 +120,8 @@ def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> Non
 
     warnings.showwarning = show
     _ROUTED["verbose"] = verbose
+    if not verbose:
+        quiet_optional_kernels()
     route_library_logs()  # where transformers is loaded already
     # Python hides DeprecationWarning outside __main__ by default: one raised from a skipsearch module is
     # let through (shown once, above), and --verbose asks for all of them.
