@@ -130,3 +130,15 @@ def test_the_cache_command_lists_and_clears_the_kept_folders(built, tmp_path, mo
     assert cleared.exit_code == 0 and cleared.output.startswith("removed 1 folder")
     assert graphs.caches() == ()
     assert "no compiled graphs kept yet" in CliRunner().invoke(app, ["cache"]).output
+
+
+def test_the_notice_keeps_what_building_cost_after_a_process_that_only_loaded(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path))
+    graphs.graphs_dir(torch.get_num_threads()).mkdir(parents=True)
+    assert graphs.building("panel-c8", keeps=True).startswith("compiling panel-c8 graphs (the first time")
+    graphs.record("panel-c8", 326.0)  # a first build
+    graphs.record("panel-c8", 4.0)  # a later process that loaded them
+    assert graphs.building("panel-c8", keeps=True) == \
+        "loading panel-c8 graphs (kept on this machine; building them took 326 s)"

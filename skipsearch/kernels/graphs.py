@@ -207,12 +207,12 @@ def _has_files(folder: Path) -> bool:
     return folder.is_dir() and any(p.is_file() for p in folder.rglob("*"))
 
 
-_BUILDS = "builds.json"  # in this machine's folder: how long each kernel's last build took, for the next notice
+_BUILDS = "builds.json"  # in this machine's folder: how long each kernel's longest build took, for the next notice
 
 
 def building(label: str, *, keeps: bool) -> str:
     """What a kernel's build says while it runs, with what to expect: a first build on this machine, or kept graphs
-    and how long the last build that found them took."""
+    and how long building them took (what a build costs again where they no longer fit)."""
     if not keeps:
         return f"compiling {label} graphs (every process compiles this kernel: minutes)"
     import torch
@@ -221,17 +221,19 @@ def building(label: str, *, keeps: bool) -> str:
     if last is None:
         return (f"compiling {label} graphs (the first time on this machine and thread count: minutes; later "
                 "processes load them)")
-    return f"loading {label} graphs (kept on this machine; the last build took {last:.0f} s)"
+    return f"loading {label} graphs (kept on this machine; building them took {last:.0f} s)"
 
 
 def record(label: str, seconds: float) -> None:
-    """Note how long ``label``'s build took in this machine's folder (best effort: a notice's figure only)."""
+    """Note how long ``label``'s build took in this machine's folder (best effort: a notice's figure only). The
+    longest is kept: a process that loaded the graphs in seconds does not hide what building them cost."""
     import json
 
     import torch
 
     folder = graphs_dir(torch.get_num_threads())
-    builds = {**_builds(folder), label: round(seconds, 1)}
+    before = _builds(folder)
+    builds = {**before, label: round(max(seconds, before.get(label, 0.0)), 1)}
     with contextlib.suppress(OSError):
         tmp = folder / f".{_BUILDS}.{os.getpid()}"
         tmp.write_text(json.dumps(builds, sort_keys=True))
