@@ -13,7 +13,7 @@ import logging
 from skipsearch.checkpoints import Checkpoint, ModelError, find_checkpoint, weights_fingerprint
 from skipsearch.model.placement import DEFAULT_MAX_TOKENS, Placement, check_memory, checkpoint_dtype, choose_placement
 from skipsearch.model.skippable import SUPPORTED_MODEL_TYPES, SkippableModel
-from skipsearch.notices import route_library_logs
+from skipsearch.notices import quiet_optional_kernels, route_library_logs
 
 __all__ = ["DEFAULT_MODEL", "load_model", "quiet_optional_kernels", "random_model", "read_config", "read_tokenizer"]
 
@@ -48,14 +48,6 @@ def read_tokenizer(checkpoint: Checkpoint):
         return AutoTokenizer.from_pretrained(checkpoint.path)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model '{checkpoint.name}': {_first_line(exc)}") from None
-
-
-def quiet_optional_kernels() -> None:
-    """transformers imports torchao when it is installed; on a machine without CUDA (or without its newest
-    kernels) torchao logs a line per optional extension it cannot load, and torch a deprecation line per enum
-    torchao registers: none of it is the user's concern. Errors still show."""
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
