@@ -247,12 +247,13 @@ def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, p
     seconds = method_seconds(runs)
     reference = first_outputs(runs, BASELINE)
     rows = []
-    for name in (m.name for m in methods):
+    for method in methods:
+        name = method.name
         outputs = first_outputs(runs, name)
         verdicts = [eq.check(sm, p, o.token_ids, r.token_ids) for p, o, r in zip(prompts, outputs, reference,
                                                                                      strict=True)]
         tokens = sum(len(o.token_ids) for o in outputs)
-        rows.append({"method": name, "setting": next(m.setting for m in methods if m.name == name),
+        rows.append({"method": name, "setting": method.setting,
                      "tokens": tokens, "seconds": round(seconds[name], 4),
                      "ms_per_token": round(1000 * seconds[name] / tokens, 4),
                      "identical": sum(o.token_ids == r.token_ids for o, r in zip(outputs, reference, strict=True)),

@@ -156,10 +156,26 @@ def row_cache(config, *, rows: int, capacity: int, dtype: torch.dtype, device: t
     cache = StaticCache(config=config, max_cache_len=capacity)
     layer = _row_layer_class()
     cache.layers = [layer(max_cache_len=capacity) for _ in cache.layers]
+    return guard_addresses(allocate(cache, config, rows=rows, dtype=dtype, device=device))
+
+
+def static_cache(config, *, capacity: int, dtype: torch.dtype, device: torch.device):
+    """A transformers ``StaticCache`` of ``capacity`` positions for one sequence, its tensors allocated now
+    (``allocate``)."""
+    from transformers import StaticCache
+
+    return allocate(StaticCache(config=config, max_cache_len=capacity), config, rows=1, dtype=dtype, device=device)
+
+
+def allocate(cache, config, *, rows: int, dtype: torch.dtype, device: torch.device):
+    """``cache``'s tensors allocated now, for ``rows`` rows of ``config``'s key/value heads, and ``cache`` returned.
+    transformers allocates a static cache in its first forward, which may be a compiled one: a compiled graph then
+    reads tensors it made itself, and under CUDA graphs they live in the graphs' memory pool, which the next replay
+    overwrites."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     cache.early_initialization(rows, heads, head_dim, dtype, device)
-    return guard_addresses(cache)
+    return cache
 
 
 def guard_addresses(cache):
@@ -206,4 +222,5 @@ def row_mask(positions: torch.Tensor, capacity: int) -> torch.Tensor:
     return (slots.view(1, 1, 1, -1) <= positions[:, None, :, None])
 
 
-__all__ = ["LayerFrame", "PrefixKV", "cache_lengths", "crop", "is_static", "row_cache", "row_capacity", "row_mask"]
+__all__ = ["LayerFrame", "PrefixKV", "allocate", "cache_lengths", "crop", "is_static", "row_cache", "row_capacity",
+           "row_mask", "static_cache"]

@@ -208,6 +208,8 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
         from skipsearch.model.placement import choose_placement
 
         check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
+    if threads:
+        torch.set_num_threads(threads)
     if random_weights:
         from skipsearch.model.loader import random_model
         from skipsearch.roofline import DEFAULT_CONTEXT
@@ -220,8 +222,6 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
         if length + 32 > getattr(config, "max_position_embeddings", length + 32):
             raise ConfigError(f"--context-tokens {length} is past {model}'s {config.max_position_embeddings} "
                               "positions")
-        if threads:
-            torch.set_num_threads(threads)
         sm = random_model(config, name=model, device=device, dtype=dtype, seed=seed, max_tokens=length + 32)
         on_note(f"random weights (seed {seed}) of {model}'s architecture ({source}), {length} random context tokens")
         generator = torch.Generator().manual_seed(seed)
@@ -235,8 +235,6 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
         # model's context: a megabyte is refused by its length, untokenized
         check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
                           max_new_tokens=max(max_new_tokens // 2, 1))
-        if threads:
-            torch.set_num_threads(threads)
         sm = load_model(model, device=device, dtype=dtype)
     path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
     if not out:

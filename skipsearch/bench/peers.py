@@ -141,17 +141,11 @@ def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
     Compiled here, on two warm-up prompts of different lengths, so that no timed call compiles."""
     import contextlib
 
-    from transformers import StaticCache
-
     from skipsearch.kernels.inductor import inductor_settings
+    from skipsearch.kv_cache import static_cache
 
-    cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
-    config = sm.hf.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    # allocated here, not inside the first compiled forward: under CUDA graphs a tensor made inside a graph lives in
-    # its memory pool, which the next replay overwrites
-    cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
+    # allocated here, not in the first compiled forward (kv_cache.allocate: under CUDA graphs, the replays' pool)
+    cache = static_cache(sm.hf.config, capacity=capacity, dtype=sm.dtype, device=sm.device)
     gpu = sm.device.type == "cuda"
     compiled = torch.compile(sm.hf.forward, mode="reduce-overhead") if gpu else torch.compile(sm.hf.forward)
     settings = contextlib.nullcontext if gpu else inductor_settings

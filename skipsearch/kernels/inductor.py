@@ -130,20 +130,15 @@ class CompiledBlocks:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
-        from transformers import StaticCache
 
-        from skipsearch.kv_cache import guard_addresses
+        from skipsearch.kv_cache import guard_addresses, static_cache
         from skipsearch.memory import memory_probe
 
         self.kernel, self.capacity, self._sm = kernel, capacity, sm
         self._counters = counters
         threads = torch.get_num_threads()
         self._cache_dir = graphs.use(threads)  # inductor's on-disk caches: this machine's kept graphs
-        self.cache = StaticCache(config=sm.hf.config, max_cache_len=capacity)
-        config = sm.hf.config
-        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.cache.early_initialization(1, heads, head_dim, sm.dtype, sm.device)
+        self.cache = static_cache(sm.hf.config, capacity=capacity, dtype=sm.dtype, device=sm.device)
         guard_addresses(self.cache)  # this runner's graphs on this cache only
         # one graph per module and block shape; a model and its copies (a draft) must not evict each other
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)

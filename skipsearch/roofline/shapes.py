@@ -111,20 +111,28 @@ def shapes_from_config(config: Any, name: str, *, source: str, architecture: str
         fingerprint=arch_fingerprint(config, name), architecture=architecture)
 
 
-def architecture_config(model: str) -> tuple[Any, str]:
-    """``--model``'s transformers config and where it comes from: its config.json where the checkpoint is on this
-    machine (an embedded model, a directory, a cached alias or hub id: no weight is read), else the published
-    table's row for an alias (``ARCHITECTURES``). One ModelError line for a model that is neither."""
+def _locate(model: str) -> tuple[Any, tuple[dict[str, Any], str] | None]:
+    """``--model``'s checkpoint where it is on this machine (an embedded model, a directory, a cached alias or hub
+    id), else ``(None, its row)`` of the published table (``ARCHITECTURES``); one ModelError line for neither."""
     from skipsearch.checkpoints import find_checkpoint
-    from skipsearch.model.loader import read_config
 
     try:
-        checkpoint = find_checkpoint(model)
+        return find_checkpoint(model), None
     except ModelError as e:
         row = ARCHITECTURES.get(model.lower())
         if row is None:
             raise ModelError(f"{e}; these architectures are also known without their files: "
                              f"{', '.join(sorted(ARCHITECTURES))}") from None
+        return None, row
+
+
+def architecture_config(model: str) -> tuple[Any, str]:
+    """``--model``'s transformers config and where it comes from: its config.json where the checkpoint is on this
+    machine (no weight is read), else the published table's row for an alias (``_locate``)."""
+    from skipsearch.model.loader import read_config
+
+    checkpoint, row = _locate(model)
+    if row is not None:
         from transformers import AutoConfig
 
         fields, source = row
@@ -133,19 +141,17 @@ def architecture_config(model: str) -> tuple[Any, str]:
 
 
 def resolve_shapes(model: str) -> Shapes:
-    """``--model``'s shapes (``architecture_config``; no weight is read)."""
-    from skipsearch.checkpoints import find_checkpoint, layout_fingerprint
+    """``--model``'s shapes: its config.json's where the checkpoint is on this machine (no weight is read), else the
+    published table's row for an alias (``_locate``)."""
+    from skipsearch.checkpoints import layout_fingerprint
+    from skipsearch.model.loader import read_config
 
-    try:
-        checkpoint = find_checkpoint(model)
-    except ModelError:
-        row = ARCHITECTURES.get(model.lower())
-        if row is None:
-            architecture_config(model)  # its one-line error, naming the table
+    checkpoint, row = _locate(model)
+    if row is not None:
         fields, source = row
         return shapes_from_config(SimpleNamespace(**fields), model, source=f"published architecture: {source}")
-    config, source = architecture_config(model)
-    return shapes_from_config(config, model, source=source, architecture=layout_fingerprint(checkpoint.path))
+    return shapes_from_config(read_config(checkpoint), model, source=f"config.json of {model}",
+                              architecture=layout_fingerprint(checkpoint.path))
 
 
 __all__ = ["ARCHITECTURES", "GPT_FAST", "Shapes", "architecture_config", "resolve_shapes", "shapes_from_config"]

@@ -1,6 +1,6 @@
-"""The timing and the check the start-up probes share (precompiled_ab.py, build_separate_ab.py): each runner's
-one-token step and 8-token block at position 100, in one process, 10 rounds x 15 calls, the runners' order
-alternating round by round; then each runner's 8-token block against eager's logits."""
+"""The timing and the check the start-up probes share (precompiled_ab.py, build_separate_ab.py, siblings_ab.py):
+each runner's one-token step and 8-token block at position 100, in one process, 10 rounds x 15 calls, the runners'
+order alternating round by round; then each runner's 8-token block against eager's logits."""
 
 import statistics
 import time

@@ -4,10 +4,8 @@ autograd does not merge the calls when the weights are graph inputs). The second
 ``LowbitLinear.forward`` patched in, on a copy of its own. 10 rounds x 15 calls each, the order alternating; each
 checked against eager. Run from the checkout: .venv/bin/python studies/startup/siblings_ab.py"""
 
-import statistics
-import time
-
 import torch
+from interleave import compare  # beside this file
 from torch.profiler import ProfilerActivity, profile
 
 from skipsearch.api.loading import open_model
@@ -52,22 +50,4 @@ with torch.inference_mode():
             R.forward(ids[100:108], 100)
         print(name, "panel products in an 8-token block:",
               sum(e.count for e in prof.key_averages() if e.key == "skipsearch::f32_panel_linear"))
-res = {}
-with torch.inference_mode():
-    for r in range(10):
-        for name in (("merged", "unmerged") if r % 2 == 0 else ("unmerged", "merged")):
-            for n in (1, 8):
-                for _ in range(15):
-                    t = time.perf_counter()
-                    runners[name].forward(ids[100:100 + n], 100)
-                    res.setdefault((name, n), []).append(time.perf_counter() - t)
-for key, v in sorted(res.items()):
-    print(key, f"median {1e3 * statistics.median(v):.2f} ms  min {1e3 * min(v):.2f} ms")
-with torch.inference_mode():
-    with sm.eager():
-        ref = sm.forward(ids[:108].clone(), start=0, cache=sm.new_cache())[100:108].float()
-    for name, R in runners.items():
-        R.forward(ids[:100], 0)
-        got = R.forward(ids[100:108], 100)
-        print(name, "argmax = eager:", bool((got.argmax(-1) == ref.argmax(-1)).all()),
-              f"max |diff| {float((got - ref).abs().max()):.2e}")
+compare(sm, runners, ids)
