@@ -393,6 +393,24 @@ def test_bench_runs_our_rows_on_the_kernel_beside_hf_compiled_greedy(compiled):
     assert report.settings.kernel == "inductor-c4"
 
 
+def test_hf_compiled_greedy_compiles_its_one_token_step_once_and_runs_prompts_eagerly():
+    """The peer compiles as transformers' generate does: one graph, the one-token step, built before any timed call;
+    prompts of any length run eagerly, so no decode compiles anything; every output is HF greedy's."""
+    from skipsearch.bench import hf_compiled_method
+    from skipsearch.engine.decoding import hf_generate
+
+    if not static_cache_supported():
+        pytest.skip(f"HF compiled greedy's StaticCache needs transformers 5, not {transformers.__version__}")
+    sm = make_tiny_model(vocab_size=64, num_layers=2, seed=5)
+    before = graphs_made()
+    peer = hf_compiled_method(sm, capacity=64)
+    assert graphs_made() == before + 1  # the step, and nothing for the warm-up's prompt
+    for prompt in ([3, 4, 5], [7] * 11, [9, 8, 7, 6, 5, 4, 3]):
+        assert peer.decode(prompt, 10).token_ids == hf_generate(sm, prompt, max_new_tokens=10)
+    assert graphs_made() == before + 1
+    assert "one-token step compiled" in peer.setting
+
+
 def _precision_profile():
     from skipsearch.profile import profile_from_dict
 

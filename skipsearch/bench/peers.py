@@ -46,9 +46,10 @@ HEURISTIC = 0
 HF_PROFILE = "hf-generate+profile"
 PROFILE_IN_HF = "hf-profile"  # its rows' family: a skipsearch profile, run by HF generate; not an HF peer
 
-# hf-compiled: HF generate with a static KV cache and torch.compile of the model's forward, the recipe transformers
-# documents for its fastest greedy decoding, with the inductor settings skipsearch's compiled kernel uses (frozen
-# weights, CPU GEMM templates), so that what compilation alone gains is measured apart from what speculation adds.
+# hf-compiled: HF generate with a static KV cache and its one-token step compiled by torch.compile, the recipe
+# transformers documents for its fastest greedy decoding, with the inductor kernel's settings (frozen weights, CPU
+# GEMM templates: on the AVX2 Zen 3 a step of 47-52 ms, 84-91 ms frozen alone), so that what compilation alone gains
+# is measured apart from what speculation adds.
 HF_COMPILED = "hf-compiled"
 
 PEERS: dict[str, Peer] = {
@@ -135,23 +136,31 @@ def peer_method(sm: SkippableModel, peer: str, value: int | None = None) -> Cont
 
 
 def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
-    """HF greedy ``generate`` on a StaticCache of ``capacity`` positions, the model's forward compiled by
-    torch.compile (dynamic prompt lengths, one-token steps static): on a CPU inside the compiled kernel's inductor
-    settings, on a CUDA GPU in ``mode="reduce-overhead"`` (CUDA graphs), the recipe transformers documents there.
-    Compiled here, on two warm-up prompts of different lengths, so that no timed call compiles."""
-    import contextlib
+    """HF greedy ``generate`` on a StaticCache of ``capacity`` positions, its one-token step compiled by torch.compile
+    and the prompt run eagerly, as transformers' own ``generate`` compiles (``GenerationMixin._sample``): on a CPU
+    inside the compiled kernel's inductor settings, on a CUDA GPU in ``mode="reduce-overhead"`` (CUDA graphs), the
+    recipe transformers documents there. Compiled here, on one warm-up prompt, so that no timed call compiles.
 
+    Only the step: on the AVX2 Zen 3 of ``studies/startup-cpu.md`` compiling the prompt's graphs too (a static and a
+    dynamic one, each autotuned) took 9-12 minutes of every bench, the step alone about 4; the prompt is one
+    forward of each decode."""
     from skipsearch.kernels.inductor import inductor_settings
     from skipsearch.kv_cache import static_cache
 
     # allocated here, not in the first compiled forward (kv_cache.allocate: under CUDA graphs, the replays' pool)
     cache = static_cache(sm.hf.config, capacity=capacity, dtype=sm.dtype, device=sm.device)
     gpu = sm.device.type == "cuda"
-    compiled = torch.compile(sm.hf.forward, mode="reduce-overhead") if gpu else torch.compile(sm.hf.forward)
+    eager = sm.hf.forward
+    compiled = torch.compile(eager, mode="reduce-overhead") if gpu else torch.compile(eager)
+    # the settings apply where the call compiles: torch.compile's options= left the CPU step unfrozen and untuned
     settings = contextlib.nullcontext if gpu else inductor_settings
 
+    def forward(*args, **kwargs):  # generate passes every input by name
+        ids = kwargs.get("input_ids")
+        return compiled(*args, **kwargs) if ids is not None and ids.shape[-1] == 1 else eager(*args, **kwargs)
+
     def generate_compiled(prompt_ids: Sequence[int], max_new_tokens: int, **kwargs):
-        sm.hf.forward = compiled  # generate calls the module, which calls this instance's forward
+        sm.hf.forward = forward  # generate calls the module, which calls this instance's forward
         try:
             with torch.inference_mode():
                 cache.reset()
@@ -160,13 +169,13 @@ def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
         finally:
             del sm.hf.forward
 
-    for length in (3, 7):  # the first prefill compiles static, the second dynamic; the step compiles once
-        generate_compiled([1] * length, 2)
+    generate_compiled([1] * 3, 2)  # the step compiles once, static
+
     def decode(prompt_ids: Sequence[int], max_new_tokens: int) -> ContenderOutput:
         return ContenderOutput(generate_compiled(prompt_ids, max_new_tokens))  # forwards uncounted: compiled
 
-    how = 'torch.compile(model.forward, mode="reduce-overhead")' if gpu else "torch.compile(model.forward)"
-    return Contender(HF_COMPILED, "hf", f"generate(cache=StaticCache), {how}", decode)
+    how = 'mode="reduce-overhead"' if gpu else "inductor settings"
+    return Contender(HF_COMPILED, "hf", f"generate(cache=StaticCache), one-token step compiled ({how})", decode)
 
 
 def _assisted_method(sm: SkippableModel, value: int) -> Contender:
