@@ -153,7 +153,8 @@ def test_bench_end_to_end_on_the_tiny_model(sm, tmp_path):
         peer_values={"hf-early-exit": (2,)}, dataset="t", split="all",
         on_stage=lambda title, total: stages.append((title, total)),
     )
-    assert stages == [("sweep hf-prompt-lookup", 4), ("bench", 3 * 6)]  # a single value needs no sweep
+    # a single value needs no sweep; the profiles' drafts are a stage of their own (a compiled one builds there)
+    assert stages == [("sweep hf-prompt-lookup", 4), ("prepare the profiles' drafts", 0), ("bench", 3 * 6)]
     names = [r.method for r in report.rows]
     assert names == ["hf-greedy", "skipsearch-ar", "hf-prompt-lookup", "hf-early-exit", "layer-skip:ls",
                      "layer-skip:ls#2"]

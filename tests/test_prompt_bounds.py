@@ -313,6 +313,7 @@ def test_the_bench_library_refuses_a_prompt_past_the_context_before_timing(bpe, 
 
 # -- a slow step is never silent ------------------------------------------------------------------------------------
 def test_each_stage_says_so_on_stderr_where_no_bar_is_drawn():
+    import re
     from rich.console import Console
     from rich.progress import TextColumn
 
@@ -320,9 +321,12 @@ def test_each_stage_says_so_on_stderr_where_no_bar_is_drawn():
 
     out = io.StringIO()  # not a terminal: rich draws the bar once, at the end
     with LazyProgress(TextColumn("{task.description}"), console=Console(file=out), every=0.0) as bar:
+        bar.stage("compile", 0)
         bar.stage("bench", 3)
         bar.update(bar.task, completed=1)
-    assert out.getvalue().splitlines()[:2] == ["bench: 0/3", "bench: 1/3"]
+    lines = out.getvalue().splitlines()
+    assert lines[:4] == ["compile: 0", "compile: done in 0 s", "bench: 0/3", "bench: 1/3"]
+    assert re.fullmatch(r"bench: done in \d+ s", lines[4])  # each stage's time, where it ends (a log shows it)
 
 
 def test_tokenizing_much_text_says_so(bpe, monkeypatch):

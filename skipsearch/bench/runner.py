@@ -275,6 +275,8 @@ def bench(
     methods, sweeps = _peer_methods(sm, peers, sweep_ids, capacity=capacity, max_new_tokens=max_new_tokens,
                                     peer_values=peer_values, sweep=sweep, on_stage=on_stage, on_progress=on_progress)
     exports = contextlib.ExitStack()
+    if on_stage and profiles:  # a compiled draft's graph is built (or loaded) here
+        on_stage("prepare the profiles' drafts", 0)
     methods += _profile_methods(sm, profiles, hf_profile=HF_PROFILE in peers, taken=methods, exports=exports,
                                 capacity=capacity)
     # 2. the main run: every method, interleaved over the same prompt ids

@@ -145,8 +145,8 @@ class LazyProgress:
     the input is checked and the model loads, and closes with the ``with`` block.
 
     Where stderr is not a terminal (a log, a pipe) rich draws the bar once, at the end: there each stage says so in
-    a line as it opens, and its count is written again every ``every`` seconds, so that a slow step is never
-    silent."""
+    a line as it opens, its count is written again every ``every`` seconds, so that a slow step is never silent,
+    and a line says how long it took when it closes."""
 
     def __init__(self, *columns, every: float = 30.0, **kwargs) -> None:
         self._columns, self._kwargs = columns, kwargs
@@ -160,9 +160,22 @@ class LazyProgress:
 
             self.progress = Progress(*self._columns, **self._kwargs)
             self.progress.start()
+        self._close_stage()
         self.task = self.progress.add_task(title, total=total, **fields)
         self._say(self.task, force=True)
         return self.task
+
+    def _close_stage(self) -> None:
+        """The open stage ends where the next opens (or the block closes): its clock stops there, and where stderr
+        is not a terminal a line says how long it took."""
+        if self.task is None:
+            return
+        self.progress.stop_task(self.task)
+        t = next((t for t in self.progress.tasks if t.id == self.task), None)
+        if t is not None and not self.progress.console.is_terminal:
+            self.progress.console.print(f"{line(t.description)}: done in {t.elapsed or 0:.0f} s", markup=False,
+                                        highlight=False, soft_wrap=True)
+        self.task = None
 
     def update(self, task, **changes) -> None:
         self.progress.update(task, **changes)
@@ -185,6 +198,7 @@ class LazyProgress:
 
     def __exit__(self, *exc) -> None:
         if self.progress is not None:
+            self._close_stage()
             self.progress.stop()
 
 
