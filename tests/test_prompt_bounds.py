@@ -314,6 +314,7 @@ def test_the_bench_library_refuses_a_prompt_past_the_context_before_timing(bpe, 
 # -- a slow step is never silent ------------------------------------------------------------------------------------
 def test_each_stage_says_so_on_stderr_where_no_bar_is_drawn():
     import re
+
     from rich.console import Console
     from rich.progress import TextColumn
 
