@@ -215,11 +215,14 @@ def worst(verdicts: Sequence[Verdict]) -> Verdict:
 # -- the evidence for TIE_ULPS ---------------------------------------------------------------------
 @torch.inference_mode()
 def margin_drift(sm: SkippableModel, prompt_ids: Sequence[int], tokens: Sequence[int], *,
-                 blocks: Sequence[int] = ()) -> tuple[float, ...]:
+                 blocks: Sequence[int] = (), forced: torch.Tensor | None = None) -> tuple[float, ...]:
     """Per generated position, how far the top-2 logit margin moves between one forward over the whole
     output and the output fed back over a KV cache in ``blocks`` (token counts, repeated as needed; one-token
-    steps by default), in ulps of the larger logit. What ``TIE_ULPS`` must cover."""
-    one = teacher_forced_logits(sm, prompt_ids, tokens).double()  # [n, V]
+    steps by default), in ulps of the larger logit. What ``TIE_ULPS`` must cover. ``forced``: that one forward's
+    logits where the caller has them (``teacher_forced_logits`` of the same tokens)."""
+    if forced is None:
+        forced = teacher_forced_logits(sm, prompt_ids, tokens)
+    one = forced.double()  # [n, V]
     cache = sm.new_cache()
     rows = [sm.forward(torch.tensor(list(prompt_ids)), start=0, cache=cache, last_only=True)[-1:]]
     rest, sizes, i = list(tokens[:-1]), list(blocks) or [1], 0
