@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up skipsearch in ./.venv. Usage: bash scripts/setup.sh [--dev] [--latest]
+# Set up skipsearch in ./.venv. Usage: bash scripts/setup.sh [--dev] [--latest] | --engines [ENGINE ...]
 #   --dev     also install test/notebook/build tools, the export extra (compressed-tensors) and, as root on
 #             Debian, a PostgreSQL server for the distributed-study test.
+#   --engines the serving engines skipsearch times (vLLM's CPU build, llama.cpp's llama-server), each apart
+#             from .venv: scripts/setup_engines.sh, which this runs with the engines named after it.
 #   --latest  install the newest releases within pyproject's ranges instead of the tested set (also:
 #             SKIPSEARCH_LATEST=1). By default every package comes at the exact version in the lock
 #             skipsearch/constraints.txt (pip constraints), the set the test suite last passed on.
@@ -12,6 +14,10 @@
 # The last line says whether the venv holds exactly the tested set; a default install that does not fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --engines ]; then
+    shift
+    exec bash scripts/setup_engines.sh "$@"
+fi
 dev=0
 latest="${SKIPSEARCH_LATEST:-0}"
 for arg in "$@"; do

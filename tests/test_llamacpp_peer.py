@@ -19,7 +19,9 @@ from test_export import LLAMA_FLAGS, _bpe_checkpoint, _profile, check_llama
 
 from skipsearch.bench import llamacpp as lp
 from skipsearch.bench import llamacpp_report as report
-from skipsearch.bench.llamacpp_server import (
+from skipsearch.config import ConfigError
+from skipsearch.model.skippable import SkippableModel
+from skipsearch.servers.llamacpp import (
     HOST,
     Completion,
     LlamaCppError,
@@ -28,8 +30,6 @@ from skipsearch.bench.llamacpp_server import (
     parse_completion,
     request_body,
 )
-from skipsearch.config import ConfigError
-from skipsearch.model.skippable import SkippableModel
 
 # llama.cpp as vendored in llama-cpp-python 0.3.36, common/arg.cpp: the ngram-mod flags (``--spec-default``'s)
 # beside the ones exports use (test_export.LLAMA_FLAGS), and the spec types of common/speculative.cpp.

@@ -44,9 +44,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from skipsearch.bench.llamacpp_server import Completion, LlamaCppError, complete, free_port, serving
 from skipsearch.config import ConfigError
 from skipsearch.export.gguf_draft import TYPES
+from skipsearch.servers.llamacpp import Completion, LlamaCppError, complete, free_port, serving
 
 ENV = "SKIPSEARCH_LLAMA_SERVER"
 BINARY = "llama-server"

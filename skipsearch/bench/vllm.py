@@ -1,0 +1,69 @@
+"""The vLLM peer: vLLM's own server (``servers.vllm``: its CPU build from PyPI in a venv of its own, or the user's
+vLLM on a GPU machine) decoding the bench's prompt ids, plain and with each speculative setting (a profile's
+``export --engine vllm`` config, or vLLM's n-gram lookup), one server per setting, started and stopped here.
+
+vLLM reports no timings per request: a setting's speed is its generated tokens over the client's wall time of the
+requests (prompt included, after one warm-up request), its drafts and acceptances from the server's counters. Every
+output is compared with HF greedy's on the same ids.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from skipsearch.servers import vllm as vs
+from skipsearch.servers.process import free_port
+
+
+@dataclass(frozen=True)
+class VllmRow:
+    """One setting on vLLM's server, over every prompt."""
+
+    setting: str  # "plain", or what drafted ("ngram 3-4 K 6", a profile's export)
+    speculative: dict | None  # its --speculative-config; None: plain decoding
+    tokens: int  # generated, over every prompt
+    wall_ms: float  # the requests' wall time, seen by the client
+    identical: int  # prompts whose output is HF greedy's, token for token
+    prompts: int
+    drafted: float = 0.0  # draft tokens vLLM proposed (its /metrics counters)
+    accepted: float = 0.0
+    outputs: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return 1e3 * self.tokens / self.wall_ms if self.wall_ms > 0 else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def _slug(setting: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", setting).strip("-") or "plain"
+
+
+def run_setting(python: str | Path, model_dir: str | Path, setting: str, speculative: dict | None,
+                prompt_ids: Sequence[Sequence[int]], reference: Sequence[Sequence[int]], *, max_new_tokens: int,
+                log_dir: Path, max_model_len: int = 2048, start_timeout: float = 900.0,
+                request_timeout: float = 600.0) -> VllmRow:
+    """Serve ``model_dir`` with ``speculative`` (None: plain), warm it up on the first prompt, then decode every
+    prompt once, one request at a time; the server is stopped on the way out. A server that will not start, dies,
+    hangs or answers garbage raises ``VllmError`` (one line)."""
+    port = free_port()
+    cmd = vs.server_command(python, model_dir, port, max_model_len=max_model_len, speculative=speculative)
+    log = Path(log_dir) / f"vllm-{_slug(setting)}.log"
+    with vs.serving(cmd, port, log=log, start_timeout=start_timeout, env=vs.server_env(python)) as alive:
+        vs.complete(port, prompt_ids[0], min(8, max_new_tokens), timeout=request_timeout, alive=alive)  # warm-up
+        d0, a0 = vs.read_spec_counters(port)
+        done = [vs.complete(port, ids, max_new_tokens, timeout=request_timeout, alive=alive) for ids in prompt_ids]
+        d1, a1 = vs.read_spec_counters(port)
+    outputs = tuple(c.tokens for c in done)
+    same = sum(tuple(o) == tuple(r) for o, r in zip(outputs, reference, strict=True))
+    return VllmRow(setting, speculative, sum(len(o) for o in outputs), sum(c.wall_ms for c in done), same,
+                   len(outputs), d1 - d0, a1 - a0, outputs)
+
+
+__all__ = ["VllmRow", "run_setting"]
