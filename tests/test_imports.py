@@ -215,8 +215,8 @@ def test_python_m_skipsearch_still_runs():
 # imports only folders below it (and the ground floor), not even inside a function.
 GROUND = {"config", "data", "hardware", "notices", "interrupts", "tested", "measure", "memory", "checkpoints",
           "kv_cache"}
-LAYERS = ("kernels", "model", "files", "servers", "engine", "methods", "profile", "search", "roofline", "export", "bench",
-          "api", "cli")
+LAYERS = ("kernels", "model", "files", "servers", "engine", "methods", "profile", "search", "roofline", "export",
+          "bench", "api", "cli")
 
 
 def _room(module: str) -> str:
