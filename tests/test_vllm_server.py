@@ -36,6 +36,8 @@ def test_the_server_command_serves_one_checkpoint_on_the_loopback_with_the_expor
     assert flags["--dtype"] == "float32" and "--no-enable-prefix-caching" in cmd
     assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == spec
     assert "--speculative-config" not in vs.server_command("p", "m", 1)  # plain decoding
+    cmd = vs.server_command("p", "m", 1, memory_fraction=0.25)  # on a CPU: the share of memory it reserves
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.25"
 
 
 def test_the_request_is_greedy_over_token_ids_and_asks_for_the_generated_ids():
@@ -213,7 +215,7 @@ def test_a_real_vllm_server_decodes_two_prompts_as_hf_greedy_does(tmp_path):
     sm = load_model("smollm2-135m", device="cpu", dtype="float32")
     prompts = [encode_prompt(sm.tokenizer, p) for p in load_prompts("mtbench,humaneval", split="heldout", n=2)]
     port = process.free_port()
-    cmd = vs.server_command(python, ensure_embedded("smollm2-135m"), port)
+    cmd = vs.server_command(python, ensure_embedded("smollm2-135m"), port, memory_fraction=0.25)
     with vs.serving(cmd, port, log=tmp_path / "vllm.log", env=vs.server_env(python)) as alive:
         got = [vs.complete(port, ids, 32, alive=alive).tokens for ids in prompts]
     assert got == [hf_generate(sm, ids, max_new_tokens=32) for ids in prompts]

@@ -48,12 +48,13 @@ def _slug(setting: str) -> str:
 def run_setting(python: str | Path, model_dir: str | Path, setting: str, speculative: dict | None,
                 prompt_ids: Sequence[Sequence[int]], reference: Sequence[Sequence[int]], *, max_new_tokens: int,
                 log_dir: Path, max_model_len: int = 2048, start_timeout: float = 900.0,
-                request_timeout: float = 600.0) -> VllmRow:
+                request_timeout: float = 600.0, memory_fraction: float | None = None) -> VllmRow:
     """Serve ``model_dir`` with ``speculative`` (None: plain), warm it up on the first prompt, then decode every
     prompt once, one request at a time; the server is stopped on the way out. A server that will not start, dies,
     hangs or answers garbage raises ``VllmError`` (one line)."""
     port = free_port()
-    cmd = vs.server_command(python, model_dir, port, max_model_len=max_model_len, speculative=speculative)
+    cmd = vs.server_command(python, model_dir, port, max_model_len=max_model_len, speculative=speculative,
+                            memory_fraction=memory_fraction)
     log = Path(log_dir) / f"vllm-{_slug(setting)}.log"
     with vs.serving(cmd, port, log=log, start_timeout=start_timeout, env=vs.server_env(python)) as alive:
         vs.complete(port, prompt_ids[0], min(8, max_new_tokens), timeout=request_timeout, alive=alive)  # warm-up

@@ -43,13 +43,18 @@ class Completion:
 
 
 def server_command(python: str | Path, model: str | Path, port: int, *, dtype: str = "float32",
-                   max_model_len: int = 2048, speculative: dict | None = None, served_name: str = "model") -> list[str]:
-    """The command that serves ``model`` (a checkpoint folder) on the loopback at ``port``: one sequence at a time
-    unless asked otherwise, no prefix cache (every prompt computed, as every other engine here computes it), and
-    ``speculative`` as vLLM's ``--speculative-config`` (what ``skipsearch export --engine vllm`` writes)."""
+                   max_model_len: int = 2048, speculative: dict | None = None, served_name: str = "model",
+                   memory_fraction: float | None = None) -> list[str]:
+    """The command that serves ``model`` (a checkpoint folder) on the loopback at ``port``: no prefix cache (every
+    prompt computed, as every other engine here computes it), and ``speculative`` as vLLM's
+    ``--speculative-config`` (what ``skipsearch export --engine vllm`` writes). ``memory_fraction``: vLLM's
+    ``--gpu-memory-utilization``, which on its CPU backend is the share of the machine's memory it reserves, and
+    checks is free at start (its 0.92 default fails on a machine where anything else holds memory)."""
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--served-model-name", served_name, "--host", process.HOST, "--port", str(int(port)), "--dtype", dtype,
            "--max-model-len", str(int(max_model_len)), "--no-enable-prefix-caching", "--seed", "0"]
+    if memory_fraction is not None:
+        cmd += ["--gpu-memory-utilization", f"{float(memory_fraction):g}"]
     if speculative:
         cmd += ["--speculative-config", json.dumps(speculative, sort_keys=True)]
     return cmd

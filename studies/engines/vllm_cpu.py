@@ -54,7 +54,7 @@ with tempfile.TemporaryDirectory() as tmp:
         order = list(settings) if run == 0 else list(settings)[::-1]
         for name in order:
             row = run_setting(args.python, model_dir, name, settings[name], ids, reference,
-                              max_new_tokens=args.max_new_tokens, log_dir=log_dir)
+                              max_new_tokens=args.max_new_tokens, log_dir=log_dir, memory_fraction=0.25)
             rows.append((run, row))
             print(f"run {'AB'[run]} | {name} | {row.tokens_per_s:.1f} tok/s | identical {row.identical}/{row.prompts}"
                   f" | drafted {row.drafted:g} accepted {row.accepted:g}", flush=True)
