@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from skipsearch import api
+from skipsearch.api.export import export_profile
 from skipsearch.bench.vllm import run_setting
 from skipsearch.checkpoints import ensure_embedded
 from skipsearch.data import encode_prompt, load_prompts
@@ -43,7 +43,7 @@ settings = {"plain": None}
 with tempfile.TemporaryDirectory() as tmp:
     for path in filter(None, args.profiles.split(",")):
         out = Path(tmp) / Path(path).stem
-        done = api.export_profile(str(ROOT / path), engine="vllm", out=out, nearest=True)
+        done = export_profile(str(ROOT / path), engine="vllm", out=out, nearest=True)
         config = json.loads((out / "speculative_config.json").read_text())
         settings[f"{Path(path).stem} export ({done.nearest or 'exact'})"[:160]] = config
     model_dir = ensure_embedded("smollm2-135m")
