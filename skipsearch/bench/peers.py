@@ -142,8 +142,8 @@ def hf_compiled_method(sm: SkippableModel, *, capacity: int) -> Contender:
     recipe transformers documents there. Compiled here, on one warm-up prompt, so that no timed call compiles.
 
     Only the step: on the AVX2 Zen 3 of ``studies/startup-cpu.md`` compiling the prompt's graphs too (a static and a
-    dynamic one, each autotuned) took 9-12 minutes of every bench, the step alone about 4; the prompt is one
-    forward of each decode."""
+    dynamic one, each autotuned) took 9-12 minutes of every bench, the step alone 2-4 (129-227 s); the prompt is
+    one forward of each decode."""
     from skipsearch.kernels.inductor import inductor_settings
     from skipsearch.kv_cache import static_cache
 

@@ -42,7 +42,8 @@ class VllmRow:
 
 
 def _slug(setting: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", setting).strip("-") or "plain"
+    """A file name's part for a setting's label (an export's label can run to a sentence)."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", setting).strip("-")[:60].rstrip("-") or "plain"
 
 
 def run_setting(python: str | Path, model_dir: str | Path, setting: str, speculative: dict | None,

@@ -43,11 +43,7 @@ def request_body(prompt_ids: Sequence[int], max_new_tokens: int) -> dict:
 
 def parse_completion(answer: object) -> Completion:
     """The tokens and timings of a ``/completion`` JSON answer; a malformed one raises ``LlamaCppError``."""
-    if not isinstance(answer, dict):
-        raise LlamaCppError(f"the answer is {type(answer).__name__}, not a JSON object")
-    if "error" in answer:
-        err = answer["error"]
-        raise LlamaCppError(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+    answer = process.answer_object(answer, error=LlamaCppError)
     tokens, timings = answer.get("tokens"), answer.get("timings")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise LlamaCppError("the answer has no list of token ids under 'tokens'")

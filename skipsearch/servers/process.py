@@ -46,8 +46,8 @@ def log_line(log: Path) -> str:
 
 
 @contextlib.contextmanager
-def serving(cmd: Sequence[str], port: int, *, log: Path, start_timeout: float = 300.0, poll: float = 0.2,
-            name: str = "llama-server", health: str = "/health", env: dict | None = None,
+def serving(cmd: Sequence[str], port: int, *, log: Path, name: str, start_timeout: float = 300.0, poll: float = 0.2,
+            health: str = "/health", env: dict | None = None,
             error: type[ServerError] = ServerError) -> Iterator[Callable[[], None]]:
     """Run ``cmd`` (a server called ``name`` listening on ``port``) until it answers ``health``; yield a check that
     raises ``error`` if it has died since; stop it on the way out, whatever happened."""
@@ -125,6 +125,17 @@ def post_json(port: int, path: str, body: dict, *, timeout: float, name: str,
         raise error(f"the answer is not JSON: {raw[:100]!r}") from None
 
 
+def answer_object(answer: object, *, error: type[ServerError] = ServerError) -> dict:
+    """A parsed answer as the JSON object every engine's completion is, where it carries no ``error`` field
+    (``{"error": {"message": ...}}`` or ``{"error": "..."}``); else ``error`` of one line."""
+    if not isinstance(answer, dict):
+        raise error(f"the answer is {type(answer).__name__}, not a JSON object")
+    if "error" in answer:
+        err = answer["error"]
+        raise error(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+    return answer
+
+
 def get_text(port: int, path: str, *, timeout: float = 10.0) -> str | None:
     """A GET's body as text (a metrics page), or None where the server gives none."""
     try:
@@ -134,4 +145,4 @@ def get_text(port: int, path: str, *, timeout: float = 10.0) -> str | None:
         return None
 
 
-__all__ = ["HOST", "ServerError", "free_port", "get_text", "log_line", "post_json", "serving"]
+__all__ = ["HOST", "ServerError", "answer_object", "free_port", "get_text", "log_line", "post_json", "serving"]

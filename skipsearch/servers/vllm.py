@@ -23,7 +23,6 @@ from pathlib import Path
 from skipsearch.servers import process
 from skipsearch.servers.process import ServerError
 
-NAME = "vllm"
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 
@@ -78,11 +77,7 @@ def request_body(prompt_ids: Sequence[int], max_new_tokens: int, *, served_name:
 
 def parse_completion(answer: object, *, wall_ms: float) -> Completion:
     """The generated ids of a ``/v1/completions`` JSON answer; a malformed one raises ``VllmError``."""
-    if not isinstance(answer, dict):
-        raise VllmError(f"the answer is {type(answer).__name__}, not a JSON object")
-    if "error" in answer:
-        err = answer["error"]
-        raise VllmError(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+    answer = process.answer_object(answer, error=VllmError)
     choices = answer.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         raise VllmError("the answer has no single choice under 'choices'")
@@ -139,5 +134,5 @@ def read_spec_counters(port: int) -> tuple[float, float]:
     return spec_counters(process.get_text(port, "/metrics"))
 
 
-__all__ = ["NAME", "Completion", "VllmError", "complete", "parse_completion", "read_spec_counters", "request_body",
+__all__ = ["Completion", "VllmError", "complete", "parse_completion", "read_spec_counters", "request_body",
            "server_command", "server_env", "serving", "spec_counters"]
