@@ -493,3 +493,23 @@ def test_a_llama_cpp_output_that_differs_is_flagged_and_bench_still_exits_0(fake
         result.stderr
     (written,) = (tmp_path / "cache" / "llama.cpp").iterdir()  # the GGUFs these settings need, no other
     assert sorted(p.name for p in written.iterdir()) == ["draft-q4_0.gguf", "target-f32.gguf"]
+
+
+def test_an_int8_targets_llama_cpp_target_is_the_model_at_q8_0_written_from_its_fp32_weights(tmp_path):
+    import gguf
+
+    from skipsearch.kernels.lowbit import check_lowbit
+    from skipsearch.model.loader import load_model
+
+    try:
+        check_lowbit()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    ckpt = tmp_path / "ckpt"
+    _bpe_checkpoint(ckpt)
+    sm = load_model(str(ckpt), device="cpu", dtype="float32", precision="int8")
+    assert lp.target_type(sm) == "q8_0"
+    target, drafts = lp.write_ggufs(sm, ckpt, drafts=("q4_0",), cache=tmp_path / "cache")
+    assert target.name == "target-q8_0.gguf" and set(drafts) == {"q4_0"}
+    kinds = {t.name: t.tensor_type.name for t in gguf.GGUFReader(target).tensors}
+    assert kinds["blk.0.attn_q.weight"] == kinds["output.weight"] == "Q8_0"

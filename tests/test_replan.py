@@ -738,6 +738,14 @@ def test_every_shipped_draft_profile_re_plans(path, tmp_path, h100_roofline):
     gpu = tmp_path / f"{path.stem}-h100.yaml"
     result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", h100_roofline, "--out", str(gpu),
                                  *QUICK_TRACE])
+    if prof.model.target_precision == "int8":  # skipsearch's int8 products run on CPUs only: one line, nothing written
+        assert_one_line_error(result, "made for the int8 target, which runs on CPUs in fp32")
+        assert not gpu.exists()
+        result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", str(flat), "--out",
+                                     str(gpu), *QUICK_TRACE])
+        assert result.exit_code == 0, result.output
+        assert load_profile(gpu, num_layers=30).model.target_precision == "int8"  # a CPU re-plan keeps the target
+        return
     assert result.exit_code == 0, result.output
     on_gpu = load_profile(gpu, num_layers=30)
     assert on_gpu.method == prof.method and on_gpu.measured.notes.startswith("predicted, not timed")

@@ -18,6 +18,7 @@ from skipsearch.data import load_prompts
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT, PROFILE, check_target
 from skipsearch.kernels import check_kernel, choose_kernel
 from skipsearch.model.placement import choose_placement
+from skipsearch.model.target import NATIVE, check_precision
 from skipsearch.profile import Profile, check_model, load_profile
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class BenchOptions:
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
+    target_precision: str | None = None  # the target's (model/target.py); None: the profiles', else native
     threads: int | None = None
     kernel: str | None = None  # skipsearch's own rows run through it; None: the profiles' common kernel, else eager
     report: Path | None = None  # the Markdown report's path: checked writable here, written by the caller
@@ -107,6 +109,12 @@ def bench_profiles(
     sweep_set = load_prompts(o.dataset, split="calib", n=o.sweep_prompts, seed=o.seed) if sweeping else ()
     name = o.model or (names.pop() if names else "smollm2-135m")
     dtype = o.dtype or (profs[0][1].model.dtype if profs else "float32")
+    theirs = {prof.model.target_precision for _, prof in profs}
+    if o.target_precision is None and len(theirs) > 1:
+        raise ConfigError(f"the profiles are for the {' and '.join(sorted(theirs))} targets; bench one target at a "
+                          "time (--target-precision)")
+    precision = o.target_precision or (theirs.pop() if theirs else NATIVE)
+    check_precision(precision, device=o.device if o.device != "auto" else None, dtype=dtype)
     recorded = {prof.kernel or "eager" for _, prof in profs}
     kernel = choose_kernel(o.kernel, recorded.pop() if len(recorded) == 1 else None)
     check_kernel(kernel, choose_placement(o.device, dtype).device)
@@ -115,7 +123,9 @@ def bench_profiles(
     # 2. the model, and the profiles checked against it
     if o.threads:
         torch.set_num_threads(o.threads)
-    sm = load_model(name, device=o.device, dtype=dtype)
+    for path, prof in profs:  # before the model loads: a profile for another target is refused in one line
+        check_model(prof, precision=precision, source=path)
+    sm = load_model(name, device=o.device, dtype=dtype, precision=precision)
     for path, prof in profs:
         check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=o.force, source=path)
     for path, prof in profs:
@@ -134,6 +144,7 @@ def bench_profiles(
     command += ["--peers", ",".join(peers), "--dataset", o.dataset, "--split", o.split, "--n-prompts",
                 str(o.n_prompts), "--max-new-tokens", str(o.max_new_tokens), "--repeats", str(o.repeats),
                 "--sweep-prompts", str(o.sweep_prompts), "--seed", str(o.seed), "--device", o.device, "--dtype", dtype]
+    command += ["--target-precision", precision] if precision != NATIVE else []
     command += ["--threads", str(o.threads)] if o.threads else []
     command += ["--kernel", kernel.label]
     command += ["--llama-server", o.llama_server] if llama and o.llama_server else []

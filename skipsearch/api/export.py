@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from skipsearch.export import shapes as sh
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.targets import EXPORT, check_target
 from skipsearch.methods.ngram import LOOKUP_KEY
+from skipsearch.model.target import NATIVE
 from skipsearch.profile import BASELINES, Profile, load_profile, profile_to_dict
 
 
@@ -45,6 +46,20 @@ class Exported:
     speedup: Speedup
     nearest: str | None  # the line saying what the engine could not express (None: exact)
     manifest: dict[str, Any]
+
+
+# For a profile made for the int8 target (model.precision int8): what each engine runs as its 8-bit model.
+TARGET_NOTES = {
+    "llama.cpp": "the profile was made for the int8 target (int8 weights, one scale per row); llama.cpp's nearest is "
+                 "the model at Q8_0 (one scale per block of 32 weights): convert it with convert_hf_to_gguf.py "
+                 "--outtype q8_0 and give that as the target. Its output is the Q8_0 model's, not the int8 target's",
+    "hf": "the profile was made for the int8 target: quantize_(model, Int8WeightOnlyConfig()) (torchao) before "
+          "generate, so that the drafts are verified by the model they were chosen for",
+    "": "the profile was made for the int8 target (int8 weights, one scale per row, 16- or 32-bit activations): "
+        "serve a W8A16 checkpoint of the model (compressed-tensors, int8 weights per channel), which this export "
+        "does not write; with the full-precision checkpoint the output is lossless but the speed is not the "
+        "profile's",
+}
 
 
 def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: str | None = None,
@@ -76,6 +91,8 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
 
     def build(stage: Path) -> tuple[Written, dict]:
         written = eng.write(stage, prof, loader)
+        if original.model.target_precision != NATIVE:  # the engine's own 8-bit model, named
+            written = replace(written, notes=(*written.notes, TARGET_NOTES.get(eng.name, TARGET_NOTES[""])))
         _relocate_files(written, stage, out)
         written = _relocated(written, stage, out)
         manifest = _manifest(eng.name, profile, original, prof, speed, written, line, costs=costs)
@@ -177,7 +194,12 @@ class _Loader:
             from skipsearch.checkpoints import find_checkpoint
 
             sm, _ = open_model(profile=self.path, device="cpu", dtype="float32")
-            self.loaded = (sm, find_checkpoint(self.prof.model.name).path)
+            checkpoint = find_checkpoint(self.prof.model.name).path
+            if sm.target_precision != NATIVE:  # an engine's draft files are written from fp32 weights
+                from skipsearch.bench.llamacpp import gguf_source
+
+                sm = gguf_source(sm, checkpoint)
+            self.loaded = (sm, checkpoint)
         return self.loaded
 
 

@@ -21,6 +21,7 @@ from skipsearch.config import ConfigError
 from skipsearch.engine.calibration import calibrate_on, calibration_prompts, calibration_workload
 from skipsearch.kernels import check_kernel, parse_kernel
 from skipsearch.model.placement import choose_placement
+from skipsearch.model.target import check_precision
 from skipsearch.profile import Profile, check_profile_target, load_profile
 from skipsearch.search.optimize import SearchSettings
 
@@ -81,27 +82,30 @@ def optimize_study(
     layers = warm[0].model.num_layers if warm else 128
     # The options are checked against what the strategy declares (``Strategy.options``), whose flags messages name.
     strategy, _ = opt.build_strategy(o.space_for(layers), o, warm_start=tuple(p.draft for p in warm))
-    _check_resumed_study(study, o.model, strategy.name)
+    _check_resumed_study(study, o.model, strategy.name, o.target_precision)
     # Every prompt fits the model's context (a megabyte is refused by its length, untokenized); the longest sizes
     # the KV cache the memory check counts.
     longest = check_prompts_fit(o.model, prompts, max_new_tokens=o.max_new_tokens)
-    check_kernel(parse_kernel(o.kernel), choose_placement(o.device, o.dtype).device)
+    placement = choose_placement(o.device, o.dtype)
+    check_kernel(parse_kernel(o.kernel), placement.device)
+    check_precision(o.target_precision, device=None if placement.device == "auto" else placement.device, dtype=o.dtype)
     # 2. the model; 3. the search, sized by its depth: calibrate, search, time the shortlist, choose what ships
     if o.threads:
         import torch
 
         torch.set_num_threads(o.threads)
-    sm = load_model(o.model, device=o.device, dtype=o.dtype, max_tokens=longest + o.max_new_tokens)
+    sm = load_model(o.model, device=o.device, dtype=o.dtype, max_tokens=longest + o.max_new_tokens,
+                    precision=o.target_precision)
     result = opt.optimize(sm, o, on_trial=on_trial, on_stage=on_stage)
     return SearchRun(result, path, study)
 
 
-def _check_resumed_study(study_dir: str | None, model: str, strategy: str) -> None:
-    """A local study made by another strategy, or for a model of another depth, refused before the model loads
-    (the search would refuse either, but only once the model had loaded)."""
+def _check_resumed_study(study_dir: str | None, model: str, strategy: str, precision: str = "native") -> None:
+    """A local study made by another strategy, for a model of another depth or for another target precision,
+    refused before the model loads (the search would refuse each, but only once the model had loaded)."""
     from skipsearch.checkpoints import find_checkpoint
     from skipsearch.model.loader import read_config
-    from skipsearch.search.study import STRATEGY_ATTR, StudyError, check_study_model, load_study
+    from skipsearch.search.study import MODEL_ATTR, STRATEGY_ATTR, StudyError, check_study_model, load_study
 
     if not study_dir or not (Path(study_dir) / "study.db").is_file():
         return  # a new study, or one in a --storage database (the search checks that one)
@@ -113,6 +117,10 @@ def _check_resumed_study(study_dir: str | None, model: str, strategy: str) -> No
     if made_by is not None and made_by != strategy:
         raise StudyError(f"study {label} was made by strategy '{made_by}', not '{strategy}': resume it with "
                          f"'{made_by}' or start another study")
+    made = attrs.get(MODEL_ATTR) if isinstance(attrs.get(MODEL_ATTR), dict) else {}
+    if made and made.get("target_precision", "native") != precision:
+        raise StudyError(f"study {label}'s trials ran on the {made.get('target_precision', 'native')} target, not the "
+                         f"{precision} one: give another --study")
     check_study_model(label, attrs, model=model, num_layers=read_config(find_checkpoint(model)).num_hidden_layers)
 
 
@@ -144,7 +152,7 @@ def rerank_study(
     prompts = calibration_prompts(o.dataset, n_prompts=o.n_prompts, seed=o.seed)  # a bad file fails before loading
     check_prompts_fit(o.model, prompts, max_new_tokens=o.max_new_tokens)
     # 2. trace the study's skip sets on the model and replay every config under the other costs
-    sm = load_model(o.model, device=o.device, dtype=o.dtype)
+    sm = load_model(o.model, device=o.device, dtype=o.dtype, precision=o.target_precision)
     note = costs_hardware_note(target, sm, o.costs)
     if note and on_note:
         on_note(note)

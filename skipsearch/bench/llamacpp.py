@@ -41,7 +41,7 @@ import re
 import shlex
 import shutil
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skipsearch.config import ConfigError
@@ -257,6 +257,10 @@ class LlamaCppResult:
     settings: tuple[SettingResult, ...] = ()
     best: str | None = None  # choose_best's pick; None: no speculative setting equal to HF greedy everywhere
     target: str = ""  # the target GGUF's file name
+    # what each setting's output was checked against: HF greedy's (an F32 target: the same model), or, for the
+    # Q8_0 target of an int8 bench (another int8 model: block-32 scales where ours has one per row), llama.cpp's own
+    # plain decoding of it
+    checked_against: str = "HF greedy"
     threads: int = 0
     context: int = 0
     max_new_tokens: int = 0
@@ -291,10 +295,34 @@ def gguf_cache(sm, *, cache: str | os.PathLike | None = None) -> Path:
     return root / f"{stem}-{sm.weights_fingerprint}-v{GGUF_LAYOUT}"
 
 
+def target_type(sm) -> str:
+    """The GGUF type of llama.cpp's target for ``sm``: F32 for a native fp32 model (the same weights), Q8_0 for the
+    int8 target (model/target.py), the 8-bit model llama.cpp users run: the nearest llama.cpp has, not the same."""
+    return "q8_0" if getattr(sm, "target_precision", "native") == "int8" else "f32"
+
+
+_SOURCES: dict[int, tuple] = {}  # id(int8 target) -> (it, the fp32 model GGUFs are written from)
+
+
+def gguf_source(sm, checkpoint: str | os.PathLike):
+    """The model whose fp32 weights a GGUF is written from: ``sm`` itself, or for an int8 target (whose linears hold
+    int8 weights) the checkpoint loaded again in fp32, once per process."""
+    if getattr(sm, "target_precision", "native") == "native":
+        return sm
+    held = _SOURCES.get(id(sm))
+    if held is None or held[0] is not sm:
+        from skipsearch.model.loader import load_model
+
+        held = _SOURCES[id(sm)] = (sm, load_model(str(checkpoint), device="cpu", dtype="float32"))
+    return held[1]
+
+
 def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("q8_0", "q4_0"),
                 cache: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
-    """The all-F32 target and each self-draft (``DRAFT_SCHEMES``) of ``sm``, written once: a file already in the
-    cache directory is reused. Returns (target, {draft name: path})."""
+    """The target (``target_type``: all F32, or Q8_0) and each self-draft (``DRAFT_SCHEMES``) of ``sm``, written
+    once: a file already in the cache directory is reused. An int8 target's linears hold no fp32 weights: the
+    GGUFs are written from the checkpoint loaded again in fp32 (once per machine). Returns (target, {draft name:
+    path})."""
     from skipsearch.export.gguf_draft import write_draft_gguf
 
     unknown = [d for d in drafts if d not in DRAFT_SCHEMES]
@@ -309,14 +337,16 @@ def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("
         if not path.is_file():
             partial = where / f".{name}.{os.getpid()}.partial"  # renamed into place whole
             try:
-                write_draft_gguf(partial, sm, Path(checkpoint), **kwargs)
+                write_draft_gguf(partial, gguf_source(sm, checkpoint), Path(checkpoint), **kwargs)
                 os.replace(partial, path)
             finally:
                 partial.unlink(missing_ok=True)
         return path
 
-    # the target: the model at full precision (the fp16 scheme with every sublayer and the head kept F32)
-    target = once("target-f32.gguf", scheme="fp16", quant_head=False, full_attn=every, full_mlp=every)
+    if target_type(sm) == "q8_0":  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
+        target = once("target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
+    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32)
+        target = once("target-f32.gguf", scheme="fp16", quant_head=False, full_attn=every, full_mlp=every)
     return target, {d: once(f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True) for d in drafts}
 
 
@@ -382,7 +412,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
         return LlamaCppResult(server=None, unavailable=missing)
     if not prompt_ids:
         raise ConfigError("the llama.cpp peer needs at least one prompt")
-    if reference is None:
+    same_model = target_type(sm) == "f32"
+    if reference is None and same_model:
         from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
@@ -397,22 +428,30 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     context = context_size(prompt_ids, max_new_tokens, draft=max((*n_max, 64)))
     with tempfile.TemporaryDirectory(prefix="skipsearch-llamacpp-") as tmp:
         exports, failed = _export_settings(*((export_dirs, profiles) if EXPORT in kinds else ((), ())), Path(tmp),
-                                           lambda: (sm, Path(checkpoint)))
+                                           lambda: (gguf_source(sm, checkpoint), Path(checkpoint)))
+        if not same_model:  # the Q8_0 target is another model: its settings are checked against its plain decoding
+            kinds, names = {*kinds, PLAIN}, None if names is None else {*names, PLAIN}
         settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds,
                         names=None if names is None else {*names, *(s.name for s in exports)})
         results = []
-        for i, s in enumerate(settings):
+        for i, s in enumerate(settings):  # plain first (grid's order)
             if on_setting:
                 on_setting(s.name, i, len(settings))
-            results.append(run_setting(found, target, s, prompt_ids, reference, max_new_tokens=max_new_tokens,
+            results.append(run_setting(found, target, s, prompt_ids, reference or (), max_new_tokens=max_new_tokens,
                                        threads=threads, context=context, log=Path(tmp) / f"server-{i}.log",
                                        start_timeout=start_timeout, request_timeout=request_timeout))
+            if not same_model and s.kind == PLAIN:
+                reference = [c.tokens for c in results[-1].completions]
+                if results[-1].error or len(reference) != len(prompt_ids):
+                    break  # nothing to check the others against
+                results[-1] = replace(results[-1], differs_at=(None,) * len(reference))
     results += failed
     return LlamaCppResult(server=found, settings=tuple(results), best=choose_best(results), target=target.name,
-                          threads=threads, context=context, max_new_tokens=max_new_tokens, prompts=len(prompt_ids))
+                          threads=threads, context=context, max_new_tokens=max_new_tokens, prompts=len(prompt_ids),
+                          checked_against="HF greedy" if same_model else "llama.cpp's plain decoding of its target")
 
 
 __all__ = ["BINARY", "DRAFT_SCHEMES", "ENV", "FAMILY", "KINDS", "SPECULATIVE", "LlamaCppResult", "Setting",
            "SettingResult", "choose_best", "context_size", "default_args", "draft_args", "export_setting",
-           "find_server", "first_difference", "gguf_cache", "grid", "llamacpp_rows", "ngram_args", "profile_setting",
-           "run_setting", "server_command", "spec_args", "write_ggufs"]
+           "find_server", "first_difference", "gguf_cache", "gguf_source", "grid", "llamacpp_rows", "ngram_args",
+           "profile_setting", "run_setting", "server_command", "spec_args", "target_type", "write_ggufs"]

@@ -42,13 +42,21 @@ def summary_line(result: LlamaCppResult) -> str:
     parts = [] if plain is None else [f"plain {_f(plain.tokens_per_s, 1)} tokens/s"]
     best = result.setting(result.best) if result.best else None
     if best is None:
-        parts.append("no speculative setting equal to HF greedy on every prompt")
+        parts.append(f"no speculative setting equal to {result.checked_against} on every prompt")
     else:
         parts.append(f"best {best.setting.name} {_f(best.tokens_per_s, 1)} tokens/s, acceptance {_f(best.acceptance)}")
     bad = [r.setting.name for r in result.settings if not r.ok]
     if bad:
         parts.append(f"differs or failed: {', '.join(bad)}")
     return f"{FAMILY} (server timings): " + "; ".join(parts)
+
+
+def _target(result: LlamaCppResult) -> str:
+    if result.checked_against == "HF greedy":
+        return "the model, all F32"
+    return ("the model at Q8_0, the 8-bit model llama.cpp users run: another int8 model than skipsearch's int8 "
+            "target (one scale per block of 32 weights, where the target has one per row), so its outputs are "
+            "checked against llama.cpp's own plain decoding of it, not HF greedy's")
 
 
 def markdown_lines(result: LlamaCppResult, *, labels: Sequence[str] | None = None,
@@ -63,12 +71,12 @@ def markdown_lines(result: LlamaCppResult, *, labels: Sequence[str] | None = Non
         return "| " + " | ".join(x.replace("|", "\\|") for x in c) + " |"
 
     return [
-        f"llama-server `{result.server}` on `{result.target}` (the model, all F32), {result.threads} thread(s), "
+        f"llama-server `{result.server}` on `{result.target}` ({_target(result)}), {result.threads} thread(s), "
         f"context {result.context}, one slot, greedy, the same prompt ids, at most {result.max_new_tokens} new "
         f"tokens; each setting in a server of its own after one warm-up request. Tokens/s are the server's own "
         "timings summed over prompts: decode (predicted tokens over predicted ms) and with the prompt's ms added, "
         "which compares with the bench's tokens/s (wall time, prefill included). The chosen setting is the fastest "
-        "speculative one equal to HF greedy on every prompt.",
+        f"speculative one equal to {result.checked_against} on every prompt.",
         "",
         line(COLUMNS), "|" + "---|" * len(COLUMNS), *(line(c) for c in cells),
         "",
@@ -90,7 +98,8 @@ def result_to_dict(result: LlamaCppResult) -> dict:
                                 for c in r.completions]}
 
     return {"server": result.server, "unavailable": result.unavailable, "best": result.best,
-            "target": result.target, "threads": result.threads, "context": result.context,
+            "target": result.target, "checked_against": result.checked_against,
+            "threads": result.threads, "context": result.context,
             "max_new_tokens": result.max_new_tokens, "prompts": result.prompts,
             "settings": [one(r) for r in result.settings]}
 

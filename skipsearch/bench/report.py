@@ -315,6 +315,9 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
     lines += [
         f"{st.n_prompts} prompts from `{st.dataset or '?'}` ({st.split or '?'} split), at most {st.max_new_tokens} new "
         f"tokens each, greedy, {st.repeats} timed run(s) per prompt and method, {st.dtype} on {st.device}, "
+        + ("the int8 target (every linear as int8 weights, one scale per row, fp32 activations: HF's rows run it "
+           "through skipsearch's int8 products, the same numbers as torchao's Int8WeightOnlyConfig), "
+           if st.precision == "int8" else "") +
         f"{st.threads} torch thread(s); skipsearch's own rows ran on the {st.kernel} kernel. Baseline and reference "
         f"output: HF `generate(do_sample=False)` (eager) in the same "
         f"run. Every method decoded the same prompt token ids, warmed up first, interleaved prompt by prompt with "

@@ -100,6 +100,7 @@ class BenchSettings:
     sweep_prompts: int  # prompts each peer's sweep ran on (the calib split in the CLI)
     memory_kind: str  # what peak_memory_mib measures
     kernel: str = "eager"  # what ran skipsearch's own rows (skipsearch.kernels)
+    precision: str = "native"  # the target's (model/target.py): int8 for the int8 weight-only model
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,8 @@ def bench(
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
-        kernel=sm.kernel.label, sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind)
+        kernel=sm.kernel.label, sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind,
+        precision=getattr(sm, "target_precision", "native"))
     env = Environment.current(str(sm.device))
     return BenchReport(
         settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),

@@ -66,6 +66,7 @@ def bench(
     seed: options.Seed = options.SEED,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
+    target_precision: options.TargetPrecision = options.TARGET_PRECISION,
     threads: options.Threads = None,
     kernel: options.Kernel = options.KERNEL,
     batch_sizes: options.BatchSizes = None,
@@ -98,7 +99,9 @@ def bench(
     options_ = api.BenchOptions(
         profiles=(*(profiles or []), *more_profiles), model=model, peers=peers, dataset=dataset, split=split,
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
-        device=device, dtype=dtype, threads=threads, kernel=None if kernel == "auto" else kernel, report=report,
+        device=device, dtype=dtype, threads=threads,
+        target_precision=None if target_precision == "auto" else target_precision,
+        kernel=None if kernel == "auto" else kernel, report=report,
         as_json=json_out, write_measured=write_measured, force=force, llama_server=llama_server,
         llama_settings=llama_settings, batch_sizes=batch_sizes, batch_ks=batch_ks, strict=strict,
     )

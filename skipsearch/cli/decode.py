@@ -34,6 +34,7 @@ def decode(
     seed: options.Seed = options.SEED,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
+    target_precision: options.TargetPrecision = options.TARGET_PRECISION,
     force: Annotated[bool, typer.Option(help="Use a profile despite a model fingerprint mismatch.")] = False,
     kernel: options.Kernel = options.KERNEL,
     threads: options.Threads = None,
@@ -70,7 +71,7 @@ def decode(
         if batch_size > 1 and profile is not None:
             api.check_batch_profile(profile)
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force,
-                                  kernel=kernel)
+                                  kernel=kernel, precision=None if target_precision == "auto" else target_precision)
         if batch_size > 1:
             _decode_batched(sm, prof, prompts, profile=profile, kernel=kernel, batch_size=batch_size,
                             max_new_tokens=max_new_tokens, as_json=as_json, check=check)

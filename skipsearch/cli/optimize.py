@@ -50,6 +50,7 @@ def optimize(
     seed: options.Seed = options.SEED,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
+    target_precision: options.TargetPrecision = options.TARGET_PRECISION,
     costs: Annotated[str | None, typer.Option(
         help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
              "no new trials.")] = None,
@@ -84,7 +85,8 @@ def optimize(
             max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
             max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
             study_name=study_name, out=out, force=force, warm_start=tuple(warm_start or ()), seed=seed, device=device,
-            dtype=dtype, costs=costs, time_shortlist=time_shortlist, kernel=kernel, threads=threads,
+            dtype=dtype, target_precision="native" if target_precision == "auto" else target_precision,
+            costs=costs, time_shortlist=time_shortlist, kernel=kernel, threads=threads,
             strategy_options=() if rerank else strategy_options(strategy_flags),
         )
         replace = force or out is None  # a default path lies in the study, whose own profile it replaces

@@ -22,6 +22,7 @@ import typer
 
 from skipsearch.files.bounds import DTYPES, MAX_THREADS
 from skipsearch.model.loader import DEFAULT_MODEL
+from skipsearch.model.target import PRECISIONS
 
 # -- the defaults (a default changed here was another command's before: the old value is still accepted) ---------
 MAX_NEW_TOKENS = 128  # decode and bench had 128; optimize, costs and plan 64 (pass --max-new-tokens 64 for that)
@@ -32,6 +33,7 @@ REPEATS = 1
 SEED = 0
 DEVICE = "auto"
 DTYPE = "auto"
+TARGET_PRECISION = "auto"
 KERNEL = "auto"  # decode and bench read the profiles' kernel by default already; optimize and costs had eager
 SPLIT = "heldout"
 
@@ -139,6 +141,10 @@ Device = Annotated[str, typer.Option(help="auto (CUDA if available, a model too 
                                           "several; else cpu), cpu, cuda, cuda:N.")]
 DType = Annotated[str, choice("auto", *DTYPES, help="auto: float32 on a CPU; on a GPU the checkpoint's own (decode: "
                                                     "the profile's where it names one).")]
+TargetPrecision = Annotated[str, choice(
+    "auto", *PRECISIONS, help="The model drafts are verified against: native (the checkpoint's weights in --dtype) or "
+                              "int8 (every linear as int8 weights, one scale per row, as torchao's "
+                              "Int8WeightOnlyConfig; fp32 activations; CPU). auto: the profile's, else native.")]
 Threads = Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads (default: torch's; "
                                                                          "timings and costs depend on them).")]
 Json = Annotated[bool, typer.Option("--json", help="JSON on stdout, and nothing else there (messages and progress "
@@ -212,6 +218,7 @@ def renamed(old: str, new: str) -> None:
 
 
 __all__ = ["DATASET", "DEVICE", "DTYPE", "KERNEL", "MAX_NEW_TOKENS", "N_PROMPTS", "OWN", "REPEATS", "SEED", "SPLIT",
-           "CostsKernel", "DType", "Dataset", "Device", "Engine", "Json", "JsonOut", "Kernel", "MaxNewTokens", "Model",
-           "NPrompts", "Objective", "Repeats", "Report", "Seed", "Split", "Storage", "StudyName", "Threads", "choice",
-           "in_panel", "kernel_values", "reject_fastest", "renamed"]
+           "TARGET_PRECISION", "CostsKernel", "DType", "Dataset", "Device", "Engine", "Json", "JsonOut", "Kernel",
+           "MaxNewTokens", "Model", "NPrompts", "Objective", "Repeats", "Report", "Seed", "Split", "Storage",
+           "StudyName", "TargetPrecision", "Threads", "choice", "in_panel", "kernel_values", "reject_fastest",
+           "renamed"]

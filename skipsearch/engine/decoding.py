@@ -76,7 +76,7 @@ def process_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tens
 
 def one_hot_probs(tokens: Sequence[int], sm: SkippableModel) -> torch.Tensor:
     """q for a deterministic draft (e.g. prompt lookup): one row per token, all mass on it. [k, V]"""
-    vocab = sm.lm_head.weight.shape[0]
+    vocab = sm.vocab_size
     q = torch.zeros(len(tokens), vocab, device=sm.device)  # [k, V]
     q[torch.arange(len(tokens)), torch.tensor(list(tokens))] = 1.0
     return q

@@ -256,6 +256,10 @@ class Method:
     # candidate -> bits per weight of the draft's own copy of the model's layers (None: it keeps none); the
     # memory check counts that copy before the model loads.
     draft_weight_bits: Callable[[Candidate], int | None] | None = None
+    # candidate -> whether its draft copies weights out of the model's nn.Linear layers (a reduced-precision copy,
+    # a trimmed head): what an int8 target (model/target.py), whose linears are int8 stand-ins, cannot give.
+    # None: it never does (lookups, skipped sublayers).
+    copies_weights: Callable[[Candidate], bool] | None = None
     # the weight formats of the draft's own copy whose per-sublayer costs a cost file keeps for re-planning
     # (``skipsearch costs --schemes``), and (model, context, schemes, repeats) -> surrogate.SchemeCost per scheme
     cost_schemes: tuple[str, ...] = ()
@@ -368,8 +372,10 @@ def record_keys() -> tuple[str, ...]:
 
 def setting_of(candidate: Candidate) -> Setting:
     """``candidate``'s draft as an engine-neutral speculative setting (``Setting()``: nothing a serving engine
-    runs)."""
+    runs, plain decoding included)."""
     speculation = get(candidate.method).speculation
+    if candidate.is_autoregressive:
+        return Setting()
     return speculation.setting(candidate) if speculation is not None else Setting()
 
 
@@ -380,6 +386,21 @@ def candidate_for(setting: Setting) -> Candidate:
         if made is not None:
             return made
     raise ConfigError(f"no registered method drafts with {setting}")
+
+
+def copies_weights(candidate: Candidate) -> bool:
+    """Whether ``candidate``'s draft copies weights out of the model's linears (``Method.copies_weights``)."""
+    method = get(candidate.method)
+    return not candidate.is_autoregressive and method.copies_weights is not None and method.copies_weights(candidate)
+
+
+def check_target(candidate: Candidate, precision: str, *, source: str = "the profile") -> None:
+    """One ConfigError line where ``candidate`` cannot draft for the ``precision`` target: on a quantized target
+    (model/target.py) a draft that copies the fp32 weights the target no longer holds."""
+    if precision != "native" and copies_weights(candidate):
+        raise ConfigError(f"{source}: its {candidate.method} draft copies the model's fp32 weights (a reduced-"
+                          f"precision copy or a trimmed head), which the {precision} target does not keep: the "
+                          f"{precision} target drafts with lookups and its own layers")
 
 
 def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:

@@ -13,6 +13,7 @@ import logging
 from skipsearch.checkpoints import Checkpoint, ModelError, find_checkpoint, weights_fingerprint
 from skipsearch.model.placement import DEFAULT_MAX_TOKENS, Placement, check_memory, checkpoint_dtype, choose_placement
 from skipsearch.model.skippable import SUPPORTED_MODEL_TYPES, SkippableModel
+from skipsearch.model.target import NATIVE, SUMMARY, check_precision, quantize_target
 from skipsearch.notices import quiet_optional_kernels, route_library_logs
 
 __all__ = ["DEFAULT_MODEL", "load_model", "quiet_optional_kernels", "random_model", "read_config", "read_tokenizer"]
@@ -52,25 +53,32 @@ def read_tokenizer(checkpoint: Checkpoint):
 
 def load_model(name: str | Checkpoint = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto",
                profile_dtype: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
-               draft_bits: int | None = None) -> SkippableModel:
+               draft_bits: int | None = None, precision: str = NATIVE) -> SkippableModel:
     """Load ``name`` (embedded model, directory, alias or hub id; see ``find_checkpoint``) as a SkippableModel.
 
     ``device`` and ``dtype`` may be ``auto`` (placement.choose_placement): CUDA when available, spread
     over several GPUs with accelerate's device_map; the checkpoint's dtype on a GPU (``profile_dtype``,
     a profile's, takes precedence), fp32 on the CPU. The choice is logged in one line. Before any
     weight is read, the model's memory (weights plus the KV cache of ``max_tokens`` positions: the
-    longest prompt plus max_new_tokens) is checked against what is free there.
+    longest prompt plus max_new_tokens) is checked against what is free there. ``precision`` is the target's
+    (model/target.py): ``int8`` loads the fp32 weights and swaps every linear for its int8 copy.
     """
     choose_placement(device, dtype)  # a bad --device or --dtype fails before a first-use conversion
+    check_precision(precision, dtype=dtype)
     quiet_optional_kernels()
     checkpoint = name if isinstance(name, Checkpoint) else find_checkpoint(name)
     config = read_config(checkpoint)
     placement = choose_placement(device, dtype, checkpoint=checkpoint_dtype(config), profile=profile_dtype)
+    if precision != NATIVE:
+        check_precision(precision, device=placement.device, dtype=placement.dtype)
     check_memory(config, placement, max_tokens=max_tokens, label=f"model '{checkpoint.name}'", draft_bits=draft_bits)
     log.info("loading %s on %s", checkpoint.name, placement.describe())
     model, tokenizer = _from_pretrained(checkpoint, placement)
+    if precision != NATIVE:
+        log.info("making the %s target: %s", precision, SUMMARY[precision])
+        quantize_target(model, precision)
     return SkippableModel(model, tokenizer, name=checkpoint.name, placement=placement,
-                          weights_fingerprint=weights_fingerprint(checkpoint.path))
+                          weights_fingerprint=weights_fingerprint(checkpoint.path), precision=precision)
 
 
 def random_model(config, *, name: str, device: str = "auto", dtype: str = "auto", seed: int = 0,

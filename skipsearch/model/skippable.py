@@ -50,7 +50,7 @@ class SkippableModel:
     """
 
     def __init__(self, model: nn.Module, tokenizer, *, name: str, placement: Placement | None = None,
-                 weights_fingerprint: str | None = None) -> None:
+                 weights_fingerprint: str | None = None, precision: str = "native") -> None:
         model_type = getattr(model.config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ModelError(
@@ -62,6 +62,9 @@ class SkippableModel:
         self.name = name
         self.placement = placement  # how load_model chose device and dtype; None for a model built in memory
         self._weights_fingerprint = weights_fingerprint  # from the checkpoint's files, when it has any
+        # the target's precision (model/target.py): "native", or "int8" once load_model swapped every linear for
+        # its int8 copy; the weights fingerprint stays the checkpoint's, the profile records both
+        self.target_precision = precision
         self.layers: nn.ModuleList = model.model.layers
         self.num_layers = len(self.layers)
         # transformers renamed the forwards' ``past_key_values`` to ``cache`` (5.24 takes both; the old name
@@ -89,6 +92,12 @@ class SkippableModel:
     @property
     def dtype_name(self) -> str:
         return str(self.dtype).removeprefix("torch.")
+
+    @property
+    def vocab_size(self) -> int:
+        """The LM head's outputs (an int8 target's head keeps no ``weight``: its ``out_features``)."""
+        head = self.lm_head
+        return int(getattr(head, "out_features", None) or head.weight.shape[0])
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:

@@ -27,6 +27,7 @@ from skipsearch.files.yamlio import Dumper as _Dumper
 from skipsearch.files.yamlio import plain as _plain
 from skipsearch.files.yamlio import short as _short
 from skipsearch.hardware import Environment
+from skipsearch.model.target import NATIVE, PRECISIONS
 from skipsearch.profile.schema import BASELINES, SCHEMA_VERSION, _err, _mapping, upgrade
 
 _TOP_KEYS = ("schema_version", "model", "method", "draft", "kernel", "schedule", "measured", "environment", "search",
@@ -42,12 +43,22 @@ class ModelRef:
     # "<layout>-<content>" (skipsearch.checkpoints.weights_fingerprint): equal means the same weights
     # wherever they live; equal layouts mean the same architecture
     weights_fingerprint: str | None = None
+    # the target's precision (skipsearch.model.target): "int8" for the model's int8 weight-only target; None (left
+    # out, as in every file before schema 6) or "native": the checkpoint's weights in ``dtype``
+    precision: str | None = None
 
     @classmethod
     def of(cls, sm: Any) -> ModelRef:
-        """The reference to a loaded SkippableModel, with both fingerprints."""
+        """The reference to a loaded SkippableModel, with both fingerprints and, for a quantized target, its
+        precision."""
+        precision = getattr(sm, "target_precision", NATIVE)
         return cls(name=sm.name, num_layers=sm.num_layers, dtype=sm.dtype_name, fingerprint=sm.fingerprint,
-                   weights_fingerprint=sm.weights_fingerprint)
+                   weights_fingerprint=sm.weights_fingerprint, precision=None if precision == NATIVE else precision)
+
+    @property
+    def target_precision(self) -> str:
+        """The target's precision, ``native`` where the file names none."""
+        return self.precision or NATIVE
 
 
 @dataclass(frozen=True)
@@ -117,7 +128,8 @@ class Profile:
         elif against:
             speedup = [f"baseline {against}"]
         rows = {
-            "model": f"{m.name} ({n} layers, {m.dtype}" + (f", fingerprint {m.fingerprint})" if m.fingerprint else ")"),
+            "model": f"{m.name} ({n} layers, {m.dtype}" + (f", {m.precision} target" if m.precision else "")
+                     + (f", fingerprint {m.fingerprint})" if m.fingerprint else ")"),
             "method": self.method,
             "max draft": f"K={d.max_draft_tokens}" if d.max_draft_tokens else "0 (plain autoregressive decoding)",
             "kernel": self.kernel or "eager (none recorded)",
@@ -192,6 +204,11 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         raise _err(source, "model.name must not be empty")
     if bounds.check_dtype(model.dtype):  # the dtypes a model loads in: no other is ever decoded with
         raise _err(source, bounds.check_dtype(model.dtype))
+    if model.precision is not None and model.precision not in PRECISIONS:
+        raise _err(source, f"model.precision must be one of {', '.join(PRECISIONS)}, got {_short(model.precision)}")
+    if model.target_precision != NATIVE and model.dtype != "float32":
+        raise _err(source, f"model.precision {model.precision} takes fp32 activations, but model.dtype is "
+                           f"{model.dtype}")
     method_name = _coerce(raw["method"], "str", "method", source)
     values = _section(DraftConfig, raw["draft"], "draft", source)[0]
     draft = _build(DraftConfig, values, "draft.", source)
@@ -201,6 +218,8 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
         method = methods.get(method_name)
         draft.check_layers(model.num_layers)
         method.parse(params, draft=draft, num_layers=model.num_layers)  # the method's one validation path
+        methods.check_target(Candidate(method.name, draft, tuple(params.items())), model.target_precision,
+                             source="its draft")  # an int8 target's drafts copy no fp32 weights
     except ConfigError as e:
         raise _err(source, str(e)) from None
     measured = environment = search = None
@@ -257,9 +276,11 @@ def profile_to_dict(p: Profile) -> dict:
 
 def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint: str | None = None,
                 weights_fingerprint: str | None = None, fingerprint_as_profile: str | None = None,
-                force: bool = False, source: str = "<profile>") -> None:
-    """Refuse a profile made for another model. Only a fingerprint mismatch can be forced:
-    with another layer count the skipped indices would name other layers, or none.
+                force: bool = False, source: str = "<profile>", precision: str | None = None) -> None:
+    """Refuse a profile made for another model, or for another target precision of it (``precision``: the loaded
+    model's, ``native`` or ``int8``; None: not checked). Only a fingerprint mismatch can be forced: with another
+    layer count the skipped indices would name other layers, or none; with another precision the drafts were
+    chosen against another model.
 
     When both sides know the weights fingerprint, it decides: the same weights are accepted under any
     path or name (so the architecture fingerprint, which hashes the --model string, is not looked at);
@@ -271,6 +292,10 @@ def check_model(profile: Profile, *, num_layers: int | None = None, fingerprint:
     made_for = profile.model.num_layers
     if num_layers is not None and num_layers != made_for:
         raise _err(source, f"profile was made for a {made_for}-layer model, this model has {num_layers} layers")
+    theirs_p = profile.model.target_precision
+    if precision is not None and precision != theirs_p:
+        raise _err(source, f"profile was made for the {theirs_p} target (model.precision), this run loads the "
+                           f"{precision} one: pass --target-precision {theirs_p}, or leave it out")
     theirs_w = profile.model.weights_fingerprint
     if weights_fingerprint is not None and theirs_w is not None:
         if weights_fingerprint == theirs_w:

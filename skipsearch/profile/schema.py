@@ -35,7 +35,10 @@ from skipsearch.files.yamlio import short as _short
 #   5: optional top-level ``schedule`` (files.schedule): a draft length per batch-size range, planned from a cost
 #      file's batched grid; a version-4 file has none and runs its own K at every batch size (_v4_to_v5 changes
 #      nothing).
-SCHEMA_VERSION = 5
+#   6: optional ``model.precision`` (model/target.py): the target's precision, ``int8`` for a profile made for the
+#      model's int8 weight-only target; absent (every version-5 file) or ``native``: the checkpoint's weights in
+#      model.dtype, as before (_v5_to_v6 changes nothing).
+SCHEMA_VERSION = 6
 
 # What a measured speedup is relative to (Measured.baseline): the value, and what it means for people.
 BASELINE_OURS_AR = "skipsearch-ar"
@@ -57,7 +60,7 @@ OLD_BASELINE_KEY = "baseline_text"  # measured.<key>: a schema-1/2 baseline text
 
 
 def _v1_to_v2(raw: dict) -> dict:
-    return dict(raw)  # version 2 (and 4 from 3, 5 from 4) only adds optional keys
+    return dict(raw)  # version 2 (and 4 from 3, 5 from 4, 6 from 5) only adds optional keys
 
 
 def _old_baseline(text: str) -> str | None:
@@ -87,7 +90,7 @@ def _v2_to_v3(raw: dict) -> dict:
 
 
 # version v -> one returning v+1
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v1_to_v2, 4: _v1_to_v2}
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v1_to_v2, 4: _v1_to_v2, 5: _v1_to_v2}
 
 
 def _err(source: str, problem: str) -> ProfileError:  # the profile's one-line error; document.py raises it too

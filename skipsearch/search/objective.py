@@ -61,6 +61,7 @@ class ModelObjective:
 
     def evaluate(self, candidate: Candidate, *, kind: Kind) -> Measurement:
         candidate.draft.check_layers(self.sm.num_layers)
+        methods.check_target(candidate, getattr(self.sm, "target_precision", "native"), source="the candidate")
         if kind == "surrogate":
             return self.predict(candidate)
         return self.time(candidate)

@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from skipsearch import methods
 from skipsearch.config import Candidate, ConfigError, DraftConfig
 from skipsearch.engine.calibration import calibrate_on, calibration_workload
 from skipsearch.measure import Measurement
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.model.skippable import SkippableModel
+from skipsearch.model.target import NATIVE
 from skipsearch.profile import (
     BASELINE_OURS_AR,
     BASELINE_PREDICTED,
@@ -38,8 +40,9 @@ from skipsearch.profile import (
 )
 from skipsearch.search.objective import ModelObjective
 from skipsearch.search.space import SearchSpace
-from skipsearch.search.strategies import Strategy, make_strategy
+from skipsearch.search.strategies import Strategy, check_strategy, make_strategy, spelling
 from skipsearch.search.study import (
+    MODEL_ATTR,
     SearchSummary,
     TrialRecord,
     best,
@@ -63,6 +66,7 @@ class SearchSettings:
     model: str = "smollm2-135m"
     device: str = "auto"
     dtype: str = "auto"
+    target_precision: str = "native"  # the target drafts are verified against (model/target.py)
     # the search
     strategy: str = "tpe"
     budget: int = 100  # trials in the study, over all workers and resumed runs; 0 with ``costs``: re-rank
@@ -103,7 +107,8 @@ class SearchSettings:
     def study_dir(self) -> str | None:
         """The study directory: as given, else the default one (None with a storage URL)."""
         if self.storage is None and self.study is None:
-            return f"studies/{Path(self.model).name}-{self.strategy}"
+            tail = "" if self.target_precision == NATIVE else f"-{self.target_precision}"  # never mixed with fp32's
+            return f"studies/{Path(self.model).name}-{self.strategy}{tail}"
         return self.study
 
     def space_for(self, num_layers: int) -> SearchSpace:
@@ -128,7 +133,18 @@ def build_strategy(space: SearchSpace, s: SearchSettings, *,
                    warm_start: Sequence[DraftConfig] = ()) -> tuple[Strategy, str]:
     """The strategy (seeded with the ``warm_start`` configs, the draft configs of ``s.warm_start``) and the
     objective it runs with; every option it cannot use is refused in one line."""
-    strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=warm_start, **dict(s.strategy_options))
+    options, fixed = dict(s.strategy_options), {}
+    if s.target_precision != NATIVE:  # a quantized target: no draft that copies the fp32 weights it does not hold
+        cls = check_strategy(s.strategy)
+        for key, value in cls.quantized_target.items():
+            if key in options and tuple(options[key]) != tuple(value):
+                raise ConfigError(f"the {s.target_precision} target keeps no fp32 weights to copy: strategy "
+                                  f"'{cls.name}' takes no {spelling(key)} there")
+            fixed[key] = options.pop(key, value)
+        example = cls.method_for(options).example
+        if example is not None:
+            methods.check_target(example(space.num_layers), s.target_precision, source=f"strategy '{cls.name}'")
+    strategy = make_strategy(s.strategy, space, seed=s.seed, warm_start=warm_start, fixed=fixed, **options)
     if s.objective not in OBJECTIVES:
         raise ConfigError(f"unknown objective '{s.objective}': use {', '.join(OBJECTIVES)}")
     objective = s.objective
@@ -164,7 +180,13 @@ def optimize(
     warm = tuple(load_profile(p, num_layers=sm.num_layers).draft for p in s.warm_start)
     strategy, objective_kind = build_strategy(space, s, warm_start=warm)
     study = open_study(study_dir=s.study_dir, storage=s.storage, study_name=s.study_name, strategy=strategy)
-    stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None))
+    precision = getattr(sm, "target_precision", NATIVE)
+    stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None),
+                precision=precision)
+    made_for = (study.user_attrs.get(MODEL_ATTR) or {}).get("target_precision", NATIVE)
+    if made_for != precision:  # its trials timed another model
+        raise ConfigError(f"this study's trials ran on the {made_for} target, not the {precision} one: give another "
+                          "--study")
     budget, most = s.budget, strategy.plan().max_trials
     if most is not None and budget > most:
         say(f"{strategy.name}'s grid has {most} points: budget {budget} lowered to that")

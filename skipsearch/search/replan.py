@@ -39,6 +39,7 @@ from skipsearch.methods.layer_skip import (
     acceptance_to_dict,
     record_acceptance,
 )
+from skipsearch.model.target import NATIVE
 from skipsearch.profile import BASELINE_OURS_AR, BASELINE_PREDICTED, Measured, Profile
 
 if TYPE_CHECKING:
@@ -153,6 +154,10 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     from skipsearch.files.cost_profile import check_costs_model
 
     method = methods.get(profile.method)
+    precision = profile.model.target_precision
+    if precision != NATIVE and (target.device.startswith(("cuda", "mps", "xpu")) or target.dtype != "float32"):
+        raise ConfigError(f"{source}: the profile was made for the {precision} target, which runs on CPUs in fp32; "
+                          f"the cost file is for {target.device} ({target.dtype}): re-plan it with a CPU's cost file")
     if method.replan is None:
         raise ConfigError(f"{source}: re-planning needs a layer-skip profile's traces or a lookup profile's match "
                           f"record; this one is method {profile.method} (plan it again on the device instead)")

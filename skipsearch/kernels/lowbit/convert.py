@@ -74,3 +74,31 @@ def lowbit_model(model: nn.Module, scheme: str, *, quant_head: bool = False, gro
     out = copy.deepcopy(model)
     head = None if quant_head else out.get_output_embeddings()
     return _swap(out, scheme, group_size, keep=head)
+
+
+def fp32_linears(module: nn.Module) -> nn.Module:
+    """``module`` with every ``Int8WoLinear`` (an int8 target's linears: model/target.py) as an ``nn.Linear`` of the
+    fp32 weights its product multiplies by (q * s, exact), a copy where it holds any, else ``module`` itself: what
+    a draft that copies the model's weights (a precision draft's int4 copy, say) quantizes from, so that a draft
+    of the int8 target is a copy of the int8 target."""
+    import torch
+
+    def dequantized(m: Int8WoLinear) -> nn.Linear:
+        q = m.packed.transpose(1, 2).reshape(-1, m.in_features)[: m.out_features]  # [N, K] int8
+        out = nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
+        with torch.no_grad():
+            out.weight.copy_(q.float() * m.scale[: m.out_features, None])
+            if m.bias is not None:
+                out.bias.copy_(m.bias)
+        return out.eval().requires_grad_(False)
+
+    if type(module) is Int8WoLinear:
+        return dequantized(module)
+    if not any(type(m) is Int8WoLinear for m in module.modules()):
+        return module
+    out = copy.deepcopy(module)
+    for name, child in list(out.named_modules()):
+        if type(child) is Int8WoLinear:
+            parent_name, _, attr = name.rpartition(".")
+            setattr(out.get_submodule(parent_name) if parent_name else out, attr, dequantized(child))
+    return out

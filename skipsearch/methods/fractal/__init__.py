@@ -62,6 +62,7 @@ METHOD = Method(
     replan=replan,
     replan_schemes=_replan_schemes,
     drafts_alone=True,
+    copies_weights=lambda candidate: True,
 )
 
 

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from skipsearch.config import NO_EXIT, Candidate, DraftConfig
 from skipsearch.methods import ngram
-from skipsearch.methods.base import Method, Setting, Speculation, candidate_for, setting_of
+from skipsearch.methods.base import Method, Setting, Speculation, candidate_for, copies_weights, setting_of
 from skipsearch.methods.hybrid.drafter import HybridBatchDrafter, HybridDrafter, _drafter
 from skipsearch.methods.hybrid.params import _OWN, NONE, HybridParams, fallbacks
 from skipsearch.methods.hybrid.replan import (
@@ -58,15 +58,27 @@ __all__ = ["METHOD", "NONE", "RECORD", "HybridBatchDrafter", "HybridDrafter", "H
 def _setting(candidate: Candidate) -> Setting:
     """The lookup, and on its miss the fallback's draft model where the fallback is one (a precision draft);
     ``fallback`` names any fallback."""
+    lookup = ngram.lookup_of(candidate)
+    theirs = _fallback(candidate)
+    if theirs is None:
+        return Setting(lookup=lookup)
+    return Setting(lookup=lookup, draft_model=setting_of(theirs).draft_model, fallback=theirs.method)
+
+
+def _fallback(candidate: Candidate) -> Candidate | None:
+    """The fallback's own candidate (its K, its params), or None where the lookup drafts alone."""
     params = candidate.plain_params()
     fallback = params.get("fallback", HybridParams.fallback)
-    lookup = ngram.lookup_of(candidate)
     if fallback == NONE:
-        return Setting(lookup=lookup)
+        return None
     k = params.get("fallback_k") or candidate.draft.max_draft_tokens
-    theirs = Candidate(fallback, replace(candidate.draft, max_draft_tokens=k),
-                       tuple((key, v) for key, v in params.items() if key not in _OWN))
-    return Setting(lookup=lookup, draft_model=setting_of(theirs).draft_model, fallback=fallback)
+    return Candidate(fallback, replace(candidate.draft, max_draft_tokens=k),
+                     tuple((key, v) for key, v in params.items() if key not in _OWN))
+
+
+def _copies_weights(candidate: Candidate) -> bool:
+    theirs = _fallback(candidate)
+    return theirs is not None and copies_weights(theirs)
 
 
 def _candidate(setting: Setting) -> Candidate | None:
@@ -97,5 +109,6 @@ METHOD = Method(
     replan=replan,
     replan_schemes=_replan_schemes,
     speculation=Speculation(setting=_setting, candidate=_candidate),
+    copies_weights=_copies_weights,
     batch_drafter=lambda candidate, sm: _drafter(candidate, sm, batch=True),
 )

@@ -90,6 +90,7 @@ METHOD = Method(
     record=RECORD,
     replan=replan,
     drafts_alone=True,
+    copies_weights=lambda candidate: bool(candidate.plain_params().get("vocab_subset")),  # a trimmed head
     traces=Tracing(measure=_traces, keep=keep_draft, read=read_draft),
 )
 

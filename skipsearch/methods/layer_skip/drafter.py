@@ -21,7 +21,7 @@ def subset_head(sm, params: LayerSkipParams):
     ids = params.token_ids
     if ids is None:
         return None
-    vocab = sm.lm_head.weight.shape[0]
+    vocab = sm.vocab_size
     if ids[-1] >= vocab:
         raise ParamsError(f"{params.method}: method_params.vocab_ids has token {ids[-1]}, but the model's "
                           f"vocabulary has {vocab} tokens (0..{vocab - 1})")

@@ -147,6 +147,7 @@ METHOD = Method(
     check_device=check_device,
     draft_weight_bits=lambda candidate: None if candidate.is_autoregressive else SCHEMES[
         candidate.param("scheme", "fp16")].weight_bits,
+    copies_weights=lambda candidate: bool(candidate.plain_params().get("vocab_subset")),  # a trimmed head
     cost_schemes=tuple(SCHEMES),
     measure_schemes=measure_scheme_costs,
     record=RECORD,

@@ -45,7 +45,7 @@ def draft_head(sm, qcopy: QuantizedCopy, params) -> nn.Module | None:
         import torch
 
         ids = subset.token_ids
-        vocab = sm.lm_head.weight.shape[0]
+        vocab = sm.vocab_size
         if ids[-1] >= vocab:
             raise ConfigError(f"method_params.vocab_ids has token {ids[-1]}, but the model's vocabulary has "
                               f"{vocab} tokens (0..{vocab - 1})")

@@ -165,7 +165,11 @@ def runs_lowbit(scheme: str, device_type: str) -> bool:
 def quantize_module(module: nn.Module, scheme: str) -> nn.Module:
     """A copy of ``module`` whose every ``nn.Linear`` holds its weights in ``scheme`` and runs its kernel.
 
-    The copy keeps everything else (norms, rotary, ``layer_idx``): it is a drop-in stand-in."""
+    The copy keeps everything else (norms, rotary, ``layer_idx``): it is a drop-in stand-in. An int8 target's
+    linears are read as the fp32 weights they multiply by (``fp32_linears``): the copy is the int8 target's."""
+    from skipsearch.kernels.lowbit.convert import fp32_linears
+
+    module = fp32_linears(module)
     if _is_gated_mlp(module):
         return FusedGatedMLP(module, lambda linear: quantize_module(linear, scheme))
     if runs_lowbit(scheme, next(module.parameters()).device.type):

@@ -7,7 +7,7 @@ then runs the shared suite against it, and ``skipsearch optimize`` gets a flag f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skipsearch.config import ConfigError, DraftConfig
@@ -38,18 +38,20 @@ def spelling(option: str) -> str:
     return next(declared, "--" + option.replace("_", "-"))
 
 
-def make_strategy(name: str, space: SearchSpace, *, seed: int = 0,
-                  warm_start: Sequence[DraftConfig] = (), **options: Any) -> Strategy:
+def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, warm_start: Sequence[DraftConfig] = (),
+                  fixed: Mapping[str, Any] | None = None, **options: Any) -> Strategy:
     """``options`` go to the strategy's constructor: what only some strategies take, such as fractal's
     ``n_values``. Each is checked against the strategy's declaration (``Strategy.options``): one it does not
     declare, or a value of another type or out of bounds, is a one-line ConfigError, never ignored. The strategy
-    is made for the one method it proposes for (``Strategy.method_for``)."""
+    is made for the one method it proposes for (``Strategy.method_for``). ``fixed`` are options the caller sets from
+    the strategy's own declarations (``Strategy.quantized_target``), passed unchecked."""
     cls = check_strategy(name)
     declared = {o.name: o for o in cls.options}
     for key, value in options.items():
         if key not in declared:
             raise ConfigError(f"strategy '{name}' does not take {spelling(key)}")
         declared[key].check(name, value)
+    options = {**options, **(fixed or {})}
     return cls(space, method=cls.method_for(options), seed=seed, warm_start=warm_start, **options)
 
 

@@ -51,6 +51,7 @@ class HybridStrategy(GridStrategy):
                choices=tuple(SCHEMES)),
     )
     warm_starts = True  # a warm start's skip sets are the first fallback drafts tried
+    quantized_target = {"vocab_sizes": (0,)}  # no trimmed head: the int8 target's head holds no fp32 rows to copy
 
     def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,
                  warm_start: Sequence[DraftConfig] = (), n_values: Sequence[int] = (1, 2, 3, 4),
@@ -88,7 +89,7 @@ class HybridStrategy(GridStrategy):
                 check_scheme(scheme, sm.device)
             except ConfigError as e:
                 raise ConfigError(f"{e} (hybrid's precision fallbacks: --schemes)") from None
-        self._vocab = sm.lm_head.weight.shape[0]
+        self._vocab = sm.vocab_size
         data = [*calibration.prompts, *calibration.continuations]
         self._heads = {v: LayerSkipParams.trimmed(frequent_tokens(data, v, self._vocab))
                        for v in self.vocab_sizes if 0 < v < self._vocab}

@@ -69,7 +69,7 @@ class PrecisionStrategy(GridStrategy):
 
     def prepare(self, sm, calibration, *, say: Callable[[str], None]) -> None:
         check_runnable(self.schemes, sm.device)
-        vocab = sm.lm_head.weight.shape[0]
+        vocab = sm.vocab_size
         data = [*calibration.prompts, *calibration.continuations]
         self._heads = {v: LayerSkipParams.trimmed(frequent_tokens(data, v, vocab)) if v < vocab else LayerSkipParams()
                        for v in self.vocab_sizes if v > 0}

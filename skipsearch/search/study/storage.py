@@ -168,11 +168,16 @@ def heartbeat(study: optuna.Study, number: int) -> Iterator[None]:
         thread.join()
 
 
-def stamp_model(study: optuna.Study, *, name: str, num_layers: int, fingerprint: str | None) -> None:
-    """Record the model a search runs on, once: re-ranking or planning from the study checks it."""
+def stamp_model(study: optuna.Study, *, name: str, num_layers: int, fingerprint: str | None,
+                precision: str = "native") -> None:
+    """Record the model a search runs on, once: re-ranking or planning from the study checks it. A quantized
+    target's precision is recorded beside it (a study without one ran on the native target)."""
     if MODEL_ATTR not in study.user_attrs:
+        made = {"name": name, "num_layers": num_layers, "fingerprint": fingerprint}
+        if precision != "native":
+            made["target_precision"] = precision
         try:
-            study.set_user_attr(MODEL_ATTR, {"name": name, "num_layers": num_layers, "fingerprint": fingerprint})
+            study.set_user_attr(MODEL_ATTR, made)
         except Exception as e:  # a busy storage: the record is a convenience, the space already names the depth
             if not storage_conflict(e):
                 raise
