@@ -29,8 +29,8 @@ def open_model(
     ``kernel`` (``--kernel``; None: the profile's, else eager) is checked against the device before the model
     loads; the caller builds it (``SkippableModel.use_kernel``) once it knows the longest sequence.
     ``precision`` (``--target-precision``; None: the profile's, else native) is the target's (model/target.py): a
-    profile made for another precision is refused, as is a draft that keeps its own copy of the weights (built from
-    the fp32 weights an int8 target no longer holds).
+    profile made for another precision is refused, as is a draft that copies fp32 weights an int8 target does not
+    hold (a trimmed head, fractal's layers).
     """
     prof = load_profile(profile) if profile else None
     precision = precision or (prof.model.target_precision if prof is not None else NATIVE)
