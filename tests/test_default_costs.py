@@ -134,7 +134,7 @@ def test_the_default_schemes_re_plan_every_shipped_profile_without_timing(tmp_pa
     schemes = tuple(SchemeCosts(name, like.attn_seconds, like.mlp_seconds, like.head_saving_seconds)
                     for name in choice.schemes)
     cp = replace(template, device=device, costs=replace(template.costs, schemes=schemes))
-    replanned = 0
+    replanned = refused = 0
     for path in SHIPPED:
         prof = load_profile(path, num_layers=30)
         try:
@@ -142,9 +142,13 @@ def test_the_default_schemes_re_plan_every_shipped_profile_without_timing(tmp_pa
         except NoRecordError:  # hand-written: keeps no record (raised after the cost file passed its checks)
             assert path.name in ("example.yaml", "hier-medium.yaml", "hier-small.yaml")
             continue
+        except ConfigError as e:  # an int8 target runs on CPUs only: a GPU's cost file is refused for it
+            assert device != "cpu" and prof.model.target_precision == "int8" and "runs on CPUs" in str(e), str(e)
+            refused += 1
+            continue
         assert new.method == prof.method
         replanned += 1
-    assert replanned == len(SHIPPED) - 3
+    assert replanned == len(SHIPPED) - 3 - refused
     # and the check has teeth: without any one default scheme some shipped profile cannot be re-planned
     for missing in choice.schemes:
         short = replace(cp, costs=replace(cp.costs, schemes=tuple(s for s in schemes if s.scheme != missing)))
@@ -156,6 +160,10 @@ def test_the_default_schemes_re_plan_every_shipped_profile_without_timing(tmp_pa
                 new, _ = device_replan.replan_profile(prof, short, source=str(path), costs_source="short.yaml")
             except NoRecordError:
                 continue
+            except ConfigError as e:
+                if "runs on CPUs" in str(e):  # the int8 target on a GPU's cost file, as above
+                    continue
+                raise
             except ProfileError as e:
                 assert "no costs for" in str(e) and missing in str(e), str(e)
                 failed = True
