@@ -114,10 +114,11 @@ def bench_profiles(
         raise ConfigError(f"the profiles are for the {' and '.join(sorted(theirs))} targets; bench one target at a "
                           "time (--target-precision)")
     precision = o.target_precision or (theirs.pop() if theirs else NATIVE)
-    check_precision(precision, device=o.device if o.device != "auto" else None, dtype=dtype)
+    device = choose_placement(o.device, dtype).device
+    check_precision(precision, device=None if device == "auto" else device, dtype=dtype)
     recorded = {prof.kernel or "eager" for _, prof in profs}
     kernel = choose_kernel(o.kernel, recorded.pop() if len(recorded) == 1 else None)
-    check_kernel(kernel, choose_placement(o.device, dtype).device)
+    check_kernel(kernel, device)
     # every prompt fits the model's context (a megabyte is refused by its length, untokenized)
     check_prompts_fit(name, (*prompts, *sweep_set), max_new_tokens=o.max_new_tokens)
     # 2. the model, and the profiles checked against it

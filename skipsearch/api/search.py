@@ -105,7 +105,13 @@ def _check_resumed_study(study_dir: str | None, model: str, strategy: str, preci
     refused before the model loads (the search would refuse each, but only once the model had loaded)."""
     from skipsearch.checkpoints import find_checkpoint
     from skipsearch.model.loader import read_config
-    from skipsearch.search.study import MODEL_ATTR, STRATEGY_ATTR, StudyError, check_study_model, load_study
+    from skipsearch.search.study import (
+        STRATEGY_ATTR,
+        StudyError,
+        check_study_model,
+        check_study_precision,
+        load_study,
+    )
 
     if not study_dir or not (Path(study_dir) / "study.db").is_file():
         return  # a new study, or one in a --storage database (the search checks that one)
@@ -117,10 +123,7 @@ def _check_resumed_study(study_dir: str | None, model: str, strategy: str, preci
     if made_by is not None and made_by != strategy:
         raise StudyError(f"study {label} was made by strategy '{made_by}', not '{strategy}': resume it with "
                          f"'{made_by}' or start another study")
-    made = attrs.get(MODEL_ATTR) if isinstance(attrs.get(MODEL_ATTR), dict) else {}
-    if made and made.get("target_precision", "native") != precision:
-        raise StudyError(f"study {label}'s trials ran on the {made.get('target_precision', 'native')} target, not the "
-                         f"{precision} one: give another --study")
+    check_study_precision(label, attrs, precision)
     check_study_model(label, attrs, model=model, num_layers=read_config(find_checkpoint(model)).num_hidden_layers)
 
 

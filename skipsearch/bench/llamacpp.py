@@ -40,6 +40,7 @@ import os
 import re
 import shlex
 import shutil
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -301,20 +302,19 @@ def target_type(sm) -> str:
     return "q8_0" if getattr(sm, "target_precision", "native") == "int8" else "f32"
 
 
-_SOURCES: dict[int, tuple] = {}  # id(int8 target) -> (it, the fp32 model GGUFs are written from)
+_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # int8 target -> the fp32 model GGUFs come from
 
 
 def gguf_source(sm, checkpoint: str | os.PathLike):
     """The model whose fp32 weights a GGUF is written from: ``sm`` itself, or for an int8 target (whose linears hold
-    int8 weights) the checkpoint loaded again in fp32, once per process."""
+    int8 weights) the checkpoint loaded again in fp32, once per int8 target, released with it."""
     if getattr(sm, "target_precision", "native") == "native":
         return sm
-    held = _SOURCES.get(id(sm))
-    if held is None or held[0] is not sm:
+    if sm not in _SOURCES:
         from skipsearch.model.loader import load_model
 
-        held = _SOURCES[id(sm)] = (sm, load_model(str(checkpoint), device="cpu", dtype="float32"))
-    return held[1]
+        _SOURCES[sm] = load_model(str(checkpoint), device="cpu", dtype="float32")
+    return _SOURCES[sm]
 
 
 def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("q8_0", "q4_0"),

@@ -42,6 +42,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, ExitRule, thaw
+from skipsearch.model.target import NATIVE
 
 if TYPE_CHECKING:
     from skipsearch.engine.decoding import Drafter
@@ -256,9 +257,9 @@ class Method:
     # candidate -> bits per weight of the draft's own copy of the model's layers (None: it keeps none); the
     # memory check counts that copy before the model loads.
     draft_weight_bits: Callable[[Candidate], int | None] | None = None
-    # candidate -> whether its draft copies weights out of the model's nn.Linear layers (a reduced-precision copy,
-    # a trimmed head): what an int8 target (model/target.py), whose linears are int8 stand-ins, cannot give.
-    # None: it never does (lookups, skipped sublayers).
+    # candidate -> whether its draft copies fp32 weights out of the model's nn.Linear layers (a trimmed head's rows,
+    # fractal's compressed layers): what an int8 target (model/target.py), whose linears are int8 stand-ins, cannot
+    # give (a precision copy reads the int8 weights themselves). None: it never does (lookups, skipped sublayers).
     copies_weights: Callable[[Candidate], bool] | None = None
     # the weight formats of the draft's own copy whose per-sublayer costs a cost file keeps for re-planning
     # (``skipsearch costs --schemes``), and (model, context, schemes, repeats) -> surrogate.SchemeCost per scheme
@@ -389,7 +390,7 @@ def candidate_for(setting: Setting) -> Candidate:
 
 
 def copies_weights(candidate: Candidate) -> bool:
-    """Whether ``candidate``'s draft copies weights out of the model's linears (``Method.copies_weights``)."""
+    """Whether ``candidate``'s draft copies fp32 weights out of the model's linears (``Method.copies_weights``)."""
     method = get(candidate.method)
     return not candidate.is_autoregressive and method.copies_weights is not None and method.copies_weights(candidate)
 
@@ -397,10 +398,10 @@ def copies_weights(candidate: Candidate) -> bool:
 def check_target(candidate: Candidate, precision: str, *, source: str = "the profile") -> None:
     """One ConfigError line where ``candidate`` cannot draft for the ``precision`` target: on a quantized target
     (model/target.py) a draft that copies the fp32 weights the target no longer holds."""
-    if precision != "native" and copies_weights(candidate):
-        raise ConfigError(f"{source}: its {candidate.method} draft copies the model's fp32 weights (a reduced-"
-                          f"precision copy or a trimmed head), which the {precision} target does not keep: the "
-                          f"{precision} target drafts with lookups and its own layers")
+    if precision != NATIVE and copies_weights(candidate):
+        raise ConfigError(f"{source}: its {candidate.method} draft copies the model's fp32 weights (a trimmed head, "
+                          f"fractal's compressed layers), which the {precision} target does not keep: the "
+                          f"{precision} target drafts with lookups, its own layers and copies of its int8 weights")
 
 
 def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:

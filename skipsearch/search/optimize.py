@@ -42,10 +42,10 @@ from skipsearch.search.objective import ModelObjective
 from skipsearch.search.space import SearchSpace
 from skipsearch.search.strategies import Strategy, check_strategy, make_strategy, spelling
 from skipsearch.search.study import (
-    MODEL_ATTR,
     SearchSummary,
     TrialRecord,
     best,
+    check_study_precision,
     open_study,
     records,
     run_search,
@@ -183,10 +183,8 @@ def optimize(
     precision = getattr(sm, "target_precision", NATIVE)
     stamp_model(study, name=sm.name, num_layers=sm.num_layers, fingerprint=getattr(sm, "fingerprint", None),
                 precision=precision)
-    made_for = (study.user_attrs.get(MODEL_ATTR) or {}).get("target_precision", NATIVE)
-    if made_for != precision:  # its trials timed another model
-        raise ConfigError(f"this study's trials ran on the {made_for} target, not the {precision} one: give another "
-                          "--study")
+    check_study_precision(s.storage and f"{s.storage} ({study.study_name})" or s.study_dir, study.user_attrs,
+                          precision)  # a shared study, whose attrs only the search reads: its trials timed a model
     budget, most = s.budget, strategy.plan().max_trials
     if most is not None and budget > most:
         say(f"{strategy.name}'s grid has {most} points: budget {budget} lowered to that")

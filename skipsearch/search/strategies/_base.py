@@ -120,7 +120,7 @@ class Strategy(ABC):
     options: ClassVar[tuple[Option, ...]] = ()  # what it takes beyond the space, seed and warm start
     warm_starts: ClassVar[bool] = True  # it can start from another profile's skip set (--warm-start)
     # for a quantized target (model/target.py), the options that keep its drafts off copies of the fp32 weights
-    # the target does not hold (a precision fallback, a trimmed head): given in place of the defaults
+    # the target does not hold (a trimmed head): given in place of the defaults
     quantized_target: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, space: SearchSpace, *, method: Method | None = None, seed: int = 0,

@@ -17,6 +17,7 @@ from skipsearch.search.study.opening import (
     check_or_stamp,
     check_storage,
     check_study_model,
+    check_study_precision,
     load_records,
     load_study,
     open_study,
@@ -69,7 +70,7 @@ __all__ = ["CONFIG_ATTR", "ERROR_ATTR", "EVALUATING_ATTR", "GRACE_SECONDS", "HEA
            "MEASUREMENT_ATTR", "METHOD_ATTR", "MODEL_ATTR", "PARAMS_ATTR", "REUSED_ATTR", "SEED_ATTR", "SEEDED_ATTR",
            "SPACE_ATTR", "STRATEGY_ATTR", "STUDY_COLUMNS", "WORKER_ATTR", "ClaimingRDBStorage", "SearchSummary",
            "Shipped", "StudyError", "TrialRecord", "best", "candidate_attrs", "check_or_stamp", "check_storage",
-           "check_study_model", "config_from_dict", "config_to_dict", "contention", "fail_lost_trials", "finish_trial",
-           "heartbeat", "load_records", "load_study", "open_study", "other_local_workers", "rdb_storage", "records",
-           "run_search", "seed_study", "set_trial_attr", "ship", "shortlist", "share_cores", "stamp_model",
-           "storage_conflict", "study_table", "trial_candidate", "worker_id"]
+           "check_study_model", "check_study_precision", "config_from_dict", "config_to_dict", "contention",
+           "fail_lost_trials", "finish_trial", "heartbeat", "load_records", "load_study", "open_study",
+           "other_local_workers", "rdb_storage", "records", "run_search", "seed_study", "set_trial_attr", "ship",
+           "shortlist", "share_cores", "stamp_model", "storage_conflict", "study_table", "trial_candidate", "worker_id"]

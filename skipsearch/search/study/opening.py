@@ -16,6 +16,7 @@ import sqlalchemy
 from skipsearch.search.strategies import Strategy
 from skipsearch.search.study.record import (
     MODEL_ATTR,
+    PRECISION_KEY,
     SEED_ATTR,
     SPACE_ATTR,
     STRATEGY_ATTR,
@@ -161,6 +162,15 @@ def check_study_model(label: str, attrs: dict, *, model: str, num_layers: int, f
     if not force and fingerprint and made.get("fingerprint") and made["fingerprint"] != fingerprint:
         raise StudyError(f"study {label} was made for model {made.get('name')} (fingerprint {made['fingerprint']}), "
                          f"not {model} ({fingerprint}): give its --model, or --force to use it anyway")
+
+
+def check_study_precision(label: str, attrs: dict, precision: str) -> None:
+    """Refuse, in one line, a study whose trials ran on another target precision than ``precision``
+    (model/target.py; a study that recorded none ran on the native target): its timings are another model's."""
+    made = attrs.get(MODEL_ATTR) if isinstance(attrs.get(MODEL_ATTR), dict) else {}
+    if made and made.get(PRECISION_KEY, "native") != precision:
+        raise StudyError(f"study {label}'s trials ran on the {made.get(PRECISION_KEY, 'native')} target, not the "
+                         f"{precision} one: give another --study")
 
 
 def load_records(*, study_dir: str | Path | None = None, storage: str | None = None,

@@ -19,6 +19,8 @@ KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so 
 METHOD_ATTR, PARAMS_ATTR = "method", "params"  # trial's: the candidate's method and method params
 WORKER_ATTR = "worker"  # trial's: "host:pid" of the process that runs it
 MODEL_ATTR = "model"  # study's: {name, num_layers, fingerprint} of the model the search ran on
+# in MODEL_ATTR: the target's precision (model/target.py) where it is not the native one
+PRECISION_KEY = "target_precision"
 
 
 class StudyError(RuntimeError):

@@ -14,7 +14,7 @@ from datetime import datetime
 import optuna
 import sqlalchemy
 
-from skipsearch.search.study.record import ERROR_ATTR, MODEL_ATTR, one_line
+from skipsearch.search.study.record import ERROR_ATTR, MODEL_ATTR, PRECISION_KEY, one_line
 
 _STATES = optuna.trial.TrialState
 # Liveness, by Optuna's RDBStorage heartbeats: a running trial records one every HEARTBEAT_SECONDS;
@@ -175,7 +175,7 @@ def stamp_model(study: optuna.Study, *, name: str, num_layers: int, fingerprint:
     if MODEL_ATTR not in study.user_attrs:
         made = {"name": name, "num_layers": num_layers, "fingerprint": fingerprint}
         if precision != "native":
-            made["target_precision"] = precision
+            made[PRECISION_KEY] = precision
         try:
             study.set_user_attr(MODEL_ATTR, made)
         except Exception as e:  # a busy storage: the record is a convenience, the space already names the depth
