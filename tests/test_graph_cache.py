@@ -90,7 +90,9 @@ def test_another_capacity_bucket_builds_calls_of_its_own_beside_the_first(built,
     copy = _copy(cache, tmp_path)
     other, _ = _worker(copy, 1, 1100)
     assert graphs.bucket(1100 + 4) != graphs.bucket(CAPACITY + 4)
-    assert other["calls"] == {"built": 3} and other["tokens"] == first["tokens"]
+    # the step and the block were built beside the process by two children of it (precompiled.build_aside), the
+    # draft's graph by the process itself, and all three decode what they decoded the first time
+    assert other["calls"] == {"built": 3, "aside": 2} and other["tokens"] == first["tokens"]
     again, _ = _worker(copy, 1, CAPACITY)
     assert again["calls"] == {"loaded": 3} and again["tokens"] == first["tokens"]
 
@@ -142,3 +144,56 @@ def test_the_notice_keeps_what_building_cost_after_a_process_that_only_loaded(mo
     graphs.record("panel-c8", 4.0)  # a later process that loaded them
     assert graphs.building("panel-c8", keeps=True) == \
         "loading panel-c8 graphs (kept on this machine; building them took 326 s)"
+
+
+def _aside_args():
+    """A tiny model and the arguments of one of its calls, for ``precompiled.build_aside`` without a compile."""
+    import torch
+
+    from tests.conftest import make_tiny_model
+
+    sm = make_tiny_model(vocab_size=64, num_layers=2, seed=3)
+    ids, positions = torch.zeros(1, 4, dtype=torch.long), torch.arange(1, 5).unsqueeze(0)
+    return sm.hf, (ids, positions, sm.cache_kwargs(sm.new_cache()), None)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="builds aside need fork and 2 cores")
+def test_a_build_aside_that_fails_or_hangs_leaves_the_call_to_the_process(monkeypatch, tmp_path):
+    """A child that fails leaves no file and the process builds the call itself; one that outlives
+    ``ASIDE_SECONDS`` is stopped and reaped; ``stop_aside`` stops any still running; a call already kept is not
+    built aside again."""
+    import time
+
+    from skipsearch.kernels import precompiled
+
+    model, args = _aside_args()
+
+    def fails(path, *_):
+        raise RuntimeError("no compiler")
+
+    def hangs(path, *_):
+        time.sleep(120)
+
+    def saves(path, *_):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"a call")
+
+    path = precompiled._path(tmp_path, model, args, "full:sdpa", {})
+    for build, seconds, built in ((fails, 60.0, False), (hangs, 1.0, False), (saves, 60.0, True)):
+        monkeypatch.setattr(precompiled, "_build", build)  # the child runs it: forked after this
+        monkeypatch.setattr(precompiled, "ASIDE_SECONDS", seconds)
+        precompiled.build_aside(tmp_path, model, args, "full:sdpa", {})
+        assert path in precompiled._ASIDE
+        t0 = time.monotonic()
+        assert precompiled._await(path) is built and path.is_file() is built, build.__name__
+        assert time.monotonic() - t0 < 30 and not precompiled._ASIDE
+    precompiled.build_aside(tmp_path, model, args, "full:sdpa", {})  # kept: nothing to build
+    assert not precompiled._ASIDE
+    path.unlink()
+    monkeypatch.setattr(precompiled, "_build", hangs)
+    precompiled.build_aside(tmp_path, model, args, "full:sdpa", {})
+    pid = precompiled._ASIDE[path]
+    precompiled.stop_aside()
+    assert not precompiled._ASIDE and not path.exists()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped: no child left behind

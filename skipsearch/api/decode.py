@@ -67,10 +67,13 @@ def decode_prompts(
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     work = [(p, encode_checked(sm, p, max_new_tokens=max_new_tokens)) for p in prompts]
+    # a compiled draft's graph compiles now, not in a prompt's time: while the kernel's block may still be building
+    warm = (lambda: _warm(sm, drafters())) if drafters is not None else None
     if kernel is not None:
-        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens)
-    if drafters is not None and sm.kernel.compiled:  # a compiled draft's graph compiles now, not in a prompt's time
-        _warm(sm, drafters())
+        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens,
+                      warm=warm if kernel.compiled else None)
+    elif warm is not None and sm.kernel.compiled:
+        warm()
     return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,
                         max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
 

@@ -93,6 +93,10 @@ class KernelRunner(Protocol):
 
     def report(self) -> KernelReport: ...
 
+    def settle(self) -> None:
+        """Finish its build: what it left building beside the process (``kernels/precompiled.build_aside``) waited
+        for and checked. ``SkippableModel.use_kernel`` calls it once anything it warms meanwhile is built."""
+
     def fresh_cache(self, positions: int | None) -> Any:
         """Its cache, emptied, for a sequence of ``positions``: one ConfigError line if they do not fit."""
 

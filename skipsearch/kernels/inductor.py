@@ -155,21 +155,54 @@ class CompiledBlocks:
                         id(self._rows_module): sm.hf if rows_model is None else rows_model} if precompile else None
         self._calls: dict[tuple, precompiled.Call | None] = {}  # call key -> its precompiled call (None: refused)
         self._reused: set[tuple] = set()  # calls (``_call_key``) whose graph ran again without compiling
-        graphs_before = counters["stats"]["unique_graphs"]
+        self._graphs_before, self._threads = counters["stats"]["unique_graphs"], threads
         self._memory = memory_probe(sm.device)
-        held = self._memory.current()
-        t0 = time.perf_counter()
+        self._held = self._memory.current()
+        self._seconds, self._began = 0.0, time.perf_counter()  # the build's span: from here to settle's end
+        self.graph_bytes = 0  # what the next batch size's graphs may add: measured in settle
+        self._later = sorted({1, kernel.chunk})  # the one-token graph and the block's: built aside, checked in settle
         with torch.inference_mode():
-            for size in sorted({1, kernel.chunk}):  # the one-token graph, then the block's
-                pad = torch.zeros(size, dtype=torch.long, device=sm.device)
-                for _ in range(2):  # the first call compiles; the second checks the graph is reused
-                    _rewind(self.cache, 0)
-                    self.forward(pad, 1)
-        _rewind(self.cache, 0)
-        self._seconds = time.perf_counter() - t0
-        self.graph_bytes = max(0, self._memory.current() - held)  # what the next batch size's graphs may add
-        self._graphs_before, self._threads = graphs_before, threads
+            for size in self._later:
+                self._aside(torch.zeros(1, size, dtype=torch.long, device=sm.device),
+                            torch.arange(1, 1 + size, device=sm.device).unsqueeze(0))
         self._rows: dict[int, object] = {}  # batch size -> its row cache (kv_cache.row_cache), graphs compiled
+
+    def _check(self, size: int) -> None:
+        """Build (or load) the one-sequence graph of ``size`` tokens: the first call compiles, the second checks
+        the graph is reused."""
+        import torch
+
+        pad = torch.zeros(size, dtype=torch.long, device=self._sm.device)
+        for _ in range(2):
+            _rewind(self.cache, 0)
+            self.forward(pad, 1)
+        _rewind(self.cache, 0)
+
+    def settle(self) -> None:
+        """Finish the build: the one-token graph and the block's, which children of this process may be building
+        (``_aside``) while this one built whatever ``SkippableModel.use_kernel`` warms meanwhile (a draft's graph),
+        waited for (or built here) and checked, so that no timed forward waits for a build."""
+        import torch
+
+        if not self._later:
+            return
+        with torch.inference_mode():
+            for size in self._later:
+                self._check(size)
+        self._later = []
+        self._seconds += time.perf_counter() - self._began
+        self.graph_bytes = max(0, self._memory.current() - self._held)
+
+    def _aside(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None, mask=None) -> None:
+        """Have a child of this process build the precompiled call of the full model over ``ids`` [B, T] at
+        ``positions`` (on ``cache`` with ``mask``: a batch's) while this one builds another
+        (``precompiled.build_aside``); nothing where calls are not precompiled."""
+        if self._models is None:
+            return
+        module = self._step_module if ids.numel() == 1 else self._rows_module
+        model = self._models[id(module)]
+        args = (ids, positions, self._sm.cache_kwargs(self.cache if cache is None else cache), mask)
+        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=False), self._settings)
 
     def fits(self, kernel: Kernel, capacity: int) -> bool:
         # a padded last block writes up to chunk - 1 positions past the sequence: the cache holds them too
@@ -228,7 +261,7 @@ class CompiledBlocks:
         [rows, chunk]) are compiled here for its first batch: minutes for a real model, once per batch size."""
         import torch
 
-        from skipsearch.kv_cache import row_cache
+        from skipsearch.kv_cache import row_cache, row_capacity, row_mask
 
         slots = self.capacity + DRAFT_SLOTS
         if positions + self.kernel.chunk > slots:
@@ -242,10 +275,15 @@ class CompiledBlocks:
                                              device=self._sm.device)
         t0, held = time.perf_counter(), self._memory.current()
         with torch.inference_mode():
-            for size in sorted({1, self.kernel.chunk}):  # the first call compiles; the second checks the reuse
-                pad = torch.zeros(rows, size, dtype=torch.long, device=self._sm.device)
+            sizes = sorted({1, self.kernel.chunk})
+            pads = {size: (torch.zeros(rows, size, dtype=torch.long, device=self._sm.device),
+                           torch.arange(1, 1 + size, device=self._sm.device).expand(rows, size).contiguous())
+                    for size in sizes}
+            for size in sizes[1:]:  # the block's graph: built by a child of this process while this one builds the step
+                self._aside(*pads[size], cache=cache, mask=row_mask(pads[size][1], row_capacity(cache)))
+            for size in sizes:  # the first call compiles (or waits for the child); the second checks the reuse
                 for _ in range(2):
-                    self.forward_rows(pad, torch.arange(1, 1 + size, device=self._sm.device).expand(rows, size), cache)
+                    self.forward_rows(*pads[size], cache)
         self._seconds += time.perf_counter() - t0
         self.graph_bytes = max(0, self._memory.current() - held)
         return cache
@@ -330,8 +368,8 @@ class CompiledBlocks:
         precompiled call loaded, or built and kept, and run; ``None`` where it cannot be (``torch.compile`` runs it,
         this time and later)."""
         model = self._models[id(module)]
-        role = f"{'draft' if draft else 'full'}:{model.config._attn_implementation}"
-        call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, role, self._settings)
+        call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, _role(model, draft),
+                                                      self._settings)
         return None if call is None else call(model, *args)
 
     def _forget(self) -> None:
@@ -356,6 +394,11 @@ class CompiledBlocks:
         subs = tuple(layer._modules.get(name) for layer in layers for name in ("self_attn", "mlp"))  # __getattr__
         return (*parts, self._draft_context if draft else None, hf.config._attn_implementation,
                 hf.get_output_embeddings(), layers, subs)
+
+
+def _role(model, draft: bool) -> str:
+    """A precompiled call's role: a draft's step or the full model's, and the attention it runs."""
+    return f"{'draft' if draft else 'full'}:{model.config._attn_implementation}"
 
 
 def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:

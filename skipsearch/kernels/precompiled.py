@@ -23,7 +23,14 @@ constants) are checked on a loaded call's first run, and a call that fails them 
 call's inputs, never its constants: edited weights of the same shapes load the same file and are read.
 
 A file that cannot be read is built again with ``graphs``' one notice a process. Files are written whole (torch
-writes a temporary file and renames it), so two processes building the same call both end with a whole one. A
+writes a temporary file and renames it), so two processes building the same call both end with a whole one.
+
+A first build on a machine of more than one core builds calls side by side (``build_aside``): a forked child builds
+and saves one call (a verify block) while this process builds another (the one-token step, a draft's), and the
+first call of the child's file waits for it, then loads it. A C++ compile runs on one core, so two builds take
+about as long as one (``studies/startup-cpu.md``). A child that fails leaves no file, and this process builds the
+call itself; one that outlives ``ASIDE_SECONDS`` is stopped first. The child runs nothing but the build (no
+graph, no thread pool of its own), and its output goes nowhere: what it built is checked where it is loaded. A
 call dynamo cannot capture whole (a graph break) is not precompiled: the caller falls back to ``torch.compile``.
 A saved call runs skipsearch's own operators through the dispatcher, so they are loaded before any call is (a
 dispatcher call of an operator nobody registered ends the process). No torch at import.
@@ -31,9 +38,14 @@ dispatcher call of an operator nobody registered ends the process). No torch at 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import logging
+import os
+import signal
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +56,12 @@ from skipsearch.kernels import graphs
 _log = logging.getLogger(__name__)
 
 FOLDER = "calls"  # under a machine's graph folder (``graphs.graphs_dir``)
-COUNTS: Counter = Counter()  # this process's precompiled calls: loaded, built, refused (fell back), stale (rebuilt)
+# this process's precompiled calls: loaded, built (here or by a child of it: "aside" counts those too), refused (fell
+# back to torch.compile), stale (built again)
+COUNTS: Counter = Counter()
+ASIDE_SECONDS = 900.0  # the longest a child's build is waited for; a first build of one call takes 1-3 minutes
+_ASIDE: dict[Path, int] = {}  # a call's file -> the pid of the child of this process building it
+_STOP_AT_EXIT: list[bool] = []  # whether stop_aside is registered to run at this process's exit
 # guards that name an object or a function by identity: a later process has other objects, so they cannot be saved
 _IDENTITY = frozenset({"ID_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE"})
 
@@ -121,26 +138,97 @@ def entry_key(model, role: str, shapes: tuple, settings: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def _path(folder: Path, model, args: tuple, role: str, settings: dict) -> Path:
+    """Where the call of ``logits`` on ``model`` over ``args`` (ids, positions, the cache's keyword, the mask or
+    None) for ``role`` is kept."""
+    ids, positions, cache, mask = args
+    shapes = (tuple(ids.shape), tuple(positions.shape), None if mask is None else tuple(mask.shape),
+              *(cache_shape(c) for c in cache.values()))
+    return folder / FOLDER / f"{entry_key(model, role, shapes, settings)}.bin"
+
+
+def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> None:
+    """Start building the call ``Call.of`` would build for these arguments in a forked child of this process, where
+    its file is missing, none is being built already, and this machine has a core to spare: the caller goes on
+    to build another call meanwhile, and the first ``Call.of`` of this one waits for the child."""
+    path = _path(folder, model, args, role, settings)
+    if path.is_file() or path in _ASIDE or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+        return
+    if not _STOP_AT_EXIT:
+        atexit.register(stop_aside)  # no child outlives this process
+        _STOP_AT_EXIT.append(True)
+    pid = os.fork()
+    if pid == 0:  # the child: build, save, and leave without running anything of the parent's at exit
+        code = 1
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            # new streams and no logging: another thread of the parent (a ticking notice) may have held the old
+            # streams' locks at the fork, and nothing of the child's is for the terminal
+            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's until os._exit
+            logging.disable(logging.CRITICAL)
+            import torch
+            import torch._inductor.config as inductor_config
+
+            inductor_config.compile_threads = 1  # no pool of compile workers: the parent's are not the child's
+            with torch.inference_mode():
+                _build(path, model, args, settings)
+            code = 0
+        finally:
+            os._exit(code)
+    _ASIDE[path] = pid
+
+
+def _await(path: Path) -> bool:
+    """Wait for the child building ``path``, if any (stopped after ``ASIDE_SECONDS``): whether it built the call."""
+    pid = _ASIDE.pop(path, None)
+    if pid is None:
+        return False
+    deadline = time.monotonic() + ASIDE_SECONDS
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            _log.debug("the build of %s beside this process took over %.0f s: stopped", path.name, ASIDE_SECONDS)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.1)
+    return os.waitstatus_to_exitcode(status) == 0 and path.is_file()
+
+
+def stop_aside() -> None:
+    """Stop every child still building a call (an interrupt, an error, or the end of the process): no compile
+    outlives the command that started it."""
+    while _ASIDE:
+        _, pid = _ASIDE.popitem()
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
 class Call:
     """One precompiled call of ``logits`` on ``model`` for one role and shape, kept in ``folder``: loaded from its
     file, else built and saved. Its first run checks dynamo's saved guards against the arguments (a loaded call
     that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
     apart. ``None`` from ``of`` where dynamo cannot capture the call whole."""
 
-    def __init__(self, fn, build: Callable[[], object]) -> None:
-        self._fn, self._build, self._checked = fn, build, False
+    def __init__(self, fn, build: Callable[[], object], settings: dict) -> None:
+        self._fn, self._build, self._checked, self._settings = fn, build, False, settings
 
     @classmethod
     def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
-        ids, positions, cache, mask = args
-        shapes = (tuple(ids.shape), tuple(positions.shape), None if mask is None else tuple(mask.shape),
-                  *(cache_shape(c) for c in cache.values()))
-        path = folder / FOLDER / f"{entry_key(model, role, shapes, settings)}.bin"
+        path = _path(folder, model, args, role, settings)
+        aside = _await(path)
 
         def build():
             return _build(path, model, args, settings)
 
-        fn = _load(path, folder)
+        fn = _load(path, folder, settings, aside=aside)
         if fn is None:
             try:
                 fn = build()
@@ -150,22 +238,30 @@ class Call:
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
-        return cls(fn, build)
+        return cls(fn, build, settings)
 
     def __call__(self, model, *args):
         if not self._checked:
-            if not self._fn.guard_check(model, *args):  # shapes, strides or constants other than when it was built
-                COUNTS["stale"] += 1
-                self._fn = self._build()
-            self._fn.disable_guard_check()
-            self._checked = True
+            import torch._inductor.config as inductor_config
+
+            with inductor_config.patch(self._settings):  # what its C++ was compiled under: nothing compiles again
+                if not self._fn.guard_check(model, *args):  # shapes, strides or constants other than when built
+                    COUNTS["stale"] += 1
+                    self._fn = self._build()
+                self._fn.disable_guard_check()
+                self._checked = True
+                return self._fn(model, *args)
         return self._fn(model, *args)
 
 
-def _load(path: Path, folder: Path):
+def _load(path: Path, folder: Path, settings: dict, *, aside: bool = False):
     """The call saved at ``path``, or ``None`` where there is none; one that cannot be read is removed, with one
-    notice a process (``graphs.unreadable``)."""
+    notice a process (``graphs.unreadable``). It loads under inductor's ``settings``, the ones it was built with:
+    inductor looks its C++ up by the compiler's command line, so under other settings (the wrapper's -O0) it would
+    compile it again. ``aside``: a child of this process built it (``build_aside``), so it counts as built here,
+    not as kept."""
     import torch
+    import torch._inductor.config as inductor_config
 
     from skipsearch.kernels.lowbit.build import check_lowbit
 
@@ -173,7 +269,7 @@ def _load(path: Path, folder: Path):
         return None
     check_lowbit()  # a saved call runs skipsearch's ops through the dispatcher: they must be registered before it runs
     try:
-        with path.open("rb") as handle:
+        with path.open("rb") as handle, inductor_config.patch(settings):
             fn = torch.compiler.load_compiled_function(handle)
     except (KeyboardInterrupt, MemoryError):
         raise
@@ -181,7 +277,7 @@ def _load(path: Path, folder: Path):
         graphs.unreadable(folder)
         path.unlink(missing_ok=True)
         return None
-    COUNTS["loaded"] += 1
+    COUNTS.update(("built", "aside") if aside else ("loaded",))
     return fn
 
 
@@ -201,4 +297,5 @@ def _build(path: Path, model, args: tuple, settings: dict):
     return fn
 
 
-__all__ = ["COUNTS", "Call", "cache_shape", "entry_key", "logits", "structure"]
+__all__ = ["ASIDE_SECONDS", "COUNTS", "Call", "build_aside", "cache_shape", "entry_key", "logits", "stop_aside",
+           "structure"]

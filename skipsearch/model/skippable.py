@@ -199,13 +199,17 @@ class SkippableModel:
         """How the compiled kernel was built (None for eager): its compile time and graph count."""
         return self._runner.report() if self._runner is not None else None
 
-    def use_kernel(self, kernel: Kernel | str, *, capacity: int) -> None:
+    def use_kernel(self, kernel: Kernel | str, *, capacity: int, warm: Callable[[], None] | None = None) -> None:
         """Run the full model's forwards on ``decode_cache()`` through ``kernel`` from now on, for sequences of up
         to ``capacity`` positions (longest prompt + max_new_tokens). A compiled kernel is built and compiled
         here, once per process (a minute or more: it is reported by ``kernel_report``); the caller checks
-        ``kernels.check_kernel`` before loading the model, so this only fails on a broken install."""
+        ``kernels.check_kernel`` before loading the model, so this only fails on a broken install. ``warm`` (a
+        draft's graph to build, on a compiled kernel) runs once the kernel's step is built, while the rest of its
+        build may still run beside this process (``KernelRunner.settle``)."""
         kernel = parse_kernel(kernel)
         if self._runner is not None and self._runner.fits(kernel, capacity):
+            if warm is not None:
+                warm()
             return
         check_kernel(kernel, self.device.type)
         # a step of a minute or more: the CLI shows it on stderr with the seconds it is taking (its "step" marks)
@@ -214,6 +218,9 @@ class SkippableModel:
             _log.info("%s ...", step, extra={"step": "start"})
         self._runner = kernel.spec.build(self, kernel, capacity)  # None: eager, this adapter's own forwards
         if self._runner is not None:
+            if warm is not None:
+                warm()  # where it fails, the block's first call waits for its build; none outlives the process
+            self._runner.settle()
             seconds = self._runner.report().compile_seconds
             _log.info("%s ... %.0f s", step, seconds, extra={"step": "end"})
             if kernel.spec.keeps_graphs:
