@@ -70,8 +70,7 @@ def decode_prompts(
     # a compiled draft's graph compiles now, not in a prompt's time: while the kernel's block may still be building
     warm = (lambda: _warm(sm, drafters())) if drafters is not None else None
     if kernel is not None:
-        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens,
-                      warm=warm if kernel.compiled else None)
+        sm.use_kernel(kernel, capacity=max(len(ids) for _, ids in work) + max_new_tokens, warm=warm)
     elif warm is not None and sm.kernel.compiled:
         warm()
     return _decode_each(sm, work, config=config, drafters=drafters, sampling=sampling,

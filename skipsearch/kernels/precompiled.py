@@ -25,9 +25,9 @@ call's inputs, never its constants: edited weights of the same shapes load the s
 A file that cannot be read is built again with ``graphs``' one notice a process. Files are written whole (torch
 writes a temporary file and renames it), so two processes building the same call both end with a whole one.
 
-A first build on a machine of more than one core builds calls side by side (``build_aside``): a forked child builds
-and saves one call (a verify block) while this process builds another (the one-token step, a draft's), and the
-first call of the child's file waits for it, then loads it. A C++ compile runs on one core, so two builds take
+A first build on a machine of more than one core builds calls side by side (``build_aside``): forked children build
+and save calls (the one-token step, the verify block) while this process builds another (a draft's), and the
+first call of a child's file waits for it, then loads it. A C++ compile runs on one core, so two builds take
 about as long as one (``studies/startup-cpu.md``). A child that fails leaves no file, and this process builds the
 call itself; one that outlives ``ASIDE_SECONDS`` is stopped first. The child runs nothing but the build (no
 graph, no thread pool of its own), and its output goes nowhere: what it built is checked where it is loaded. A
@@ -61,7 +61,6 @@ FOLDER = "calls"  # under a machine's graph folder (``graphs.graphs_dir``)
 COUNTS: Counter = Counter()
 ASIDE_SECONDS = 900.0  # the longest a child's build is waited for; a first build of one call takes 1-3 minutes
 _ASIDE: dict[Path, int] = {}  # a call's file -> the pid of the child of this process building it
-_STOP_AT_EXIT: list[bool] = []  # whether stop_aside is registered to run at this process's exit
 # guards that name an object or a function by identity: a later process has other objects, so they cannot be saved
 _IDENTITY = frozenset({"ID_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE"})
 
@@ -154,9 +153,6 @@ def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> 
     path = _path(folder, model, args, role, settings)
     if path.is_file() or path in _ASIDE or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return
-    if not _STOP_AT_EXIT:
-        atexit.register(stop_aside)  # no child outlives this process
-        _STOP_AT_EXIT.append(True)
     pid = os.fork()
     if pid == 0:  # the child: build, save, and leave without running anything of the parent's at exit
         code = 1
@@ -209,6 +205,9 @@ def stop_aside() -> None:
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+atexit.register(stop_aside)  # no child outlives this process (a child leaves by os._exit, which skips it)
 
 
 class Call:

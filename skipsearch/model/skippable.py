@@ -204,8 +204,8 @@ class SkippableModel:
         to ``capacity`` positions (longest prompt + max_new_tokens). A compiled kernel is built and compiled
         here, once per process (a minute or more: it is reported by ``kernel_report``); the caller checks
         ``kernels.check_kernel`` before loading the model, so this only fails on a broken install. ``warm`` (a
-        draft's graph to build, on a compiled kernel) runs once the kernel's step is built, while the rest of its
-        build may still run beside this process (``KernelRunner.settle``)."""
+        draft's graph to build) runs where the kernel is compiled: while its own graphs may still be building beside
+        this process, which ``KernelRunner.settle`` then waits for."""
         kernel = parse_kernel(kernel)
         if self._runner is not None and self._runner.fits(kernel, capacity):
             if warm is not None:
