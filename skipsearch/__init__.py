@@ -74,5 +74,28 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = _SPECS[module.__spec__.name]  # the import system gave it the old name's: put its own back
 
 
+def _interrupted_early(signum, frame) -> None:
+    import os
+
+    os.write(2, b"interrupted\n")
+    os._exit(130)
+
+
+def _hold_early_interrupts() -> None:
+    """Run as the command (``python -m skipsearch``, where runpy names the process ``-m`` while it imports the package,
+    or the ``skipsearch`` script): a Ctrl-C before ``__main__.main`` puts its own handler in place ends the process
+    as that one would, ``interrupted`` and exit 130, with no traceback: nothing has run yet. Imported as a library,
+    the process's handler is left alone."""
+    import signal
+    import threading
+
+    command = sys.argv[:1] == ["-m"] or (sys.argv[:1] and sys.argv[0].rsplit("/", 1)[-1] == "skipsearch")
+    if (command and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        signal.signal(signal.SIGINT, _interrupted_early)
+
+
+_hold_early_interrupts()
+
 if not any(isinstance(f, _Moved) for f in sys.meta_path):
     sys.meta_path.insert(0, _Moved())  # before the path finder, which would load a second copy from the old name

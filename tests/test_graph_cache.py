@@ -197,3 +197,54 @@ def test_a_build_aside_that_fails_or_hangs_leaves_the_call_to_the_process(monkey
     assert not precompiled._ASIDE and not path.exists()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped: no child left behind
+
+
+def test_a_calls_name_tells_apart_what_its_dropped_model_guards_checked():
+    """A saved call keeps no guard on the model (``precompiled._savable``): its file's name (``structure``) tells apart
+    whatever those guards checked, and nothing else. Other weights of the same shapes name the same call; another
+    stride, a view at another offset, tied weights, an attribute, a nested object's attribute do not."""
+    import torch
+
+    from skipsearch.kernels import precompiled
+    from tests.conftest import make_tiny_model
+
+    def named(edit=None, seed=3) -> str:
+        sm = make_tiny_model(vocab_size=64, num_layers=2, seed=seed)
+        if edit is not None:
+            edit(sm.hf)
+        return precompiled.structure(sm.hf)
+
+    def strided(hf):  # the same shape and values, another memory layout
+        w = hf.model.layers[0].mlp.up_proj.weight
+        w.data = w.data.t().contiguous().t()
+
+    def viewed(hf):  # two tensors viewing one buffer, the second at another offset
+        buffer = torch.zeros(8)
+        hf.model.layers[0].register_buffer("a", buffer[:4], persistent=False)
+        hf.model.layers[0].register_buffer("b", buffer[4:] if viewed.offset else buffer[:4], persistent=False)
+
+    class Group:
+        def __init__(self, n):
+            self.members = n
+
+    base = named()
+    assert named(seed=4) == base  # weights are the call's inputs
+    assert named(strided) != base
+    viewed.offset = True
+    at_four = named(viewed)
+    viewed.offset = False
+    assert named(viewed) != at_four
+    assert named(lambda hf: setattr(hf.lm_head, "weight", hf.model.embed_tokens.weight)) != base
+    assert named(lambda hf: setattr(hf.model.layers[1].self_attn, "kept", (1, 2))) != \
+        named(lambda hf: setattr(hf.model.layers[1].self_attn, "kept", (1, 3)))
+    assert named(lambda hf: setattr(hf.model.layers[1].mlp, "group", Group(2))) != \
+        named(lambda hf: setattr(hf.model.layers[1].mlp, "group", Group(3)))
+    shared = Group(2)
+
+    def one_group(hf):
+        hf.model.layers[0].mlp.group = hf.model.layers[1].mlp.group = shared
+
+    def two_groups(hf):
+        hf.model.layers[0].mlp.group, hf.model.layers[1].mlp.group = Group(2), Group(2)
+
+    assert named(one_group) != named(two_groups)

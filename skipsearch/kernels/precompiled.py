@@ -18,9 +18,13 @@ saved guards cannot check (``entry_key``):
   model, methods, the KV cache): any edit of it builds the calls anew.
 
 Guards on identity (which object, which function) and on globals cannot be saved and are dropped; the caller's
-in-process key (``CompiledBlocks._call_key``) still holds the objects. The other guards (shapes, strides, dtypes,
-constants) are checked on a loaded call's first run, and a call that fails them is built again. Weights are the
-call's inputs, never its constants: edited weights of the same shapes load the same file and are read.
+in-process key (``CompiledBlocks._call_key``) still holds the objects. Guards reached through the model are dropped
+too: what they check (each module's class and attributes, each tensor's shape, stride, dtype and device, which
+objects are shared, hooks) is in the file's name (``structure``), and a loaded call rebuilds every guard it keeps:
+smollm2-135m's calls kept 6,555, 6,000 of them on the model, which took seconds of each later process's start
+(``studies/startup-cpu.md``). The other guards (the inputs' and the cache's shapes, strides and dtypes, the global
+state) are checked on a loaded call's first run, and a call that fails them is built again. Weights are the call's
+inputs, never its constants: edited weights of the same shapes load the same file and are read.
 
 A file that cannot be read is built again with ``graphs``' one notice a process. Files are written whole (torch
 writes a temporary file and renames it), so two processes building the same call both end with a whole one.
@@ -46,7 +50,7 @@ import os
 import signal
 import sys
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,9 +78,13 @@ def logits(model, input_ids, position_ids, cache, attention_mask=None):
 
 
 def _savable(entries) -> list[bool]:
-    """dynamo's guard filter: keep every guard but those on identity and on globals (neither can be saved)."""
-    return [not (e.is_global or e.guard_type in _IDENTITY or _IDENTITY.intersection(e.derived_guard_types or ()))
-            for e in entries]
+    """dynamo's guard filter: keep every guard but those on identity and on globals (neither can be saved) and those
+    reached through the model argument, its classes' attributes included (``structure`` and ``_versions`` key what
+    they check)."""
+    from torch._dynamo.source import get_local_source_name
+
+    return [not (e.is_global or e.guard_type in _IDENTITY or _IDENTITY.intersection(e.derived_guard_types or ())
+                 or get_local_source_name(e.orig_guard.originating_source) == "model") for e in entries]
 
 
 _TRACED = ("kernels", "model", "methods", "kv_cache.py")  # skipsearch's code that runs inside a call
@@ -98,22 +106,75 @@ def _versions() -> str:
 
 
 def structure(model) -> str:
-    """What the traced code of ``model`` bakes in, as text: each module's name and class, the shape and dtype of
-    each tensor it holds (parameters, buffers and plain attributes) and its plain settings (numbers, strings,
-    flags), and the config. Weights' values are left out: they are the call's inputs."""
-    import torch
-
-    parts = [model.config.to_json_string(use_diff=False)]
-    for name, module in model.named_modules():
-        parts.append(f"{name}:{type(module).__module__}.{type(module).__qualname__}")
-        for attr, value in sorted(vars(module).items()):
-            if isinstance(value, torch.Tensor):
-                parts.append(f" {attr}{tuple(value.shape)}{value.dtype}")
-            elif isinstance(value, dict) and attr in ("_parameters", "_buffers"):
-                parts.extend(f" {k}{tuple(t.shape)}{t.dtype}" for k, t in sorted(value.items()) if t is not None)
-            elif isinstance(value, bool | int | float | str | type(None)):
-                parts.append(f" {attr}={value!r}")
+    """What the traced code of ``model`` reads of it, as text: each module's name and class, and each of its
+    attributes (``_describe``): tensors by shape, stride, dtype, device and whether they need grad, plain values by
+    value, configs by their JSON, other objects by class and their own attributes, functions by name, and an object
+    met again by where it was first met (tied weights, a group shared by sibling layers). Weights' values are left
+    out: they are the call's inputs. The saved call keeps no guard on the model (``_savable``), so this is all that
+    tells its models apart."""
+    seen: dict = {}  # an object's id, or a storage's key -> where it was first met
+    parts = []
+    for name, module in model.named_modules(remove_duplicate=False):
+        if id(module) in seen:
+            parts.append(f"{name}:={seen[id(module)]}")
+            continue
+        seen[id(module)] = name
+        parts.append(f"{name}:{_kind(module)}{_attributes(module, name, seen, 0)}")
     return "\n".join(parts)
+
+
+def _kind(value) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _attributes(value, where: str, seen: dict, depth: int) -> str:
+    """An object's own attributes, by name."""
+    attrs = vars(value)
+    return "(" + ", ".join(f"{k}={_describe(attrs[k], f'{where}.{k}', seen, depth)}" for k in sorted(attrs)) + ")"
+
+
+_PLAIN = frozenset({bool, int, float, str, complex})
+_EMPTY = frozenset({dict, OrderedDict, list, tuple})
+_PLAIN_KINDS: tuple = ()  # the other kinds described by their repr: filled at the first ``structure``
+
+
+def _describe(value, where: str, seen: dict, depth: int) -> str:
+    """``structure``'s text for one value held at ``where``; ``seen``: id -> where each object was first met."""
+    global _PLAIN_KINDS
+    import torch
+    from transformers import GenerationConfig, PretrainedConfig
+
+    if not _PLAIN_KINDS:
+        import enum
+
+        _PLAIN_KINDS = (bool, int, float, str, complex, torch.dtype, torch.device, torch.Size, enum.Enum)
+    if value is None or type(value) in _PLAIN or isinstance(value, _PLAIN_KINDS):
+        return repr(value)
+    if type(value) in _EMPTY and not value:  # a module's hook tables: nine a module, nearly always empty
+        return f"{_kind(value)}{{}}"
+    if isinstance(value, torch.nn.Module | GenerationConfig):
+        return _kind(value)  # a module: its own line, under its own name; generate's settings: never traced
+    if id(value) in seen:
+        return f"={seen[id(value)]}"
+    seen[id(value)] = where
+    if isinstance(value, torch.Tensor):  # and which tensor's storage it views, where (a sibling's slice of a buffer)
+        storage = ("storage", value.device, value.untyped_storage().data_ptr())
+        base = seen.setdefault(storage, where)
+        return (f"{_kind(value)}{tuple(value.shape)}{value.stride()}{value.dtype}{value.device}"
+                f"{'grad' if value.requires_grad else ''}{'inference' if value.is_inference() else ''}"
+                f"@{base}+{value.storage_offset()}")
+    if isinstance(value, PretrainedConfig):
+        return value.to_json_string(use_diff=False)
+    if isinstance(value, tuple | list):
+        return f"{_kind(value)}[{', '.join(_describe(v, f'{where}[{i}]', seen, depth) for i, v in enumerate(value))}]"
+    if isinstance(value, dict):
+        return (f"{_kind(value)}{{" + ", ".join(f"{k!r}: {_describe(v, f'{where}[{k!r}]', seen, depth)}"
+                                                for k, v in value.items()) + "}")
+    if isinstance(value, set | frozenset):
+        return f"{_kind(value)}{sorted(map(repr, value))}"
+    if callable(value) or depth >= 4 or not hasattr(value, "__dict__"):
+        return getattr(value, "__qualname__", _kind(value))  # a function or a class: its code is in _versions' hash
+    return f"{_kind(value)}{_attributes(value, where, seen, depth + 1)}"
 
 
 def cache_shape(cache) -> tuple:
@@ -216,8 +277,9 @@ class Call:
     that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
     apart. ``None`` from ``of`` where dynamo cannot capture the call whole."""
 
-    def __init__(self, fn, build: Callable[[], object], settings: dict) -> None:
+    def __init__(self, fn, build: Callable[[], object], settings: dict, path: Path) -> None:
         self._fn, self._build, self._checked, self._settings = fn, build, False, settings
+        self.path = path  # its file
 
     @classmethod
     def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
@@ -237,7 +299,7 @@ class Call:
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
-        return cls(fn, build, settings)
+        return cls(fn, build, settings, path)
 
     def __call__(self, model, *args):
         if not self._checked:
