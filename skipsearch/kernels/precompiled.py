@@ -77,14 +77,18 @@ def logits(model, input_ids, position_ids, cache, attention_mask=None):
     return model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **cache, **mask).logits
 
 
+_MODEL = ("model.", "model[")  # how a guard's name starts where it is on the model argument or anything under it
+# (dynamo's filter names a source without its scope: ``L['model'].config`` is ``model.config``)
+
+
 def _savable(entries) -> list[bool]:
     """dynamo's guard filter: keep every guard but those on identity and on globals (neither can be saved) and those
-    reached through the model argument, its classes' attributes included (``structure`` and ``_versions`` key what
-    they check)."""
-    from torch._dynamo.source import get_local_source_name
-
+    on the model and what it holds (``structure`` keys what they check). A few guards that reach the model's classes
+    through an expression (``dict(type(model.config).__mro__[1].__dict__)``, the transformers code's: keyed by its
+    version) are kept: dropping every guard through the model leaves dynamo's saved key-order checks of its dicts
+    without the model to read when the call loads."""
     return [not (e.is_global or e.guard_type in _IDENTITY or _IDENTITY.intersection(e.derived_guard_types or ())
-                 or get_local_source_name(e.orig_guard.originating_source) == "model") for e in entries]
+                 or e.name == "model" or e.name.startswith(_MODEL)) for e in entries]
 
 
 _TRACED = ("kernels", "model", "methods", "kv_cache.py")  # skipsearch's code that runs inside a call
