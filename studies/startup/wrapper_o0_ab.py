@@ -1,10 +1,16 @@
 """One process, interleaved: panel-c8's step and block with the C++ wrapper compiled at -O1 (inductor's default for
 a separately built wrapper) and at -O0, both from a cleared cache; each checked against eager."""
-import os, shutil, time, torch
+import os
+import shutil
+import time
+
+import torch
 from interleave import compare
+
 from skipsearch.api.loading import open_model
 from skipsearch.kernels import Kernel, graphs, panel
 from skipsearch.kernels.inductor import CompiledBlocks
+
 os.environ["SKIPSEARCH_CACHE"] = "/tmp/p62/o0cache"
 shutil.rmtree("/tmp/p62/o0cache/graphs", ignore_errors=True)
 torch.set_num_threads(2)
