@@ -18,11 +18,13 @@ sm, _ = open_model(model="smollm2-135m", device="cpu")
 ids = torch.randint(0, 40000, (200,), generator=torch.Generator().manual_seed(0))
 k = Kernel("panel", 8)
 runners = {}
-for name, extra in (("wrapper O1", {"aot_inductor.compile_wrapper_opt_level": "O1"}), ("wrapper O0", {"aot_inductor.compile_wrapper_opt_level": "O0"})):
+LEVEL = "aot_inductor.compile_wrapper_opt_level"
+for name, extra in (("wrapper O1", {LEVEL: "O1"}), ("wrapper O0", {LEVEL: "O0"})):
     copy = panel.shared_copy(sm.hf, panels=True)
     t = time.perf_counter()
     R = CompiledBlocks(sm, k, capacity=graphs.bucket(512 + 8), step_model=copy, rows_model=copy,
-                       settings={**panel.SETTINGS, **extra}, draft_context=lambda: panel.packed_attention(sm), precompile=True)
+                       settings={**panel.SETTINGS, **extra}, draft_context=lambda: panel.packed_attention(sm),
+                       precompile=True)
     R.settle()
     runners[name] = R
     print(f"{name}: built in {time.perf_counter() - t:.1f} s", flush=True)
