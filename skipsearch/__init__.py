@@ -86,10 +86,11 @@ def _hold_early_interrupts() -> None:
     or the ``skipsearch`` script): a Ctrl-C before ``__main__.main`` puts its own handler in place ends the process
     as that one would, ``interrupted`` and exit 130, with no traceback: nothing has run yet. Imported as a library,
     the process's handler is left alone."""
+    import os
     import signal
     import threading
 
-    command = sys.argv[:1] == ["-m"] or (sys.argv[:1] and sys.argv[0].rsplit("/", 1)[-1] == "skipsearch")
+    command = sys.argv[:1] == ["-m"] or (sys.argv[:1] and os.path.basename(sys.argv[0]) == "skipsearch")
     if (command and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
         signal.signal(signal.SIGINT, _interrupted_early)

@@ -18,9 +18,10 @@ saved guards cannot check (``entry_key``):
   model, methods, the KV cache): any edit of it builds the calls anew.
 
 Guards on identity (which object, which function) and on globals cannot be saved and are dropped; the caller's
-in-process key (``CompiledBlocks._call_key``) still holds the objects. Guards reached through the model are dropped
-too: what they check (each module's class and attributes, each tensor's shape, stride, dtype and device, which
-objects are shared, hooks) is in the file's name (``structure``), and a loaded call rebuilds every guard it keeps:
+in-process key (``CompiledBlocks._call_key``) still holds the objects. Guards on the model and what it holds are
+dropped too (``_savable``; a few on its classes' attributes are kept): what they check (each module's class and
+attributes, each tensor's shape, stride, dtype and device, which objects are shared, hooks) is in the file's name
+(``structure``), and a loaded call rebuilds every guard it keeps:
 smollm2-135m's calls kept 6,555, 6,000 of them on the model, which took seconds of each later process's start
 (``studies/startup-cpu.md``). The other guards (the inputs' and the cache's shapes, strides and dtypes, the global
 state) are checked on a loaded call's first run, and a call that fails them is built again. Weights are the call's
@@ -114,8 +115,8 @@ def structure(model) -> str:
     attributes (``_describe``): tensors by shape, stride, dtype, device and whether they need grad, plain values by
     value, configs by their JSON, other objects by class and their own attributes, functions by name, and an object
     met again by where it was first met (tied weights, a group shared by sibling layers). Weights' values are left
-    out: they are the call's inputs. The saved call keeps no guard on the model (``_savable``), so this is all that
-    tells its models apart."""
+    out: they are the call's inputs. The saved call keeps no guard on the model's own attributes (``_savable``), so
+    this is all that tells its models apart."""
     seen: dict = {}  # an object's id, or a storage's key -> where it was first met
     parts = []
     for name, module in model.named_modules(remove_duplicate=False):
@@ -137,37 +138,43 @@ def _attributes(value, where: str, seen: dict, depth: int) -> str:
     return "(" + ", ".join(f"{k}={_describe(attrs[k], f'{where}.{k}', seen, depth)}" for k in sorted(attrs)) + ")"
 
 
-_PLAIN = frozenset({bool, int, float, str, complex})
+_PLAIN = frozenset({bool, int, float, str, complex})  # described by their repr, looked up before any isinstance
 _EMPTY = frozenset({dict, OrderedDict, list, tuple})
-_PLAIN_KINDS: tuple = ()  # the other kinds described by their repr: filled at the first ``structure``
+
+
+@functools.cache
+def _kinds() -> tuple:
+    """The classes ``_describe`` asks about, imported once (no torch at this module's import): what else is described
+    by its repr; what is described by its class alone (a module has its own line; generate's settings are never
+    traced); tensors; configs."""
+    import enum
+
+    import torch
+    from transformers import GenerationConfig, PretrainedConfig
+
+    return ((bool, int, float, str, complex, torch.dtype, torch.device, torch.Size, enum.Enum),
+            (torch.nn.Module, GenerationConfig), torch.Tensor, PretrainedConfig)
 
 
 def _describe(value, where: str, seen: dict, depth: int) -> str:
     """``structure``'s text for one value held at ``where``; ``seen``: id -> where each object was first met."""
-    global _PLAIN_KINDS
-    import torch
-    from transformers import GenerationConfig, PretrainedConfig
-
-    if not _PLAIN_KINDS:
-        import enum
-
-        _PLAIN_KINDS = (bool, int, float, str, complex, torch.dtype, torch.device, torch.Size, enum.Enum)
-    if value is None or type(value) in _PLAIN or isinstance(value, _PLAIN_KINDS):
+    plain, by_class, tensor, config = _kinds()
+    if value is None or type(value) in _PLAIN or isinstance(value, plain):
         return repr(value)
     if type(value) in _EMPTY and not value:  # a module's hook tables: nine a module, nearly always empty
         return f"{_kind(value)}{{}}"
-    if isinstance(value, torch.nn.Module | GenerationConfig):
-        return _kind(value)  # a module: its own line, under its own name; generate's settings: never traced
+    if isinstance(value, by_class):
+        return _kind(value)
     if id(value) in seen:
         return f"={seen[id(value)]}"
     seen[id(value)] = where
-    if isinstance(value, torch.Tensor):  # and which tensor's storage it views, where (a sibling's slice of a buffer)
+    if isinstance(value, tensor):  # and which tensor's storage it views, where (a sibling's slice of a buffer)
         storage = ("storage", value.device, value.untyped_storage().data_ptr())
         base = seen.setdefault(storage, where)
         return (f"{_kind(value)}{tuple(value.shape)}{value.stride()}{value.dtype}{value.device}"
                 f"{'grad' if value.requires_grad else ''}{'inference' if value.is_inference() else ''}"
                 f"@{base}+{value.storage_offset()}")
-    if isinstance(value, PretrainedConfig):
+    if isinstance(value, config):
         return value.to_json_string(use_diff=False)
     if isinstance(value, tuple | list):
         return f"{_kind(value)}[{', '.join(_describe(v, f'{where}[{i}]', seen, depth) for i, v in enumerate(value))}]"
