@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# how a search scores a candidate (search/optimize.py); here so that the CLI's choices need not import the search
+OBJECTIVES = ("auto", "two-stage", "surrogate", "timed")
+
 
 class ConfigError(ValueError):
     """A draft or sampling setting that cannot be used. The message is one line for users."""

@@ -346,16 +346,24 @@ def test_real_model_layer_skip_in_16_bit_is_identical_or_equal_up_to_ties(real16
         assert v.kind == eq.DIFFERENT and v.position == 10 and v.margin > 2 * v.tolerance, (name, v)
 
 
+def _drafts_nothing(raw: dict) -> bool:
+    """A profile whose draft may propose no token (``max_draft_tokens: 0``, what a search ships where no draft paid):
+    it decodes plain, whatever its method."""
+    return (raw.get("draft") or {}).get("max_draft_tokens") == 0
+
+
 def _distinct_drafts(paths: list[Path]) -> list[Path]:
     """One profile per distinct draft (method, its params and the draft config, schedule aside): the thread-count
-    copies and re-plans that draft the same way decode the same tokens, and each real-model bf16 case costs minutes
-    on a CPU without native bf16."""
+    copies and re-plans that draft the same way decode the same tokens, and so do all the profiles that draft
+    nothing (the test checks that they draft nothing); each real-model bf16 case costs a minute or more on a CPU
+    without native bf16."""
     import yaml
 
     seen, out = set(), []
     for path in paths:
         raw = yaml.safe_load(path.read_text())
-        key = json.dumps([raw.get("method"), raw.get("method_params"), raw.get("draft")], sort_keys=True)
+        key = "plain" if _drafts_nothing(raw) else json.dumps(
+            [raw.get("method"), raw.get("method_params"), raw.get("draft")], sort_keys=True)
         if key not in seen:
             seen.add(key)
             out.append(path)
@@ -371,16 +379,21 @@ SHIPPED = _distinct_drafts(sorted(p for p in (Path(__file__).parents[1] / "profi
 @pytest.mark.model
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_real_model_every_shipped_method_in_bf16_is_never_different(real_bf16, path):
+    import yaml
+
     from skipsearch.api import drafter_factory
     from skipsearch.profile import load_profile
 
     sm, cases = real_bf16
     make = drafter_factory(load_profile(path, num_layers=sm.num_layers), sm)
-    kinds = []
+    kinds, drafted = [], 0
     for _, ids, ref in cases:
-        out = generate(sm, ids, drafter=make(), max_new_tokens=REAL_NEW).token_ids
-        kinds.append(assert_greedy_equivalent(sm, ids, out, ref).kind)
+        result = generate(sm, ids, drafter=make(), max_new_tokens=REAL_NEW)
+        kinds.append(assert_greedy_equivalent(sm, ids, result.token_ids, ref).kind)
+        drafted += result.stats.drafted_tokens
     assert len(kinds) == 8 and eq.DIFFERENT not in kinds
+    # the case stands for every profile that drafts nothing only if it drafts nothing; the others do draft
+    assert (drafted == 0) == _drafts_nothing(yaml.safe_load(path.read_text())), drafted
 
 
 @pytest.mark.model

@@ -9,9 +9,9 @@ import typer
 
 from skipsearch.cli import options
 from skipsearch.cli.edge import user_errors
+from skipsearch.files.errors import StudyError
 from skipsearch.files.figures import check_plot_target
 from skipsearch.profile import load_profile
-from skipsearch.search.study import StudyError
 
 profile_app = typer.Typer(help="Check and describe draft profiles.", no_args_is_help=True)
 study_app = typer.Typer(help="Inspect search studies.", no_args_is_help=True)

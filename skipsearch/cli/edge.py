@@ -17,11 +17,10 @@ from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError
 from skipsearch.data import DataError
 from skipsearch.files import targets
-from skipsearch.files.errors import ProfileError, TargetError
+from skipsearch.files.errors import ProfileError, StudyError, TargetError
 from skipsearch.interrupts import interrupt_seen
 from skipsearch.notices import route_warnings
 from skipsearch.profile import save_profile
-from skipsearch.search.study import StudyError
 
 USER_ERRORS: tuple[type[Exception], ...] = (ProfileError, ModelError, DataError, ConfigError, StudyError)
 

@@ -170,7 +170,7 @@ def _check_split(word: str) -> None:
 
 
 def objective_values() -> tuple[str, ...]:
-    from skipsearch.search.optimize import OBJECTIVES
+    from skipsearch.config import OBJECTIVES
 
     return OBJECTIVES
 

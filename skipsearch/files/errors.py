@@ -1,6 +1,7 @@
 """The one-line errors of skipsearch's files: a draft profile's (``ProfileError``, and ``NoRecordError`` for one that
 keeps no record of its draft) and a cost file's (``CostsError``, a ``ProfileError``, so that whatever catches one
-catches both), and an output path's (``TargetError``)."""
+catches both), an output path's (``TargetError``), and an Optuna study's (``StudyError``, here so that the CLI can
+name it without importing Optuna)."""
 
 from __future__ import annotations
 
@@ -25,4 +26,11 @@ class NoRecordError(ProfileError):
     (``device_replan.record_on_model``): a hand-written profile, or one written before profiles kept records."""
 
 
-__all__ = ["CostsError", "NoRecordError", "ProfileError", "TargetError"]
+class StudyError(RuntimeError):
+    """A study that cannot be opened, resumed or run. The message is one line for users."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+__all__ = ["CostsError", "NoRecordError", "ProfileError", "StudyError", "TargetError"]

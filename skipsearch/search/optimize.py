@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from skipsearch import methods
-from skipsearch.config import Candidate, ConfigError, DraftConfig
+from skipsearch.config import OBJECTIVES, Candidate, ConfigError, DraftConfig
 from skipsearch.engine.calibration import calibrate_on, calibration_workload
 from skipsearch.measure import Measurement
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
@@ -53,8 +53,6 @@ from skipsearch.search.study import (
     shortlist,
     stamp_model,
 )
-
-OBJECTIVES = ("auto", "two-stage", "surrogate", "timed")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import optuna
 
 from skipsearch.config import Candidate, DraftConfig, ExitRule
+from skipsearch.files.errors import StudyError  # noqa: F401  (re-exported: the study's error, defined light)
 from skipsearch.measure import Kind, Measurement
 
 _STATES = optuna.trial.TrialState
@@ -21,13 +22,6 @@ WORKER_ATTR = "worker"  # trial's: "host:pid" of the process that runs it
 MODEL_ATTR = "model"  # study's: {name, num_layers, fingerprint} of the model the search ran on
 # in MODEL_ATTR: the target's precision (model/target.py) where it is not the native one
 PRECISION_KEY = "target_precision"
-
-
-class StudyError(RuntimeError):
-    """A study that cannot be opened, resumed or run. The message is one line for users."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
 
 
 @dataclass(frozen=True)
