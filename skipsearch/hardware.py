@@ -117,6 +117,16 @@ def probe(device: str = "cpu") -> Hardware:
                     gpu_name=gpu_name, gpu_capability=gpu_capability)
 
 
+def machine_key(device: str = "cpu") -> str:
+    """Which machine a timing belongs to, as a study records it on each timed trial: the GPU on CUDA, else this
+    exact CPU (``cpu_signature``: family, model and ISA) and the thread count. A search that resumes a study times
+    again what another machine timed (search/study/shipping.py)."""
+    here = probe(device)
+    if here.gpu:
+        return f"{here.gpu_name} (compute capability {here.gpu_capability})"
+    return f"{cpu_signature()}, {here.threads} thread{'s' if here.threads != 1 else ''}"
+
+
 def recorded(environment: Any) -> Hardware | None:
     """The hardware an ``Environment`` (a profile's or cost file's) names, or None when the file predates
     the fields (or has no environment)."""

@@ -333,6 +333,30 @@ def test_shortlist_is_the_best_distinct_configs_of_a_kind(fast_dir):
     assert shortlist(study, 3, kind="timed") == []
 
 
+def test_a_shortlist_timed_on_another_machine_is_timed_again_here_and_ships_this_machines_figure(fast_dir):
+    """A study resumed on another machine (one checked out with the repository, or shared) has its shortlist timed
+    again: what ships is this machine's timing, never the other one's."""
+    from skipsearch.search.study.shipping import ship
+
+    C = replace(A, skip_attn=(1, 2, 3))
+    strategy = Fixed(SPACE, sequence=[A, B, C])
+    study = open_study(study_dir=fast_dir / "m", strategy=strategy)
+    run_search(study, strategy, Objective(), budget=3)
+    there = ship(study, Objective(timed_penalty=-1.0), strategy, shortlisted=2, interrupted=False,
+                 machine="the other machine", say=lambda _: None)
+    assert there.measurement.speedup == 2.3 and [r.machine for r in there.timed] == ["the other machine"] * 2
+    objective = Objective(timed_penalty=0.1)
+    shipped = ship(study, objective, strategy, shortlisted=2, interrupted=False, machine="this machine",
+                   say=lambda _: None)
+    assert objective.calls == [(C, "timed"), (A, "timed"), (C, "timed")]  # the shortlist, then the re-check
+    assert shipped.candidate.draft == C and shipped.measurement.speedup == pytest.approx(1.2)
+    assert {r.machine for r in shipped.timed} == {"this machine"}
+    # timed here already: a third run on this machine times nothing new (only the re-check before shipping)
+    again = Objective(timed_penalty=0.1)
+    ship(study, again, strategy, shortlisted=2, interrupted=False, machine="this machine", say=lambda _: None)
+    assert again.calls == [(C, "timed")]
+
+
 def test_candidates_of_other_methods_round_trip_through_the_study(fast_dir):
     from skipsearch.methods.ngram import METHOD as NGRAM
     from skipsearch.methods.ngram import NgramParams

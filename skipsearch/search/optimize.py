@@ -24,6 +24,7 @@ from typing import Any
 from skipsearch import methods
 from skipsearch.config import OBJECTIVES, Candidate, ConfigError, DraftConfig
 from skipsearch.engine.calibration import calibrate_on, calibration_workload
+from skipsearch.hardware import machine_key
 from skipsearch.measure import Measurement
 from skipsearch.methods.summary import candidate_summary, config_summary  # re-exported: callers read them here
 from skipsearch.model.skippable import SkippableModel
@@ -205,7 +206,7 @@ def optimize(
         interrupted = True
     # 3.-4. time the shortlist (two-stage) and choose what ships, with the strategy's companions
     shipped = ship(study, objective, strategy, shortlisted=s.shortlist if objective_kind == "two-stage" else None,
-                   interrupted=interrupted, say=say)
+                   interrupted=interrupted, machine=machine_key(str(sm.device)), say=say)
     summary = replace(summary, trials_total=len(records(study)), best=shipped.best)
     timed = list(shipped.timed)
     profile = Profile(

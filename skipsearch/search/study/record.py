@@ -19,6 +19,7 @@ EVALUATING_ATTR = "evaluating"  # trial's: set when a shared study's trial start
 KIND_ATTR = "kind"  # trial's: "surrogate" or "timed", set before evaluation so other workers see it
 METHOD_ATTR, PARAMS_ATTR = "method", "params"  # trial's: the candidate's method and method params
 WORKER_ATTR = "worker"  # trial's: "host:pid" of the process that runs it
+MACHINE_ATTR = "machine"  # a timed trial's: the machine that timed it (hardware.machine_key)
 MODEL_ATTR = "model"  # study's: {name, num_layers, fingerprint} of the model the search ran on
 # in MODEL_ATTR: the target's precision (model/target.py) where it is not the native one
 PRECISION_KEY = "target_precision"
@@ -31,6 +32,7 @@ class TrialRecord:
     candidate: Candidate | None  # None when the trial failed before it had one
     measurement: Measurement | None
     error: str | None  # one line, for FAIL trials
+    machine: str | None = None  # a timed trial's: the machine that timed it (None: a study from before it was kept)
 
     @property
     def config(self) -> DraftConfig | None:
@@ -101,7 +103,7 @@ def trial_record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         error = LOST
     return TrialRecord(number=t.number, state=t.state.name, candidate=trial_candidate(t),
                        measurement=Measurement.from_dict(measurement) if measurement is not None else None,
-                       error=error)
+                       error=error, machine=t.user_attrs.get(MACHINE_ATTR))
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:

@@ -25,6 +25,7 @@ from skipsearch.methods.summary import candidate_summary
 from skipsearch.search.strategies import Companion, Strategy
 from skipsearch.search.study.record import (
     KIND_ATTR,
+    MACHINE_ATTR,
     MEASUREMENT_ATTR,
     WORKER_ATTR,
     TrialRecord,
@@ -58,19 +59,23 @@ class Shipped:
 
 
 def ship(study: optuna.Study, objective: ModelObjective, strategy: Strategy, *, shortlisted: int | None,
-         interrupted: bool, say: Callable[[str], None]) -> Shipped:
+         interrupted: bool, machine: str, say: Callable[[str], None]) -> Shipped:
     """Time the study's best ``shortlisted`` distinct candidates (None: time none), then choose what ships.
-    Ctrl-C while timing stops the timing: what was timed already counts, and nothing is re-checked."""
+    Ctrl-C while timing stops the timing: what was timed already counts, and nothing is re-checked.
+
+    Only timings made on ``machine`` (``hardware.machine_key``) count: a study resumed on another machine, a
+    shared one or one checked out with the repository, has its shortlist timed again here, and ships this
+    machine's figures."""
     # 1. time the shortlist
     if shortlisted is not None and not interrupted:
         try:
             for candidate in shortlist(study, shortlisted):
-                _time_claimed(study, objective, candidate, say)
+                _time_claimed(study, objective, candidate, machine, say)
         except KeyboardInterrupt:
             interrupted = True
     # 2. choose
-    timed = sorted((r for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"),
-                   key=lambda r: -r.measurement.speedup)
+    timed = sorted((r for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"
+                    and r.machine == machine), key=lambda r: -r.measurement.speedup)
     top_any = best(study)
     shipped, m, why = verdict(timed, top_any, objective, strategy, interrupted=interrupted, say=say)
     # 3. the strategy's companions, chosen from what was tried, best first
@@ -81,23 +86,26 @@ def ship(study: optuna.Study, objective: ModelObjective, strategy: Strategy, *, 
 # -- 1. timing the shortlist: one claim per candidate, over every worker ---------------------------------------
 
 
-def claim_timed(study: optuna.Study, candidate: Candidate) -> int | None:
-    """Claim the timing of ``candidate`` for this worker: a RUNNING trial that other workers see.
+def claim_timed(study: optuna.Study, candidate: Candidate, machine: str) -> int | None:
+    """Claim the timing of ``candidate`` on ``machine`` for this worker: a RUNNING trial that other workers see.
 
-    Returns the claim's trial number, or None when the candidate is timed (or being timed) already.
+    Returns the claim's trial number, or None when the candidate is timed (or being timed) on this machine
+    already; a timing from another machine (or from a study that did not record one) does not count.
     Two workers claiming at the same moment both add a claim; the lower trial number keeps it and
     the other fails its own claim, so no candidate is ever timed twice.
     """
     def twins() -> list[optuna.trial.FrozenTrial]:
         live = study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING))
-        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and trial_candidate(t) == candidate]
+        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and trial_candidate(t) == candidate
+                and t.user_attrs.get(MACHINE_ATTR) == machine]
 
     if twins():
         return None
     token = secrets.token_hex(8)
     study.add_trial(optuna.trial.create_trial(
         state=_STATES.RUNNING, params={}, distributions={},
-        user_attrs={**candidate_attrs(candidate), KIND_ATTR: "timed", CLAIM_ATTR: token, WORKER_ATTR: worker_id()},
+        user_attrs={**candidate_attrs(candidate), KIND_ATTR: "timed", CLAIM_ATTR: token, WORKER_ATTR: worker_id(),
+                    MACHINE_ATTR: machine},
     ))
     mine = next(t for t in twins() if t.user_attrs.get(CLAIM_ATTR) == token)
     if min(t.number for t in twins()) != mine.number:
@@ -123,8 +131,8 @@ def fail_claim(study: optuna.Study, claim: int, error: str) -> str | None:
     return finish_trial(study, claim, error=error)
 
 
-def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, say) -> None:
-    claim = claim_timed(study, candidate)  # None: timed already, by a resumed run or another worker
+def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, machine: str, say) -> None:
+    claim = claim_timed(study, candidate, machine)  # None: timed here already, by a resumed run or another worker
     if claim is None:
         return
     say(f"timing {candidate_summary(candidate)}")
