@@ -182,10 +182,14 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     # the low-bit extension in this machine's cache (built here if no test has yet, as the suite's other low-bit
     # tests need it), copied as a device that had built it would keep it: its build is test_lowbit's, and in the
     # kit's own cache it added a minute here. The conversion from the joined parts still runs in the kit.
+    from skipsearch.config import ConfigError
     from skipsearch.kernels.lowbit.build import build_dir, check_lowbit
 
-    check_lowbit()
-    shutil.copytree(build_dir(), state / "cache" / "lowbit" / build_dir().name)
+    try:
+        check_lowbit()
+        shutil.copytree(build_dir(), state / "cache" / "lowbit" / build_dir().name)
+    except ConfigError:  # no extension here (no compiler): the kit's precision stage says so itself
+        pass
 
     first = call(["manifest.json", "part-1"])
     assert first.returncode == gpu_kit.WAITING and "missing: part-2, part-3" in first.stdout, first.stdout
