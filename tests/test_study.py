@@ -345,6 +345,10 @@ def test_a_shortlist_timed_on_another_machine_is_timed_again_here_and_ships_this
     there = ship(study, Objective(timed_penalty=-1.0), strategy, shortlisted=2, interrupted=False,
                  machine="the other machine", say=lambda _: None)
     assert there.measurement.speedup == 2.3 and [r.machine for r in there.timed] == ["the other machine"] * 2
+    # stopped before timing anything here: the best is the surrogate's prediction, not the other machine's timing
+    untimed = ship(study, Objective(), strategy, shortlisted=None, interrupted=True, machine="this machine",
+                   say=lambda _: None)
+    assert untimed.best.measurement.kind == "surrogate" and untimed.measurement.kind == "surrogate"
     objective = Objective(timed_penalty=0.1)
     shipped = ship(study, objective, strategy, shortlisted=2, interrupted=False, machine="this machine",
                    say=lambda _: None)

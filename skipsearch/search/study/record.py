@@ -130,13 +130,14 @@ def study_table(recs: list[TrialRecord], *, top: int = 10) -> list[tuple[str, ..
     return rows
 
 
-def _completed(study: optuna.Study, kind: str) -> list[TrialRecord]:
+def _completed(study: optuna.Study, kind: str, machine: str | None = None) -> list[TrialRecord]:
     done = (trial_record(t) for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE,)))
-    return [r for r in done if r.config is not None and r.measurement is not None and r.measurement.kind == kind]
+    return [r for r in done if r.config is not None and r.measurement is not None and r.measurement.kind == kind
+            and (machine is None or kind != "timed" or r.machine == machine)]
 
 
-def _ranked(study: optuna.Study, kind: str) -> list[TrialRecord]:
-    return sorted(_completed(study, kind), key=lambda r: (-r.measurement.speedup, r.number))
+def _ranked(study: optuna.Study, kind: str, machine: str | None = None) -> list[TrialRecord]:
+    return sorted(_completed(study, kind, machine), key=lambda r: (-r.measurement.speedup, r.number))
 
 
 def shortlist(study: optuna.Study, n: int, *, kind: Kind = "surrogate") -> list[Candidate]:
@@ -150,11 +151,12 @@ def shortlist(study: optuna.Study, n: int, *, kind: Kind = "surrogate") -> list[
     return out
 
 
-def best(study: optuna.Study, *, prefer: Kind = "timed") -> TrialRecord | None:
+def best(study: optuna.Study, *, prefer: Kind = "timed", machine: str | None = None) -> TrialRecord | None:
     """The best trial of the preferred kind, else the best of the other: a timed speedup is a
-    measurement, a surrogate one a prediction, so one timed trial outranks any surrogate."""
+    measurement, a surrogate one a prediction, so one timed trial outranks any surrogate. With ``machine``
+    (``hardware.machine_key``), only that machine's timings count: another's are left out, not ranked."""
     for kind in (prefer, "surrogate" if prefer == "timed" else "timed"):
-        ranked = _ranked(study, kind)
+        ranked = _ranked(study, kind, machine)
         if ranked:
             return ranked[0]
     return None

@@ -76,7 +76,7 @@ def ship(study: optuna.Study, objective: ModelObjective, strategy: Strategy, *, 
     # 2. choose
     timed = sorted((r for r in records(study) if r.measurement is not None and r.measurement.kind == "timed"
                     and r.machine == machine), key=lambda r: -r.measurement.speedup)
-    top_any = best(study)
+    top_any = best(study, machine=machine)
     shipped, m, why = verdict(timed, top_any, objective, strategy, interrupted=interrupted, say=say)
     # 3. the strategy's companions, chosen from what was tried, best first
     tried = [r.candidate for r in timed] + ([top_any.candidate] if top_any else [])
