@@ -305,3 +305,17 @@ def test_the_verdict_for_a_lookup_draft_reports_its_acceptance_and_tau_and_leave
                                   SimpleNamespace(measured_costs=costs, evaluate=None),
                                   SimpleNamespace(method="layer-skip"), interrupted=False, say=lambda m: None)
     assert "alpha 0.70, c 0.80, v(2) 14.02" in verdict and "under load" not in verdict
+
+
+@pytest.mark.parametrize("name", sorted(__import__("skipsearch.search.strategies", fromlist=["REGISTRY"]).REGISTRY))
+def test_a_search_stopped_before_any_trial_ships_plain_decoding_that_a_profile_loads(name):
+    """Ctrl-C in the first trial (or every trial failed): nothing measured, and plain decoding ships. It must be a
+    candidate a profile can hold: fractal's own plain candidate had no (n, w) and the written profile failed to load."""
+    from skipsearch import methods
+    from skipsearch.search.study.shipping import verdict as ship_verdict
+
+    strategy = make_strategy(name, SearchSpace(num_layers=6), seed=0)
+    candidate, m, why = ship_verdict([], None, SimpleNamespace(measured_costs=None), strategy, interrupted=True,
+                                     say=lambda line: None)
+    assert candidate.is_autoregressive and m is None and "ships max_draft_tokens 0" in why
+    methods.get(candidate.method).parse(candidate.plain_params(), draft=candidate.draft, num_layers=6)

@@ -574,3 +574,24 @@ def test_a_broken_fractal_record_is_one_line_on_load(tmp_path, change, fragment)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     result = CliRunner().invoke(app, ["profile", "validate", str(path)])
     assert_one_line_error(result, fragment)
+
+
+def test_a_search_stopped_in_its_first_trial_writes_a_plain_profile_that_loads(sm, monkeypatch, tmp_path):
+    """Ctrl-C before any trial finished: the search ships plain decoding, and the profile it writes loads (it had
+    been a fractal profile with no (n, w), which no profile loader takes)."""
+    from skipsearch.search.objective import ModelObjective
+
+    monkeypatch.setattr("skipsearch.engine.calibration.encode_prompt",
+                        lambda tokenizer, prompt: [3, 17, 5, len(prompt.text) % 60])
+
+    def interrupted(self, candidate, *, kind):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ModelObjective, "evaluate", interrupted)
+    settings = opt.SearchSettings(strategy="fractal", budget=4, n_prompts=2, max_new_tokens=8,
+                                  study=str(tmp_path / "study"), strategy_options=(
+                                      ("n_values", (1,)), ("w_values", (1,)), ("quantization", "int8-dynamic")))
+    result = opt.optimize(sm, settings)
+    assert result.profile.draft.max_draft_tokens == 0
+    save_profile(result.profile, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml").draft.max_draft_tokens == 0

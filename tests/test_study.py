@@ -476,3 +476,82 @@ def test_a_precision_search_by_tpe_resumes_with_a_strategy_made_anew(fast_dir):
     recs = records(study)
     assert (summary.trials_total, summary.trials_run_here) == (6, 3) and {r.state for r in recs} == {"COMPLETE"}
     assert {r.candidate.method for r in recs} == {"precision"} and study.user_attrs["strategy"] == "tpe"
+
+
+
+def test_a_timed_search_records_its_machine_and_reuses_no_timing_from_another(fast_dir):
+    """A timed search (fractal's grid, a timed objective) records the machine that timed each trial, as the
+    shortlist's timing does: shipping counts only this machine's timings. A twin timed on another machine is
+    timed again here, not reused; one timed on this machine is."""
+    strategy = Fixed(SPACE, sequence=[A, B])
+    study = open_study(study_dir=fast_dir / "m", strategy=strategy)
+    objective = Objective(timed_penalty=0.0)
+    run_search(study, strategy, objective, budget=2, kind="timed", machine="zen3")
+    assert [r.machine for r in records(study)] == ["zen3", "zen3"] and len(objective.calls) == 2
+    # resumed on another machine: A and B are timed again there
+    run_search(study, strategy, objective, budget=4, kind="timed", machine="xeon")
+    assert [c for c, _ in objective.calls[2:]] == [A, B]
+    assert [r.machine for r in records(study)] == ["zen3", "zen3", "xeon", "xeon"]
+    assert best(study, machine="xeon").machine == "xeon"
+    # and on the first machine again: its own timings are reused, nothing is timed
+    run_search(study, strategy, objective, budget=6, kind="timed", machine="zen3")
+    assert len(objective.calls) == 4 and study.trials[4].user_attrs["reused_from"] == 0
+
+
+@pytest.mark.parametrize("enqueued", [False, True], ids=["created", "claimed"])
+def test_a_worker_killed_inside_ask_leaves_no_trial_running_for_ever(fast_dir, enqueued):
+    """``Study.ask`` starts the trial, then runs the sampler (seconds of TPE on a long study), all before the
+    runner's heartbeat: a worker killed there had left a RUNNING trial with no heartbeat, which Optuna never
+    judges stale. The trial's first beat now comes with its start, so it is failed once its grace is over."""
+    import time
+
+    from skipsearch.search.study import fail_lost_trials
+    from skipsearch.search.study.storage import storage_of
+
+    study, _ = opened(fast_dir)
+    if enqueued:
+        study.enqueue_trial({})
+    trial = study.ask()  # ... and the worker dies here, before the runner's heartbeat starts
+    backend = storage_of(study)
+    backend.grace_period = 1
+    time.sleep(2.5)  # SQLite's clock counts whole seconds
+    fail_lost_trials(study)
+    assert study.trials[trial.number].state == optuna.trial.TrialState.FAIL
+
+
+class Together(Objective):
+    """An objective that also times a shortlist together (ModelObjective.time_all): one call, one baseline."""
+
+    def __init__(self, *, fail_together=False, **kw) -> None:
+        super().__init__(**kw)
+        self.together: list[list[DraftConfig]] = []
+        self.fail_together = fail_together
+
+    def time_all(self, candidates):
+        self.together.append([c.draft for c in candidates])
+        if self.fail_together:
+            raise RuntimeError("out of memory")
+        return [replace(self.evaluate(c, kind="timed"), notes=None) for c in candidates]
+
+
+def test_the_shortlist_is_timed_together_and_each_candidate_keeps_its_own_figure(fast_dir):
+    """The shortlist is timed in one run with one baseline (a shortlist of three: four decodings of the calibration,
+    not six); each candidate is recorded with its own measurement, and the best is re-checked alone. When the run
+    together fails, each is timed alone, so a failure is recorded against the candidate that failed."""
+    from skipsearch.search.study.shipping import ship
+
+    C = replace(A, skip_attn=(1, 2, 3))
+    strategy = Fixed(SPACE, sequence=[A, B, C])
+    study = open_study(study_dir=fast_dir / "t", strategy=strategy)
+    run_search(study, strategy, Objective(), budget=3)
+    objective = Together(timed_penalty=0.1)
+    shipped = ship(study, objective, strategy, shortlisted=3, interrupted=False, machine="here", say=lambda _: None)
+    assert objective.together == [[C, A, B]]
+    assert {r.candidate.draft: round(r.measurement.speedup, 3) for r in shipped.timed} == {C: 1.2, A: 1.1, B: 0.9}
+    assert shipped.candidate.draft == C and objective.calls[-1] == (C, "timed")  # the re-check, alone
+    failing = Together(timed_penalty=0.1, fail_together=True, fail_on={0})
+    study = open_study(study_dir=fast_dir / "f", strategy=strategy)
+    run_search(study, strategy, Objective(), budget=3)
+    shipped = ship(study, failing, strategy, shortlisted=3, interrupted=False, machine="here", say=lambda _: None)
+    errors = {r.candidate.draft: r.error for r in records(study) if r.state == "FAIL"}
+    assert errors == {C: "out of memory on call 0"} and {r.candidate.draft for r in shipped.timed} == {A, B}

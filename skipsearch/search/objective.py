@@ -85,14 +85,28 @@ class ModelObjective:
 
         The method's prediction, where it has one, is made first and kept beside the measurement: the timing is
         the last thing done, so nothing runs between the harness's figures and the Measurement they fill."""
+        return self.time_all([candidate])[0]
+
+    def time_all(self, candidates: Sequence[Candidate]) -> list[Measurement]:
+        """Time ``candidates`` together: every calibration prompt decoded by each of them and autoregressively,
+        interleaved prompt by prompt in one harness run, so the baseline is decoded once for all of them (a
+        shortlist of three costs four decodings of the calibration, not six). Each speedup is over that one
+        baseline. One candidate's failure fails the run (the caller times them one by one then)."""
         t0 = timing.now(self.sm.device)
-        predicted = self.predict(candidate) if methods.get(candidate.method).predict is not None else None
-        m, _ = time_drafter(self.sm, self.cal.prompts, lambda _prompt: methods.build_drafter(candidate, self.sm),
-                            max_new_tokens=self.cal.max_new_tokens, repeats=self.repeats, label=str(candidate))
-        if predicted is not None:
-            m = replace(m, predicted_speedup=predicted.speedup, alpha=predicted.alpha,
-                        cost_ratio=predicted.cost_ratio)
-        return replace(m, seconds=timing.now(self.sm.device) - t0)
+        for candidate in candidates:
+            candidate.draft.check_layers(self.sm.num_layers)
+            methods.check_target(candidate, getattr(self.sm, "target_precision", "native"), source="the candidate")
+        predicted = [self.predict(c) if methods.get(c.method).predict is not None else None for c in candidates]
+        makers = [(str(c), lambda _prompt, c=c: methods.build_drafter(c, self.sm)) for c in candidates]
+        timed = time_drafters(self.sm, self.cal.prompts, makers, max_new_tokens=self.cal.max_new_tokens,
+                              repeats=self.repeats)
+        seconds = (timing.now(self.sm.device) - t0) / len(candidates)  # the run's time, shared
+        out = []
+        for (m, _), p in zip(timed, predicted, strict=True):
+            if p is not None:
+                m = replace(m, predicted_speedup=p.speedup, alpha=p.alpha, cost_ratio=p.cost_ratio)
+            out.append(replace(m, seconds=seconds))
+        return out
 
 
 def time_drafter(
@@ -105,27 +119,47 @@ def time_drafter(
     gets each prompt (a drafter without a KV cache needs it). Greedy outputs must be identical:
     our autoregressive loop is the reference, and a difference raises ``LosslessnessError``.
     """
+    return time_drafters(sm, prompts, [(label, make_drafter)], max_new_tokens=max_new_tokens, repeats=repeats)[0]
+
+
+def time_drafters(
+    sm: SkippableModel, prompts: Sequence[Sequence[int]],
+    makers: Sequence[tuple[str, Callable[[Sequence[int]], Drafter | None]]], *, max_new_tokens: int,
+    repeats: int = 1,
+) -> list[tuple[Measurement, float]]:
+    """``time_drafter`` for several drafters at once (``(label, make_drafter)`` each): one autoregressive
+    baseline, every drafter interleaved with it prompt by prompt; one (Measurement, accepted per verification)
+    each, in order."""
     t0 = timing.now(sm.device)
     base = ours_autoregressive(sm, name="autoregressive")  # the baseline and the reference
-    spec = engine_method(sm, label if label != base.name else f"{label} (draft)", make_drafter, setting=label)
+    specs = []
+    for label, make in makers:
+        name = label if label != base.name else f"{label} (draft)"
+        while name in {base.name, *(s.name for s in specs)}:
+            name += "'"
+        specs.append(engine_method(sm, name, make, setting=label))
     # a short warm-up (8 tokens) keeps each timed trial of a search cheap
-    runs = run_rounds([base, spec], prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
+    runs = run_rounds([base, *specs], prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats,
                       warmup_tokens=8, reference=base.name, strict=True, same=lossless_check(sm))
     seconds = method_seconds(runs)
-    base_total, spec_total = seconds[base.name], seconds[spec.name]
-    outs = first_outputs(runs, spec.name)
-    tokens = sum(len(o.token_ids) for o in outs)
-    drafted = sum(o.drafted or 0 for o in outs)
-    accepted = sum(o.accepted or 0 for o in outs)
-    verify_steps = sum(o.verify_steps or 0 for o in outs)
-    m = Measurement(
-        kind="timed",
-        speedup=base_total / spec_total,
-        tokens_per_s=tokens / spec_total,
-        baseline_tokens_per_s=tokens / base_total,
-        # the prefill's token is not a verification's
-        tau=(tokens - len(prompts)) / verify_steps if verify_steps else 1.0,
-        acceptance_rate=accepted / drafted if drafted else None,
-        seconds=timing.now(sm.device) - t0,
-    )
-    return m, accepted / verify_steps if verify_steps else 0.0
+    base_total = seconds[base.name]
+    out = []
+    for spec in specs:
+        spec_total = seconds[spec.name]
+        outs = first_outputs(runs, spec.name)
+        tokens = sum(len(o.token_ids) for o in outs)
+        drafted = sum(o.drafted or 0 for o in outs)
+        accepted = sum(o.accepted or 0 for o in outs)
+        verify_steps = sum(o.verify_steps or 0 for o in outs)
+        m = Measurement(
+            kind="timed",
+            speedup=base_total / spec_total,
+            tokens_per_s=tokens / spec_total,
+            baseline_tokens_per_s=tokens / base_total,
+            # the prefill's token is not a verification's
+            tau=(tokens - len(prompts)) / verify_steps if verify_steps else 1.0,
+            acceptance_rate=accepted / drafted if drafted else None,
+            seconds=timing.now(sm.device) - t0,
+        )
+        out.append((m, accepted / verify_steps if verify_steps else 0.0))
+    return out

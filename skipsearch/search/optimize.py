@@ -195,18 +195,19 @@ def optimize(
     sm.use_kernel(s.kernel, capacity=max(map(len, cal.prompts)) + s.max_new_tokens)
     objective = ModelObjective(sm, cal, repeats=s.repeats)
     search_kind = "timed" if objective_kind == "timed" else "surrogate"
-    interrupted = False
-    summary = SearchSummary(len(records(study)), 0, 0, best(study), 0.0)
+    interrupted, machine = False, machine_key(str(sm.device))
+    summary = SearchSummary(len(records(study)), 0, 0, best(study, machine=machine), 0.0)
     try:
         strategy.prepare(sm, cal, say=say)
         say(f"searching: {strategy.name} ({strategy.method.name}), budget {budget}, {search_kind} objective")
-        summary = run_search(study, strategy, objective, budget=budget, kind=search_kind, on_trial=on_trial)
+        summary = run_search(study, strategy, objective, budget=budget, kind=search_kind, machine=machine,
+                             on_trial=on_trial)
     except KeyboardInterrupt:
         # Ctrl-C: every finished trial is already in the study; ship the best found so far.
         interrupted = True
     # 3.-4. time the shortlist (two-stage) and choose what ships, with the strategy's companions
     shipped = ship(study, objective, strategy, shortlisted=s.shortlist if objective_kind == "two-stage" else None,
-                   interrupted=interrupted, machine=machine_key(str(sm.device)), say=say)
+                   interrupted=interrupted, machine=machine, say=say)
     summary = replace(summary, trials_total=len(records(study)), best=shipped.best)
     timed = list(shipped.timed)
     profile = Profile(

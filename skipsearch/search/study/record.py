@@ -3,6 +3,7 @@ and how it is read back (``TrialRecord``, the best, the shortlist, the table ``s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import optuna
@@ -130,14 +131,23 @@ def study_table(recs: list[TrialRecord], *, top: int = 10) -> list[tuple[str, ..
     return rows
 
 
-def _completed(study: optuna.Study, kind: str, machine: str | None = None) -> list[TrialRecord]:
-    done = (trial_record(t) for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE,)))
-    return [r for r in done if r.config is not None and r.measurement is not None and r.measurement.kind == kind
-            and (machine is None or kind != "timed" or r.machine == machine)]
-
-
-def _ranked(study: optuna.Study, kind: str, machine: str | None = None) -> list[TrialRecord]:
-    return sorted(_completed(study, kind, machine), key=lambda r: (-r.measurement.speedup, r.number))
+def _ranked(study: optuna.Study, kind: str, machine: str | None = None) -> Iterator[TrialRecord]:
+    """The completed trials measured as ``kind`` (timed: on ``machine``, if given), best first. Ranked on the stored
+    attrs and made into records one by one as they are read: a search asks for its best after every trial, and the
+    study holds hundreds."""
+    done = []
+    for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE,)):
+        raw = t.user_attrs.get(MEASUREMENT_ATTR)
+        if not isinstance(raw, dict) or raw.get("kind") != kind:
+            continue
+        if machine is not None and kind == "timed" and t.user_attrs.get(MACHINE_ATTR) != machine:
+            continue
+        done.append((-raw["speedup"], t.number, t))
+    done.sort(key=lambda x: x[:2])
+    for *_, t in done:
+        r = trial_record(t)
+        if r.config is not None:
+            yield r
 
 
 def shortlist(study: optuna.Study, n: int, *, kind: Kind = "surrogate") -> list[Candidate]:
@@ -156,7 +166,7 @@ def best(study: optuna.Study, *, prefer: Kind = "timed", machine: str | None = N
     measurement, a surrogate one a prediction, so one timed trial outranks any surrogate. With ``machine``
     (``hardware.machine_key``), only that machine's timings count: another's are left out, not ranked."""
     for kind in (prefer, "surrogate" if prefer == "timed" else "timed"):
-        ranked = _ranked(study, kind, machine)
-        if ranked:
-            return ranked[0]
+        top = next(_ranked(study, kind, machine), None)
+        if top is not None:
+            return top
     return None

@@ -21,6 +21,7 @@ from skipsearch.search.study.record import (
     ERROR_ATTR,
     EVALUATING_ATTR,
     KIND_ATTR,
+    MACHINE_ATTR,
     MEASUREMENT_ATTR,
     REUSED_ATTR,
     SEEDED_ATTR,
@@ -31,6 +32,7 @@ from skipsearch.search.study.record import (
     best,
     candidate_attrs,
     one_line,
+    trial_candidate,
     trial_record,
 )
 from skipsearch.search.study.storage import (
@@ -49,7 +51,8 @@ TWIN_POLL_SECONDS = 0.2  # how often a worker looks whether another's evaluation
 
 
 def _earlier_twin(study: optuna.Study, candidate: Candidate, kind: str, number: int, *,
-                  shared: bool = False) -> TrialRecord | None:
+                  shared: bool = False, machine: str | None = None,
+                  seen: dict[int, Candidate] | None = None) -> TrialRecord | None:
     """The completed trial that already measured ``config`` as ``kind``, if any.
 
     Workers sharing a study must not measure one config twice. Every trial announces its config
@@ -59,7 +62,9 @@ def _earlier_twin(study: optuna.Study, candidate: Candidate, kind: str, number: 
     reused when it completes. Only these two rules decide, so two workers never wait for each
     other, and one that announced more than a poll period after another finds it evaluating.
     If the twin fails, or its worker is lost (no heartbeat for GRACE_SECONDS), this trial evaluates
-    the candidate itself.
+    the candidate itself. A timing from another machine than ``machine`` is no twin. ``seen`` keeps the
+    candidates read so far by trial number (a trial's candidate never changes once recorded): a search of hundreds
+    of trials reads each once, not once per later trial.
     """
     if shared:
         time.sleep(TWIN_POLL_SECONDS)
@@ -68,9 +73,16 @@ def _earlier_twin(study: optuna.Study, candidate: Candidate, kind: str, number: 
         for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING)):
             if t.number == number or t.user_attrs.get(CONFIG_ATTR) is None:
                 continue
-            r = trial_record(t)
-            if r.candidate != candidate:
+            if kind == "timed" and t.user_attrs.get(MACHINE_ATTR) != machine:
                 continue
+            theirs = seen.get(t.number) if seen is not None else None
+            if theirs is None:
+                theirs = trial_candidate(t)
+                if seen is not None and theirs is not None:
+                    seen[t.number] = theirs
+            if theirs != candidate:
+                continue
+            r = trial_record(t)
             if r.measurement is not None and r.measurement.kind == kind:
                 return r
             if t.state == _STATES.RUNNING and t.user_attrs.get(KIND_ATTR) == kind and not t.user_attrs.get(ERROR_ATTR):
@@ -114,10 +126,11 @@ def _take_share(study: optuna.Study, neighbours: int) -> int:
 
 
 def _measure(study: optuna.Study, trial: optuna.Trial, candidate: Candidate, strategy: Strategy,
-             objective: Objective, *, kind: Kind) -> Measurement:
+             objective: Objective, *, kind: Kind, machine: str | None, seen: dict[int, Candidate]) -> Measurement:
     """The candidate's measurement: an earlier twin's (at no cost), else the objective's, noting other work that
     ran on the machine while a timed one was measured."""
-    earlier = _earlier_twin(study, candidate, kind, trial.number, shared=strategy.shared)
+    earlier = _earlier_twin(study, candidate, kind, trial.number, shared=strategy.shared, machine=machine,
+                            seen=seen)
     if earlier is not None:
         trial.set_user_attr(REUSED_ATTR, earlier.number)
         return replace(earlier.measurement, seconds=0.0)
@@ -132,19 +145,21 @@ def _measure(study: optuna.Study, trial: optuna.Trial, candidate: Candidate, str
 
 
 def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *, budget: int,
-               kind: Kind = "surrogate",
+               kind: Kind = "surrogate", machine: str | None = None,
                on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None) -> SearchSummary:
     """Run trials until the study holds ``budget`` of them (over all workers and earlier runs).
 
     A trial whose evaluation raises is recorded as FAIL with its error and the search goes on.
     KeyboardInterrupt fails the running trial and propagates; everything completed stays.
-    ``on_trial(record, best_so_far)`` is called after each trial.
+    ``on_trial(record, best_so_far)`` is called after each trial. A timed trial records ``machine``
+    (``hardware.machine_key``): shipping counts only this machine's timings.
     """
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise StudyError(f"budget must be an integer >= 1, got {budget!r}")
     check_or_stamp(study, strategy)
     start, ran, failed, conflicts = time.perf_counter(), 0, 0, []
     neighbours = 0  # other live workers on this machine, last seen
+    seen: dict[int, Candidate] = {}  # the study's trials' candidates, read once (_earlier_twin)
     seeds = strategy.plan().seeds
     while True:
         fail_lost_trials(study)  # a dead worker's trial must not hold the budget, nor a twin, for ever
@@ -181,8 +196,11 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
                 for key, value in candidate_attrs(candidate).items():
                     trial.set_user_attr(key, value)
                 trial.set_user_attr(KIND_ATTR, kind)
+                if kind == "timed":
+                    trial.set_user_attr(MACHINE_ATTR, machine)
                 # 3. evaluate, or reuse the measurement of the same candidate: a repeat costs nothing
-                measurement = _measure(study, trial, candidate, strategy, objective, kind=kind)
+                measurement = _measure(study, trial, candidate, strategy, objective, kind=kind, machine=machine,
+                                       seen=seen)
                 if not math.isfinite(measurement.speedup):
                     raise ValueError(f"the objective returned speedup {measurement.speedup}")
                 trial.set_user_attr(MEASUREMENT_ATTR, measurement.to_dict())
@@ -207,6 +225,9 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
         ran += 1
         if on_trial is not None:
             state = "FAIL" if error is not None else "COMPLETE"
-            on_trial(TrialRecord(trial.number, state, candidate, measurement, error), best(study))
-    return SearchSummary(trials_total=_used(study), trials_run_here=ran, failed=failed, best=best(study),
-                         seconds=time.perf_counter() - start, conflicts=tuple(conflicts))
+            timed_on = machine if kind == "timed" else None
+            on_trial(TrialRecord(trial.number, state, candidate, measurement, error, machine=timed_on),
+                     best(study, machine=machine))
+    return SearchSummary(trials_total=_used(study), trials_run_here=ran, failed=failed,
+                         best=best(study, machine=machine), seconds=time.perf_counter() - start,
+                         conflicts=tuple(conflicts))

@@ -12,6 +12,7 @@ One phase, run as a unit (``ship``) that returns a frozen ``Shipped``:
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ import optuna
 
 from skipsearch.config import AUTOREGRESSIVE, Candidate
 from skipsearch.measure import Measurement
+from skipsearch.methods import PLAIN
 from skipsearch.methods.summary import candidate_summary
 from skipsearch.search.strategies import Companion, Strategy
 from skipsearch.search.study.record import (
@@ -69,8 +71,7 @@ def ship(study: optuna.Study, objective: ModelObjective, strategy: Strategy, *, 
     # 1. time the shortlist
     if shortlisted is not None and not interrupted:
         try:
-            for candidate in shortlist(study, shortlisted):
-                _time_claimed(study, objective, candidate, machine, say)
+            _time_shortlist(study, objective, shortlist(study, shortlisted), machine, say)
         except KeyboardInterrupt:
             interrupted = True
     # 2. choose
@@ -131,8 +132,46 @@ def fail_claim(study: optuna.Study, claim: int, error: str) -> str | None:
     return finish_trial(study, claim, error=error)
 
 
-def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, machine: str, say) -> None:
-    claim = claim_timed(study, candidate, machine)  # None: timed here already, by a resumed run or another worker
+def _time_shortlist(study: optuna.Study, objective: ModelObjective, candidates: Sequence[Candidate], machine: str,
+                    say) -> None:
+    """Time what this worker claims of ``candidates`` together, one baseline for all (``ModelObjective.time_all``);
+    one by one where the objective times only one at a time, or when the run together fails (each candidate's own
+    failure is then recorded against it alone)."""
+    claims = [(c, claim) for c in candidates if (claim := claim_timed(study, c, machine)) is not None]
+    if len(claims) < 2 or not hasattr(objective, "time_all"):
+        for c, claim in claims:
+            _time_claimed(study, objective, c, machine, say, claim=claim)
+        return
+    for c, _ in claims:
+        say(f"timing {candidate_summary(c)}")
+    say(f"(the {len(claims)} timed together, interleaved with one autoregressive baseline)")
+    try:
+        with contextlib.ExitStack() as beating:
+            for _, claim in claims:
+                beating.enter_context(heartbeat(study, claim))
+            busy = contention(study)
+            ms = objective.time_all([c for c, _ in claims])
+            busy = busy or contention(study)
+    except KeyboardInterrupt:
+        for _, claim in claims:
+            fail_claim(study, claim, "interrupted")
+        raise
+    except Exception:  # noqa: BLE001 - which candidate failed is found by timing each alone
+        for c, claim in claims:
+            _time_claimed(study, objective, c, machine, say, claim=claim)
+        return
+    if busy:
+        say(f"warning: {busy}: these figures will not be shipped")
+    for (_, claim), m in zip(claims, ms, strict=True):
+        conflict = record_timed(study, claim, replace(m, notes=busy) if busy else m)
+        if conflict:
+            say(f"warning: {conflict}")
+
+
+def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, machine: str, say, *,
+                  claim: int | None = None) -> None:
+    if claim is None:
+        claim = claim_timed(study, candidate, machine)  # None: timed here already, by a resumed run or another one
     if claim is None:
         return
     say(f"timing {candidate_summary(candidate)}")
@@ -195,7 +234,8 @@ def verdict(timed: Sequence[TrialRecord], top_any: TrialRecord | None, objective
         why += f", v(2) {costs.verify(2):.2f}" if costs is not None and not m.notes and trusted else ""
     if timed and not trusted:
         why += f" (every timing was flagged: {timed[0].measurement.notes})"
-    base = best_r.candidate if best_r is not None else strategy.method.candidate(AUTOREGRESSIVE)
+    # nothing measured: plain decoding as the plain method writes it (a method's own may need params, fractal's n, w)
+    base = best_r.candidate if best_r is not None else Candidate(PLAIN, AUTOREGRESSIVE)
     return plain_decoding(base), m, "no draft candidate beat plain decoding on this hardware: ships " \
                                     "max_draft_tokens 0" + why
 

@@ -45,7 +45,17 @@ class ClaimingRDBStorage(optuna.storages.RDBStorage):
     the row with SELECT ... FOR UPDATE, which SQLite ignores: two workers could both read WAITING and
     both run the trial, and the slower one then wrote to a trial the faster one had finished
     (``UpdateFinishedTrialError``; issue 22). Here the claim is one conditional UPDATE
-    (``... WHERE state = WAITING``), which exactly one worker wins on every backend."""
+    (``... WHERE state = WAITING``), which exactly one worker wins on every backend.
+
+    A trial is also given its first heartbeat the moment it starts RUNNING, created or claimed: ``Study.ask``
+    runs the sampler after that (TPE's seconds on a long study), and a worker killed there had left a RUNNING
+    trial with no heartbeat, which Optuna never judges stale, holding the budget and its twin for ever."""
+
+    def _create_new_trial(self, study_id: int, template_trial=None):  # what Optuna's cached storage calls
+        frozen = super()._create_new_trial(study_id, template_trial)
+        if frozen.state == _STATES.RUNNING:
+            self.record_heartbeat(frozen._trial_id)
+        return frozen
 
     def set_trial_state_values(self, trial_id: int, state: optuna.trial.TrialState,
                                values=None) -> bool:
@@ -60,6 +70,8 @@ class ClaimingRDBStorage(optuna.storages.RDBStorage):
             ).update({models.TrialModel.state: _STATES.RUNNING}, synchronize_session=False)
             if won == 1:  # the start time, in the same transaction (Optuna's model converts it to UTC)
                 models.TrialModel.find_or_raise_by_id(trial_id, session).datetime_start = datetime.now()
+        if won == 1:
+            self.record_heartbeat(trial_id)
         return won == 1
 
 
