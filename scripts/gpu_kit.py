@@ -208,8 +208,7 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
     for ids in prompt_ids(sm, "mtbench,humaneval", split="heldout", n=n_prompts, seed=0):
         out_ids = hf_generate(sm, ids, max_new_tokens=max_new_tokens)
         forced = eq.teacher_forced_logits(sm, ids, out_ids)  # the one forward both drifts measure against
-        moved += (eq.margin_drift(sm, ids, out_ids, forced=forced)
-                  + eq.margin_drift(sm, ids, out_ids, blocks=(3, 9, 1, 5), forced=forced))
+        moved += eq.margin_drift(sm, ids, out_ids, blockings=((), (3, 9, 1, 5)), forced=forced)
     doc = {"dtype": dtype, "device": device, "positions": len(moved), "max_ulps": max(moved),
            "tie_ulps": eq.TIE_ULPS.get(sm.dtype, 0),
            "histogram": sorted(collections.Counter(round(m) for m in moved).items())}

@@ -329,8 +329,7 @@ def test_real_model_layer_skip_in_16_bit_is_identical_or_equal_up_to_ties(real16
         out = generate(sm, ids, config=LAYER_SKIP, max_new_tokens=REAL_NEW).token_ids
         verdicts[name] = assert_greedy_equivalent(sm, ids, out, ref)  # 0 tokens outside tolerance
         forced[name] = eq.teacher_forced_logits(sm, ids, out), out  # one forward, for both drifts and below
-        drift += (eq.margin_drift(sm, ids, out, forced=forced[name][0])
-                  + eq.margin_drift(sm, ids, out, blocks=(3, 9, 1, 5), forced=forced[name][0]))
+        drift += eq.margin_drift(sm, ids, out, blockings=((), (3, 9, 1, 5)), forced=forced[name][0])
     assert len(verdicts) == 8
     # the factor's evidence, measured again: one forward vs one-token steps or verify-sized blocks moves a
     # margin by at most TIE_ULPS

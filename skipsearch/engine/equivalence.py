@@ -215,24 +215,32 @@ def worst(verdicts: Sequence[Verdict]) -> Verdict:
 # -- the evidence for TIE_ULPS ---------------------------------------------------------------------
 @torch.inference_mode()
 def margin_drift(sm: SkippableModel, prompt_ids: Sequence[int], tokens: Sequence[int], *,
-                 blocks: Sequence[int] = (), forced: torch.Tensor | None = None) -> tuple[float, ...]:
+                 blockings: Sequence[Sequence[int]] = ((),), forced: torch.Tensor | None = None) -> tuple[float, ...]:
     """Per generated position, how far the top-2 logit margin moves between one forward over the whole
-    output and the output fed back over a KV cache in ``blocks`` (token counts, repeated as needed; one-token
-    steps by default), in ulps of the larger logit. What ``TIE_ULPS`` must cover. ``forced``: that one forward's
-    logits where the caller has them (``teacher_forced_logits`` of the same tokens)."""
+    output and the output fed back over a KV cache in blocks (token counts, repeated as needed; ``()``: one-token
+    steps), in ulps of the larger logit, for each of ``blockings`` in turn (the prompt is prefilled once for all).
+    What ``TIE_ULPS`` must cover. ``forced``: that one forward's logits where the caller has them
+    (``teacher_forced_logits`` of the same tokens)."""
+    import copy
+
     if forced is None:
         forced = teacher_forced_logits(sm, prompt_ids, tokens)
     one = forced.double()  # [n, V]
-    cache = sm.new_cache()
-    rows = [sm.forward(torch.tensor(list(prompt_ids)), start=0, cache=cache, last_only=True)[-1:]]
-    rest, sizes, i = list(tokens[:-1]), list(blocks) or [1], 0
-    while rest:
-        size, i = max(1, sizes[i % len(sizes)]), i + 1
-        rows.append(sm.forward(torch.tensor(rest[:size]), start=len(prompt_ids) + len(tokens) - 1 - len(rest),
-                               cache=cache))
-        rest = rest[size:]
-    step = torch.cat(rows).double()  # [n, V]; forward upcasts the dtype's values exactly
     top2 = one.topk(2, dim=-1).indices  # [n, 2]
     a, b = top2[:, 0:1], top2[:, 1:2]
-    moved = ((one.gather(-1, a) - one.gather(-1, b)) - (step.gather(-1, a) - step.gather(-1, b))).abs().squeeze(-1)
-    return tuple(float(m) / ulp(sm.dtype, float(one[j, a[j]])) for j, m in enumerate(moved))
+    prefilled = sm.new_cache()
+    first = sm.forward(torch.tensor(list(prompt_ids)), start=0, cache=prefilled, last_only=True)[-1:]
+    out: list[float] = []
+    for n, blocks in enumerate(blockings):
+        cache = prefilled if n == len(blockings) - 1 else copy.deepcopy(prefilled)
+        rows = [first]
+        rest, sizes, i = list(tokens[:-1]), list(blocks) or [1], 0
+        while rest:
+            size, i = max(1, sizes[i % len(sizes)]), i + 1
+            rows.append(sm.forward(torch.tensor(rest[:size]), start=len(prompt_ids) + len(tokens) - 1 - len(rest),
+                                   cache=cache))
+            rest = rest[size:]
+        step = torch.cat(rows).double()  # [n, V]; forward upcasts the dtype's values exactly
+        moved = ((one.gather(-1, a) - one.gather(-1, b)) - (step.gather(-1, a) - step.gather(-1, b))).abs().squeeze(-1)
+        out += [float(m) / ulp(sm.dtype, float(one[j, a[j]])) for j, m in enumerate(moved)]
+    return tuple(out)
