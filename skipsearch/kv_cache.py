@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -222,5 +223,16 @@ def row_mask(positions: torch.Tensor, capacity: int) -> torch.Tensor:
     return (slots.view(1, 1, 1, -1) <= positions[:, None, :, None])
 
 
-__all__ = ["LayerFrame", "PrefixKV", "allocate", "cache_lengths", "crop", "is_static", "row_cache", "row_capacity",
-           "row_mask", "static_cache"]
+def cache_parameter(forward: Callable) -> str:
+    """The name under which ``forward`` takes the KV cache: ``cache`` where the installed transformers has it
+    (``past_key_values`` is then a deprecated alias, removed in 5.40), else ``past_key_values``."""
+    try:
+        params = inspect.signature(forward).parameters  # follows the deprecation decorators' __wrapped__
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+__all__ = ["LayerFrame", "PrefixKV", "allocate", "cache_lengths", "cache_parameter", "crop", "is_static", "row_cache",
+           "row_capacity", "row_mask", "static_cache"]
+

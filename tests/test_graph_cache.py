@@ -248,3 +248,41 @@ def test_a_calls_name_tells_apart_what_its_dropped_model_guards_checked():
         hf.model.layers[0].mlp.group, hf.model.layers[1].mlp.group = Group(2), Group(2)
 
     assert named(one_group) != named(two_groups)
+
+
+def test_the_vector_isa_check_runs_once_per_machine_folder(tmp_path, monkeypatch):
+    """Inductor compiles and loads a test library per vector ISA in every process (about a second); the first
+    process on a machine's folder records what passed, and every process then trusts the CPU's flags, alike (the
+    setting is part of inductor's cache key). Flags that list other ISAs than the record are checked again; an ISA
+    that the flags list but fails its check is never trusted."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpu_vec_isa
+
+    calls: list = []
+
+    class Isas:
+        def __init__(self, trusted, checked):
+            self.trusted, self.checked = trusted, checked
+
+        def __call__(self):
+            calls.append(inductor_config.cpp.vec_isa_ok)
+            return self.trusted if inductor_config.cpp.vec_isa_ok else self.checked
+
+        def cache_clear(self):
+            pass
+
+    def run(isas):
+        calls.clear()
+        monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", isas)
+        monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
+        graphs._known_isa(tmp_path)
+        return inductor_config.cpp.vec_isa_ok
+
+    record = tmp_path / "vec-isa.txt"
+    assert run(Isas(["avx2"], ["avx2"])) is True and calls == [None, True] and record.read_text() == "avx2\n"
+    assert run(Isas(["avx2"], ["avx2"])) is True and calls == [True]  # a later process: no check
+    record.write_text("avx512\n")  # another CPU's record in this folder, or the flags changed
+    assert run(Isas(["avx2"], ["avx2"])) is True and calls == [True, None, True] and record.read_text() == "avx2\n"
+    # the flags list an ISA that fails its check: every process checks, and nothing is recorded
+    assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and not record.exists()
+    assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and calls == [None, True]

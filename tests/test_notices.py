@@ -113,8 +113,8 @@ def _decode_with_the_old_cache_name(checkpoint: Path, *flags: str) -> subprocess
     # 5.24-5.39 still takes but warns about on every forward (README command 1 once printed that notice 7 times).
     script = textwrap.dedent(f"""
         import sys
-        import skipsearch.model.skippable
-        skipsearch.model.skippable._cache_parameter = lambda forward: "past_key_values"
+        import skipsearch.kv_cache
+        skipsearch.kv_cache.cache_parameter = lambda forward: "past_key_values"
         sys.argv = ["skipsearch", *{list(flags)!r}, "decode", "--model", {str(checkpoint)!r},
                     "--prompt", "def fib ( n ) :", "--max-new-tokens", "6", "--device", "cpu"]
         from skipsearch.__main__ import main

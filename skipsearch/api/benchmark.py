@@ -139,6 +139,14 @@ def bench_profiles(
         sweep_prompts=sweep_set, sweep=o.sweep_prompts > 0, dataset=o.dataset, split=o.split,
         on_stage=on_stage, on_progress=on_progress, kernel=kernel, llama=llama, batched=batched,
     )
+    command = _command(o, name=name, paths=paths, peers=peers, dtype=dtype, precision=precision, kernel=kernel,
+                       llama=llama, batched=batched)
+    return BenchRun(report, tuple(profs), tuple(command))
+
+
+def _command(o: BenchOptions, *, name: str, paths, peers, dtype: str, precision: str, kernel, llama,
+             batched: BatchedPlan | None) -> list[str]:
+    """The command line that reruns this bench, every choice the run made spelled out (the report prints it)."""
     command = ["skipsearch", "bench", "--model", name]
     if paths:
         command += ["--profiles", ",".join(paths)]
@@ -155,7 +163,7 @@ def bench_profiles(
     command += ["--strict"] if batched and batched.strict else []
     command += ["--report", str(o.report)] if o.report else []
     command += ["--json-out", str(o.as_json)] if o.as_json else []
-    return BenchRun(report, tuple(profs), tuple(command))
+    return command
 
 
 def _batched_plan(o: BenchOptions, profs: list[tuple[str, Profile]]) -> BatchedPlan | None:

@@ -176,6 +176,28 @@ def model_cost_file(roofline: str | None, *, model: str, device: str, dtype: str
     return cp, out or rl.default_path(cp)
 
 
+def _random_weights(model: str, *, device: str, dtype: str, seed: int, context_tokens: int | None,
+                    on_note: Callable[[str], None]) -> tuple:
+    """``costs --random-weights``: the model's architecture with seeded random weights, and its timing context of
+    ``context_tokens`` random ids (default: the roofline's)."""
+    import torch
+
+    from skipsearch.model.loader import random_model
+    from skipsearch.roofline import DEFAULT_CONTEXT
+    from skipsearch.roofline.shapes import architecture_config
+
+    if context_tokens is not None and context_tokens < 1:
+        raise ConfigError(f"--context-tokens must be >= 1, got {context_tokens}")
+    config, source = architecture_config(model)
+    length = DEFAULT_CONTEXT if context_tokens is None else context_tokens
+    if length + 32 > getattr(config, "max_position_embeddings", length + 32):
+        raise ConfigError(f"--context-tokens {length} is past {model}'s {config.max_position_embeddings} positions")
+    sm = random_model(config, name=model, device=device, dtype=dtype, seed=seed, max_tokens=length + 32)
+    on_note(f"random weights (seed {seed}) of {model}'s architecture ({source}), {length} random context tokens")
+    generator = torch.Generator().manual_seed(seed)
+    return sm, tuple(torch.randint(config.vocab_size, (length,), generator=generator).tolist())
+
+
 def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, force: bool, threads: int | None,
                       samples: int, command: str, schemes: str | None, batch_sizes: str | None, kernel: str,
                       dataset: str, max_new_tokens: int, seed: int, on_note: Callable[[str], None],
@@ -211,21 +233,8 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     if threads:
         torch.set_num_threads(threads)
     if random_weights:
-        from skipsearch.model.loader import random_model
-        from skipsearch.roofline import DEFAULT_CONTEXT
-        from skipsearch.roofline.shapes import architecture_config
-
-        if context_tokens is not None and context_tokens < 1:
-            raise ConfigError(f"--context-tokens must be >= 1, got {context_tokens}")
-        config, source = architecture_config(model)
-        length = DEFAULT_CONTEXT if context_tokens is None else context_tokens
-        if length + 32 > getattr(config, "max_position_embeddings", length + 32):
-            raise ConfigError(f"--context-tokens {length} is past {model}'s {config.max_position_embeddings} "
-                              "positions")
-        sm = random_model(config, name=model, device=device, dtype=dtype, seed=seed, max_tokens=length + 32)
-        on_note(f"random weights (seed {seed}) of {model}'s architecture ({source}), {length} random context tokens")
-        generator = torch.Generator().manual_seed(seed)
-        context = tuple(torch.randint(config.vocab_size, (length,), generator=generator).tolist())
+        sm, context = _random_weights(model, device=device, dtype=dtype, seed=seed, context_tokens=context_tokens,
+                                      on_note=on_note)
     else:
         if context_tokens is not None:
             raise ConfigError("--context-tokens sets a roofline's or random weights' context: use it with "

@@ -234,6 +234,16 @@ def _by_category(methods: Sequence[Contender], runs, prompts: Sequence[Prompt], 
                  for c, idx in cats.items())
 
 
+def _llama_rows(sm: SkippableModel, llama: LlamaPlan, runs, ids, sweep_ids, *, max_new_tokens: int, profiles,
+                on_stage, on_progress):
+    """llama.cpp's rows (``llamacpp_bench``), checked against our autoregressive loop's tokens from the main run."""
+    reference = [next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
+                 for i in range(len(ids))]
+    return bench_llamacpp(sm, llama, ids, reference, sweep_ids=sweep_ids, max_new_tokens=max_new_tokens,
+                          threads=torch.get_num_threads(), profiles=profiles, on_stage=on_stage,
+                          on_progress=on_progress)
+
+
 def bench(
     sm: SkippableModel,
     prompts: Sequence[Prompt],
@@ -298,13 +308,9 @@ def bench(
         sm, batched, ids, labels, max_new_tokens=max_new_tokens, repeats=repeats, prepared=sizes, on_stage=on_stage,
         on_progress=on_progress)
     # 5. llama.cpp, last: its servers never share the machine with a timed row
-    llama_result = llama_sweep = None
-    if llama is not None:
-        reference = [next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
-                     for i in range(len(ids))]
-        llama_result, llama_sweep = bench_llamacpp(
-            sm, llama, ids, reference, sweep_ids=sweep_ids if sweep else (), max_new_tokens=max_new_tokens,
-            threads=torch.get_num_threads(), profiles=profiles, on_stage=on_stage, on_progress=on_progress)
+    llama_result, llama_sweep = (None, None) if llama is None else _llama_rows(
+        sm, llama, runs, ids, sweep_ids if sweep else (), max_new_tokens=max_new_tokens, profiles=profiles,
+        on_stage=on_stage, on_progress=on_progress)
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),

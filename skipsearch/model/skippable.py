@@ -18,7 +18,6 @@ length, because layer 0's cache may be shorter than the others' in the middle of
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
 
@@ -69,8 +68,9 @@ class SkippableModel:
         self.num_layers = len(self.layers)
         # transformers renamed the forwards' ``past_key_values`` to ``cache`` (5.24 takes both; the old name
         # goes in 5.40): decided once here, the name this install's model and decoder layers take.
-        self._cache_name = _cache_parameter(type(model).forward)
-        self._layer_cache_name = _cache_parameter(type(self.layers[0]).forward) if self.num_layers else self._cache_name
+        self._cache_name = kv_cache.cache_parameter(type(model).forward)
+        self._layer_cache_name = (kv_cache.cache_parameter(type(self.layers[0]).forward) if self.num_layers
+                                  else self._cache_name)
         self._skip_attn = SkippedSublayer(returns_pair=True)
         self._skip_mlp = SkippedSublayer(returns_pair=False)
         self._skip_layer = SkippedLayer()
@@ -497,12 +497,3 @@ class SkippableModel:
     crop = staticmethod(kv_cache.crop)
     cache_lengths = staticmethod(kv_cache.cache_lengths)
 
-
-def _cache_parameter(forward: Callable) -> str:
-    """The name under which ``forward`` takes the KV cache: ``cache`` where the installed transformers has it
-    (``past_key_values`` is then a deprecated alias, removed in 5.40), else ``past_key_values``."""
-    try:
-        params = inspect.signature(forward).parameters  # follows the deprecation decorators' __wrapped__
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"

@@ -144,6 +144,27 @@ def _measure(study: optuna.Study, trial: optuna.Trial, candidate: Candidate, str
     return measurement
 
 
+def _refused(error: Exception, conflicts: list[str]) -> None:
+    """A trial could not start: a busy storage is noted and waited out (one that keeps refusing ends the search in
+    one line); any other error is raised."""
+    if not storage_conflict(error):
+        raise error
+    conflicts.append(f"could not start a trial: {one_line(error)}")
+    if len(conflicts) > 10 * WRITE_ATTEMPTS:
+        raise StudyError(f"the storage keeps refusing writes: {conflicts[-1]}") from None
+    time.sleep(0.2 * min(len(conflicts), WRITE_ATTEMPTS))
+
+
+def _announce(trial: optuna.Trial, candidate: Candidate, *, kind: Kind, machine: str | None) -> None:
+    """Record what the trial measures before it does (a failed trial still shows it; twins wait on it): the
+    candidate, the kind and, for a timing, the machine."""
+    for key, value in candidate_attrs(candidate).items():
+        trial.set_user_attr(key, value)
+    trial.set_user_attr(KIND_ATTR, kind)
+    if kind == "timed":
+        trial.set_user_attr(MACHINE_ATTR, machine)
+
+
 def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *, budget: int,
                kind: Kind = "surrogate", machine: str | None = None,
                on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None) -> SearchSummary:
@@ -177,12 +198,7 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
         except Exception as e:  # a busy storage: look again (a persistent one ends the search in one line)
             if pending:
                 raise KeyboardInterrupt from None
-            if not storage_conflict(e):
-                raise
-            conflicts.append(f"could not start a trial: {one_line(e)}")
-            if len(conflicts) > 10 * WRITE_ATTEMPTS:
-                raise StudyError(f"the storage keeps refusing writes: {conflicts[-1]}") from None
-            time.sleep(0.2 * min(len(conflicts), WRITE_ATTEMPTS))
+            _refused(e, conflicts)
             continue
         candidate = measurement = error = None
         try:
@@ -193,11 +209,7 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
                 neighbours = _take_share(study, neighbours)
                 # 2. params -> candidate, recorded before evaluation so a failed trial still shows it
                 candidate = strategy.suggest(trial)
-                for key, value in candidate_attrs(candidate).items():
-                    trial.set_user_attr(key, value)
-                trial.set_user_attr(KIND_ATTR, kind)
-                if kind == "timed":
-                    trial.set_user_attr(MACHINE_ATTR, machine)
+                _announce(trial, candidate, kind=kind, machine=machine)
                 # 3. evaluate, or reuse the measurement of the same candidate: a repeat costs nothing
                 measurement = _measure(study, trial, candidate, strategy, objective, kind=kind, machine=machine,
                                        seen=seen)
@@ -225,9 +237,8 @@ def run_search(study: optuna.Study, strategy: Strategy, objective: Objective, *,
         ran += 1
         if on_trial is not None:
             state = "FAIL" if error is not None else "COMPLETE"
-            timed_on = machine if kind == "timed" else None
-            on_trial(TrialRecord(trial.number, state, candidate, measurement, error, machine=timed_on),
-                     best(study, machine=machine))
+            on_trial(TrialRecord(trial.number, state, candidate, measurement, error,
+                                 machine=machine if kind == "timed" else None), best(study, machine=machine))
     return SearchSummary(trials_total=_used(study), trials_run_here=ran, failed=failed,
                          best=best(study, machine=machine), seconds=time.perf_counter() - start,
                          conflicts=tuple(conflicts))
