@@ -63,7 +63,8 @@ class Shipped:
 def ship(study: optuna.Study, objective: ModelObjective, strategy: Strategy, *, shortlisted: int | None,
          interrupted: bool, machine: str, say: Callable[[str], None]) -> Shipped:
     """Time the study's best ``shortlisted`` distinct candidates (None: time none), then choose what ships.
-    Ctrl-C while timing stops the timing: what was timed already counts, and nothing is re-checked.
+    Ctrl-C while timing stops the timing: what was timed already counts (a shortlist timed together is one
+    timing: none of it, when stopped inside it), and nothing is re-checked.
 
     Only timings made on ``machine`` (``hardware.machine_key``) count: a study resumed on another machine, a
     shared one or one checked out with the repository, has its shortlist timed again here, and ships this
