@@ -235,4 +235,3 @@ def cache_parameter(forward: Callable) -> str:
 
 __all__ = ["LayerFrame", "PrefixKV", "allocate", "cache_lengths", "cache_parameter", "crop", "is_static", "row_cache",
            "row_capacity", "row_mask", "static_cache"]
-

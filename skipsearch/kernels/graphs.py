@@ -95,12 +95,18 @@ _ISA_FILE = "vec-isa.txt"
 
 def _known_isa(folder: Path) -> None:
     """Inductor checks each vector ISA that the CPU's flags list by compiling a test library and loading it in a
-    second Python, about 1.4 s of every process that compiles or loads a graph. The first process on this folder
+    second Python, about a second of every process that compiles or loads a graph. The first process on this folder
     (this exact CPU and torch) runs that check and records the ISAs that passed; every process then tells inductor
     to trust the flags (``cpp.vec_isa_ok``, part of inductor's cache key, so all of them set it alike), unless the
     flags now list other ISAs than the record, when the check runs again and the record is rewritten."""
     import torch._inductor.config as inductor_config
     from torch._inductor import cpu_vec_isa
+
+    def isas(trusted: bool | None) -> str:
+        """The ISAs inductor finds here: the flags' alone (trusted), or those that pass its check (None)."""
+        inductor_config.cpp.vec_isa_ok = trusted
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        return ",".join(map(str, cpu_vec_isa.valid_vec_isa_list()))
 
     if inductor_config.cpp.vec_isa_ok is not None:  # set by the user (TORCHINDUCTOR_VEC_ISA_OK), or already here
         return
@@ -109,22 +115,15 @@ def _known_isa(folder: Path) -> None:
         recorded = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         recorded = None
-    if recorded is not None:
-        inductor_config.cpp.vec_isa_ok = True
-        cpu_vec_isa.valid_vec_isa_list.cache_clear()
-        if ",".join(map(str, cpu_vec_isa.valid_vec_isa_list())) == recorded:
-            return
-        inductor_config.cpp.vec_isa_ok = None  # the flags and the record disagree: check them again
-        cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    passed = ",".join(map(str, cpu_vec_isa.valid_vec_isa_list()))
+    if recorded is not None and isas(True) == recorded:
+        return
+    passed = isas(None)  # no record, or the flags and the record disagree: check them
     tmp = path.with_name(f"{_ISA_FILE}.{os.getpid()}")
     with contextlib.suppress(OSError):
         tmp.write_text(passed + "\n", encoding="utf-8")
         os.replace(tmp, path)
-    inductor_config.cpp.vec_isa_ok = True
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    if ",".join(map(str, cpu_vec_isa.valid_vec_isa_list())) != passed:  # an ISA the flags list failed its check:
-        inductor_config.cpp.vec_isa_ok = None  # trusting the flags would pick it, so every process checks
+    if isas(True) != passed:  # an ISA the flags list failed its check: trusting them would pick it,
+        inductor_config.cpp.vec_isa_ok = None  # so every process checks, and nothing is recorded
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
         with contextlib.suppress(OSError):
             path.unlink()

@@ -496,4 +496,3 @@ class SkippableModel:
     # the KV-cache helpers (skipsearch.kv_cache), where code holding an adapter reaches them
     crop = staticmethod(kv_cache.crop)
     cache_lengths = staticmethod(kv_cache.cache_lengths)
-

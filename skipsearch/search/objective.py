@@ -60,11 +60,15 @@ class ModelObjective:
         return self._costs
 
     def evaluate(self, candidate: Candidate, *, kind: Kind) -> Measurement:
-        candidate.draft.check_layers(self.sm.num_layers)
-        methods.check_target(candidate, getattr(self.sm, "target_precision", "native"), source="the candidate")
         if kind == "surrogate":
+            self._check(candidate)
             return self.predict(candidate)
         return self.time(candidate)
+
+    def _check(self, candidate: Candidate) -> None:
+        """A candidate this model can run: its layers exist, and its draft suits the target's precision."""
+        candidate.draft.check_layers(self.sm.num_layers)
+        methods.check_target(candidate, getattr(self.sm, "target_precision", "native"), source="the candidate")
 
     def predict(self, candidate: Candidate) -> Measurement:
         method = methods.get(candidate.method)
@@ -94,8 +98,7 @@ class ModelObjective:
         baseline. One candidate's failure fails the run (the caller times them one by one then)."""
         t0 = timing.now(self.sm.device)
         for candidate in candidates:
-            candidate.draft.check_layers(self.sm.num_layers)
-            methods.check_target(candidate, getattr(self.sm, "target_precision", "native"), source="the candidate")
+            self._check(candidate)
         predicted = [self.predict(c) if methods.get(c.method).predict is not None else None for c in candidates]
         makers = [(str(c), lambda _prompt, c=c: methods.build_drafter(c, self.sm)) for c in candidates]
         timed = time_drafters(self.sm, self.cal.prompts, makers, max_new_tokens=self.cal.max_new_tokens,

@@ -98,8 +98,8 @@ def claim_timed(study: optuna.Study, candidate: Candidate, machine: str) -> int 
     """
     def twins() -> list[optuna.trial.FrozenTrial]:
         live = study.get_trials(deepcopy=False, states=(_STATES.COMPLETE, _STATES.RUNNING))
-        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and trial_candidate(t) == candidate
-                and t.user_attrs.get(MACHINE_ATTR) == machine]
+        return [t for t in live if t.user_attrs.get(KIND_ATTR) == "timed" and t.user_attrs.get(MACHINE_ATTR) == machine
+                and trial_candidate(t) == candidate]
 
     if twins():
         return None
@@ -141,7 +141,7 @@ def _time_shortlist(study: optuna.Study, objective: ModelObjective, candidates: 
     claims = [(c, claim) for c in candidates if (claim := claim_timed(study, c, machine)) is not None]
     if len(claims) < 2 or not hasattr(objective, "time_all"):
         for c, claim in claims:
-            _time_claimed(study, objective, c, machine, say, claim=claim)
+            _time_claimed(study, objective, c, say, claim=claim)
         return
     for c, _ in claims:
         say(f"timing {candidate_summary(c)}")
@@ -159,7 +159,7 @@ def _time_shortlist(study: optuna.Study, objective: ModelObjective, candidates: 
         raise
     except Exception:  # noqa: BLE001 - which candidate failed is found by timing each alone
         for c, claim in claims:
-            _time_claimed(study, objective, c, machine, say, claim=claim)
+            _time_claimed(study, objective, c, say, claim=claim)
         return
     if busy:
         say(f"warning: {busy}: these figures will not be shipped")
@@ -169,12 +169,8 @@ def _time_shortlist(study: optuna.Study, objective: ModelObjective, candidates: 
             say(f"warning: {conflict}")
 
 
-def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, machine: str, say, *,
-                  claim: int | None = None) -> None:
-    if claim is None:
-        claim = claim_timed(study, candidate, machine)  # None: timed here already, by a resumed run or another one
-    if claim is None:
-        return
+def _time_claimed(study: optuna.Study, objective: ModelObjective, candidate: Candidate, say, *, claim: int) -> None:
+    """Time ``candidate`` alone on this worker's ``claim``, and record it (or its one-line failure)."""
     say(f"timing {candidate_summary(candidate)}")
     try:
         with heartbeat(study, claim):
