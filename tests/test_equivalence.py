@@ -302,12 +302,38 @@ def _heldout(sm):
     return [(f"{p.source}:{p.id}", encode_prompt(sm.tokenizer, p)) for p in prompts]
 
 
+def _prefills_each_prompt_once(sm: SkippableModel) -> None:
+    """``sm.forward`` with the full model's prefill of a prompt (start 0, an empty cache, the full model: no draft,
+    stand-in or draft head in place) computed once per prompt and copied after, bit for bit: every method's decode
+    of a prompt begins with this same forward (the engine's step 0, and ``margin_drift``'s), and in 16 bits on a CPU
+    without native bf16 products it costs about 35 ms a token (755 tokens for the 8 prompts), which the 12 shipped
+    drafts and the two dtypes paid again and again. Every other forward runs as it is."""
+    real, kept = sm.forward, {}
+
+    def forward(token_ids: torch.Tensor, *, start: int, cache, last_only: bool = False) -> torch.Tensor:
+        full = not sm._drafting and not sm._partial and sm.kernel.name == "eager"
+        if start != 0 or not last_only or not full or cache.get_seq_length() != 0:
+            return real(token_ids, start=start, cache=cache, last_only=last_only)
+        key = tuple(token_ids.view(-1).tolist())
+        if key not in kept:
+            fresh = sm.new_cache()
+            kept[key] = fresh, real(token_ids, start=0, cache=fresh, last_only=True)
+        fresh, logits = kept[key]
+        for i, layer in enumerate(fresh.layers):
+            cache.update(layer.keys.clone(), layer.values.clone(), i)
+        return logits.clone()
+
+    sm.forward = forward
+
+
 @functools.cache
 def _real16(dtype: str):
-    """The real model in a 16-bit dtype with its held-out prompts and HF greedy's outputs on them."""
+    """The real model in a 16-bit dtype (its prompts prefilled once each) with its held-out prompts and HF greedy's
+    outputs on them."""
     from skipsearch.model.loader import load_model
 
     sm = load_model("smollm2-135m", device="cpu", dtype=dtype)
+    _prefills_each_prompt_once(sm)
     return sm, [(name, ids, hf_generate(sm, ids, max_new_tokens=REAL_NEW)) for name, ids in _heldout(sm)]
 
 
@@ -339,9 +365,9 @@ def test_real_model_layer_skip_in_16_bit_is_identical_or_equal_up_to_ties(real16
         logits, out = forced[name]
         if tuple(out[:10]) != tuple(ref[:10]):  # position 10's logits see ids and the 10 tokens before it
             logits = eq.teacher_forced_logits(sm, ids, ref)
-        broken = list(ref)
+        broken = list(ref[:11])  # what follows position 10 cannot change a verdict found there: left out
         broken[10] = int(logits[10].float().topk(50).indices[-1])  # the 50th most likely token
-        v = eq.check(sm, ids, broken, ref)
+        v = eq.check(sm, ids, broken, ref[:11])
         assert v.kind == eq.DIFFERENT and v.position == 10 and v.margin > 2 * v.tolerance, (name, v)
 
 
