@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -183,11 +182,12 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     # tests need it), copied as a device that had built it would keep it: its build is test_lowbit's, and in the
     # kit's own cache it added a minute here. The conversion from the joined parts still runs in the kit.
     from skipsearch.config import ConfigError
-    from skipsearch.kernels.lowbit.build import build_dir, check_lowbit
+    from skipsearch.kernels.lowbit.build import check_lowbit
+    from tests.conftest import copy_lowbit_build
 
     try:
         check_lowbit()
-        shutil.copytree(build_dir(), state / "cache" / "lowbit" / build_dir().name)
+        copy_lowbit_build(state / "cache")
     except ConfigError:  # no extension here (no compiler): the kit's precision stage says so itself
         pass
 

@@ -48,11 +48,9 @@ def built(tmp_path_factory):
     except ConfigError as exc:
         pytest.skip(str(exc))
     cache = tmp_path_factory.mktemp("graphs")
-    # skipsearch's C++ extension, as a machine that had built it keeps it (check_kernel built it in this process's
-    # cache): the racing processes compile graphs only, where each built the extension again first (43 s here)
-    from skipsearch.kernels.lowbit.build import build_dir
+    from tests.conftest import copy_lowbit_build
 
-    shutil.copytree(build_dir(), cache / "lowbit" / build_dir().name)
+    copy_lowbit_build(cache)  # check_kernel built it: the racing processes compile graphs only
     racing = [_worker(cache, 1, CAPACITY, wait=False) for _ in range(2)]
     return cache, [_result(p)[0] for p in racing]
 
