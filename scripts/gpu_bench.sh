@@ -167,11 +167,14 @@ PROBE_BIG=${PROBE_BIG-llama-2-7b llama-2-13b}
 PROBE_HF_COMPILED=${PROBE_HF_COMPILED:-1}
 PROBE_CONTEXT=${PROBE_CONTEXT:-512}  # the roofline's context
 PROBE_KERNEL=${PROBE_KERNEL:-cudagraph}
+PROBE_STEPS_KERNEL=${PROBE_STEPS_KERNEL:-$PROBE_KERNEL}  # the loops' (cudagraph-c1: the one-token graph alone)
 PROBE_PROMPTS=${PROBE_PROMPTS:-4}
 PROBE_TOKENS=${PROBE_TOKENS:-128}
+PROBE_ORDER=${PROBE_ORDER-}  # the stages in another order, e.g. "steps:float32 costs:llama-2-7b" (default below)
+PROBE_SCHEMES=${PROBE_SCHEMES-}  # the draft schemes costed (default: int8,fp8 on a GPU, fp16 on a CPU)
 probe_steps() {  # DTYPE: HF greedy, HF compiled greedy, our loop on the kernel: speed and verdicts
     stage "steps-$1" "$PYTHON" "$KITPY" steps --model "$PROBE_MODEL" --device "$DEVICE" --dtype "$1" \
-        --kernel "$PROBE_KERNEL" --n-prompts "$PROBE_PROMPTS" --max-new-tokens "$PROBE_TOKENS" \
+        --kernel "$PROBE_STEPS_KERNEL" --n-prompts "$PROBE_PROMPTS" --max-new-tokens "$PROBE_TOKENS" \
         --hf-compiled "$PROBE_HF_COMPILED" --out "$STATE/steps-$1.json"
 }
 
@@ -208,7 +211,7 @@ probe() {
     fi
     [ -f "$STATE/environment.txt" ] || environment
     local scheme rk item
-    scheme=$([ "$DEVICE" = cpu ] && echo fp16 || echo int8)
+    scheme=${PROBE_SCHEMES:-$([ "$DEVICE" = cpu ] && echo fp16 || echo int8,fp8)}
     rk=$(kit gpu-name)
     case $rk in h100) rk=h100-sxm ;; a100) rk=a100-80gb-sxm ;; esac  # the roofline's key for this GPU
     # most evidence first: bf16 (what GPU users run) and the first large architecture's costs, then the rest
@@ -216,6 +219,7 @@ probe() {
     [ "$PROBE_BIG" = "$first" ] || rest=${PROBE_BIG#* }
     order="steps:bfloat16 ${first:+costs:$first} steps:float32 costs:smollm2-135m"
     for item in $rest; do order="$order costs:$item"; done
+    order=${PROBE_ORDER:-$order}
     for item in $order; do
         case $item in
             steps:*) probe_steps "${item#steps:}" || [ $? != $AGAIN ] || return $AGAIN ;;
