@@ -185,16 +185,17 @@ probe_costs() {  # ARCH SCHEME ROOFLINE-KEY: its cost file on the kernel (no dra
                 --context-tokens "$PROBE_CONTEXT" --out "$STATE/costs-$name.yaml" --force)
     stage "costs-$name" "$PYTHON" -m skipsearch "${args[@]}" --schemes "$2"
     local rc=$?
-    [ $rc = $AGAIN ] && return $AGAIN
-    if [ $rc != 0 ]; then
+    # stopped by the deadline: costs keeps the step and v(k) it measured (and the schemes done) in its file
+    if [ $rc != 0 ] && [ $rc != $AGAIN ]; then
         stage "costs-$name-plain" "$PYTHON" -m skipsearch "${args[@]}" --schemes none || return $?
     fi
-    if [ -f "$STATE/costs-$name.yaml" ] && [ "$DEVICE" != cpu ] && [ ! -f "$STATE/compare-$name.md" ]; then
+    if [ -f "$STATE/costs-$name.yaml" ] && [ "$DEVICE" != cpu ] && [ ! "$STATE/compare-$name.md" -nt "$STATE/costs-$name.yaml" ]; then
         "$PYTHON" -m skipsearch costs --roofline "$3" --model "$model" --dtype bfloat16 --schemes "$2" \
             --context-tokens "$PROBE_CONTEXT" --out "$STATE/roofline-$name.yaml" --force >/dev/null \
             && kit compare --measured "$STATE/costs-$name.yaml" --roofline "$STATE/roofline-$name.yaml" \
                 --out "$STATE/compare-$name.md"
     fi
+    [ $rc = $AGAIN ] && return $AGAIN
     return 0
 }
 

@@ -139,6 +139,40 @@ def test_costs_batch_sizes_writes_c_of_b_for_each_scheme(tiny_checkpoint, tmp_pa
     assert "c(fp16)" in result.output  # describe shows c(B) / v(0, B)
 
 
+@pytest.mark.parametrize("where", ["scheme", "batched"])
+def test_ctrl_c_after_the_models_own_costs_keeps_them_in_the_file(tiny_checkpoint, tmp_path, monkeypatch, where):
+    # a GPU run of a 7B model's costs ran past its deadline while measuring the schemes, minutes after its step and
+    # v(k) were measured, and wrote nothing
+    import skipsearch.api.costs as api_costs
+    from skipsearch import methods
+
+    measure = methods.measure_scheme_costs
+
+    def second_interrupted(sm, context, schemes, **kwargs):
+        if schemes == ("int8",):
+            raise KeyboardInterrupt
+        return measure(sm, context, schemes, **kwargs)
+
+    def grid_interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "scheme":
+        monkeypatch.setattr(methods, "measure_scheme_costs", second_interrupted)
+    else:
+        monkeypatch.setattr(api_costs, "measure_batched_costs", grid_interrupted)
+    out = tmp_path / "c.yaml"
+    args = ["costs", "--model", str(tiny_checkpoint), "--device", "cpu", "--samples", "1", "--max-new-tokens", "4",
+            "--schemes", "fp16,int8" if where == "scheme" else "fp16", "--out", str(out)]
+    result = runner.invoke(app, args + (["--batch-sizes", "1,2"] if where == "batched" else []))
+    assert result.exit_code == 130, result.output
+    missing = "scheme int8" if where == "scheme" else "the batched grid"
+    assert f"interrupted while measuring {missing}: wrote {out} without it" in result.output
+    assert "Traceback" not in result.output
+    kept = load_costs(out)  # a valid cost file: the step, v(k) and the schemes measured before the interrupt
+    assert kept.costs.step_seconds > 0 and len(kept.costs.verify_ratio) >= 2
+    assert [s.scheme for s in kept.costs.schemes] == ["fp16"] and kept.batched is None
+
+
 @pytest.mark.parametrize(("edit", "fragment"), [
     (lambda d: d.pop("schema_version"), "missing required key schema_version"),
     (lambda d: d.update(schema_version=7), "unknown schema_version 7"),

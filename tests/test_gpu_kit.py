@@ -160,6 +160,25 @@ def test_the_report_puts_verdicts_drift_profiles_and_benches_together(tmp_path):
     assert "## The bench in float32" in md and "### Summary" in md and "# skipsearch bench: x" not in md
 
 
+def test_the_probe_dry_run_times_the_loops_and_reports_every_cost_file(tmp_path, tiny_checkpoint):
+    # the probe is the one device call that needs no model file (#65); on the device its first run failed in a
+    # stage no test here had run. Here: a tiny architecture's config, the eager kernel, no HF compiled
+    import shutil
+
+    state, out = tmp_path / "state", tmp_path / "out"
+    state.mkdir()
+    shutil.copy(ROOT / "costs" / "cpu-float32.yaml", state / "costs-x.yaml")  # as a costs stage leaves it
+    result = _run("probe", "--dry-run", env={"STATE": str(state), "OUT": str(out), "PROBE_MODEL": str(tiny_checkpoint),
+                                             "PROBE_ORDER": "steps:float32", "PROBE_TOKENS": "4"}, timeout=600)
+    assert result.returncode == 0 and "DONE: probe-cpu.md" in result.stdout, result.stdout[-3000:] + result.stderr
+    md = (out / "probe-cpu.md").read_text()
+    for method in ("hf-greedy", "skipsearch-ar"):  # speed and verdicts against HF greedy on the same weights
+        assert re.search(rf"\| float32 \| {method} \| [^|]+ \| [0-9.]+ \| [0-9.]+ \| - \| 1/1 \| 1/1 \|", md), md
+    assert "### x" in md and "v(k):" in md  # each cost file in the state, described
+    with tarfile.open(out / "probe.tar.gz") as tar:
+        assert {"steps-float32.json", "probe.log", "costs-x.yaml"} <= set(tar.getnames())
+
+
 # -- the dry run: the script itself, call after call, as on the device -----------------------------------
 @pytest.mark.model
 def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):

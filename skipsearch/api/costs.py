@@ -12,7 +12,7 @@ its precision fallback's, a fractal draft its compressed layers' scheme on that 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skipsearch import methods
@@ -108,12 +108,30 @@ def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PR
     return SchemeChoice(tuple(needed), tuple(why), notes=tuple(notes))
 
 
+class SchemesInterrupted(KeyboardInterrupt):
+    """Ctrl-C while measuring a scheme: the schemes measured before it, kept."""
+
+    def __init__(self, measured: tuple, scheme: str) -> None:
+        super().__init__(scheme)
+        self.measured, self.scheme = measured, scheme
+
+
+class CostsInterrupted(KeyboardInterrupt):
+    """Ctrl-C after the model's own costs were measured: the cost file as far as it got (``cp``, for ``path``), and
+    what it lacks, for people."""
+
+    def __init__(self, cp, path: Path, missing: str) -> None:
+        super().__init__(missing)
+        self.cp, self.path, self.missing = cp, path, missing
+
+
 def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats: int = 9,
                     warn: Callable[[str], None] = lambda _line: None,
                     on_note: Callable[[str], None] = lambda _line: None) -> tuple:
     """Each chosen scheme's per-sublayer costs on ``sm``'s device (``files.costs.SchemeCosts``), one ``on_note``
     line a scheme with the seconds it took (a 7B model's int8 and fp8 on a GPU ran past 400 s together). A scheme
-    the device cannot run is an error where it was asked for, and one ``warn`` line where it is a default."""
+    the device cannot run is an error where it was asked for, and one ``warn`` line where it is a default. Ctrl-C
+    raises ``SchemesInterrupted`` with the schemes measured before it."""
     import time
 
     out = []
@@ -126,6 +144,8 @@ def measure_schemes(sm, context: Sequence[int], choice: SchemeChoice, *, repeats
                 raise
             warn(f"not measuring scheme {scheme} here: {e}")
             continue
+        except KeyboardInterrupt:
+            raise SchemesInterrupted(tuple(out), scheme) from None
         out.append(m.kept())  # files.costs.SchemeCosts, with the compiled whole draft where one was timed
         on_note(f"scheme {scheme} measured in {time.perf_counter() - t0:.0f} s")
     return tuple(out)
@@ -150,8 +170,8 @@ def measure_batched_costs(sm, context: Sequence[int], batch_sizes: Sequence[int]
     return measure_batched(sm, context, batch_sizes, repeats=repeats, drafts=drafts)
 
 
-__all__ = ["PROFILES", "SchemeChoice", "batch_sizes_option", "default_schemes", "measure_batched_costs",
-           "measure_schemes", "model_folders", "parse_schemes"]
+__all__ = ["PROFILES", "CostsInterrupted", "SchemeChoice", "batch_sizes_option", "default_schemes",
+           "measure_batched_costs", "measure_schemes", "model_folders", "parse_schemes"]
 
 
 def model_cost_file(roofline: str | None, *, model: str, device: str, dtype: str, out: Path | None, force: bool,
@@ -216,9 +236,8 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     With ``random_weights`` the model is its architecture alone (its config.json, or the published table's row for
     an alias whose files are not here: ``roofline.shapes.architecture_config``) with seeded random weights, timed at
     ``context_tokens`` random token ids (default: the roofline's context, so the two files compare): its costs,
-    not its acceptance, which the weights decide."""
-    from dataclasses import replace
-
+    not its acceptance, which the weights decide. Ctrl-C after the model's own costs were measured raises
+    ``CostsInterrupted`` with the file as far as it got."""
     import torch
 
     from skipsearch.api.checks import check_prompts_fit
@@ -262,15 +281,28 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
         choice = default_schemes((model, sm.name), str(sm.device))
         for note in choice.notes:
             warn(note)
-    on_note(choice.describe())
-    measured = measure_schemes(sm, context, choice, repeats=samples, warn=warn, on_note=on_note)
-    if measured:
-        cp = replace(cp, costs=replace(cp.costs, schemes=measured))
     if random_weights and cp.run is not None:
         cp = replace(cp, run=replace(cp.run, weights=f"random:seed={seed}"))
+    on_note(choice.describe())
+    # Ctrl-C from here on keeps what was measured (CostsInterrupted): the step and v(k) of a 7B model are minutes
+    try:
+        measured = measure_schemes(sm, context, choice, repeats=samples, warn=warn, on_note=on_note)
+    except SchemesInterrupted as stop:
+        left = choice.schemes[choice.schemes.index(stop.scheme):]
+        raise CostsInterrupted(_with_schemes(cp, stop.measured), path,
+                               f"scheme{'s' if len(left) > 1 else ''} {', '.join(left)}") from None
+    cp = _with_schemes(cp, measured)
     if sizes:
         priced = tuple(s.scheme for s in cp.costs.schemes)
         on_note(f"timing batched forwards at B = {', '.join(map(str, sizes))} ({sm.kernel.label})"
                 + (f" and the draft step of {', '.join(priced)}" if priced else ""))
-        cp = replace(cp, batched=measure_batched_costs(sm, context, sizes, priced, repeats=samples, warn=warn))
+        try:
+            grid = measure_batched_costs(sm, context, sizes, priced, repeats=samples, warn=warn)
+        except KeyboardInterrupt:
+            raise CostsInterrupted(cp, path, "the batched grid") from None
+        cp = replace(cp, batched=grid)
     return cp, path
+
+
+def _with_schemes(cp, measured: tuple):
+    return replace(cp, costs=replace(cp.costs, schemes=measured)) if measured else cp

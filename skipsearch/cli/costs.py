@@ -69,7 +69,7 @@ def costs_command(
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
 
-    from skipsearch.api.costs import measure_cost_file, model_cost_file
+    from skipsearch.api.costs import CostsInterrupted, measure_cost_file, model_cost_file
 
     warnings_to_stderr()
     source = ctx.get_parameter_source("kernel")
@@ -105,12 +105,18 @@ def costs_command(
         typer.echo(f"wrote {path} (modelled, not measured)")
         return
     with user_errors():
-        cp, path = measure_cost_file(model, device=device, dtype=dtype, out=out, force=force, threads=threads,
-                                     samples=samples, command=command, schemes=schemes, batch_sizes=batch_sizes,
-                                     kernel=kernel, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed,
-                                     on_note=lambda text: typer.echo(text, err=True),
-                                     warn=lambda text: typer.echo(f"warning: {line(text)}", err=True),
-                                     random_weights=random_weights, context_tokens=context_tokens)
+        try:
+            cp, path = measure_cost_file(model, device=device, dtype=dtype, out=out, force=force, threads=threads,
+                                         samples=samples, command=command, schemes=schemes,
+                                         batch_sizes=batch_sizes, kernel=kernel, dataset=dataset,
+                                         max_new_tokens=max_new_tokens, seed=seed,
+                                         on_note=lambda text: typer.echo(text, err=True),
+                                         warn=lambda text: typer.echo(f"warning: {line(text)}", err=True),
+                                         random_weights=random_weights, context_tokens=context_tokens)
+        except CostsInterrupted as stop:  # Ctrl-C after the step and v(k): they are kept
+            save_costs_checked(stop.cp, stop.path, replace=force)
+            typer.echo(f"interrupted while measuring {stop.missing}: wrote {stop.path} without it", err=True)
+            raise typer.Exit(130) from None
         save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")
