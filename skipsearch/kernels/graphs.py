@@ -220,6 +220,18 @@ def recovering(folder: Path, build: Callable[[], T], on_reset: Callable[[], obje
         return build()
 
 
+def names_entry(folder: Path, exc: BaseException) -> bool:
+    """Whether ``exc``, or an error inside it, names a file in ``folder``: inductor failed to import or load one of
+    its own kept entries (a garbage ``.py`` it found where it would have written its code), not the model."""
+    seen, where = set(), str(folder)
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if where in str(exc):
+            return True
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return False
+
+
 def _root(exc: BaseException) -> BaseException:
     """The innermost cause: dynamo wraps what inductor raised (``BackendCompilerFailed``) around the real error."""
     seen = set()
@@ -348,4 +360,4 @@ def age(cache: GraphCache) -> str:
 
 
 __all__ = ["CAPACITY_STEP", "GraphCache", "age", "bucket", "building", "caches", "clear", "graphs_dir",
-           "graphs_root", "record", "recovering", "unreadable", "use"]
+           "graphs_root", "names_entry", "record", "recovering", "unreadable", "use"]

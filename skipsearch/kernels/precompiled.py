@@ -307,6 +307,8 @@ class Call:
             except (ConfigError, KeyboardInterrupt, MemoryError):
                 raise
             except Exception as exc:  # a graph break, an object torch cannot save: torch.compile runs it instead
+                if graphs.names_entry(folder, exc):  # not the call: an unreadable entry of inductor's own caches
+                    raise  # graphs.recovering (the caller's) clears the folder and builds again
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
