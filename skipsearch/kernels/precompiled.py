@@ -61,6 +61,7 @@ from skipsearch.kernels import graphs
 _log = logging.getLogger(__name__)
 
 FOLDER = "calls"  # under a machine's graph folder (``graphs.graphs_dir``)
+_CLEARING: set[Path] = set()  # graph folders a failed build had cleared (Call.of): once a process each
 # this process's precompiled calls: loaded, built (here or by a child of it: "aside" counts those too), refused (fell
 # back to torch.compile), stale (built again)
 COUNTS: Counter = Counter()
@@ -307,8 +308,9 @@ class Call:
             except (ConfigError, KeyboardInterrupt, MemoryError):
                 raise
             except Exception as exc:  # a graph break, an object torch cannot save: torch.compile runs it instead
-                if graphs.names_entry(folder, exc):  # not the call: an unreadable entry of inductor's own caches
-                    raise  # graphs.recovering (the caller's) clears the folder and builds again
+                if graphs.names_entry(folder, exc) and folder not in _CLEARING:  # not the call: a bad entry of
+                    _CLEARING.add(folder)  # inductor's own caches; graphs.recovering (the caller's) clears the
+                    raise  # folder and builds again, once a process (a second failure falls back as below)
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
