@@ -289,3 +289,28 @@ def test_the_vector_isa_check_runs_once_per_machine_folder(tmp_path, monkeypatch
     # the flags list an ISA that fails its check: every process checks, and nothing is recorded
     assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and not record.exists()
     assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and calls == [None, True]
+
+
+def test_a_build_that_trips_on_a_bad_entry_of_the_folder_clears_it_once_then_falls_back(tmp_path, monkeypatch):
+    """A garbage ``.py`` of inductor's where it would write its code made the build fail; counted a capture refusal,
+    no call file was written and every later process built again. An error naming a file of the folder is raised
+    (``graphs.recovering`` clears the folder and builds again), once a process; then it falls back as a refusal."""
+    from skipsearch.kernels import precompiled
+
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+
+    def failing(path, model, args, settings):
+        raise RuntimeError(f"Failed to import {folder / 'c5' / 'cc5e.py'}")
+
+    monkeypatch.setattr(precompiled, "_path", lambda folder, *a: folder / "calls" / "x.bin")
+    monkeypatch.setattr(precompiled, "_await", lambda path: False)
+    monkeypatch.setattr(precompiled, "_build", failing)
+    monkeypatch.setattr(precompiled, "_CLEARING", set())
+    refused = precompiled.COUNTS["refused"]
+    with pytest.raises(RuntimeError, match="Failed to import"):
+        precompiled.Call.of(folder, None, (), "full:sdpa", {})
+    assert precompiled.Call.of(folder, None, (), "full:sdpa", {}) is None  # the second time: torch.compile runs it
+    assert precompiled.COUNTS["refused"] == refused + 1
+    assert graphs.names_entry(folder, RuntimeError(f"Failed to import {folder}/c5/x.py"))
+    assert not graphs.names_entry(folder, RuntimeError("a graph break in the model"))
