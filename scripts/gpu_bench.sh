@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU evidence run: smollm2-135m on a lent GPU, in float32 and bfloat16, as one Markdown report,
-# studies/bench-smollm2-<gpu>.md: HF greedy, our autoregressive loop and a profile searched on that GPU,
+# studies/bench-smollm2-<gpu>.md: HF greedy, HF compiled greedy, our autoregressive loop and the profiles searched on
+# that GPU, searched and run on the cudagraph kernel (KERNEL; the dry run: eager),
 # each output with its verdict against HF greedy (identical / equal up to numerical ties / different),
 # and the measured rounding drift behind the tie tolerance (skipsearch/engine/equivalence.py).
 #
@@ -76,6 +77,7 @@ if [ "$DRY" = 1 ]; then
     NO_INSTALL=${NO_INSTALL:-1}
     : "${SEARCH_BUDGET:=2}" "${SEARCH_PROMPTS:=1}" "${SEARCH_TOKENS:=6}" "${SHORTLIST:=1}"
     : "${BENCH_PROMPTS:=1}" "${BENCH_TOKENS:=6}" "${DRIFT_PROMPTS:=1}" "${DRIFT_TOKENS:=6}" "${DEADLINE:=3000}"
+    : "${KERNEL:=eager}" "${PEERS:=hf-greedy}"  # no CUDA graphs here, and HF compiled takes minutes on a CPU
     # the probe: eager (the CPU has no CUDA graphs), no HF compiled (minutes on a CPU), no large architecture
     : "${PROBE_KERNEL:=eager}" "${PROBE_MODEL:=smollm2-135m}" "${PROBE_PROMPTS:=1}" "${PROBE_TOKENS:=6}"
     : "${PROBE_DEADLINE:=3000}" "${PROBE_HF_COMPILED:=0}" "${PROBE_CONTEXT:=32}"
@@ -92,7 +94,8 @@ SHORTLIST=${SHORTLIST:-3}              # candidates timed against our autoregres
 BENCH_PROMPTS=${BENCH_PROMPTS:-8}      # held-out prompts
 BENCH_TOKENS=${BENCH_TOKENS:-128}
 REPEATS=${REPEATS:-1}
-PEERS=${PEERS:-hf-greedy}              # e.g. hf-greedy,hf-prompt-lookup,hf-assisted-quantized (then SWEEP_PROMPTS=2)
+PEERS=${PEERS:-hf-greedy,hf-compiled}  # e.g. also hf-prompt-lookup,hf-assisted-quantized (then SWEEP_PROMPTS=2)
+KERNEL=${KERNEL:-cudagraph}            # what the searches time and the bench runs: a step as one CUDA graph (#65)
 SWEEP_PROMPTS=${SWEEP_PROMPTS:-0}
 DRIFT_PROMPTS=${DRIFT_PROMPTS:-4}
 DRIFT_TOKENS=${DRIFT_TOKENS:-64}
@@ -260,20 +263,22 @@ environment() {
 '| optuna', optuna.__version__, '| tf32 matmul', torch.backends.cuda.matmul.allow_tf32)"
         echo "device $DEVICE; sizes: search budget $SEARCH_BUDGET on $SEARCH_PROMPTS x $SEARCH_TOKENS tokens," \
              "shortlist $SHORTLIST; bench $BENCH_PROMPTS held-out prompts x $BENCH_TOKENS tokens, $REPEATS" \
-             "repeat(s), peers $PEERS; drift $DRIFT_PROMPTS x $DRIFT_TOKENS"
+             "repeat(s), peers $PEERS, kernel $KERNEL; drift $DRIFT_PROMPTS x $DRIFT_TOKENS"
     } > "$STATE/environment.txt"
 }
 
 search_args() {  # a short two-stage TPE search on this device, one per dtype; the profile lands in profiles/
     echo --model smollm2-135m --strategy tpe --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
         --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
-        --dtype "$1" --seed 0 --study "$STATE/studies/$1" --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
+        --dtype "$1" --kernel "$KERNEL" --seed 0 --study "$STATE/studies/$1" \
+        --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
 }
 
 lookup_args() {  # prompt lookup: its draft launches no kernel, so it is the likeliest to pay on a GPU
     echo --model smollm2-135m --strategy ngram --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
         --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
-        --dtype "$1" --seed 0 --study "$STATE/studies/$1-ngram" --out "$STATE/profiles/$GPU-$1-ngram.yaml" --force
+        --dtype "$1" --kernel "$KERNEL" --seed 0 --study "$STATE/studies/$1-ngram" \
+        --out "$STATE/profiles/$GPU-$1-ngram.yaml" --force
 }
 
 precision_args() {  # the precision draft's GPU schemes (weight-only int8, int4 where its kernel is, fp8 on Hopper/Ada)
@@ -284,8 +289,8 @@ cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0
 print(','.join(ok + (['fp8'] if cap >= (8, 9) else [])))")
     echo --model smollm2-135m --strategy precision --schemes "$schemes" --budget "$SEARCH_BUDGET" \
         --dataset mtbench,humaneval --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" \
-        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --seed 0 --study "$STATE/studies/$1-precision" \
-        --out "$STATE/profiles/$GPU-$1-precision.yaml" --force
+        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --kernel "$KERNEL" --seed 0 \
+        --study "$STATE/studies/$1-precision" --out "$STATE/profiles/$GPU-$1-precision.yaml" --force
 }
 
 bench_args() {  # HF greedy, our loop and every profile searched here, on held-out prompts, with verdicts
@@ -293,8 +298,8 @@ bench_args() {  # HF greedy, our loop and every profile searched here, on held-o
     profiles=$(ls "$STATE"/profiles/*.yaml 2>/dev/null | paste -sd, -)
     echo --model smollm2-135m ${profiles:+--profiles "$profiles"} --peers "$PEERS" --dataset mtbench,humaneval \
         --split heldout --n-prompts "$BENCH_PROMPTS" --max-new-tokens "$BENCH_TOKENS" --repeats "$REPEATS" \
-        --sweep-prompts "$SWEEP_PROMPTS" --device "$DEVICE" --dtype "$1" --report "$STATE/bench-$1.md" \
-        --json-out "$STATE/bench-$1.json"
+        --sweep-prompts "$SWEEP_PROMPTS" --device "$DEVICE" --dtype "$1" --kernel "$KERNEL" \
+        --report "$STATE/bench-$1.md" --json-out "$STATE/bench-$1.json"
 }
 
 publish() {  # what comes back: at most 8 plain files in $OUT
