@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -163,8 +164,6 @@ def test_the_report_puts_verdicts_drift_profiles_and_benches_together(tmp_path):
 def test_the_probe_dry_run_times_the_loops_and_reports_every_cost_file(tmp_path, tiny_checkpoint):
     # the probe is the one device call that needs no model file (#65); on the device its first run failed in a
     # stage no test here had run. Here: a tiny architecture's config, the eager kernel, no HF compiled
-    import shutil
-
     state, out = tmp_path / "state", tmp_path / "out"
     state.mkdir()
     shutil.copy(ROOT / "costs" / "cpu-float32.yaml", state / "costs-x.yaml")  # as a costs stage leaves it

@@ -27,7 +27,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -223,25 +223,22 @@ def recovering(folder: Path, build: Callable[[], T], on_reset: Callable[[], obje
 def names_entry(folder: Path, exc: BaseException) -> bool:
     """Whether ``exc``, or an error inside it, names a file in ``folder``: inductor failed to import or load one of
     its own kept entries (a garbage ``.py`` it found where it would have written its code), not the model."""
-    seen, where = set(), str(folder)
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if where in str(exc):
-            return True
-        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
-    return False
+    return any(str(folder) in str(e) for e in _causes(exc))
 
 
 def _root(exc: BaseException) -> BaseException:
     """The innermost cause: dynamo wraps what inductor raised (``BackendCompilerFailed``) around the real error."""
+    *_, innermost = _causes(exc)
+    return innermost
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then each error it wraps (inductor's ``inner_exception``, else ``__cause__``), outermost first."""
     seen = set()
-    while id(exc) not in seen:
+    while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        inner = getattr(exc, "inner_exception", None) or exc.__cause__
-        if inner is None:
-            break
-        exc = inner
-    return exc
+        yield exc
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
 
 
 def _reset_compiler() -> None:
