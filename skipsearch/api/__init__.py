@@ -4,6 +4,8 @@ what it returns (a frozen dataclass); progress and notes come back through callb
 - ``decode``: decode prompts (``skipsearch decode``), one at a time or in batches (``decode --batch-size``);
   ``loading``: open a model from a name or a profile;
 - ``search``: ``optimize_study`` (``skipsearch optimize``) and ``rerank_study`` (``optimize --budget 0 --costs``);
+- ``engine_search``: ``optimize_engine`` (``optimize --engine llama.cpp``): a serving engine's own settings, timed
+  on its own server;
 - ``benchmark``: ``bench_profiles`` (``skipsearch bench``);
 - ``planning``: one function per mode of ``skipsearch plan``: ``plan_given``, ``plan_profiles``,
   ``replan_profile_file``, ``plan_study``;
@@ -30,13 +32,15 @@ from skipsearch.api.decode import (
     drafter_factory,
     encode_checked,
 )
+from skipsearch.api.engine_search import EngineSearched, EngineSearchSettings, optimize_engine
 from skipsearch.api.loading import open_model
 from skipsearch.api.planning import PlanOutcome, plan_given, plan_profiles, plan_study, replan_profile_file
 from skipsearch.api.search import Reranked, SearchRun, SearchSettings, optimize_study, rerank_study
 from skipsearch.data import prompt_label
 
-__all__ = ["BenchOptions", "BenchRun", "Decoded", "DecodedBatch", "PlanOutcome", "Reranked", "SearchRun",
+__all__ = ["BenchOptions", "BenchRun", "Decoded", "DecodedBatch", "EngineSearchSettings", "EngineSearched",
+           "PlanOutcome", "Reranked", "SearchRun",
            "SearchSettings", "bench_profiles", "check_model_arg", "check_batch_profile", "check_prompts_fit",
            "context_length", "decode_batches", "decode_prompts", "drafter_factory", "encode_checked", "hardware_note",
-           "open_model", "optimize_study", "plan_given", "plan_profiles", "plan_study", "profile_hardware_note",
-           "profile_paths", "prompt_label", "replan_profile_file", "rerank_study"]
+           "open_model", "optimize_engine", "optimize_study", "plan_given", "plan_profiles", "plan_study",
+           "profile_hardware_note", "profile_paths", "prompt_label", "replan_profile_file", "rerank_study"]

@@ -22,11 +22,12 @@ import yaml
 from skipsearch.config import ConfigError
 from skipsearch.export import MANIFEST, MANIFEST_SCHEMA, ExportError, Written, get_engine
 from skipsearch.export import shapes as sh
+from skipsearch.files.engine_runs import EXPORT as EXPORT_KIND
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.targets import EXPORT, check_target
 from skipsearch.methods.ngram import LOOKUP_KEY
 from skipsearch.model.target import NATIVE
-from skipsearch.profile import BASELINES, Profile, load_profile, profile_to_dict
+from skipsearch.profile import BASELINES, Profile, engine_run, load_profile, profile_to_dict
 
 
 @dataclass(frozen=True)
@@ -63,19 +64,29 @@ TARGET_NOTES = {
 
 
 def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: str | None = None,
-                   nearest: bool = False, force: bool = False) -> Exported:
+                   nearest: bool = False, force: bool = False, allow_slower: bool = False) -> Exported:
     """Export the profile at ``profile`` for ``engine`` into the directory ``out`` (see the module docstring)."""
     eng = get_engine(engine)
     out = Path(out)
     prof = original = load_profile(profile)
     check_target(out, EXPORT, replace=force)  # the one overwrite rule: an export replaces only an export
+    # 0. what the engine itself measured (optimize --engine): its fastest setting, or a refusal where nothing beat
+    # its plain decoding (an export must not ship a loss it knows of)
+    run = engine_run(original, eng.name)
+    if run is not None and run.ships_plain and not allow_slower:
+        raise ExportError(f"{profile}: {run.summary()}. Serve the model with {eng.name}'s plain decoding; "
+                          "--allow-slower writes this profile's own setting anyway")
+    measured = run is not None and not run.ships_plain and run.kind != EXPORT_KIND and eng.write_run is not None
     # 1. K for the target: the profile's own, or re-planned for the target's cost file
     if costs:
         prof = _replan(prof, costs=costs, source=profile)
     speed = _speedup(prof, costs=costs)
+    if run is not None and not run.ships_plain:
+        speed = Speedup(run.speedup, "measured", f"{eng.name}-plain",
+                        f"timed by {eng.name} itself against its plain decoding ({run.hardware})")
     # 2. what the engine cannot express: one line, and the nearest setting it runs instead
     line = None
-    gap = eng.gap(prof)
+    gap = None if measured else eng.gap(prof)
     if gap is not None:
         near, near_speed = _priced(gap.nearest, costs=costs, source=profile)
         shown = f"no predicted speedup: {near_speed.source}" if near_speed.value is None else (
@@ -90,7 +101,10 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
     loader = _Loader(profile, prof)
 
     def build(stage: Path) -> tuple[Written, dict]:
-        written = eng.write(stage, prof, loader)
+        written = eng.write_run(stage, run, loader) if measured else eng.write(stage, prof, loader)
+        if run is None and eng.write_run is not None:
+            written = replace(written, notes=(*written.notes, f"not timed on {eng.name}: `skipsearch optimize "
+                                              f"--engine {eng.name} --profile {profile}` times it there"))
         if original.model.target_precision != NATIVE:  # the engine's own 8-bit model, named
             written = replace(written, notes=(*written.notes, TARGET_NOTES.get(eng.name, TARGET_NOTES[""])))
         _relocate_files(written, stage, out)
@@ -104,7 +118,8 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
         written, manifest = replace_dir(out, build)
     except OSError as e:
         raise ExportError(f"{out}: cannot write the export: {e.strerror or e}") from None
-    return Exported(eng.name, out, eng.describe(prof), written, speed, line, manifest)
+    setting = (" ".join(written.setting.get("flags", ())) or run.setting) if measured else eng.describe(prof)
+    return Exported(eng.name, out, setting, written, speed, line, manifest)
 
 
 def _relocated(written: Written, stage: Path, out: Path) -> Written:

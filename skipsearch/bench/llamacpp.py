@@ -175,12 +175,26 @@ def export_setting(directory: str | os.PathLike, *, label: str | None = None, no
 
 
 def profile_setting(label: str, profile, directory: Path, model: Callable[[], tuple]) -> Setting:
-    """``profile`` exported for llama.cpp into ``directory`` (its nearest setting where llama.cpp cannot express it,
-    as ``skipsearch export --nearest`` writes it); ``model()`` gives (adapter, checkpoint) for a draft GGUF."""
+    """``profile`` exported for llama.cpp into ``directory`` as ``skipsearch export`` writes it: the setting llama.cpp
+    itself measured fastest where the profile records one (``optimize --engine llama.cpp``), plain decoding where
+    it measured nothing faster (the export refuses then), else the profile's own setting (its nearest where
+    llama.cpp cannot express it, as ``--nearest`` writes it); ``model()`` gives (adapter, checkpoint) for a draft
+    GGUF."""
     from skipsearch.export import llamacpp
+    from skipsearch.export.base import plain
+    from skipsearch.files.engine_runs import EXPORT as OWN
+    from skipsearch.profile import engine_run
 
-    gap = llamacpp.gap(profile)
     directory.mkdir(parents=True, exist_ok=True)
+    run = engine_run(profile, FAMILY)
+    if run is not None and run.ships_plain:
+        llamacpp.write(directory, plain(profile), model)
+        return export_setting(directory, label=label, note="llama.cpp measured nothing faster than its plain "
+                                                           "decoding: the export refuses, plain decoding")
+    if run is not None and run.kind != OWN:
+        llamacpp.write_run(directory, run, model)
+        return export_setting(directory, label=label, note=f"measured on llama.cpp: {run.setting}")
+    gap = llamacpp.gap(profile)
     llamacpp.write(directory, gap.nearest if gap else profile, model)
     return export_setting(directory, label=label, note=f"nearest: {gap.what} not expressible" if gap else "exact")
 
@@ -396,7 +410,7 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                   n_max: Sequence[int] = (2, 4, 8), ngram_n: Sequence[int] = (3,), kinds: Collection[str] = KINDS,
                   names: Collection[str] | None = None,
                   cache: str | os.PathLike | None = None, start_timeout: float = 300.0,
-                  request_timeout: float = 600.0,
+                  request_timeout: float = 600.0, reverse: bool = False,
                   on_setting: Callable[[str, int, int], None] | None = None) -> LlamaCppResult:
     """The llama.cpp peer on ``prompt_ids``: every setting of ``grid`` (and each profile's export, each directory of
     ``export_dirs``), each output against ``reference`` (HF greedy's outputs on the same ids; decoded here when not
@@ -404,7 +418,9 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     into the GGUFs; by default ``find_checkpoint(sm.name)``). ``names`` keeps only the grid settings it names (to
     run a best setting chosen on other prompts: ``result.best`` of a first call); the exports asked for by
     ``profiles`` and ``export_dirs`` run whatever it names. ``on_setting(name, index, total)`` opens each
-    setting. No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
+    setting. ``reverse`` runs the settings in the opposite order, plain last (a second timed pass, so that a drift
+    of the machine's speed does not favour the settings run early; a Q8_0 target's reference must then be given).
+    No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
     import tempfile
 
     found, missing = find_server(server)
@@ -433,14 +449,18 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
             kinds, names = {*kinds, PLAIN}, None if names is None else {*names, PLAIN}
         settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds,
                         names=None if names is None else {*names, *(s.name for s in exports)})
+        if reverse:
+            if not same_model and reference is None:
+                raise ConfigError("a reversed llama.cpp pass over a Q8_0 target needs the reference of a first pass")
+            settings = settings[::-1]
         results = []
-        for i, s in enumerate(settings):  # plain first (grid's order)
+        for i, s in enumerate(settings):  # plain first (grid's order), or last (reverse)
             if on_setting:
                 on_setting(s.name, i, len(settings))
             results.append(run_setting(found, target, s, prompt_ids, reference or (), max_new_tokens=max_new_tokens,
                                        threads=threads, context=context, log=Path(tmp) / f"server-{i}.log",
                                        start_timeout=start_timeout, request_timeout=request_timeout))
-            if not same_model and s.kind == PLAIN:
+            if not same_model and s.kind == PLAIN and not reverse:
                 reference = [c.tokens for c in results[-1].completions]
                 if results[-1].error or len(reference) != len(prompt_ids):
                     break  # nothing to check the others against

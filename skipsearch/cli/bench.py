@@ -24,8 +24,6 @@ Profiles = Annotated[
 Peers = Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
     "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
     "generate); llama.cpp (llama-server, after the timed rows).")]
-LlamaServer = Annotated[str | None, typer.Option(
-    help="With --peers llama.cpp: the llama-server binary (default: $SKIPSEARCH_LLAMA_SERVER, else PATH).")]
 LlamaSettings = Annotated[str | None, typer.Option(
     help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
     "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")]
@@ -55,7 +53,7 @@ def bench(
     profiles: Profiles = None,
     model: options.Model = None,
     peers: Peers = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
-    llama_server: LlamaServer = None,
+    llama_server: options.LlamaServer = None,
     llama_settings: LlamaSettings = None,
     dataset: options.Dataset = options.DATASET,
     split: options.Split = options.SPLIT,

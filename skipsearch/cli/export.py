@@ -21,13 +21,17 @@ def export_command(
                                                "the profile (otherwise: one line, exit 2).")] = False,
     force: Annotated[bool, typer.Option(help="Replace --out where it holds an export already (a directory that holds "
                                              "anything else is never replaced).")] = False,
+    allow_slower: Annotated[bool, typer.Option(help="Write the profile's own setting even where the engine measured "
+                                                    "nothing faster than its plain decoding (optimize --engine).")]
+    = False,
 ) -> None:
     """The profile as the engine's own configuration, with a manifest naming the profile, model, hardware and
     speedup it came from."""
     from skipsearch.api.export import export_profile
 
     with user_errors():
-        done = export_profile(profile, engine=engine, out=out, costs=costs, nearest=nearest, force=force)
+        done = export_profile(profile, engine=engine, out=out, costs=costs, nearest=nearest, force=force,
+                              allow_slower=allow_slower)
     if done.nearest:
         typer.echo(f"note: {done.nearest}; written", err=True)
     speed = f"{done.speedup.value:.2f}x" if done.speedup.value is not None else "no figure"

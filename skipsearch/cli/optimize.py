@@ -58,6 +58,14 @@ def optimize(
         help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
     kernel: options.Kernel = options.KERNEL,
     threads: options.Threads = None,
+    engine: Annotated[str | None, typer.Option(
+        help="Search a serving engine's own speculative settings on its own server instead (llama.cpp): each "
+             "timed against the engine's plain decoding in two passes, outputs checked against HF greedy; the "
+             "profile records what it measured, and export --engine writes it.")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="With --engine: the profile to add the engine's record to (its own export joins the settings "
+             "timed); default: a plain profile of --model.")] = None,
+    llama_server: options.LlamaServer = None,
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
@@ -68,6 +76,19 @@ def optimize(
     warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
+        if engine is not None or profile is not None or llama_server is not None:
+            if engine is None:
+                raise ConfigError("--profile and --llama-server go with --engine llama.cpp")
+            if costs is not None or study is not None or storage is not None:
+                raise ConfigError("--engine times the engine's own settings, with no study: drop --costs, --study "
+                                  "and --storage")
+            _at_least_one((("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens)))
+            name = model or DEFAULT_MODEL
+            return _print_engine(_engine_search(api.EngineSearchSettings(
+                engine=engine, out=out or Path(f"{Path(profile).stem if profile else name}-{engine}.yaml"),
+                model=model, profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
+                seed=seed, threads=threads, server=llama_server, force=force,
+                target_precision=None if target_precision == "auto" else target_precision)), replace=force)
         # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
         rerank = costs is not None or budget == 0
         if rerank and (costs is None or budget != 0):
@@ -149,6 +170,41 @@ def _print_searched(run, *, replace: bool) -> None:
     if result.interrupted:
         typer.echo("interrupted: the study keeps every finished trial; run the same command to resume", err=True)
         raise typer.Exit(130)
+
+
+def _engine_search(settings):
+    """``optimize --engine``: ``api.optimize_engine`` with a progress bar over the settings of each pass."""
+    from rich.console import Console
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from skipsearch import api
+
+    with LazyProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TextColumn("{task.fields[setting]}"), TimeElapsedColumn(),
+                       console=Console(stderr=True)) as bar:
+        opened: dict[int, Any] = {}
+
+        def on_setting(run: int, name: str, index: int, total: int) -> None:
+            if run not in opened:
+                opened[run] = bar.stage(f"{settings.engine} pass {run + 1}", total, setting="")
+            bar.update(opened[run], completed=index, setting=name)
+
+        return api.optimize_engine(settings, on_setting=on_setting)
+
+
+def _print_engine(found, *, replace: bool) -> None:
+    """The settings over the passes, the verdict, and the profile written (inside user_errors)."""
+    run = found.run
+    typer.echo(f"{run.engine} ({run.version}) on {run.hardware}; target {run.target}; {run.workload}; "
+               f"checked against {run.checked_against}")
+    typer.echo(f"{'setting':<34} {'tokens/s per pass':<22} {'vs plain (worse pass)':<22} identical")
+    for r in found.ranked:
+        rates = "/".join(f"{v:.1f}" for v in r.tokens_per_s) or "-"
+        worst = f"{r.worst:.3f}x" if r.worst is not None else "-"
+        typer.echo(f"{r.name:<34} {rates:<22} {worst:<22} {r.identical}/{r.prompts}"
+                   + (f"  [{r.error}]" if r.error else ""))
+    save_profile_kept(found.profile, found.path, replace=replace)
+    typer.echo(f"{found.verdict}\nwrote {found.path}")
 
 
 def _at_least_one(values) -> None:

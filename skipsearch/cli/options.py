@@ -47,6 +47,7 @@ OWN = {
     "study": "optimize: where the study is written; plan: the study to read",
     "plot": "a PNG of each command's own results (bench: speedups; plan: the (m, n) surface; study show: the search)",
     "help": "click's own",
+    "engine": "export: the engine a profile is written for; optimize: the engine whose own settings are timed",
 }
 
 
@@ -191,6 +192,9 @@ Objective = Annotated[str, choice(*objective_values(), help="auto (two-stage whe
                                                             "timed), two-stage (surrogate, then time a shortlist), "
                                                             "surrogate, timed.",
                                   check=lambda word: _check_objective(word))]
+LlamaServer = Annotated[str | None, typer.Option(
+    help="The llama-server binary (bench --peers llama.cpp, optimize --engine llama.cpp; default: "
+         "$SKIPSEARCH_LLAMA_SERVER, else PATH).")]
 Engine = Annotated[str, choice(*engine_values(), help="The engine: hf (transformers' generate), vllm, sglang or "
                                                       "llama.cpp.", check=_check_engine)]
 

@@ -50,6 +50,9 @@ class Engine:
     gap: Callable[[Profile], Gap | None]  # None: the engine expresses the profile
     write: Writer
     checked: str = ""  # how its exports were validated here (README)
+    # (directory, EngineRun, model loader) -> Written: the setting the engine itself measured fastest
+    # (``measured.engines``, ``optimize --engine``); None: the engine has no search of its own settings
+    write_run: Writer | None = None
 
 
 @dataclass(frozen=True)

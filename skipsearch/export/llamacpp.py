@@ -22,6 +22,7 @@ from pathlib import Path
 from skipsearch.export import shapes as sh
 from skipsearch.export.base import Engine, Gap, Written, batch_one_note, plain, served_model, write_text
 from skipsearch.export.gguf_draft import TYPES
+from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun
 from skipsearch.methods import DraftModel
 from skipsearch.profile import Profile
 
@@ -133,8 +134,32 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     return Written(tuple(files), setting, usage, (*notes, *batch_one_note(profile, "llama.cpp")))
 
 
-ENGINE = Engine(name="llama.cpp", describe=describe, gap=gap, write=write,
+def write_run(directory: Path, run: EngineRun, model=None) -> Written:
+    """The setting llama.cpp itself ran fastest (``skipsearch optimize --engine llama.cpp``): its flags, and the
+    self-draft GGUF they load (the model at that GGML type, its head too), as the search ran them."""
+    from skipsearch.export.gguf_draft import write_draft_gguf
+
+    files, setting, notes = [], {"measured_setting": run.setting}, []
+    args = list(run.args)
+    if run.draft is not None:
+        scheme = next(sch for sch, (ggml, _) in TYPES.items() if ggml.lower() == run.draft)
+        name = f"draft-{run.draft}.gguf"
+        sm, checkpoint = model()
+        setting["draft_gguf"] = write_draft_gguf(directory / name, sm, checkpoint, scheme=scheme, quant_head=True)
+        files.append(name)
+        args = [str(directory / name) if a == DRAFT_GGUF else a for a in args]
+    setting["flags"] = args
+    files.append(write_text(directory, ARGS, " ".join(args) + "\n"))
+    notes.append(f"measured: {run.summary()}")
+    kind = "Q8_0" if "q8_0" in run.target else "F32"
+    notes.append(f"TARGET.gguf is the model as {kind}, as llama.cpp was timed (convert_hf_to_gguf.py --outtype "
+                 f"{kind.lower()}; the search wrote its own, {run.target}, under skipsearch's cache)")
+    usage = f"llama-server -m TARGET.gguf {' '.join(shlex.quote(a) for a in args)}".rstrip()
+    return Written(tuple(files), setting, usage, tuple(notes))
+
+
+ENGINE = Engine(name="llama.cpp", describe=describe, gap=gap, write=write, write_run=write_run,
                 checked="the draft GGUF read back with the gguf reader (tests); decoded with llama-cpp-python where "
                         "it builds")
 
-__all__ = ["ARGS", "ENGINE", "describe", "flags", "gap", "write"]
+__all__ = ["ARGS", "ENGINE", "describe", "flags", "gap", "write", "write_run"]

@@ -16,10 +16,13 @@ from skipsearch.profile.document import (
     SearchInfo,
     check_model,
     check_profile_target,
+    engine_run,
     load_profile,
     profile_from_dict,
     profile_to_dict,
     save_profile,
+    with_engine_run,
+    without_engine_run,
 )
 from skipsearch.profile.schema import (
     BASELINE_HF_GREEDY,
@@ -33,5 +36,5 @@ from skipsearch.profile.schema import (
 
 __all__ = ["BASELINES", "BASELINE_HF_GREEDY", "BASELINE_OURS_AR", "BASELINE_PREDICTED", "MAX_PROFILE_BYTES",
            "OLD_BASELINE_KEY", "SCHEMA_VERSION", "Environment", "Measured", "ModelRef", "Profile", "SearchInfo",
-           "check_model", "check_profile_target", "load_profile", "profile_from_dict", "profile_to_dict",
-           "save_profile", "upgrade"]
+           "check_model", "check_profile_target", "engine_run", "load_profile", "profile_from_dict", "profile_to_dict",
+           "save_profile", "upgrade", "with_engine_run", "without_engine_run"]

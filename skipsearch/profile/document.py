@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from skipsearch import methods
 from skipsearch.config import Candidate, ConfigError, DraftConfig
 from skipsearch.files import bounds
 from skipsearch.files.costs import COSTS_KEY, planned_costs_from_dict
+from skipsearch.files.engine_runs import ENGINES_KEY, EngineRun, engine_run_to_dict, engine_runs_from_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.schedule import Schedule, schedule_from_dict, schedule_to_dict
 from skipsearch.files.targets import PROFILE, PROFILE_HEADER, check_target
@@ -158,6 +159,9 @@ def _brief(key: str, value: Any) -> Any:
         return f"traces of {len(value.get('skip_sets') or ())} skip set(s) ({value.get('workload', 'calibration')})"
     if key == "costs" and isinstance(value, dict):
         return f"planned with {value.get('device', '?')} costs ({value.get('source', '?')})"
+    if key == ENGINES_KEY and isinstance(value, dict):
+        runs = engine_runs_from_dict(value, source="<profile>")
+        return " | ".join(run.summary() for run in runs.values())
     return value
 
 
@@ -253,12 +257,42 @@ def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
 
 
 def _check_records(extra: tuple[tuple[str, Any], ...], *, source: str) -> None:
-    """Validate the ``measured`` keys with a format: the costs a profile was planned with, and every record a
-    method keeps (``methods.record_reader``: acceptance, lookup, precision, fractal, ...)."""
+    """Validate the ``measured`` keys with a format: the costs a profile was planned with, what serving engines
+    measured (``files.engine_runs``), and every record a method keeps (``methods.record_reader``: acceptance,
+    lookup, precision, fractal, ...)."""
+    readers = {COSTS_KEY: planned_costs_from_dict, ENGINES_KEY: engine_runs_from_dict}
     for key, value in extra:
-        read = planned_costs_from_dict if key == COSTS_KEY else methods.record_reader(key)
+        read = readers.get(key) or methods.record_reader(key)
         if read is not None:
             read(value, source=source)
+
+
+def engine_run(profile: Profile, engine: str) -> EngineRun | None:
+    """What ``engine`` measured for this profile's model (``measured.engines``), or None."""
+    raw = dict(profile.measured.extra).get(ENGINES_KEY) if profile.measured is not None else None
+    return engine_runs_from_dict(raw, source="<profile>").get(engine) if raw is not None else None
+
+
+def without_engine_run(profile: Profile, engine: str) -> Profile:
+    """``profile`` without ``engine``'s record (another engine's records kept)."""
+    if profile.measured is None:
+        return profile
+    extra = dict(profile.measured.extra)
+    engines = {k: v for k, v in dict(extra.get(ENGINES_KEY) or {}).items() if k != engine}
+    extra.pop(ENGINES_KEY, None)
+    if engines:
+        extra[ENGINES_KEY] = engines
+    return replace(profile, measured=replace(profile.measured, extra=tuple(extra.items())))
+
+
+def with_engine_run(profile: Profile, run: EngineRun) -> Profile:
+    """``profile`` with ``run`` as its engine's record (another engine's records kept)."""
+    measured = profile.measured or Measured()
+    extra = dict(measured.extra)
+    engines = dict(extra.get(ENGINES_KEY) or {})
+    engines[run.engine] = engine_run_to_dict(run)
+    extra[ENGINES_KEY] = engines
+    return replace(profile, measured=replace(measured, extra=tuple(extra.items())))
 
 
 def profile_to_dict(p: Profile) -> dict:

@@ -1,0 +1,145 @@
+"""``skipsearch optimize --engine llama.cpp`` as a library function: the serving engine's own speculative settings,
+timed on its own server against its own plain decoding (``bench/llamacpp_search.py``), and the profile that
+records what it measured (``measured.engines``), so that ``export --engine llama.cpp`` writes that setting, or
+refuses where nothing beat plain.
+
+The profile is ``profile`` (whose own export joins the grid) with the record added, or, without one, a profile
+of the model that decodes plainly in skipsearch and carries the record. Everything that can be wrong with the input
+fails before the model loads; nothing is written here (the caller writes ``EngineSearched.profile``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from skipsearch.api.checks import check_model_arg, check_prompts_fit
+from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
+from skipsearch.files.engine_runs import EngineRun
+from skipsearch.methods import PLAIN as PLAIN_METHOD
+from skipsearch.model.target import INT8, NATIVE, check_precision
+from skipsearch.profile import (
+    Environment,
+    Measured,
+    ModelRef,
+    Profile,
+    check_model,
+    check_profile_target,
+    load_profile,
+    with_engine_run,
+    without_engine_run,
+)
+
+ENGINES = ("llama.cpp",)  # what --engine takes here (vLLM: bench --peers vllm is not built yet)
+
+
+@dataclass(frozen=True)
+class EngineSearchSettings:
+    engine: str = "llama.cpp"
+    out: str | os.PathLike = "llama.cpp.yaml"
+    model: str | None = None
+    profile: str | None = None  # the profile the record is added to (its own export joins the grid)
+    dataset: str = "mtbench,humaneval"
+    n_prompts: int = 8
+    max_new_tokens: int = 64
+    seed: int = 0
+    threads: int | None = None  # llama-server -t (None: torch's intra-op threads)
+    target_precision: str | None = None  # native: an F32 target; int8: the model at Q8_0 (None: the profile's)
+    server: str | None = None  # the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, else PATH)
+    runs: int = 2
+    margin: float = 1.03
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class EngineSearched:
+    profile: Profile  # to write at ``path``
+    path: Path
+    run: EngineRun
+    ranked: tuple  # llamacpp_search.Ranked, plain first, then the fastest clean setting
+    verdict: str  # one line
+
+
+def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, int, int], None] | None = None,
+                    on_note: Callable[[str], None] | None = None) -> EngineSearched:
+    """Search ``s.engine``'s settings for the model and return the profile that records them (see the module)."""
+    import torch
+
+    from skipsearch.bench import llamacpp as lp
+    from skipsearch.bench import llamacpp_search as ls
+    from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.data import context_of, encode_all_within, load_prompts
+    from skipsearch.engine.calibration import calibration_workload
+    from skipsearch.model.loader import load_model
+
+    # 1. the input, before the model loads
+    if s.engine not in ENGINES:
+        raise ConfigError(f"--engine {s.engine}: optimize searches {', '.join(ENGINES)} settings here")
+    if s.runs < 1 or s.n_prompts < 1 or s.max_new_tokens < 1:
+        raise ConfigError("--n-prompts and --max-new-tokens must be >= 1")
+    check_model_arg(s.model)
+    path = check_profile_target(s.out, force=s.force)
+    base = load_profile(s.profile) if s.profile else None
+    if base is not None and s.model not in (None, base.model.name):
+        raise ConfigError(f"--model {s.model} differs from the profile's model {base.model.name}")
+    precision = s.target_precision or (base.model.target_precision if base is not None else NATIVE)
+    check_precision(precision, device="cpu", dtype="float32")
+    found, missing = lp.find_server(s.server)
+    if found is None:
+        raise ConfigError(missing)
+    name = base.model.name if base is not None else (s.model or "smollm2-135m")
+    prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
+    check_prompts_fit(name, prompts, max_new_tokens=s.max_new_tokens)
+    if base is not None:
+        check_model(base, precision=precision, source=s.profile)
+    # 2. the model: the reference outputs and the GGUFs llama.cpp decodes
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    threads = s.threads or torch.get_num_threads()
+    sm = load_model(name, device="cpu", dtype="float32", precision=precision)
+    if base is not None:
+        check_model(base, num_layers=sm.num_layers, fingerprint=sm.fingerprint, source=s.profile)
+    ids = encode_all_within(sm.tokenizer, prompts, context=context_of(sm.hf.config), max_new_tokens=s.max_new_tokens)
+    # the profile's own setting (not one an earlier search recorded for it)
+    own = without_engine_run(base, s.engine) if base is not None else None
+    exports = [(Path(s.profile).stem, own)] if own is not None and own.draft.max_draft_tokens else []
+    passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
+                                checkpoint=find_checkpoint(name).path, profiles=exports, runs=s.runs,
+                                on_setting=on_setting)
+    if passes and passes[-1].unavailable:
+        raise ConfigError(passes[-1].unavailable)
+    if not passes or passes[0].setting(lp.PLAIN) is None or passes[0].setting(lp.PLAIN).error:
+        why = passes[0].setting(lp.PLAIN).error if passes and passes[0].setting(lp.PLAIN) else "it did not run"
+        raise ConfigError(f"llama.cpp's plain decoding failed, so nothing can be timed against it: {why}")
+    # 3. the record, and the profile that carries it
+    env = Environment.current("cpu", placement=sm.placement)
+    hardware = f"{env.cpu_model or 'unknown CPU'}, {env.cpu_capability or 'unknown ISA'}, {threads} thread(s)"
+    from skipsearch.hardware import cpu_signature
+
+    hardware += f", {cpu_signature()}"
+    ranked = ls.rank(passes)
+    run = ls.engine_run(passes, ranked, version=ls.server_version(found), hardware=hardware,
+                        workload=calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens), margin=s.margin)
+    if base is None:
+        base = Profile(model=ModelRef.of(sm), method=PLAIN_METHOD, draft=DraftConfig(max_draft_tokens=0, exit=NO_EXIT),
+                       environment=env,
+                       measured=Measured(source=f"optimize --engine {s.engine}", dataset=s.dataset,
+                                         n_prompts=s.n_prompts, max_new_tokens=s.max_new_tokens, seed=s.seed,
+                                         device="cpu", notes=f"decodes plainly in skipsearch; carries what "
+                                                             f"{s.engine} measured (measured.engines)"))
+    profile = with_engine_run(base, run)
+    if precision == INT8 and profile.model.precision is None:
+        profile = replace(profile, model=replace(profile.model, precision=INT8))
+    verdict = (f"{s.engine} ran nothing faster than its plain decoding by {s.margin - 1:.0%} in every pass: plain "
+               f"ships" + (f" (fastest identical: {run.best_tried}, {run.best_tried_speedup:.2f}x)"
+                           if run.best_tried else "")
+               if run.ships_plain else f"{s.engine} ships {run.setting}: {run.speedup:.2f}x its plain decoding "
+                                       f"(the worse of {run.runs} passes)")
+    if on_note:
+        on_note(run.summary())
+    return EngineSearched(profile, path, run, ranked, verdict)
+
+
+__all__ = ["ENGINES", "EngineSearchSettings", "EngineSearched", "optimize_engine"]

@@ -1,0 +1,166 @@
+"""llama.cpp's own speculative settings searched on its own server (``skipsearch optimize --engine llama.cpp``).
+
+What a setting does in llama.cpp depends on llama.cpp's verify cost, draft cost and scheduling, not skipsearch's:
+the bench found its speculative settings, a profile's export among them, slower than its plain decoding on several
+CPUs. So the search times llama.cpp itself: every setting of a grid (its self-drafts at Q8_0 and Q4_0, n-gram
+lookups of several sizes, both together, ``--spec-default``, and a profile's own export) in a ``llama-server`` of
+its own (``llamacpp.run_setting``), over ``runs`` passes, the second in reverse order with plain last, so that a
+drift of the machine's speed does not favour the settings timed early. Each output is checked against HF greedy
+(an F32 target) or llama.cpp's plain decoding of its Q8_0 target, token for token.
+
+A setting ships only if it stayed identical on every prompt of every pass and beat plain by ``margin`` (3%) in
+every pass, its speedup being the worse pass's ratio of its tokens/s (prefill included: a draft model prefills too)
+to plain's in the same pass. Where none does, plain ships, and the record says what was fastest and by how much.
+"""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from skipsearch.bench import llamacpp as lp
+from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun
+
+MARGIN = 1.03  # a setting ships only if it beat plain by this in every pass
+RUNS = 2
+N_MAX = (2, 4, 8)  # draft lengths (--spec-draft-n-max, --spec-ngram-simple-size-m)
+NGRAM_N = (2, 3, 4)  # n-gram sizes (--spec-ngram-simple-size-n)
+DRAFTS = ("q8_0", "q4_0")  # the model's own GGUF copies as draft models
+KINDS = (lp.PLAIN, lp.DRAFT, lp.NGRAM, lp.BOTH, lp.DEFAULT, lp.EXPORT)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One setting over every pass."""
+
+    name: str
+    kind: str
+    flags: tuple[str, ...]  # its flags, a GGUF path as DRAFT_GGUF
+    draft: str | None  # the self-draft its flags load (q8_0, q4_0), None for none or an export's own
+    speedups: tuple[float, ...]  # per pass: its tokens/s over plain's in that pass (prefill included)
+    tokens_per_s: tuple[float, ...]  # per pass
+    identical: int  # prompts identical in every pass
+    prompts: int
+    error: str | None = None  # the first pass's one-line error, if any
+
+    @property
+    def clean(self) -> bool:
+        """Ran every pass to the end and equal to the reference on every prompt of each."""
+        return self.error is None and self.prompts > 0 and self.identical == self.prompts and bool(self.speedups)
+
+    @property
+    def worst(self) -> float | None:
+        return min(self.speedups) if self.speedups else None
+
+
+def _draft_of(setting: lp.Setting) -> str | None:
+    if setting.kind not in (lp.DRAFT, lp.BOTH):
+        return None
+    return next((d for d in lp.DRAFT_SCHEMES if f"draft {d} " in setting.name), None)
+
+
+def _flags(setting: lp.Setting) -> tuple[str, ...]:
+    return tuple(DRAFT_GGUF if a.endswith(".gguf") else a for a in setting.args)
+
+
+def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
+    """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next."""
+    plain = [p.setting(lp.PLAIN) for p in passes]
+    plain_rate = [r.tokens_per_s_with_prompt if r is not None and r.error is None else None for r in plain]
+    out = []
+    for first in passes[0].settings if passes else ():
+        name = first.setting.name
+        runs = [p.setting(name) for p in passes]
+        error = next((r.error for r in runs if r is not None and r.error), None)
+        if any(r is None for r in runs) and error is None:
+            error = f"{name}: did not run in every pass"
+        rates = tuple(r.tokens_per_s_with_prompt for r in runs if r is not None and r.tokens_per_s_with_prompt)
+        speedups = tuple(rate / base for rate, base in zip(rates, plain_rate, strict=False) if base)
+        if len(speedups) != len(passes) and error is None:
+            error = f"{name}: no timing in every pass (plain or this setting did not run)"
+        identical = min((r.identical for r in runs if r is not None), default=0)
+        out.append(Ranked(name, first.setting.kind, _flags(first.setting), _draft_of(first.setting), speedups, rates,
+                          identical, passes[0].prompts, error))
+    plain_first = [r for r in out if r.kind == lp.PLAIN]
+    rest = sorted((r for r in out if r.kind != lp.PLAIN), key=lambda r: (not r.clean, -(r.worst or 0.0)))
+    return (*plain_first, *rest)
+
+
+def choose(ranked: Sequence[Ranked], margin: float = MARGIN) -> tuple[Ranked | None, Ranked | None]:
+    """(the setting to ship or None for plain, the fastest clean speculative setting whether it ships or not)."""
+    clean = [r for r in ranked if r.kind != lp.PLAIN and r.clean]
+    best = max(clean, key=lambda r: r.worst, default=None)
+    return (best if best is not None and best.worst >= margin else None), best
+
+
+def server_version(server: str) -> str:
+    """``llama-server --version``'s first line ("version: 0.5.0-dev (build 1, commit 0c1e570)"), or "unknown"."""
+    try:
+        done = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = [ln.strip() for ln in (done.stdout + "\n" + done.stderr).splitlines() if ln.strip().startswith("version")]
+    return lines[0][:200] if lines else "unknown"
+
+
+def engine_run(passes: Sequence[lp.LlamaCppResult], ranked: Sequence[Ranked], *, version: str, hardware: str,
+               workload: str, margin: float = MARGIN) -> EngineRun:
+    """The record the profile keeps: plain, what ships and the fastest clean setting tried."""
+    ships, best = choose(ranked, margin)
+    plain = next(r for r in ranked if r.kind == lp.PLAIN)
+    shipped = ships or plain
+
+    def rates(values: tuple[float, ...]) -> tuple[float, ...]:  # as the file keeps them
+        return tuple(round(v, 2) for v in values)
+
+    return EngineRun(
+        engine=lp.FAMILY, version=version, hardware=hardware, target=passes[0].target,
+        setting=shipped.name, kind=shipped.kind, args=shipped.flags, draft=shipped.draft, concurrency=1,
+        runs=len(passes), plain_tokens_per_s=rates(plain.tokens_per_s), tokens_per_s=rates(shipped.tokens_per_s),
+        speedup=round(shipped.worst, 4) if ships is not None else 1.0, margin=margin,
+        best_tried=best.name if best is not None else None,
+        best_tried_speedup=round(best.worst, 4) if best is not None else None,
+        identical=shipped.identical, prompts=shipped.prompts, checked_against=passes[0].checked_against,
+        workload=workload, date=datetime.date.today().isoformat())
+
+
+def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, threads: int,
+                    server: str, checkpoint: str | Path | None = None,
+                    profiles: Sequence[tuple[str, object]] = (), runs: int = RUNS, n_max: Sequence[int] = N_MAX,
+                    ngram_n: Sequence[int] = NGRAM_N, drafts: Sequence[str] = DRAFTS,
+                    cache: str | Path | None = None, start_timeout: float = 300.0,
+                    on_setting: Callable[[int, str, int, int], None] | None = None,
+                    ) -> tuple[lp.LlamaCppResult, ...]:
+    """``runs`` passes of the whole grid (and each profile's export) on ``prompt_ids``, odd passes reversed;
+    ``on_setting(pass, name, index, total)`` opens each setting. A pass that could not run (its ``unavailable``)
+    ends the search with it."""
+    passes: list[lp.LlamaCppResult] = []
+    reference = None
+    if lp.target_type(sm) == "f32":
+        from skipsearch.engine.decoding import hf_generate
+
+        reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
+    for i in range(runs):
+        step = (lambda name, j, n, i=i: on_setting(i, name, j, n)) if on_setting else None
+        result = lp.llamacpp_rows(sm, prompt_ids, max_new_tokens=max_new_tokens, threads=threads, server=server,
+                                  reference=reference, checkpoint=checkpoint, profiles=profiles, drafts=drafts,
+                                  n_max=n_max, ngram_n=ngram_n, kinds=KINDS, cache=cache,
+                                  start_timeout=start_timeout, reverse=i % 2 == 1, on_setting=step)
+        passes.append(result)
+        if on_setting and result.settings:
+            on_setting(i, "", len(result.settings), len(result.settings))  # the pass is done
+        if result.unavailable:
+            break
+        if reference is None:  # a Q8_0 target: its own plain decoding of the first pass is the reference
+            plain = result.setting(lp.PLAIN)
+            if plain is None or plain.error:
+                break
+            reference = [c.tokens for c in plain.completions]
+    return tuple(passes)
+
+
+__all__ = ["DRAFTS", "KINDS", "MARGIN", "NGRAM_N", "N_MAX", "RUNS", "Ranked", "choose", "engine_run", "rank",
+           "search_llamacpp", "server_version"]

@@ -1,0 +1,197 @@
+"""``optimize --engine llama.cpp``: llama.cpp's settings timed on its own server over two passes (the second
+reversed), a setting shipped only if it stayed identical and beat plain by the margin in every pass, the record the
+profile keeps (``measured.engines``, validated on load), and the export that writes the measured setting or
+refuses where nothing beat plain. Against the stand-in llama-server of test_llamacpp_peer; no real engine here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_one_line_error
+from test_export import _profile
+from test_llamacpp_peer import _requests, bpe_sm, fake_server  # noqa: F401  (fixtures)
+from typer.testing import CliRunner
+
+from skipsearch.api.export import export_profile
+from skipsearch.bench import llamacpp as lp
+from skipsearch.bench import llamacpp_search as ls
+from skipsearch.cli import app
+from skipsearch.export import ExportError
+from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun, engine_run_to_dict
+from skipsearch.files.errors import ProfileError
+from skipsearch.profile import engine_run, load_profile, profile_to_dict, save_profile, with_engine_run
+from skipsearch.servers.llamacpp import Completion
+
+runner = CliRunner()
+
+
+def _answers(sm, prompts, n, path):
+    """The stand-in server's answers: HF greedy's tokens for each prompt, as llama.cpp's F32 target computes them."""
+    from skipsearch.engine.decoding import hf_generate
+
+    path.write_text(json.dumps({json.dumps(p): list(hf_generate(sm, p, max_new_tokens=n)) for p in prompts}))
+    return path
+
+
+def test_two_passes_the_second_reversed_and_the_fastest_identical_setting_ships(fake_server, bpe_sm, tmp_path,  # noqa: F811
+                                                                                monkeypatch):
+    sm, ckpt = bpe_sm
+    prompts = [[3, 4, 5, 3, 4], [9, 9, 8]]
+    monkeypatch.setenv("FAKE_ANSWERS", str(_answers(sm, prompts, 6, tmp_path / "answers.json")))
+    lookup = _profile(sm, "ngram", min_n=2, max_n=2)
+    opened = []
+    passes = ls.search_llamacpp(sm, prompts, max_new_tokens=6, threads=1, server=str(fake_server), checkpoint=ckpt,
+                                profiles=[("lookup", lookup)], runs=2, n_max=(2, 4), ngram_n=(3,), drafts=("q8_0",),
+                                cache=tmp_path / "cache", start_timeout=60,
+                                on_setting=lambda run, name, i, n: opened.append((run, name)))
+    assert len(passes) == 2
+    first = [r.setting.name for r in passes[0].settings]
+    assert first[0] == "plain" and [r.setting.name for r in passes[1].settings] == first[::-1]  # plain last
+    assert opened[-1] == (1, "")  # the pass closes
+    # every request of pass 2 came after pass 1's: the passes did not overlap
+    servers = [q["argv"][q["argv"].index("--port") + 1] for q in _requests(tmp_path)]
+    assert len(set(servers)) == 2 * len(first)  # a server of its own for each setting in each pass
+    ranked = ls.rank(passes)
+    by = {r.name: r for r in ranked}
+    assert ranked[0].name == "plain" and by["plain"].clean and by["plain"].speedups == (1.0, 1.0)
+    # the stand-in answers a draft model's settings fastest, with token 1 changed: never shipped
+    assert not by["draft q8_0 n=2"].clean and by["draft q8_0 n=2"].identical == 0
+    assert by["draft q8_0 n=2"].worst > by["ngram 3/2"].worst > 1.5  # faster, and differs
+    ships, best = ls.choose(ranked)
+    assert ships is best and ships.kind in (lp.NGRAM, lp.DEFAULT, lp.EXPORT) and ships.clean
+    run = ls.engine_run(passes, ranked, version="version: test", hardware="this CPU", workload="2 prompts")
+    assert run.setting == ships.name and run.speedup == pytest.approx(ships.worst, abs=1e-4) and not run.ships_plain
+    assert run.plain_tokens_per_s == pytest.approx(by["plain"].tokens_per_s, abs=0.01)  # as the file keeps them
+    assert run.identical == run.prompts == 2
+    assert run.checked_against == "HF greedy" and run.target == "target-f32.gguf" and run.runs == 2
+    # the record travels in the profile and comes back equal
+    path = save_profile(with_engine_run(lookup, run), tmp_path / "p.yaml")
+    assert engine_run(load_profile(path), "llama.cpp") == run
+
+
+def _result(rates: dict[str, float], *, differs: tuple[str, ...] = ()) -> lp.LlamaCppResult:
+    """A pass whose settings decoded 2 prompts of 10 tokens at ``rates`` (tokens/s, prefill included)."""
+    rows = []
+    for name, rate in rates.items():
+        kind = lp.PLAIN if name == "plain" else lp.NGRAM
+        args = () if kind == lp.PLAIN else tuple(lp.spec_args(ngram=(3, 4)))
+        done = tuple(Completion(tokens=(1,) * 10, prompt_n=3, prompt_ms=0.0, predicted_n=10,
+                                predicted_ms=10_000 / rate) for _ in range(2))
+        rows.append(lp.SettingResult(lp.Setting(name, kind, args), done, (1, None) if name in differs else (None, None)))
+    return lp.LlamaCppResult(server="llama-server", settings=tuple(rows), target="target-f32.gguf", prompts=2)
+
+
+def test_a_setting_ships_only_if_it_beat_plain_by_the_margin_in_every_pass():
+    # "ngram a" beat plain by 10% in pass 1 and by 1% in pass 2: its worse pass is under the 3% margin
+    passes = (_result({"plain": 100.0, "ngram a": 110.0, "ngram b": 150.0}, differs=("ngram b",)),
+              _result({"plain": 100.0, "ngram a": 101.0, "ngram b": 150.0}))
+    ranked = ls.rank(passes)
+    by = {r.name: r for r in ranked}
+    assert by["ngram a"].speedups == pytest.approx((1.10, 1.01)) and by["ngram a"].worst == pytest.approx(1.01)
+    assert not by["ngram b"].clean  # differed in one pass: out, however fast
+    ships, best = ls.choose(ranked)
+    assert ships is None and best.name == "ngram a"
+    run = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w")
+    assert run.ships_plain and run.setting == "plain" and run.args == () and run.speedup == 1.0
+    assert run.best_tried == "ngram a" and run.best_tried_speedup == pytest.approx(1.01)
+    assert "plain decoding ships (nothing beat plain by 3% in every pass)" in run.summary()
+    # with the margin met in both passes it ships
+    passes = (_result({"plain": 100.0, "ngram a": 110.0}), _result({"plain": 90.0, "ngram a": 99.0}))
+    ships, _ = ls.choose(ls.rank(passes))
+    assert ships.name == "ngram a" and ships.worst == pytest.approx(1.10)
+
+
+def _run(**changes) -> EngineRun:
+    base = dict(engine="llama.cpp", version="v1", hardware="this CPU", target="target-f32.gguf", setting="plain",
+                kind="plain", args=(), draft=None, concurrency=1, runs=2, plain_tokens_per_s=(50.0, 51.0),
+                tokens_per_s=(50.0, 51.0), speedup=1.0, margin=1.03, best_tried="ngram 3/4",
+                best_tried_speedup=0.87, identical=4, prompts=4, checked_against="HF greedy",
+                workload="mtbench (calib split), 4 prompts x 64 tokens", date="2026-11-30")
+    return EngineRun(**{**base, **changes})
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"kind": "magic"}, "kind must be one of"),
+    ({"args": ["--spec-type"]}, "args must be empty exactly when kind is plain"),
+    ({"plain_tokens_per_s": [50.0]}, "plain_tokens_per_s must list 2 positive tokens/s"),
+    ({"speedup": float("nan")}, "speedup must be a finite number"),
+    ({"identical": 9}, "identical must be at most prompts"),
+    ({"draft": "q2_k"}, "draft must be one of f16, q8_0, q4_0"),
+    ({"colour": "red"}, "unknown key measured.engines.llama.cpp.colour"),
+])
+def test_a_bad_engine_record_is_one_line_naming_its_key(bpe_sm, tmp_path, change, fragment):  # noqa: F811
+    sm, _ = bpe_sm
+    raw = profile_to_dict(with_engine_run(_profile(sm, "ngram", min_n=3, max_n=3), _run()))
+    raw["measured"]["engines"]["llama.cpp"].update(change)
+    import yaml
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ProfileError, match=fragment) as e:
+        load_profile(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_the_export_refuses_what_llama_cpp_measured_slower_and_writes_what_it_measured_fastest(bpe_sm, tmp_path):  # noqa: F811
+    sm, ckpt = bpe_sm
+    lookup = _profile(sm, "ngram", min_n=3, max_n=3)
+    slow = save_profile(with_engine_run(lookup, _run()), tmp_path / "slow.yaml")
+    with pytest.raises(ExportError, match="Serve the model with llama.cpp's plain decoding") as e:
+        export_profile(str(slow), engine="llama.cpp", out=tmp_path / "out")
+    assert "ngram 3/4, ran 0.87x its plain decoding" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+    result = runner.invoke(app, ["export", "--profile", str(slow), "--engine", "llama.cpp", "--out",
+                                 str(tmp_path / "out")])
+    assert_one_line_error(result, "--allow-slower writes this profile's own setting anyway")
+    done = export_profile(str(slow), engine="llama.cpp", out=tmp_path / "out", allow_slower=True)
+    assert done.setting.startswith("--spec-type ngram-simple --spec-ngram-simple-size-n 3")  # the profile's own
+    # a record whose fastest setting beat plain: that setting is what the export writes, with its measured speedup
+    ngram = lp.spec_args(ngram=(2, 8))
+    fast = save_profile(with_engine_run(lookup, _run(setting="ngram 2/8", kind="ngram-simple", args=tuple(ngram),
+                                                     tokens_per_s=(60.0, 61.2), speedup=1.2,
+                                                     best_tried="ngram 2/8", best_tried_speedup=1.2)),
+                        tmp_path / "fast.yaml")
+    done = export_profile(str(fast), engine="llama.cpp", out=tmp_path / "fast-out")
+    assert (tmp_path / "fast-out" / "llama-args.txt").read_text().split() == ngram
+    assert done.speedup.kind == "measured" and done.speedup.value == 1.2 and "llama.cpp itself" in done.speedup.source
+    assert any(n.startswith("measured: llama.cpp v1 on this CPU") for n in done.manifest["notes"])
+    # a self-draft setting: the flags load the draft GGUF the export writes beside them
+    from skipsearch.export import llamacpp
+
+    run = _run(setting="draft q8_0 n=4", kind="draft", args=tuple(lp.draft_args(DRAFT_GGUF, 4)), draft="q8_0",
+               speedup=1.1, tokens_per_s=(55.0, 56.1))
+    (tmp_path / "draft").mkdir()
+    written = llamacpp.write_run(tmp_path / "draft", run, lambda: (sm, ckpt))
+    args = written.setting["flags"]
+    assert args[args.index("-md") + 1] == str(tmp_path / "draft" / "draft-q8_0.gguf")
+    assert (tmp_path / "draft" / "draft-q8_0.gguf").is_file() and "draft-q8_0.gguf" in written.files
+    assert engine_run_to_dict(run)["args"][1] == DRAFT_GGUF
+
+
+def test_optimize_engine_refuses_bad_input_in_one_line_before_any_model_loads(tmp_path, monkeypatch):
+    monkeypatch.delenv("SKIPSEARCH_LLAMA_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no llama-server anywhere
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "vllm", "--out", str(tmp_path / "a.yaml")]),
+                          "optimize searches llama.cpp settings here")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--profile", "x.yaml"]),
+                          "--profile and --llama-server go with --engine llama.cpp")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--study", str(tmp_path)]),
+                          "drop --costs, --study and --storage")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--out", str(tmp_path / "b.yaml")]),
+                          "no llama-server found")
+    assert not list(tmp_path.glob("*.yaml"))
+
+
+def test_the_bench_runs_a_profile_s_llama_cpp_export_as_export_writes_it(bpe_sm, tmp_path):  # noqa: F811
+    sm, ckpt = bpe_sm
+    lookup = _profile(sm, "ngram", min_n=3, max_n=3)
+    model = lambda: (sm, ckpt)  # noqa: E731
+    own = lp.profile_setting("own", lookup, tmp_path / "own", model)
+    assert own.args[:2] == ("--spec-type", "ngram-simple") and own.note == "exact"  # no record: its own setting
+    slow = lp.profile_setting("slow", with_engine_run(lookup, _run()), tmp_path / "slow", model)
+    assert slow.args == () and "the export refuses" in slow.note  # plain, as the refusal says to serve it
+    ngram = tuple(lp.spec_args(ngram=(2, 8)))
+    fast = with_engine_run(lookup, _run(setting="ngram 2/8", kind="ngram-simple", args=ngram, speedup=1.2,
+                                        tokens_per_s=(60.0, 61.2)))
+    assert lp.profile_setting("fast", fast, tmp_path / "fast", model).args == ngram  # what llama.cpp measured
