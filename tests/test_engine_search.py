@@ -78,7 +78,8 @@ def _result(rates: dict[str, float], *, differs: tuple[str, ...] = ()) -> lp.Lla
         args = () if kind == lp.PLAIN else tuple(lp.spec_args(ngram=(3, 4)))
         done = tuple(Completion(tokens=(1,) * 10, prompt_n=3, prompt_ms=0.0, predicted_n=10,
                                 predicted_ms=10_000 / rate) for _ in range(2))
-        rows.append(lp.SettingResult(lp.Setting(name, kind, args), done, (1, None) if name in differs else (None, None)))
+        differs_at = (1, None) if name in differs else (None, None)
+        rows.append(lp.SettingResult(lp.Setting(name, kind, args), done, differs_at))
     return lp.LlamaCppResult(server="llama-server", settings=tuple(rows), target="target-f32.gguf", prompts=2)
 
 

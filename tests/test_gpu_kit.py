@@ -200,7 +200,10 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     prep = _run("prepare", env={"KIT": str(kit), "NO_WHEELS": "1"}, timeout=300)
     assert prep.returncode == 0, prep.stderr
     assert "the call carrying part-1" in prep.stdout and "of 64" in prep.stdout
-    assert sorted(p.name for p in kit.glob("part-*")) == ["part-1", "part-2", "part-3"]
+    # as many parts as the working tree leaves room for (three or four while it is 28-31 MiB), one a call
+    parts = sorted((p.name for p in kit.glob("part-*")), key=lambda name: int(name.split("-")[1]))
+    assert parts == [f"part-{i}" for i in range(1, len(parts) + 1)] and len(parts) >= 3
+    assert all(f"the call carrying {name}:" in prep.stdout for name in parts)
 
     def call(carried: list[str], **env) -> subprocess.CompletedProcess:
         """One device call: a fresh kit folder holding only what the call carries; the state persists."""
@@ -224,12 +227,12 @@ def test_dry_run_on_cpu_every_step_but_cuda(tmp_path):
     except ConfigError:  # no extension here (no compiler): the kit's precision stage says so itself
         pass
 
-    first = call(["manifest.json", "part-1"])
-    assert first.returncode == gpu_kit.WAITING and "missing: part-2, part-3" in first.stdout, first.stdout
-    second = call(["manifest.json", "part-2"])
-    assert second.returncode == gpu_kit.WAITING and "missing: part-3" in second.stdout, second.stdout
+    for i, name in enumerate(parts[:-1]):
+        waiting = call(["manifest.json", name])
+        assert waiting.returncode == gpu_kit.WAITING, waiting.stdout
+        assert f"missing: {', '.join(parts[i + 1:])}" in waiting.stdout, waiting.stdout
     # the last part arrives, but this call's deadline is already spent: nothing starts, call again
-    third = call(["manifest.json", "part-3"], DEADLINE="0")
+    third = call(["manifest.json", parts[-1]], DEADLINE="0")
     assert third.returncode == 11 and "assembled" in third.stdout and "NOT DONE" in third.stdout, third.stdout
     fourth = call(["manifest.json"])
     assert fourth.returncode == 0, fourth.stdout[-3000:] + fourth.stderr[-3000:]

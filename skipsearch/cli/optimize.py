@@ -40,7 +40,8 @@ def optimize(
     ] = None,
     storage: options.Storage = None,
     study_name: options.StudyName = None,
-    out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml; with --engine, "
+                                                  "<profile or model>-<engine>.yaml).")] = None,
     force: Annotated[bool, typer.Option(help="Replace the profile at --out (the study's own default path is "
                                              "replaced as it resumes); another kind of file is never replaced.")]
     = False,
