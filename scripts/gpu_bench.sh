@@ -197,12 +197,13 @@ PROBE_KERNEL=${PROBE_KERNEL:-cudagraph}
 PROBE_STEPS_KERNEL=${PROBE_STEPS_KERNEL:-$PROBE_KERNEL}  # the loops' (cudagraph-c1: the one-token graph alone)
 PROBE_PROMPTS=${PROBE_PROMPTS:-4}
 PROBE_TOKENS=${PROBE_TOKENS:-128}
+PROBE_LOOKUP_K=${PROBE_LOOKUP_K:-2}  # the loops with prompt lookup too (K; 0: not): an iteration's cost and profile
 PROBE_ORDER=${PROBE_ORDER-}  # the stages in another order, e.g. "steps:float32 costs:llama-2-7b" (default below)
 PROBE_SCHEMES=${PROBE_SCHEMES-}  # the draft schemes costed (default: int8,fp8 on a GPU, fp16 on a CPU)
 probe_steps() {  # DTYPE: HF greedy, HF compiled greedy, our loop on the kernel: speed and verdicts
     stage "steps-$1" "$PYTHON" "$KITPY" steps --model "$PROBE_MODEL" --device "$DEVICE" --dtype "$1" \
         --kernel "$PROBE_STEPS_KERNEL" --n-prompts "$PROBE_PROMPTS" --max-new-tokens "$PROBE_TOKENS" \
-        --hf-compiled "$PROBE_HF_COMPILED" --out "$STATE/steps-$1.json"
+        --hf-compiled "$PROBE_HF_COMPILED" --lookup-k "$PROBE_LOOKUP_K" --out "$STATE/steps-$1.json"
 }
 
 probe_costs() {  # ARCH SCHEME ROOFLINE-KEY: its cost file on the kernel (no draft scheme if that fails), the roofline's

@@ -222,13 +222,29 @@ def drift(*, model: str, device: str, dtype: str, n_prompts: int, max_new_tokens
     return doc
 
 
+def _iteration_profile(sm, drafter, prompt, max_new_tokens: int, rows: int = 15) -> str:
+    """torch.profiler's table of one decode with ``drafter`` (the host's ops by their own time, the device's too):
+    where a speculative iteration's time goes beside its forward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from skipsearch.engine.decoding import generate
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sm.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        generate(sm, prompt, drafter=drafter, max_new_tokens=max_new_tokens)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=48)
+
+
 def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, prompt_tokens: int,
-          max_new_tokens: int, repeats: int, out: Path, hf_compiled: bool = True) -> dict:
+          max_new_tokens: int, repeats: int, out: Path, hf_compiled: bool = True, lookup_k: int = 0) -> dict:
     """HF greedy (the reference), HF compiled greedy (StaticCache, ``torch.compile``: ``reduce-overhead`` on a GPU)
     and our own loop with no draft on ``kernel``, through the one harness (``run_rounds``: interleaved, warmed up),
     on ``n_prompts`` random token prompts of a model of ``model``'s architecture with random weights. The weights
     set which tokens come out, not what a step costs, so the speeds stand for the real model's; the verdicts check
-    the kernels against HF's own forward (bf16: ``equivalence.check``, numerical ties allowed)."""
+    the kernels against HF's own forward (bf16: ``equivalence.check``, numerical ties allowed). With ``lookup_k``,
+    our loop drafting by prompt lookup too (n-grams of 1 to 3 tokens, up to ``lookup_k`` drafted): a speculative
+    iteration's cost against a plain step's (``ms_per_iteration``; the thirtieth round's search timed lookup at 0.94x
+    where its cost file predicted 1.26x), and torch.profiler's table of one such decode (``lookup_profile``)."""
     import torch
 
     from skipsearch.bench.peers import BASELINE, hf_compiled_method, peer_method
@@ -250,6 +266,14 @@ def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, p
     methods = [peer_method(sm, BASELINE)] + ([hf_compiled_method(sm, capacity=capacity + 1)] if hf_compiled else [])
     sm.use_kernel(chosen, capacity=capacity)  # built (compiled, captured) before the timing
     methods.append(ours_autoregressive(sm))
+    if lookup_k:
+        from skipsearch.engine.harness import engine_method
+        from skipsearch.methods.ngram import NgramDrafter, NgramParams
+
+        def lookup(_ids):
+            return NgramDrafter(NgramParams(min_n=1, max_n=3), lookup_k)
+
+        methods.append(engine_method(sm, "skipsearch-lookup", lookup, setting=f"prompt lookup n 1-3, K {lookup_k}"))
     runs = run_rounds(methods, prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats)
     seconds = method_seconds(runs)
     reference = first_outputs(runs, BASELINE)
@@ -260,17 +284,24 @@ def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, p
         verdicts = [eq.check(sm, p, o.token_ids, r.token_ids) for p, o, r in zip(prompts, outputs, reference,
                                                                                      strict=True)]
         tokens = sum(len(o.token_ids) for o in outputs)
+        iterations = sum(o.verify_steps or 0 for o in outputs) if all(o.verify_steps for o in outputs) else None
         rows.append({"method": name, "setting": method.setting,
                      "tokens": tokens, "seconds": round(seconds[name], 4),
                      "ms_per_token": round(1000 * seconds[name] / tokens, 4),
+                     # the first run of each prompt: verify forwards (one a plain step) and the time of each
+                     "iterations": iterations,
+                     "ms_per_iteration": None if not iterations else round(1000 * seconds[name] / iterations, 4),
+                     "drafted": sum(o.drafted or 0 for o in outputs), "accepted": sum(o.accepted or 0 for o in outputs),
                      "identical": sum(o.token_ids == r.token_ids for o, r in zip(outputs, reference, strict=True)),
                      "lossless": sum(v.ok for v in verdicts), "prompts": len(prompts)})
+    profile_text = (_iteration_profile(sm, NgramDrafter(NgramParams(min_n=1, max_n=3), lookup_k), prompts[0],
+                                       max_new_tokens) if lookup_k else None)
     kr = sm.kernel_report
     doc = {"model": model, "architecture": source, "weights": "random (seed 0)", "device": str(sm.device),
            "device_name": torch.cuda.get_device_name(0) if sm.device.type == "cuda" else "cpu", "dtype": dtype,
            "kernel": chosen.label, "compile_seconds": None if kr is None else kr.compile_seconds,
            "prompts": n_prompts, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens,
-           "repeats": repeats, "rows": rows}
+           "repeats": repeats, "rows": rows, "lookup_profile": profile_text}
     out.write_text(json.dumps(doc, indent=2) + "\n")
     return doc
 
@@ -420,6 +451,18 @@ def probe_report(state: Path, gpu: str, out: Path) -> str:
                           if x.get("compile_seconds") is not None), ""]
     else:
         lines += ["No steps stage finished.", ""]
+    for d in steps_docs:  # a speculative iteration against a plain step (prefill shared out over both)
+        rows = {r["method"]: r for r in d["rows"]}
+        ar, lk = rows.get("skipsearch-ar"), rows.get("skipsearch-lookup")
+        if ar and lk and ar.get("ms_per_iteration") and lk.get("ms_per_iteration"):
+            tau, ratio = lk["tokens"] / lk["iterations"], lk["ms_per_iteration"] / ar["ms_per_iteration"]
+            lines += [f"{d['dtype']}: a prompt-lookup iteration cost {lk['ms_per_iteration']:.3f} ms against "
+                      f"{ar['ms_per_iteration']:.3f} ms for a plain step ({ratio:.2f} steps), at {tau:.2f} tokens "
+                      f"an iteration ({lk['accepted']} of {lk['drafted']} drafted tokens kept; random weights, so "
+                      "only the cost means anything).", ""]
+        if d.get("lookup_profile"):
+            lines += [f"torch.profiler over one lookup decode in {d['dtype']} (host ops by their own time):", "",
+                      "```text", d["lookup_profile"].strip(), "```", ""]
     lines += ["## Cost files of the architectures, measured on the kernel, beside the roofline", ""]
     for path in sorted(state.glob("costs-*.yaml")):
         name = path.stem.removeprefix("costs-")
@@ -472,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--repeats", type=int, default=2)
     s.add_argument("--hf-compiled", type=int, default=1, help="1: time HF compiled greedy too (0: not)")
+    s.add_argument("--lookup-k", type=int, default=0, help="K > 0: our loop with prompt lookup too, and its profile")
     s.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("compare")
     s.add_argument("--measured", type=Path, required=True)
@@ -509,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "steps":
         d = steps(model=a.model, device=a.device, dtype=a.dtype, kernel=a.kernel, n_prompts=a.n_prompts,
                   prompt_tokens=a.prompt_tokens, max_new_tokens=a.max_new_tokens, repeats=a.repeats, out=a.out,
-                  hf_compiled=bool(a.hf_compiled))
+                  hf_compiled=bool(a.hf_compiled), lookup_k=a.lookup_k)
         for row in d["rows"]:
             print(f"{d['dtype']} {row['method']}: {row['ms_per_token']:.3f} ms a token, identical "
                   f"{row['identical']}/{row['prompts']}, lossless {row['lossless']}/{row['prompts']}")

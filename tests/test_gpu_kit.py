@@ -189,6 +189,10 @@ def test_the_probe_dry_run_times_the_loops_and_reports_every_cost_file(tmp_path,
     for method in ("hf-greedy", "skipsearch-ar"):  # speed and verdicts against HF greedy on the same weights
         assert re.search(rf"\| float32 \| {method} \| [^|]+ \| [0-9.]+ \| [0-9.]+ \| - \| 1/1 \| 1/1 \|", md), md
     assert "### x" in md and "v(k):" in md  # each cost file in the state, described
+    # our loop with prompt lookup too: an iteration's cost against a plain step's, and where its time went
+    assert re.search(r"\| float32 \| skipsearch-lookup \| prompt lookup n 1-3, K 2 \|", md), md
+    assert re.search(r"float32: a prompt-lookup iteration cost [0-9.]+ ms against [0-9.]+ ms for a plain step", md)
+    assert "torch.profiler over one lookup decode in float32" in md and "Self CPU" in md
     with tarfile.open(out / "probe.tar.gz") as tar:
         assert {"steps-float32.json", "probe.log", "costs-x.yaml"} <= set(tar.getnames())
 
