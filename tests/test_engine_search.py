@@ -195,4 +195,37 @@ def test_the_bench_runs_a_profile_s_llama_cpp_export_as_export_writes_it(bpe_sm,
     ngram = tuple(lp.spec_args(ngram=(2, 8)))
     fast = with_engine_run(lookup, _run(setting="ngram 2/8", kind="ngram-simple", args=ngram, speedup=1.2,
                                         tokens_per_s=(60.0, 61.2)))
-    assert lp.profile_setting("fast", fast, tmp_path / "fast", model).args == ngram  # what llama.cpp measured
+    setting = lp.profile_setting("fast", fast, tmp_path / "fast", model)
+    assert setting.args == ngram  # what llama.cpp measured
+    # the bench's summary line names an export's setting beside plain, not "no speculative setting"
+    from skipsearch.bench import llamacpp_report as report
+
+    done = tuple(Completion(tokens=(1,), prompt_n=1, prompt_ms=1.0, predicted_n=1, predicted_ms=10.0) for _ in "ab")
+    res = lp.LlamaCppResult(server="s", settings=(lp.SettingResult(lp.Setting("plain", lp.PLAIN, ()), done,
+                                                                   (None, None)),
+                                                  lp.SettingResult(setting, done, (None, None))), prompts=2)
+    line = report.summary_line(res)
+    assert "export fast 100.0 tokens/s (--spec-type ngram-simple" in line and "no speculative setting" not in line
+
+
+@pytest.mark.skipif(lp.find_server(None)[0] is None, reason="no llama-server (--llama-server, $SKIPSEARCH_LLAMA_SERVER "
+                    "or PATH)")
+def test_a_real_llama_server_searched_over_a_small_grid(real_sm, encode_offline, tmp_path_factory):
+    import torch
+
+    from skipsearch.engine.decoding import hf_generate
+
+    prompts = [ids for _, ids in encode_offline(real_sm, "mtbench,humaneval", n=2)]
+    passes = ls.search_llamacpp(real_sm, prompts, max_new_tokens=8, threads=torch.get_num_threads(),
+                                server=lp.find_server(None)[0], runs=2, n_max=(2,), ngram_n=(3,), drafts=("q8_0",),
+                                cache=tmp_path_factory.mktemp("gguf"))
+    ranked = ls.rank(passes)
+    plain = ranked[0]
+    assert plain.name == "plain" and plain.clean and plain.error is None  # llama.cpp F32 decodes as HF greedy
+    want = [list(hf_generate(real_sm, ids, max_new_tokens=8)) for ids in prompts]
+    assert [list(c.tokens) for c in passes[1].setting("plain").completions] == want  # the reversed pass too
+    assert {r.name for r in ranked} == {"plain", "draft q8_0 n=2", "ngram 3/2", "ngram 3/2 + draft q8_0 n=2",
+                                        "spec-default (ngram-mod)"}
+    run = ls.engine_run(passes, ranked, version=ls.server_version(lp.find_server(None)[0]), hardware="here",
+                        workload="2 prompts x 8 tokens")
+    assert run.version.startswith("version") and (run.ships_plain or run.speedup >= run.margin)

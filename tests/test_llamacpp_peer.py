@@ -362,7 +362,8 @@ def test_only_the_kinds_asked_for_run(fake_server, bpe_sm, tmp_path):
                            export_dirs=[tmp_path / "no-export"], cache=tmp_path / "cache", start_timeout=60)
     assert [r.setting.name for r in res.settings] == ["plain"] and res.settings[0].ok and res.best is None
     assert [p.name for p in lp.gguf_cache(sm, cache=tmp_path / "cache").iterdir()] == ["target-f32.gguf"]
-    assert "no speculative setting equal to HF greedy" in report.summary_line(res)
+    # no speculative setting ran, so the line says none was found equal only where some ran
+    assert report.summary_line(res).endswith("plain " + report._f(res.settings[0].tokens_per_s, 1) + " tokens/s")
 
 
 # -- a real llama-server, when there is one --------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from skipsearch.bench.llamacpp import FAMILY, PLAIN, LlamaCppResult, SettingResult
+from skipsearch.bench.llamacpp import EXPORT, FAMILY, PLAIN, LlamaCppResult, SettingResult
 
 COLUMNS = ("llama.cpp setting", "flags", "tokens/s (decode)", "tokens/s (with prompt)", "vs HF greedy", "acceptance",
            "identical")
@@ -41,10 +41,14 @@ def summary_line(result: LlamaCppResult) -> str:
     plain = next((r for r in result.settings if r.setting.kind == PLAIN), None)
     parts = [] if plain is None else [f"plain {_f(plain.tokens_per_s, 1)} tokens/s"]
     best = result.setting(result.best) if result.best else None
-    if best is None:
-        parts.append(f"no speculative setting equal to {result.checked_against} on every prompt")
-    else:
+    grid = [r for r in result.settings if r.setting.kind not in (PLAIN, EXPORT)]
+    if best is not None:
         parts.append(f"best {best.setting.name} {_f(best.tokens_per_s, 1)} tokens/s, acceptance {_f(best.acceptance)}")
+    elif grid:
+        parts.append(f"no speculative setting equal to {result.checked_against} on every prompt")
+    for r in result.settings:  # each profile's export, as `export --engine llama.cpp` writes it
+        if r.setting.kind == EXPORT and r.ok:
+            parts.append(f"{r.setting.name} {_f(r.tokens_per_s, 1)} tokens/s ({r.setting.flags})")
     bad = [r.setting.name for r in result.settings if not r.ok]
     if bad:
         parts.append(f"differs or failed: {', '.join(bad)}")
