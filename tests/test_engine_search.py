@@ -147,6 +147,7 @@ def test_the_export_refuses_what_llama_cpp_measured_slower_and_writes_what_it_me
     assert_one_line_error(result, "--allow-slower writes this profile's own setting anyway")
     done = export_profile(str(slow), engine="llama.cpp", out=tmp_path / "out", allow_slower=True)
     assert done.setting.startswith("--spec-type ngram-simple --spec-ngram-simple-size-n 3")  # the profile's own
+    assert any(n.startswith("written with --allow-slower: llama.cpp v1") for n in done.manifest["notes"])
     # a record whose fastest setting beat plain: that setting is what the export writes, with its measured speedup
     ngram = lp.spec_args(ngram=(2, 8))
     fast = save_profile(with_engine_run(lookup, _run(setting="ngram 2/8", kind="ngram-simple", args=tuple(ngram),

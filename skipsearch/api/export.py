@@ -105,6 +105,8 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
         if run is None and eng.write_run is not None:
             written = replace(written, notes=(*written.notes, f"not timed on {eng.name}: `skipsearch optimize "
                                               f"--engine {eng.name} --profile {profile}` times it there"))
+        elif run is not None and run.ships_plain:  # --allow-slower: the manifest keeps what the engine measured
+            written = replace(written, notes=(*written.notes, f"written with --allow-slower: {run.summary()}"))
         if original.model.target_precision != NATIVE:  # the engine's own 8-bit model, named
             written = replace(written, notes=(*written.notes, TARGET_NOTES.get(eng.name, TARGET_NOTES[""])))
         _relocate_files(written, stage, out)
