@@ -230,3 +230,29 @@ def test_a_real_llama_server_searched_over_a_small_grid(real_sm, encode_offline,
     run = ls.engine_run(passes, ranked, version=ls.server_version(lp.find_server(None)[0]), hardware="here",
                         workload="2 prompts x 8 tokens")
     assert run.version.startswith("version") and (run.ships_plain or run.speedup >= run.margin)
+
+
+def test_a_setting_slower_than_plain_with_requests_in_flight_does_not_ship(bpe_sm, tmp_path):  # noqa: F811
+    passes = (_result({"plain": 100.0, "ngram a": 120.0}), _result({"plain": 100.0, "ngram a": 118.0}))
+    ranked = ls.rank(passes)
+    ships = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w", concurrency=[(2, 1.02), (4, 1.0)])
+    assert ships.setting == "ngram a" and ships.at_concurrency == ((2, 1.02), (4, 1.0))
+    assert "with several requests in flight, 2: 1.02x, 4: 1.00x plain" in ships.summary()
+    lost = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w", concurrency=[(2, 1.05), (4, 0.97)])
+    assert lost.ships_plain and lost.best_tried == "ngram a" and lost.at_concurrency[1] == (4, 0.97)
+    sm, _ = bpe_sm  # the record keeps the checks, and a file without them loads as before
+    path = save_profile(with_engine_run(_profile(sm, "ngram", min_n=3, max_n=3), lost), tmp_path / "p.yaml")
+    assert engine_run(load_profile(path), "llama.cpp") == lost
+    assert "at_concurrency" not in engine_run_to_dict(_run())
+
+
+def test_requests_in_flight_run_in_a_server_of_as_many_slots_timed_by_the_wall_clock(fake_server, tmp_path):  # noqa: F811
+    prompts = [[3, 4, 5], [9, 9], [7, 1], [2, 2, 2]]
+    setting = lp.Setting("ngram 3/4", lp.NGRAM, tuple(lp.spec_args(ngram=(3, 4))))
+    r = lp.run_setting(str(fake_server), tmp_path / "t.gguf", setting, prompts, [[0] * 6] * 4, max_new_tokens=6,
+                       threads=1, context=256, log=tmp_path / "s.log", start_timeout=60, concurrency=2)
+    assert r.error is None and len(r.completions) == 4 and r.concurrency == 2 and r.wall_seconds > 0
+    assert r.throughput == pytest.approx(24 / r.wall_seconds)  # tokens over the wall clock, not the server's sums
+    argv = _requests(tmp_path)[0]["argv"]
+    assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("-c") + 1] == "512"  # two slots of 256
+    assert sorted(q["body"]["prompt"] for q in _requests(tmp_path)[1:]) == sorted(prompts)  # each prompt once

@@ -51,6 +51,9 @@ class EngineSearchSettings:
     runs: int = 2
     margin: float = 1.03
     force: bool = False
+    # requests in flight at once the chosen setting is checked at (besides 1, where the grid is timed): it ships
+    # only if at least as fast as plain at every one
+    concurrency: tuple[int, ...] = (2, 4)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
         raise ConfigError(f"--engine {s.engine}: optimize searches {', '.join(ENGINES)} settings here")
     if s.runs < 1 or s.n_prompts < 1 or s.max_new_tokens < 1:
         raise ConfigError("--n-prompts and --max-new-tokens must be >= 1")
+    if not s.concurrency or any(c < 1 or c > 64 for c in s.concurrency):
+        raise ConfigError(f"--concurrency takes requests in flight from 1 to 64, got {s.concurrency}")
     check_model_arg(s.model)
     path = check_profile_target(s.out, force=s.force)
     base = load_profile(s.profile) if s.profile else None
@@ -120,8 +125,21 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
 
     hardware += f", {cpu_signature()}"
     ranked = ls.rank(passes)
+    ships, _ = ls.choose(ranked, s.margin)
+    checks = []
+    if ships is not None:  # the chosen setting against plain with several requests in flight, where users serve
+        reference = [c.tokens for c in passes[0].setting(lp.PLAIN).completions]  # HF greedy's, or Q8_0's own
+        for c in sorted(set(s.concurrency) - {1}):
+            at = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
+                                    checkpoint=find_checkpoint(name).path, runs=s.runs,
+                                    profiles=exports if ships.kind == lp.EXPORT else (), names={lp.PLAIN, ships.name},
+                                    concurrency=c, reference=reference,
+                                    on_setting=(lambda i, n, j, t, c=c: on_setting(i, f"{n} @{c}", j, t))
+                                    if on_setting else None)
+            checks.append((c, ls.at_concurrency(at, ships.name)))
     run = ls.engine_run(passes, ranked, version=ls.server_version(found), hardware=hardware,
-                        workload=calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens), margin=s.margin)
+                        workload=calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens), margin=s.margin,
+                        concurrency=checks)
     if base is None:
         base = Profile(model=ModelRef.of(sm), method=PLAIN_METHOD, draft=DraftConfig(max_draft_tokens=0, exit=NO_EXIT),
                        environment=env,
@@ -132,11 +150,17 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
     profile = with_engine_run(base, run)
     if precision == INT8 and profile.model.precision is None:
         profile = replace(profile, model=replace(profile.model, precision=INT8))
-    verdict = (f"{s.engine} ran nothing faster than its plain decoding by {s.margin - 1:.0%} in every pass: plain "
-               f"ships" + (f" (fastest identical: {run.best_tried}, {run.best_tried_speedup:.2f}x)"
-                           if run.best_tried else "")
-               if run.ships_plain else f"{s.engine} ships {run.setting}: {run.speedup:.2f}x its plain decoding "
-                                       f"(the worse of {run.runs} passes)")
+    lost = [f"{c} requests in flight: {ratio:.2f}x" for c, ratio in checks if ratio < 1.0]
+    if lost:
+        verdict = (f"{s.engine}'s fastest setting alone, {ships.name} ({ships.worst:.2f}x), lost to its plain "
+                   f"decoding with {', '.join(lost)}: plain ships")
+    elif run.ships_plain:
+        verdict = (f"{s.engine} ran nothing faster than its plain decoding by {s.margin - 1:.0%} in every pass: plain "
+                   f"ships" + (f" (fastest identical: {run.best_tried}, {run.best_tried_speedup:.2f}x)"
+                               if run.best_tried else ""))
+    else:
+        verdict = (f"{s.engine} ships {run.setting}: {run.speedup:.2f}x its plain decoding (the worse of {run.runs} "
+                   f"passes)" + "".join(f"; {c} requests in flight: {ratio:.2f}x" for c, ratio in checks))
     if on_note:
         on_note(run.summary())
     return EngineSearched(profile, path, run, ranked, verdict)

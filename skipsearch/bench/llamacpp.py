@@ -200,10 +200,11 @@ def profile_setting(label: str, profile, directory: Path, model: Callable[[], tu
 
 
 def server_command(server: str, target: str | os.PathLike, setting_args: Sequence[str], *, port: int, threads: int,
-                   context: int) -> list[str]:
-    """The llama-server command line: loopback only, one slot, ``threads`` threads, ``context`` positions."""
+                   context: int, slots: int = 1) -> list[str]:
+    """The llama-server command line: loopback only, ``slots`` slots (one by default) of ``context`` positions each
+    (llama-server shares ``-c`` out among its slots), ``threads`` threads."""
     return [server, "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-            "-c", str(context), "-np", "1", *setting_args]
+            "-c", str(context * slots), "-np", str(slots), *setting_args]
 
 
 def context_size(prompt_ids: Sequence[Sequence[int]], max_new_tokens: int, draft: int = 64) -> int:
@@ -222,6 +223,16 @@ class SettingResult:
     completions: tuple[Completion, ...] = ()  # one per prompt, in order
     differs_at: tuple[int | None, ...] = ()  # per prompt: None where identical, else the first differing token
     error: str | None = None  # one line: why the setting did not run to the end
+    concurrency: int = 1  # requests in flight at once (one slot each)
+    wall_seconds: float | None = None  # from the first request sent to the last answer, with concurrency > 1
+
+    @property
+    def throughput(self) -> float | None:
+        """Generated tokens over wall seconds, every request in flight counted: what a server with several
+        requests at once delivers. At concurrency 1, the server's own rate with the prompt's time included."""
+        if self.wall_seconds is None:
+            return self.tokens_per_s_with_prompt
+        return sum(c.predicted_n for c in self.completions) / self.wall_seconds if self.wall_seconds > 0 else None
 
     @property
     def identical(self) -> int:
@@ -367,24 +378,38 @@ def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("
 # -- running -----------------------------------------------------------------------------------------------
 def run_setting(server: str, target: str | os.PathLike, setting: Setting, prompt_ids: Sequence[Sequence[int]],
                 reference: Sequence[Sequence[int]], *, max_new_tokens: int, threads: int, context: int,
-                log: str | os.PathLike, start_timeout: float = 300.0, request_timeout: float = 600.0) -> SettingResult:
-    """``setting`` in a llama-server of its own: one warm-up request, then every prompt once. A server that fails
-    to start, dies or answers badly gives a result with a one-line ``error``, not an exception."""
+                log: str | os.PathLike, start_timeout: float = 300.0, request_timeout: float = 600.0,
+                concurrency: int = 1) -> SettingResult:
+    """``setting`` in a llama-server of its own: one warm-up request, then every prompt once; with ``concurrency``
+    C > 1, a server of C slots with C requests in flight at once, timed by the wall clock. A server that fails to
+    start, dies or answers badly gives a result with a one-line ``error``, not an exception."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
     port = free_port()
-    cmd = server_command(server, target, setting.args, port=port, threads=threads, context=context)
+    cmd = server_command(server, target, setting.args, port=port, threads=threads, context=context,
+                         slots=concurrency)
     done: list[Completion] = []
+    wall = None
     try:
         with serving(cmd, port, log=Path(log), start_timeout=start_timeout) as alive:
             # the first request pays for allocations no later one does
             complete(port, prompt_ids[0], min(8, max_new_tokens), timeout=request_timeout, alive=alive)
-            for ids in prompt_ids:
-                done.append(complete(port, ids, max_new_tokens, timeout=request_timeout, alive=alive))
+            if concurrency == 1:
+                for ids in prompt_ids:
+                    done.append(complete(port, ids, max_new_tokens, timeout=request_timeout, alive=alive))
+            else:
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                    done = list(pool.map(lambda ids: complete(port, ids, max_new_tokens, timeout=request_timeout,
+                                                              alive=alive), prompt_ids))
+                wall = time.perf_counter() - t0
     except LlamaCppError as e:
         error = f"{setting.name}: {e}"
     else:
         error = None
     differs = tuple(first_difference(c.tokens, ref) for c, ref in zip(done, reference, strict=False))
-    return SettingResult(setting, tuple(done), differs, error)
+    return SettingResult(setting, tuple(done), differs, error, concurrency=concurrency, wall_seconds=wall)
 
 
 def _export_settings(export_dirs: Sequence[str | os.PathLike], profiles: Sequence[tuple[str, object]],
@@ -410,7 +435,7 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                   n_max: Sequence[int] = (2, 4, 8), ngram_n: Sequence[int] = (3,), kinds: Collection[str] = KINDS,
                   names: Collection[str] | None = None,
                   cache: str | os.PathLike | None = None, start_timeout: float = 300.0,
-                  request_timeout: float = 600.0, reverse: bool = False,
+                  request_timeout: float = 600.0, reverse: bool = False, concurrency: int = 1,
                   on_setting: Callable[[str, int, int], None] | None = None) -> LlamaCppResult:
     """The llama.cpp peer on ``prompt_ids``: every setting of ``grid`` (and each profile's export, each directory of
     ``export_dirs``), each output against ``reference`` (HF greedy's outputs on the same ids; decoded here when not
@@ -418,7 +443,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     into the GGUFs; by default ``find_checkpoint(sm.name)``). ``names`` keeps only the grid settings it names (to
     run a best setting chosen on other prompts: ``result.best`` of a first call); the exports asked for by
     ``profiles`` and ``export_dirs`` run whatever it names. ``on_setting(name, index, total)`` opens each
-    setting. ``reverse`` runs the settings in the opposite order, plain last (a second timed pass, so that a drift
+    setting. ``concurrency`` C > 1 runs each setting with C requests in flight (C slots). ``reverse`` runs the
+    settings in the opposite order, plain last (a second timed pass, so that a drift
     of the machine's speed does not favour the settings run early; a Q8_0 target's reference must then be given).
     No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
     import tempfile
@@ -459,7 +485,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                 on_setting(s.name, i, len(settings))
             results.append(run_setting(found, target, s, prompt_ids, reference or (), max_new_tokens=max_new_tokens,
                                        threads=threads, context=context, log=Path(tmp) / f"server-{i}.log",
-                                       start_timeout=start_timeout, request_timeout=request_timeout))
+                                       start_timeout=start_timeout, request_timeout=request_timeout,
+                                       concurrency=concurrency))
             if not same_model and s.kind == PLAIN and not reverse:
                 reference = [c.tokens for c in results[-1].completions]
                 if results[-1].error or len(reference) != len(prompt_ids):

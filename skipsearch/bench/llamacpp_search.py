@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +69,7 @@ def _flags(setting: lp.Setting) -> tuple[str, ...]:
 def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
     """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next."""
     plain = [p.setting(lp.PLAIN) for p in passes]
-    plain_rate = [r.tokens_per_s_with_prompt if r is not None and r.error is None else None for r in plain]
+    plain_rate = [r.throughput if r is not None and r.error is None else None for r in plain]
     out = []
     for first in passes[0].settings if passes else ():
         name = first.setting.name
@@ -77,7 +77,7 @@ def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
         error = next((r.error for r in runs if r is not None and r.error), None)
         if any(r is None for r in runs) and error is None:
             error = f"{name}: did not run in every pass"
-        rates = tuple(r.tokens_per_s_with_prompt for r in runs if r is not None and r.tokens_per_s_with_prompt)
+        rates = tuple(r.throughput for r in runs if r is not None and r.throughput)
         speedups = tuple(rate / base for rate, base in zip(rates, plain_rate, strict=False) if base)
         if len(speedups) != len(passes) and error is None:
             error = f"{name}: no timing in every pass (plain or this setting did not run)"
@@ -106,10 +106,23 @@ def server_version(server: str) -> str:
     return lines[0][:200] if lines else "unknown"
 
 
+def at_concurrency(passes: Sequence[lp.LlamaCppResult], name: str) -> float:
+    """``name``'s worse pass's throughput over plain's at one concurrency (``search_llamacpp(concurrency=C,
+    names=...)``'s passes); 0.0 where it differed from the reference, failed, or did not run."""
+    by = {r.name: r for r in rank(passes)} if passes else {}
+    r = by.get(name)
+    return round(r.worst, 4) if r is not None and r.clean and r.worst is not None else 0.0
+
+
 def engine_run(passes: Sequence[lp.LlamaCppResult], ranked: Sequence[Ranked], *, version: str, hardware: str,
-               workload: str, margin: float = MARGIN) -> EngineRun:
-    """The record the profile keeps: plain, what ships and the fastest clean setting tried."""
+               workload: str, margin: float = MARGIN,
+               concurrency: Sequence[tuple[int, float]] = ()) -> EngineRun:
+    """The record the profile keeps: plain, what ships and the fastest clean setting tried. ``concurrency`` holds
+    (C, the chosen setting's ``at_concurrency``) for each concurrency C > 1 it was checked at: it ships only if it
+    ran at least as fast as plain at every one."""
     ships, best = choose(ranked, margin)
+    if ships is not None and any(ratio < 1.0 for _, ratio in concurrency):
+        ships = None  # slower than plain with several requests in flight: a loss where users serve
     plain = next(r for r in ranked if r.kind == lp.PLAIN)
     shipped = ships or plain
 
@@ -124,7 +137,8 @@ def engine_run(passes: Sequence[lp.LlamaCppResult], ranked: Sequence[Ranked], *,
         best_tried=best.name if best is not None else None,
         best_tried_speedup=round(best.worst, 4) if best is not None else None,
         identical=shipped.identical, prompts=shipped.prompts, checked_against=passes[0].checked_against,
-        workload=workload, date=datetime.date.today().isoformat())
+        workload=workload, date=datetime.date.today().isoformat(),
+        at_concurrency=tuple((c, round(ratio, 4)) for c, ratio in concurrency))
 
 
 def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, threads: int,
@@ -132,14 +146,17 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                     profiles: Sequence[tuple[str, object]] = (), runs: int = RUNS, n_max: Sequence[int] = N_MAX,
                     ngram_n: Sequence[int] = NGRAM_N, drafts: Sequence[str] = DRAFTS,
                     cache: str | Path | None = None, start_timeout: float = 300.0,
+                    names: Collection[str] | None = None, concurrency: int = 1,
+                    reference: Sequence[Sequence[int]] | None = None,
                     on_setting: Callable[[int, str, int, int], None] | None = None,
                     ) -> tuple[lp.LlamaCppResult, ...]:
     """``runs`` passes of the whole grid (and each profile's export) on ``prompt_ids``, odd passes reversed;
-    ``on_setting(pass, name, index, total)`` opens each setting. A pass that could not run (its ``unavailable``)
-    ends the search with it."""
+    ``names`` keeps only the grid settings it names, ``concurrency`` C > 1 runs each with C requests in flight,
+    ``reference`` is what outputs are checked against (default: HF greedy's for an F32 target, else the first
+    pass's plain decoding). ``on_setting(pass, name, index, total)`` opens each setting. A pass that could not run
+    (its ``unavailable``) ends the search with it."""
     passes: list[lp.LlamaCppResult] = []
-    reference = None
-    if lp.target_type(sm) == "f32":
+    if reference is None and lp.target_type(sm) == "f32":
         from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
@@ -147,8 +164,9 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
         step = (lambda name, j, n, i=i: on_setting(i, name, j, n)) if on_setting else None
         result = lp.llamacpp_rows(sm, prompt_ids, max_new_tokens=max_new_tokens, threads=threads, server=server,
                                   reference=reference, checkpoint=checkpoint, profiles=profiles, drafts=drafts,
-                                  n_max=n_max, ngram_n=ngram_n, kinds=KINDS, cache=cache,
-                                  start_timeout=start_timeout, reverse=i % 2 == 1, on_setting=step)
+                                  n_max=n_max, ngram_n=ngram_n, kinds=KINDS, cache=cache, names=names,
+                                  start_timeout=start_timeout, reverse=i % 2 == 1, concurrency=concurrency,
+                                  on_setting=step)
         passes.append(result)
         if on_setting and result.settings:
             on_setting(i, "", len(result.settings), len(result.settings))  # the pass is done
@@ -162,5 +180,6 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
     return tuple(passes)
 
 
-__all__ = ["DRAFTS", "KINDS", "MARGIN", "NGRAM_N", "N_MAX", "RUNS", "Ranked", "choose", "engine_run", "rank",
+__all__ = ["DRAFTS", "KINDS", "MARGIN", "NGRAM_N", "N_MAX", "RUNS", "Ranked", "at_concurrency", "choose",
+           "engine_run", "rank",
            "search_llamacpp", "server_version"]

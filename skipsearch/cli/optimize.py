@@ -67,6 +67,9 @@ def optimize(
         help="With --engine: the profile to add the engine's record to (its own export joins the settings "
              "timed); default: a plain profile of --model.")] = None,
     llama_server: options.LlamaServer = None,
+    concurrency: Annotated[str, typer.Option(
+        help="With --engine: requests in flight at once the chosen setting is checked at against plain (comma "
+             "list; 1 is where the grid is timed); it ships only if at least as fast at every one.")] = "1,2,4",
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
@@ -84,11 +87,15 @@ def optimize(
                 raise ConfigError("--engine times the engine's own settings, with no study: drop --costs, --study "
                                   "and --storage")
             _at_least_one((("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens)))
+            try:
+                levels = tuple(sorted({int(c) for c in concurrency.split(",") if c.strip()}))
+            except ValueError:
+                raise ConfigError(f"--concurrency takes a comma list of integers, got {concurrency!r}") from None
             name = model or DEFAULT_MODEL
             return _print_engine(_engine_search(api.EngineSearchSettings(
                 engine=engine, out=out or Path(f"{Path(profile).stem if profile else name}-{engine}.yaml"),
                 model=model, profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-                seed=seed, threads=threads, server=llama_server, force=force,
+                seed=seed, threads=threads, server=llama_server, force=force, concurrency=levels,
                 target_precision=None if target_precision == "auto" else target_precision)), replace=force)
         # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
         rerank = costs is not None or budget == 0

@@ -17,6 +17,7 @@ One record per engine (``skipsearch optimize --engine llama.cpp`` writes it)::
                                            # (kind export: the profile's own draft, which its export writes)
           concurrency: 1
           runs: 2                          # timed passes over every setting, the second in reverse order
+          at_concurrency: [[2, 1.04], [4, 1.01]]   # the shipped setting over plain with 2, 4 requests in flight
           plain_tokens_per_s: [143.1, 141.9]   # per pass, prefill included
           tokens_per_s: [160.2, 158.8]          # the shipped setting's, per pass
           speedup: 1.119                   # the worse pass's ratio of the two
@@ -76,6 +77,9 @@ class EngineRun:
     checked_against: str
     workload: str
     date: str
+    # (C, the shipped setting's worse-pass throughput over plain's with C requests in flight; 0.0: it differed or
+    # failed there), for each concurrency C > 1 it was checked at: it ships only if at least 1.0 at every one
+    at_concurrency: tuple[tuple[int, float], ...] = ()
 
     @property
     def ships_plain(self) -> bool:
@@ -87,8 +91,12 @@ class EngineRun:
         tried = ("no speculative setting stayed identical" if self.best_tried is None else
                  f"its fastest identical speculative setting, {self.best_tried}, ran {self.best_tried_speedup:.2f}x "
                  "its plain decoding (worse pass)")
-        ships = (f"plain decoding ships (nothing beat plain by {self.margin - 1:.0%} in every pass)"
+        ships = (f"plain decoding ships (nothing beat plain by {self.margin - 1:.0%} in every pass"
+                 + (", at every concurrency)" if self.at_concurrency else ")")
                  if self.ships_plain else f"{self.setting} ships at {self.speedup:.2f}x")
+        if self.at_concurrency:
+            ships += "; with several requests in flight, " + ", ".join(
+                f"{c}: {ratio:.2f}x" for c, ratio in self.at_concurrency) + " plain"
         return (f"{self.engine} {self.version} on {self.hardware}, {self.workload}, target {self.target}: plain "
                 f"{plain} tokens/s over {self.runs} pass(es); {tried}; {ships}")
 
@@ -157,11 +165,20 @@ def engine_run_from_dict(raw: Any, engine: str, *, source: str) -> EngineRun:
     identical, prompts = (_number(raw, k, path, source, integer=True) for k in ("identical", "prompts"))
     if identical > prompts or prompts < 1:
         raise ProfileError(f"{source}: {path}.identical must be at most prompts (>= 1)")
+    pairs = raw.get("at_concurrency", [])
+    if (not isinstance(pairs, list) or len(pairs) > 8 or not all(
+            isinstance(x, list) and len(x) == 2 and isinstance(x[0], int) and not isinstance(x[0], bool)
+            and 2 <= x[0] <= 1024 and isinstance(x[1], (int, float)) and not isinstance(x[1], bool)
+            and math.isfinite(x[1]) and x[1] >= 0 for x in pairs)):
+        raise ProfileError(f"{source}: {path}.at_concurrency must list at most 8 [concurrency >= 2, speedup >= 0] "
+                           "pairs")
+    at_concurrency = tuple((int(c), float(r)) for c, r in pairs)
     best = _text(raw, "best_tried", path, source, optional=True)
     best_speedup = _number(raw, "best_tried_speedup", path, source, optional=True)
     if (best is None) != (best_speedup is None):
         raise ProfileError(f"{source}: {path}.best_tried and best_tried_speedup go together")
     return EngineRun(engine=engine, args=tuple(args), draft=draft, runs=runs, plain_tokens_per_s=plain,
+                     at_concurrency=at_concurrency,
                      tokens_per_s=rates, identical=identical, prompts=prompts, best_tried=best,
                      best_tried_speedup=best_speedup,
                      concurrency=_number(raw, "concurrency", path, source, integer=True, least=1),
@@ -182,7 +199,9 @@ def engine_run_to_dict(run: EngineRun) -> dict:
         if f.name == "engine":
             continue
         value = getattr(run, f.name)
-        out[f.name] = list(value) if isinstance(value, tuple) else value
+        out[f.name] = [list(v) if isinstance(v, tuple) else v for v in value] if isinstance(value, tuple) else value
+    if not out["at_concurrency"]:
+        del out["at_concurrency"]  # a record checked at one concurrency, as every record before it
     for key in ("plain_tokens_per_s", "tokens_per_s"):
         out[key] = [round(v, 2) for v in out[key]]
     for key in ("speedup", "best_tried_speedup"):
