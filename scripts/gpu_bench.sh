@@ -292,29 +292,6 @@ environment() {
     } > "$STATE/environment.txt"
 }
 
-search_args() {  # a short two-stage TPE search on this device, one per dtype; the profile lands in profiles/
-    echo --model smollm2-135m --strategy tpe --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
-        --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
-        --dtype "$1" --kernel "$KERNEL" --seed 0 --study "$STATE/studies/$1" \
-        --out "$STATE/profiles/$GPU-$1-tpe.yaml" --force
-}
-
-hybrid_args() {  # prompt lookup first (its draft launches no kernel), a layer-skip or precision draft on a miss
-    # the full head only: each trimmed head is one more draft graph to compile in the lease
-    echo --model smollm2-135m --strategy hybrid --schemes "${HYBRID_SCHEMES:-$(gpu_schemes)}" --vocab-sizes 0 \
-        --max-k 8 --budget "$SEARCH_BUDGET" \
-        --dataset mtbench,humaneval --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" \
-        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --kernel "$KERNEL" --seed 0 \
-        --study "$STATE/studies/$1-hybrid" --out "$STATE/profiles/$GPU-$1-hybrid.yaml" --force
-}
-
-lookup_args() {  # prompt lookup alone: its draft launches no kernel, so it is the likeliest to pay on a GPU
-    echo --model smollm2-135m --strategy ngram --budget "$SEARCH_BUDGET" --dataset mtbench,humaneval \
-        --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" --shortlist "$SHORTLIST" --device "$DEVICE" \
-        --dtype "$1" --kernel "$KERNEL" --seed 0 --study "$STATE/studies/$1-ngram" \
-        --out "$STATE/profiles/$GPU-$1-ngram.yaml" --force
-}
-
 gpu_schemes() {  # the precision draft's GPU schemes (weight-only int8, int4 where its kernel is, fp8 on Hopper/Ada)
     "$PYTHON" -c "import importlib.util as u, torch
 ok = ['int8'] + (['int4'] if u.find_spec('mslk') else [])
@@ -322,11 +299,24 @@ cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0
 print(','.join(ok + (['fp8'] if cap >= (8, 9) else [])))"
 }
 
-precision_args() {  # the precision draft alone, every sublayer in one of the GPU schemes
-    echo --model smollm2-135m --strategy precision --schemes "$(gpu_schemes)" --budget "$SEARCH_BUDGET" \
+optimize_args() {  # DTYPE SEARCH (a word of SEARCHES): a short two-stage search on this device; its profile lands in
+    # profiles/<gpu>-<dtype>-<name>.yaml, its study in studies/<dtype>[-<name>]
+    local dtype=$1 strategy name study own=()
+    case $2 in
+        tpe) strategy=tpe name=tpe study=$dtype ;;  # layer-skip, every dtype
+        # prompt lookup alone: its draft launches no kernel, so it is the likeliest to pay on a GPU
+        lookup) strategy=ngram name=ngram study=$dtype-ngram ;;
+        # lookup first, a layer-skip or precision draft on a miss; the full head only: each trimmed head is one more
+        # draft graph to compile in the lease
+        hybrid) strategy=hybrid name=hybrid study=$dtype-hybrid
+                own=(--schemes "${HYBRID_SCHEMES:-$(gpu_schemes)}" --vocab-sizes 0 --max-k 8) ;;
+        # the precision draft alone, every sublayer in one of the GPU schemes
+        precision) strategy=precision name=precision study=$dtype-precision own=(--schemes "$(gpu_schemes)") ;;
+    esac
+    echo --model smollm2-135m --strategy "$strategy" "${own[@]}" --budget "$SEARCH_BUDGET" \
         --dataset mtbench,humaneval --n-prompts "$SEARCH_PROMPTS" --max-new-tokens "$SEARCH_TOKENS" \
-        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$1" --kernel "$KERNEL" --seed 0 \
-        --study "$STATE/studies/$1-precision" --out "$STATE/profiles/$GPU-$1-precision.yaml" --force
+        --shortlist "$SHORTLIST" --device "$DEVICE" --dtype "$dtype" --kernel "$KERNEL" --seed 0 \
+        --study "$STATE/studies/$study" --out "$STATE/profiles/$GPU-$dtype-$name.yaml" --force
 }
 
 bench_args() {  # HF greedy, our loop and every profile searched here, on held-out prompts, with verdicts
@@ -394,15 +384,13 @@ run() {
             # lookup, hybrid and precision: the bf16 model's (the first GPU run showed a step there is launches,
             # so lookup comes first; the precision drafts are its reduced-precision copies); tpe: every dtype's
             case $search in lookup|hybrid|precision) [ "$dtype" = bfloat16 ] || continue ;; esac
-            case $search in
-                # shellcheck disable=SC2046  # the arguments are words without spaces
-                tpe) stage "search-$dtype" "$PYTHON" -m skipsearch optimize $(search_args "$dtype") ;;
-                # shellcheck disable=SC2046
-                lookup|hybrid|precision) stage "$search-$dtype" "$PYTHON" -m skipsearch optimize \
-                    $("${search}_args" "$dtype") ;;
+            case $search in tpe|lookup|hybrid|precision) ;;
                 *) echo "unknown search $search in SEARCHES (lookup, hybrid, tpe, precision)" >&2; return 2 ;;
             esac
-            [ $? != $AGAIN ] || return $AGAIN
+            # the layer-skip search's stage keeps its first name, search-<dtype>
+            # shellcheck disable=SC2046  # the arguments are words without spaces
+            stage "${search/#tpe/search}-$dtype" "$PYTHON" -m skipsearch optimize $(optimize_args "$dtype" "$search") \
+                || [ $? != $AGAIN ] || return $AGAIN
         done
         if [ -f "$STATE/done/search-$dtype" ] && [ ! -f "$STATE/study-$dtype.txt" ]; then
             "$PYTHON" -m skipsearch study show "$STATE/studies/$dtype" > "$STATE/study-$dtype.txt" 2>&1

@@ -266,13 +266,13 @@ def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, p
     methods = [peer_method(sm, BASELINE)] + ([hf_compiled_method(sm, capacity=capacity + 1)] if hf_compiled else [])
     sm.use_kernel(chosen, capacity=capacity)  # built (compiled, captured) before the timing
     methods.append(ours_autoregressive(sm))
+    from skipsearch.engine.harness import engine_method
+    from skipsearch.methods.ngram import NgramDrafter, NgramParams
+
+    def lookup(_ids):  # a fresh drafter a decode: it keeps the sequence's index
+        return NgramDrafter(NgramParams(min_n=1, max_n=3), lookup_k)
+
     if lookup_k:
-        from skipsearch.engine.harness import engine_method
-        from skipsearch.methods.ngram import NgramDrafter, NgramParams
-
-        def lookup(_ids):
-            return NgramDrafter(NgramParams(min_n=1, max_n=3), lookup_k)
-
         methods.append(engine_method(sm, "skipsearch-lookup", lookup, setting=f"prompt lookup n 1-3, K {lookup_k}"))
     runs = run_rounds(methods, prompts, max_new_tokens=max_new_tokens, device=sm.device, repeats=repeats)
     seconds = method_seconds(runs)
@@ -294,8 +294,7 @@ def steps(*, model: str, device: str, dtype: str, kernel: str, n_prompts: int, p
                      "drafted": sum(o.drafted or 0 for o in outputs), "accepted": sum(o.accepted or 0 for o in outputs),
                      "identical": sum(o.token_ids == r.token_ids for o, r in zip(outputs, reference, strict=True)),
                      "lossless": sum(v.ok for v in verdicts), "prompts": len(prompts)})
-    profile_text = (_iteration_profile(sm, NgramDrafter(NgramParams(min_n=1, max_n=3), lookup_k), prompts[0],
-                                       max_new_tokens) if lookup_k else None)
+    profile_text = _iteration_profile(sm, lookup(prompts[0]), prompts[0], max_new_tokens) if lookup_k else None
     kr = sm.kernel_report
     doc = {"model": model, "architecture": source, "weights": "random (seed 0)", "device": str(sm.device),
            "device_name": torch.cuda.get_device_name(0) if sm.device.type == "cuda" else "cpu", "dtype": dtype,

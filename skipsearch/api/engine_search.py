@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from skipsearch.api.checks import check_model_arg, check_prompts_fit
 from skipsearch.config import NO_EXIT, ConfigError, DraftConfig
 from skipsearch.files.engine_runs import EngineRun
+from skipsearch.hardware import cpu_signature
 from skipsearch.methods import PLAIN as PLAIN_METHOD
-from skipsearch.model.target import INT8, NATIVE, check_precision
+from skipsearch.model.target import NATIVE, check_precision
 from skipsearch.profile import (
     Environment,
     Measured,
@@ -110,8 +111,9 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
     # the profile's own setting (not one an earlier search recorded for it)
     own = without_engine_run(base, s.engine) if base is not None else None
     exports = [(Path(s.profile).stem, own)] if own is not None and own.draft.max_draft_tokens else []
+    checkpoint = find_checkpoint(name).path
     passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
-                                checkpoint=find_checkpoint(name).path, profiles=exports, runs=s.runs,
+                                checkpoint=checkpoint, profiles=exports, runs=s.runs,
                                 on_setting=on_setting)
     if passes and passes[-1].unavailable:
         raise ConfigError(passes[-1].unavailable)
@@ -120,10 +122,8 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
         raise ConfigError(f"llama.cpp's plain decoding failed, so nothing can be timed against it: {why}")
     # 3. the record, and the profile that carries it
     env = Environment.current("cpu", placement=sm.placement)
-    hardware = f"{env.cpu_model or 'unknown CPU'}, {env.cpu_capability or 'unknown ISA'}, {threads} thread(s)"
-    from skipsearch.hardware import cpu_signature
-
-    hardware += f", {cpu_signature()}"
+    hardware = (f"{env.cpu_model or 'unknown CPU'}, {env.cpu_capability or 'unknown ISA'}, {threads} thread(s), "
+                f"{cpu_signature()}")
     ranked = ls.rank(passes)
     ships, _ = ls.choose(ranked, s.margin)
     checks = []
@@ -131,7 +131,7 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
         reference = [c.tokens for c in passes[0].setting(lp.PLAIN).completions]  # HF greedy's, or Q8_0's own
         for c in sorted(set(s.concurrency) - {1}):
             at = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
-                                    checkpoint=find_checkpoint(name).path, runs=s.runs,
+                                    checkpoint=checkpoint, runs=s.runs,
                                     profiles=exports if ships.kind == lp.EXPORT else (), names={lp.PLAIN, ships.name},
                                     concurrency=c, reference=reference,
                                     on_setting=(lambda i, n, j, t, c=c: on_setting(i, f"{n} @{c}", j, t))
@@ -147,9 +147,7 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
                                          n_prompts=s.n_prompts, max_new_tokens=s.max_new_tokens, seed=s.seed,
                                          device="cpu", notes=f"decodes plainly in skipsearch; carries what "
                                                              f"{s.engine} measured (measured.engines)"))
-    profile = with_engine_run(base, run)
-    if precision == INT8 and profile.model.precision is None:
-        profile = replace(profile, model=replace(profile.model, precision=INT8))
+    profile = with_engine_run(base, run)  # a fresh profile names the int8 target through ModelRef.of(sm)
     lost = [f"{c} requests in flight: {ratio:.2f}x" for c, ratio in checks if ratio < 1.0]
     if lost:
         verdict = (f"{s.engine}'s fastest setting alone, {ships.name} ({ships.worst:.2f}x), lost to its plain "

@@ -22,7 +22,6 @@ import yaml
 from skipsearch.config import ConfigError
 from skipsearch.export import MANIFEST, MANIFEST_SCHEMA, ExportError, Written, get_engine
 from skipsearch.export import shapes as sh
-from skipsearch.files.engine_runs import EXPORT as EXPORT_KIND
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.targets import EXPORT, check_target
 from skipsearch.methods.ngram import LOOKUP_KEY
@@ -76,7 +75,7 @@ def export_profile(profile: str, *, engine: str, out: str | os.PathLike, costs: 
     if run is not None and run.ships_plain and not allow_slower:
         raise ExportError(f"{profile}: {run.summary()}. Serve the model with {eng.name}'s plain decoding; "
                           "--allow-slower writes this profile's own setting anyway")
-    measured = run is not None and not run.ships_plain and run.kind != EXPORT_KIND and eng.write_run is not None
+    measured = run is not None and run.replaces_own and eng.write_run is not None
     # 1. K for the target: the profile's own, or re-planned for the target's cost file
     if costs:
         prof = _replan(prof, costs=costs, source=profile)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skipsearch.config import ConfigError
-from skipsearch.export.gguf_draft import TYPES
+from skipsearch.export.gguf_draft import DRAFT_SCHEMES
 from skipsearch.servers.llamacpp import Completion, LlamaCppError, complete, free_port, serving
 
 ENV = "SKIPSEARCH_LLAMA_SERVER"
@@ -57,8 +57,6 @@ GGUF_LAYOUT = 1  # the cache's layout: bump when the GGUFs written change (gguf_
 PLAIN, DRAFT, NGRAM, BOTH, DEFAULT, EXPORT = "plain", "draft", "ngram-simple", "ngram+draft", "default", "export"
 KINDS = (PLAIN, DRAFT, NGRAM, BOTH, DEFAULT, EXPORT)
 SPECULATIVE = (DRAFT, NGRAM, BOTH, DEFAULT)  # the kinds "best" is chosen among: llama.cpp's own speculation
-# self-draft name (its GGML type, lower case) -> gguf_draft scheme: q8_0 -> int8, q4_0 -> int4, f16 -> fp16
-DRAFT_SCHEMES = {ggml.lower(): scheme for scheme, (ggml, _) in TYPES.items()}
 
 
 # -- finding the binary ------------------------------------------------------------------------------------
@@ -182,7 +180,6 @@ def profile_setting(label: str, profile, directory: Path, model: Callable[[], tu
     GGUF."""
     from skipsearch.export import llamacpp
     from skipsearch.export.base import plain
-    from skipsearch.files.engine_runs import EXPORT as OWN
     from skipsearch.profile import engine_run
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -191,7 +188,7 @@ def profile_setting(label: str, profile, directory: Path, model: Callable[[], tu
         llamacpp.write(directory, plain(profile), model)
         return export_setting(directory, label=label, note="llama.cpp measured nothing faster than its plain "
                                                            "decoding: the export refuses, plain decoding")
-    if run is not None and run.kind != OWN:
+    if run is not None and run.replaces_own:
         llamacpp.write_run(directory, run, model)
         return export_setting(directory, label=label, note=f"measured on llama.cpp: {run.setting}")
     gap = llamacpp.gap(profile)

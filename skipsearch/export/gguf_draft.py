@@ -21,6 +21,8 @@ from skipsearch.config import ConfigError
 # skipsearch (torchao) and blocks of 32 with an fp16 scale in Q8_0; int4 is groups of 32 on a CPU and Q4_0 blocks
 # of 32: the same bits per weight, scales at another granularity.
 TYPES = {"fp16": ("F16", "MOSTLY_F16"), "int8": ("Q8_0", "MOSTLY_Q8_0"), "int4": ("Q4_0", "MOSTLY_Q4_0")}
+# a self-draft's name (its GGML type, lower case) -> its scheme: q8_0 -> int8, q4_0 -> int4, f16 -> fp16
+DRAFT_SCHEMES = {ggml.lower(): scheme for scheme, (ggml, _) in TYPES.items()}
 ARCHES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
 _ATTN = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output"}
 _MLP = {"gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
@@ -142,4 +144,4 @@ def _tokenizer(writer, checkpoint: Path, *, vocab_size: int) -> None:
     SpecialVocab(checkpoint, load_merges=vocab.tokenizer_model == "gpt2", n_vocab=len(tokens)).add_to_gguf(writer)
 
 
-__all__ = ["ARCHES", "TYPES", "reorder_rotary", "write_draft_gguf"]
+__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "reorder_rotary", "write_draft_gguf"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from skipsearch.export import shapes as sh
 from skipsearch.export.base import Engine, Gap, Written, batch_one_note, plain, served_model, write_text
-from skipsearch.export.gguf_draft import TYPES
+from skipsearch.export.gguf_draft import DRAFT_SCHEMES, TYPES
 from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun
 from skipsearch.methods import DraftModel
 from skipsearch.profile import Profile
@@ -142,10 +142,10 @@ def write_run(directory: Path, run: EngineRun, model=None) -> Written:
     files, setting, notes = [], {"measured_setting": run.setting}, []
     args = list(run.args)
     if run.draft is not None:
-        scheme = next(sch for sch, (ggml, _) in TYPES.items() if ggml.lower() == run.draft)
         name = f"draft-{run.draft}.gguf"
         sm, checkpoint = model()
-        setting["draft_gguf"] = write_draft_gguf(directory / name, sm, checkpoint, scheme=scheme, quant_head=True)
+        setting["draft_gguf"] = write_draft_gguf(directory / name, sm, checkpoint, scheme=DRAFT_SCHEMES[run.draft],
+                                                 quant_head=True)
         files.append(name)
         args = [str(directory / name) if a == DRAFT_GGUF else a for a in args]
     setting["flags"] = args

@@ -85,6 +85,12 @@ class EngineRun:
     def ships_plain(self) -> bool:
         return self.kind == PLAIN
 
+    @property
+    def replaces_own(self) -> bool:
+        """An export writes this setting instead of the profile's own: a grid setting shipped (the profile's own
+        export shipping means the profile's own setting, written as it always is)."""
+        return not self.ships_plain and self.kind != EXPORT
+
     def summary(self) -> str:
         """One line for people: what the engine measured, where, and what ships."""
         plain = "/".join(f"{v:.1f}" for v in self.plain_tokens_per_s)
