@@ -289,6 +289,7 @@ def test_a_bench_row_becomes_a_valid_measured_block(tmp_path):
     ("args", "fragment"),
     [
         (["--peers", "hf-greedy,hf-warp"], "unknown peer 'hf-warp'"),
+        (["--vllm-python", "x"], "--vllm-python needs --peers vllm"),
         (["--profiles", "no/such/*.yaml"], "no profile matches"),
         (["--profiles", "no-such.yaml"], "cannot read the profile"),
         (["--dataset", "nope.txt"], "unknown dataset"),

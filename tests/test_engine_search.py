@@ -174,10 +174,10 @@ def test_the_export_refuses_what_llama_cpp_measured_slower_and_writes_what_it_me
 def test_optimize_engine_refuses_bad_input_in_one_line_before_any_model_loads(tmp_path, monkeypatch):
     monkeypatch.delenv("SKIPSEARCH_LLAMA_SERVER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no llama-server anywhere
-    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "vllm", "--out", str(tmp_path / "a.yaml")]),
-                          "optimize searches llama.cpp settings here")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "sglang", "--out", str(tmp_path / "a.yaml")]),
+                          "optimize searches llama.cpp, vllm settings here")
     assert_one_line_error(runner.invoke(app, ["optimize", "--profile", "x.yaml"]),
-                          "--profile and --llama-server go with --engine llama.cpp")
+                          "--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
     assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--study", str(tmp_path)]),
                           "drop --costs, --study and --storage")
     assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--out", str(tmp_path / "b.yaml")]),

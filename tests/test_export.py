@@ -150,7 +150,7 @@ def test_shipped_profiles_inside_hf_generate_on_the_real_model(real_sm, encode_o
 
 # -- the serving engines' settings, against their schemas ------------------------------------------------------
 # vLLM 0.33.0, vllm/config/speculative.py (SpeculativeConfig): the keys an ngram export uses, their types and
-# bounds, and the check SpeculativeConfig makes between them (no CPU wheel of vLLM on PyPI to parse with).
+# bounds, and the check SpeculativeConfig makes between them (kept here so that the suite needs no vLLM install).
 VLLM_NGRAM = {"method": str, "num_speculative_tokens": int, "prompt_lookup_min": int, "prompt_lookup_max": int,
               "num_speculative_tokens_per_batch_size": list}
 VLLM_METHODS = ("ngram", "ngram_gpu", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "mtp")

@@ -54,6 +54,16 @@ def test_the_venv_openmp_runtime_is_preloaded_where_the_venv_has_one(tmp_path):
     assert "libiomp5" not in vs.server_env(python).get("LD_PRELOAD", "")
     (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
     assert vs.server_env(python)["LD_PRELOAD"].split(":")[0] == str(tmp_path / "lib" / "libiomp5.so")
+    # a venv's bin/python is a link to the system's interpreter: the venv's runtime, not one beside the system's
+    python.unlink()
+    python.symlink_to(sys.executable)
+    assert vs.server_env(python)["LD_PRELOAD"].split(":")[0] == str(tmp_path / "lib" / "libiomp5.so")
+
+
+def test_the_worker_binds_the_threads_asked_for_or_leaves_vllm_its_own_choice():
+    assert vs.server_env("python", threads=2)["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert vs.server_env("python", threads=1)["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert vs.server_env("python").get("VLLM_CPU_OMP_THREADS_BIND") == os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
 
 
 ANSWER = {"id": "cmpl-1", "object": "text_completion", "model": "model",

@@ -54,6 +54,7 @@ class BenchOptions:
     force: bool = False  # use profiles despite a model fingerprint mismatch
     llama_server: str | None = None  # with --peers llama.cpp: the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, PATH)
     llama_settings: str | None = None  # with --peers llama.cpp: comma-separated setting names (None: a small grid)
+    vllm_python: str | None = None  # with --peers vllm: the Python of vLLM's venv (None: $SKIPSEARCH_VLLM_PYTHON)
     batch_sizes: str | None = None  # comma-separated batch sizes: adds the section by batch size (one profile)
     batch_ks: str | None = None  # with batch_sizes: the fixed K to bench (None: the schedule's considered K, else 1-4)
     strict: bool = False  # with batch_sizes: stop at the first batch whose output differs from plain's
@@ -79,6 +80,7 @@ def bench_profiles(
 
     from skipsearch import bench as bn
     from skipsearch.bench import llamacpp_bench as lb
+    from skipsearch.bench import vllm_bench as vb
     from skipsearch.model.loader import load_model
 
     # 1. everything that can be wrong with the input fails here, before the model loads
@@ -94,15 +96,18 @@ def bench_profiles(
         raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
     peers = list(dict.fromkeys(p.strip() for p in o.peers.split(",") if p.strip()))
     for p in peers:
-        if p not in bn.PEERS and p != lb.PEER:
-            raise ConfigError(f"unknown peer '{p}': use {', '.join((*bn.PEERS, lb.PEER))}")
+        if p not in bn.PEERS and p not in (lb.PEER, vb.PEER):
+            raise ConfigError(f"unknown peer '{p}': use {', '.join((*bn.PEERS, lb.PEER, vb.PEER))}")
     llama = None
     if lb.PEER in peers:  # not an HF contender: it runs after the timed rounds (bench.llamacpp_bench)
         llama = lb.LlamaPlan(server=o.llama_server, settings=lb.parse_settings(o.llama_settings),
                              threads=o.threads)
     elif o.llama_server is not None or o.llama_settings is not None:
         raise ConfigError(f"--llama-server and --llama-settings need --peers {lb.PEER}")
-    hf_peers = [p for p in peers if p != lb.PEER]
+    vllm = vb.VllmPlan(python=o.vllm_python, threads=o.threads) if vb.PEER in peers else None
+    if vllm is None and o.vllm_python is not None:
+        raise ConfigError(f"--vllm-python needs --peers {vb.PEER}")
+    hf_peers = [p for p in peers if p not in (lb.PEER, vb.PEER)]
     batched = _batched_plan(o, profs)
     prompts = load_prompts(o.dataset, split=o.split, n=o.n_prompts, seed=o.seed)
     sweeping = o.sweep_prompts > 0 and (any(bn.PEERS[p].option for p in hf_peers) or llama is not None)
@@ -137,7 +142,7 @@ def bench_profiles(
     report = bn.bench(
         sm, prompts, profiles=profs, peers=hf_peers, max_new_tokens=o.max_new_tokens, repeats=o.repeats,
         sweep_prompts=sweep_set, sweep=o.sweep_prompts > 0, dataset=o.dataset, split=o.split,
-        on_stage=on_stage, on_progress=on_progress, kernel=kernel, llama=llama, batched=batched,
+        on_stage=on_stage, on_progress=on_progress, kernel=kernel, llama=llama, batched=batched, vllm=vllm,
     )
     command = _command(o, name=name, paths=paths, peers=peers, dtype=dtype, precision=precision, kernel=kernel,
                        llama=llama, batched=batched)
@@ -158,6 +163,7 @@ def _command(o: BenchOptions, *, name: str, paths, peers, dtype: str, precision:
     command += ["--kernel", kernel.label]
     command += ["--llama-server", o.llama_server] if llama and o.llama_server else []
     command += ["--llama-settings", ",".join(llama.settings)] if llama and o.llama_settings else []
+    command += ["--vllm-python", o.vllm_python] if o.vllm_python else []
     command += ["--batch-sizes", ",".join(map(str, batched.batch_sizes))] if batched else []
     command += ["--batch-ks", ",".join(map(str, batched.ks))] if batched and batched.ks is not None else []
     command += ["--strict"] if batched and batched.strict else []

@@ -1,7 +1,7 @@
-"""``skipsearch optimize --engine llama.cpp`` as a library function: the serving engine's own speculative settings,
-timed on its own server against its own plain decoding (``bench/llamacpp_search.py``), and the profile that
-records what it measured (``measured.engines``), so that ``export --engine llama.cpp`` writes that setting, or
-refuses where nothing beat plain.
+"""``skipsearch optimize --engine llama.cpp|vllm`` as a library function: the serving engine's own speculative
+settings, timed on its own server against its own plain decoding (``bench/llamacpp_search.py``,
+``bench/vllm_search.py``), and the profile that records what it measured (``measured.engines``), so that ``export
+--engine E`` writes that setting, or refuses where nothing beat plain.
 
 The profile is ``profile`` (whose own export joins the grid) with the record added, or, without one, a profile
 of the model that decodes plainly in skipsearch and carries the record. Everything that can be wrong with the input
@@ -33,7 +33,8 @@ from skipsearch.profile import (
     without_engine_run,
 )
 
-ENGINES = ("llama.cpp",)  # what --engine takes here (vLLM: bench --peers vllm is not built yet)
+LLAMA, VLLM = "llama.cpp", "vllm"
+ENGINES = (LLAMA, VLLM)  # what --engine takes here
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class EngineSearchSettings:
     threads: int | None = None  # llama-server -t (None: torch's intra-op threads)
     target_precision: str | None = None  # native: an F32 target; int8: the model at Q8_0 (None: the profile's)
     server: str | None = None  # the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, else PATH)
+    vllm_python: str | None = None  # the Python of vLLM's venv (None: $SKIPSEARCH_VLLM_PYTHON)
+    log_dir: str | None = None  # vLLM: where each server's log goes (None: beside --out, <out stem>-logs)
     runs: int = 2
     margin: float = 1.03
     force: bool = False
@@ -62,8 +65,10 @@ class EngineSearched:
     profile: Profile  # to write at ``path``
     path: Path
     run: EngineRun
-    ranked: tuple  # llamacpp_search.Ranked, plain first, then the fastest clean setting
+    ranked: tuple  # engine_rank.Ranked alone (C = 1), plain first, then the fastest clean setting
     verdict: str  # one line
+    # vLLM: (C, the settings ranked with C requests in flight) for each concurrency its grid was timed at
+    by_level: tuple = ()
 
 
 def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, int, int], None] | None = None,
@@ -71,9 +76,6 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
     """Search ``s.engine``'s settings for the model and return the profile that records them (see the module)."""
     import torch
 
-    from skipsearch.bench import llamacpp as lp
-    from skipsearch.bench import llamacpp_search as ls
-    from skipsearch.checkpoints import find_checkpoint
     from skipsearch.data import context_of, encode_all_within, load_prompts
     from skipsearch.engine.calibration import calibration_workload
     from skipsearch.model.loader import load_model
@@ -92,15 +94,16 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
         raise ConfigError(f"--model {s.model} differs from the profile's model {base.model.name}")
     precision = s.target_precision or (base.model.target_precision if base is not None else NATIVE)
     check_precision(precision, device="cpu", dtype="float32")
-    found, missing = lp.find_server(s.server)
-    if found is None:
-        raise ConfigError(missing)
+    if s.engine == VLLM and precision != NATIVE:
+        raise ConfigError("--engine vllm serves the model's own checkpoint in fp32; its 8-bit peer is llama.cpp's "
+                          "Q8_0 (--engine llama.cpp --target-precision int8)")
+    found = _find(s)
     name = base.model.name if base is not None else (s.model or "smollm2-135m")
     prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
     check_prompts_fit(name, prompts, max_new_tokens=s.max_new_tokens)
     if base is not None:
         check_model(base, precision=precision, source=s.profile)
-    # 2. the model: the reference outputs and the GGUFs llama.cpp decodes
+    # 2. the model: the reference outputs, and the files the engine decodes
     if s.threads:
         torch.set_num_threads(s.threads)
     threads = s.threads or torch.get_num_threads()
@@ -110,20 +113,73 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
     ids = encode_all_within(sm.tokenizer, prompts, context=context_of(sm.hf.config), max_new_tokens=s.max_new_tokens)
     # the profile's own setting (not one an earlier search recorded for it)
     own = without_engine_run(base, s.engine) if base is not None else None
+    env = Environment.current("cpu", placement=sm.placement)
+    hardware = (f"{env.cpu_model or 'unknown CPU'}, {env.cpu_capability or 'unknown ISA'}, {threads} thread(s), "
+                f"{cpu_signature()}")
+    found_run = _llamacpp if s.engine == LLAMA else _vllm
+    run, ranked, verdict, by_level = found_run(
+        s, sm, ids, name=name, own=own, found=found, threads=threads, hardware=hardware,
+        workload=calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens), on_setting=on_setting)
+    # 3. the profile that carries the record
+    if base is None:
+        base = Profile(model=ModelRef.of(sm), method=PLAIN_METHOD, draft=DraftConfig(max_draft_tokens=0, exit=NO_EXIT),
+                       environment=env,
+                       measured=Measured(source=f"optimize --engine {s.engine}", dataset=s.dataset,
+                                         n_prompts=s.n_prompts, max_new_tokens=s.max_new_tokens, seed=s.seed,
+                                         device="cpu", notes=f"decodes plainly in skipsearch; carries what "
+                                                             f"{s.engine} measured (measured.engines)"))
+    profile = with_engine_run(base, run)  # a fresh profile names the int8 target through ModelRef.of(sm)
+    if on_note:
+        on_note(run.summary())
+    return EngineSearched(profile, path, run, ranked, verdict, by_level)
+
+
+def _find(s: EngineSearchSettings) -> str:
+    """The engine's server binary (llama.cpp) or its venv's Python (vLLM); one line where there is none."""
+    if s.engine == LLAMA:
+        from skipsearch.bench.llamacpp import find_server
+
+        found, missing = find_server(s.server)
+    else:
+        from skipsearch.servers.vllm import find_python
+
+        found, missing = find_python(s.vllm_python)
+    if found is None:
+        raise ConfigError(missing)
+    return found
+
+
+def _verdict(s: EngineSearchSettings, run: EngineRun, checks, alone: str | None) -> str:
+    """One line: what ships, or why plain does. ``checks``: (C, ratio) of the chosen setting with C in flight;
+    ``alone``: the chosen setting alone, as ``name (1.07x)``, where it was checked."""
+    lost = [f"{c} request{'s' if c > 1 else ''} in flight: {ratio:.2f}x" for c, ratio in checks if ratio < 1.0]
+    if lost and alone:
+        return (f"{s.engine}'s chosen setting, {alone}, lost to its plain decoding with "
+                f"{', '.join(lost)}: plain ships")
+    if run.ships_plain:
+        return (f"{s.engine} ran nothing faster than its plain decoding by {s.margin - 1:.0%} in every pass: plain "
+                f"ships" + (f" (fastest identical: {run.best_tried}, {run.best_tried_speedup:.2f}x)"
+                            if run.best_tried else ""))
+    return (f"{s.engine} ships {run.setting}: {run.speedup:.2f}x its plain decoding (the worse of {run.runs} "
+            f"passes)" + "".join(f"; {c} requests in flight: {ratio:.2f}x" for c, ratio in checks))
+
+
+def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, hardware, workload, on_setting):
+    """llama.cpp's grid in two passes, the chosen setting checked with requests in flight; (record, ranked,
+    verdict, ())."""
+    from skipsearch.bench import llamacpp as lp
+    from skipsearch.bench import llamacpp_search as ls
+    from skipsearch.checkpoints import find_checkpoint
+
     exports = [(Path(s.profile).stem, own)] if own is not None and own.draft.max_draft_tokens else []
     checkpoint = find_checkpoint(name).path
     passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
-                                checkpoint=checkpoint, profiles=exports, runs=s.runs,
-                                on_setting=on_setting)
+                                checkpoint=checkpoint, profiles=exports, runs=s.runs, on_setting=on_setting)
     if passes and passes[-1].unavailable:
         raise ConfigError(passes[-1].unavailable)
     if not passes or passes[0].setting(lp.PLAIN) is None or passes[0].setting(lp.PLAIN).error:
         why = passes[0].setting(lp.PLAIN).error if passes and passes[0].setting(lp.PLAIN) else "it did not run"
         raise ConfigError(f"llama.cpp's plain decoding failed, so nothing can be timed against it: {why}")
-    # 3. the record, and the profile that carries it
-    env = Environment.current("cpu", placement=sm.placement)
-    hardware = (f"{env.cpu_model or 'unknown CPU'}, {env.cpu_capability or 'unknown ISA'}, {threads} thread(s), "
-                f"{cpu_signature()}")
     ranked = ls.rank(passes)
     ships, _ = ls.choose(ranked, s.margin)
     checks = []
@@ -137,31 +193,64 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
                                     on_setting=(lambda i, n, j, t, c=c: on_setting(i, f"{n} @{c}", j, t))
                                     if on_setting else None)
             checks.append((c, ls.at_concurrency(at, ships.name)))
-    run = ls.engine_run(passes, ranked, version=ls.server_version(found), hardware=hardware,
-                        workload=calibration_workload(s.dataset, s.n_prompts, s.max_new_tokens), margin=s.margin,
-                        concurrency=checks)
-    if base is None:
-        base = Profile(model=ModelRef.of(sm), method=PLAIN_METHOD, draft=DraftConfig(max_draft_tokens=0, exit=NO_EXIT),
-                       environment=env,
-                       measured=Measured(source=f"optimize --engine {s.engine}", dataset=s.dataset,
-                                         n_prompts=s.n_prompts, max_new_tokens=s.max_new_tokens, seed=s.seed,
-                                         device="cpu", notes=f"decodes plainly in skipsearch; carries what "
-                                                             f"{s.engine} measured (measured.engines)"))
-    profile = with_engine_run(base, run)  # a fresh profile names the int8 target through ModelRef.of(sm)
-    lost = [f"{c} requests in flight: {ratio:.2f}x" for c, ratio in checks if ratio < 1.0]
-    if lost:
-        verdict = (f"{s.engine}'s fastest setting alone, {ships.name} ({ships.worst:.2f}x), lost to its plain "
-                   f"decoding with {', '.join(lost)}: plain ships")
-    elif run.ships_plain:
-        verdict = (f"{s.engine} ran nothing faster than its plain decoding by {s.margin - 1:.0%} in every pass: plain "
-                   f"ships" + (f" (fastest identical: {run.best_tried}, {run.best_tried_speedup:.2f}x)"
-                               if run.best_tried else ""))
-    else:
-        verdict = (f"{s.engine} ships {run.setting}: {run.speedup:.2f}x its plain decoding (the worse of {run.runs} "
-                   f"passes)" + "".join(f"; {c} requests in flight: {ratio:.2f}x" for c, ratio in checks))
-    if on_note:
-        on_note(run.summary())
-    return EngineSearched(profile, path, run, ranked, verdict)
+    run = ls.engine_run(passes, ranked, version=ls.server_version(found), hardware=hardware, workload=workload,
+                        margin=s.margin, concurrency=checks)
+    alone = f"{ships.name} ({ships.worst:.2f}x)" if ships is not None else None
+    return run, ranked, _verdict(s, run, checks, alone), ()
+
+
+def _vllm(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, hardware, workload, on_setting):
+    """vLLM's grid in two passes at every concurrency, the best lookup's K per concurrency as a schedule, checked as
+    it would ship; (record, ranked alone, verdict, ranked at each concurrency)."""
+    from skipsearch.bench import engine_rank as er
+    from skipsearch.bench import vllm_search as vs
+    from skipsearch.checkpoints import ensure_embedded
+    from skipsearch.engine.decoding import hf_generate
+
+    levels = tuple(sorted({1, *s.concurrency}))
+    exports = [(Path(s.profile).stem, c) for c in (_vllm_lookup(own),) if c is not None]
+    model_dir = ensure_embedded(name)
+    log_dir = Path(s.log_dir) if s.log_dir else Path(s.out).with_name(f"{Path(s.out).stem}-logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    reference = [hf_generate(sm, p, max_new_tokens=s.max_new_tokens) for p in ids]
+    common = dict(max_new_tokens=s.max_new_tokens, log_dir=log_dir, levels=levels, runs=s.runs, threads=threads)
+    passes = vs.search_vllm(found, model_dir, ids, reference, settings=vs.grid(exports=exports),
+                            on_setting=on_setting, **common)
+    plain = next(x for x in passes[0] if x.kind == er.PLAIN)
+    if plain.error or any(p_.error for p in passes for p_ in p if p_.kind == er.PLAIN):
+        why = next(p_.error for p in passes for p_ in p if p_.kind == er.PLAIN and p_.error)
+        raise ConfigError(f"vLLM's plain decoding failed, so nothing can be timed against it: {why}")
+    ranked = vs.ranked_at(passes, 1)
+    by_level = tuple((c, vs.ranked_at(passes, c)) for c in levels)
+    found_schedule = vs.best_schedule(passes, levels, s.margin)
+    checked = None
+    if found_schedule is not None:  # timed again as it would ship, against plain, at every concurrency
+        shipped, ks = found_schedule
+        checked = vs.search_vllm(found, model_dir, ids, reference,
+                                 settings=[(er.PLAIN, er.PLAIN, None), (vs.schedule_label(shipped), vs.NGRAM, shipped)],
+                                 on_setting=(lambda i, n, j, t: on_setting(i, f"check {n}", j, t))
+                                 if on_setting else None, **common)
+    run = vs.engine_run(passes, checked, version=vs.server_version(found), hardware=hardware,
+                        target=f"{Path(model_dir).name} (fp32 checkpoint)", workload=workload, margin=s.margin)
+    checks = [(c, ratio) for c, ratio in run.at_concurrency]
+    alone = None
+    if checked is not None and run.ships_plain:
+        one = er.ratio(vs.ranked_at(checked, 1), next(x.name for x in checked[0] if x.kind != er.PLAIN))
+        checks = [(1, one), *checks]
+        alone = f"{vs.schedule_label(shipped)} (K by concurrency {dict(ks)})"
+    return run, ranked, _verdict(s, run, checks, alone), by_level
+
+
+def _vllm_lookup(own: Profile | None) -> dict | None:
+    """The profile's own vLLM export where it is a lookup (its nearest, where vLLM cannot run it all); None where
+    it is not one (a draft model's export is served by vLLM's draft_model method, not searched here)."""
+    if own is None or not own.draft.max_draft_tokens:
+        return None
+    from skipsearch.export import vllm as ev
+
+    gap = ev.gap(own)
+    config = ev.config(gap.nearest if gap is not None else own)
+    return config if config.get("method") == "ngram" else None
 
 
 __all__ = ["ENGINES", "EngineSearchSettings", "EngineSearched", "optimize_engine"]

@@ -18,42 +18,18 @@ from __future__ import annotations
 import datetime
 import subprocess
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from skipsearch.bench import engine_rank as er
 from skipsearch.bench import llamacpp as lp
+from skipsearch.bench.engine_rank import MARGIN, Ranked, choose
 from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun
 
-MARGIN = 1.03  # a setting ships only if it beat plain by this in every pass
 RUNS = 2
 N_MAX = (2, 4, 8)  # draft lengths (--spec-draft-n-max, --spec-ngram-simple-size-m)
 NGRAM_N = (2, 3, 4)  # n-gram sizes (--spec-ngram-simple-size-n)
 DRAFTS = ("q8_0", "q4_0")  # the model's own GGUF copies as draft models
 KINDS = (lp.PLAIN, lp.DRAFT, lp.NGRAM, lp.BOTH, lp.DEFAULT, lp.EXPORT)
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """One setting over every pass."""
-
-    name: str
-    kind: str
-    flags: tuple[str, ...]  # its flags, a GGUF path as DRAFT_GGUF
-    draft: str | None  # the self-draft its flags load (q8_0, q4_0), None for none or an export's own
-    speedups: tuple[float, ...]  # per pass: its tokens/s over plain's in that pass (prefill included)
-    tokens_per_s: tuple[float, ...]  # per pass
-    identical: int  # prompts identical in every pass
-    prompts: int
-    error: str | None = None  # the first pass's one-line error, if any
-
-    @property
-    def clean(self) -> bool:
-        """Ran every pass to the end and equal to the reference on every prompt of each."""
-        return self.error is None and self.prompts > 0 and self.identical == self.prompts and bool(self.speedups)
-
-    @property
-    def worst(self) -> float | None:
-        return min(self.speedups) if self.speedups else None
 
 
 def _draft_of(setting: lp.Setting) -> str | None:
@@ -68,32 +44,8 @@ def _flags(setting: lp.Setting) -> tuple[str, ...]:
 
 def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
     """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next."""
-    plain = [p.setting(lp.PLAIN) for p in passes]
-    plain_rate = [r.throughput if r is not None and r.error is None else None for r in plain]
-    out = []
-    for first in passes[0].settings if passes else ():
-        name = first.setting.name
-        runs = [p.setting(name) for p in passes]
-        error = next((r.error for r in runs if r is not None and r.error), None)
-        if any(r is None for r in runs) and error is None:
-            error = f"{name}: did not run in every pass"
-        rates = tuple(r.throughput for r in runs if r is not None and r.throughput)
-        speedups = tuple(rate / base for rate, base in zip(rates, plain_rate, strict=False) if base)
-        if len(speedups) != len(passes) and error is None:
-            error = f"{name}: no timing in every pass (plain or this setting did not run)"
-        identical = min((r.identical for r in runs if r is not None), default=0)
-        out.append(Ranked(name, first.setting.kind, _flags(first.setting), _draft_of(first.setting), speedups, rates,
-                          identical, passes[0].prompts, error))
-    plain_first = [r for r in out if r.kind == lp.PLAIN]
-    rest = sorted((r for r in out if r.kind != lp.PLAIN), key=lambda r: (not r.clean, -(r.worst or 0.0)))
-    return (*plain_first, *rest)
-
-
-def choose(ranked: Sequence[Ranked], margin: float = MARGIN) -> tuple[Ranked | None, Ranked | None]:
-    """(the setting to ship or None for plain, the fastest clean speculative setting whether it ships or not)."""
-    clean = [r for r in ranked if r.kind != lp.PLAIN and r.clean]
-    best = max(clean, key=lambda r: r.worst, default=None)
-    return (best if best is not None and best.worst >= margin else None), best
+    return er.rank([[er.Timed(r.setting.name, r.setting.kind, _flags(r.setting), _draft_of(r.setting), r.throughput,
+                              r.identical, p.prompts, r.error) for r in p.settings] for p in passes])
 
 
 def server_version(server: str) -> str:
@@ -109,9 +61,7 @@ def server_version(server: str) -> str:
 def at_concurrency(passes: Sequence[lp.LlamaCppResult], name: str) -> float:
     """``name``'s worse pass's throughput over plain's at one concurrency (``search_llamacpp(concurrency=C,
     names=...)``'s passes); 0.0 where it differed from the reference, failed, or did not run."""
-    by = {r.name: r for r in rank(passes)} if passes else {}
-    r = by.get(name)
-    return round(r.worst, 4) if r is not None and r.clean and r.worst is not None else 0.0
+    return er.ratio(rank(passes), name)
 
 
 def engine_run(passes: Sequence[lp.LlamaCppResult], ranked: Sequence[Ranked], *, version: str, hardware: str,

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from skipsearch.bench import batched_report
+from skipsearch.bench import batched_report, vllm_bench
 from skipsearch.bench import llamacpp_report as llama_report
 from skipsearch.bench.batched import BatchedBench
 from skipsearch.bench.peers import BASELINE, HF_COMPILED, PROFILE_IN_HF
@@ -40,7 +40,9 @@ JSON_FORMAT = "skipsearch-bench"
 #    version-4 field is as it was.
 # 6: the summary gains best_drafted and best_vs_ours_ar, and its speculation_gain is null where the best profile
 #    drafted no token (a profile that ships plain decoding). Every other version-5 field is as it was.
-JSON_VERSION = 6
+# 7: "vllm": the vLLM peer (bench.vllm_bench.result_to_dict; null when not asked for). Every version-6 field is as
+#    it was.
+JSON_VERSION = 7
 WITHIN = 0.05  # a profile inside HF generate is meant to run within 5% of the same profile in skipsearch's engine
 
 
@@ -120,6 +122,7 @@ def report_to_dict(report: BenchReport) -> dict:
             **llama_report.result_to_dict(report.llama),
             "sweep": None if report.llama_sweep is None else llama_report.result_to_dict(report.llama_sweep)},
         "batched": None if report.batched is None else batched_report.to_dict(report.batched),
+        "vllm": None if report.vllm is None else vllm_bench.result_to_dict(report.vllm),
     }
 
 
@@ -156,6 +159,8 @@ def upgrade(doc: dict) -> dict:
         doc.setdefault("llama.cpp", None)
     if version < 5:
         doc.setdefault("batched", None)
+    if version < 7:
+        doc.setdefault("vllm", None)
     if version < 6:  # written before the distinction: the gain as it was then
         summary = doc.get("summary", {})
         doc["summary"] = {"best_drafted": True, "best_vs_ours_ar": summary.get("speculation_gain"), **summary}
@@ -262,6 +267,8 @@ def summary_lines(report: BenchReport) -> list[str]:
         out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
     if report.llama is not None:
         out.append(llama_report.summary_line(report.llama))
+    if report.vllm is not None:
+        out.append(vllm_bench.summary_line(report.vllm))
     if (last := headline(report, s)) is not None:
         out.append(last)
     return out
@@ -349,6 +356,10 @@ def render_markdown(report: BenchReport, *, command: str | None = None) -> str:
         lines += [*_md_table(("peer", "setting", "tokens/s", "speedup vs HF greedy", "τ", "acceptance",
                               "identical"), sweep_rows), ""]
     lines += _llama_lines(report)
+    if report.vllm is not None:
+        base = report.row(BASELINE)
+        lines += ["## vLLM", "", *vllm_bench.markdown_lines(
+            report.vllm, baseline_tokens_per_s=base.tokens_per_s if base else None)]
     if report.batched is not None:
         b = report.batched
         lines += ["## By batch size", "", batched_report.intro(b), "",

@@ -10,8 +10,8 @@ timed whole; its docstring has the rules). What bench adds:
   equal up to numerical ties (16-bit dtypes only), or different. A method that is different on any
   prompt is flagged and gets no speedup figure; tie-equal rows get one, with their tie count;
 - each peer runs at its best setting, which ``sweep_peer`` finds on other prompts (the calib split);
-- llama.cpp, when asked for (``llamacpp_bench``), runs after every timed round, on the same prompt ids, against
-  HF greedy's outputs of the baseline row.
+- llama.cpp and vLLM, when asked for (``llamacpp_bench``, ``vllm_bench``), run after every timed round, on the same
+  prompt ids, against HF greedy's outputs of the baseline row.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from skipsearch.bench.peers import (
     profile_method,
 )
 from skipsearch.bench.rows import BenchRow, model_verdicts, summarize
+from skipsearch.bench.vllm_bench import VllmPlan, VllmResult, bench_vllm
 from skipsearch.config import ConfigError
 from skipsearch.data import Prompt
 from skipsearch.engine import timing
@@ -129,6 +130,7 @@ class BenchReport:
     llama: LlamaCppResult | None = None  # the llama.cpp peer; None: not asked for
     llama_sweep: LlamaCppResult | None = None  # its settings on the sweep prompts, where it chose among several
     batched: BatchedBench | None = None  # the section by batch size (bench --batch-sizes); None: not asked for
+    vllm: VllmResult | None = None  # the vLLM peer; None: not asked for
 
     def row(self, method: str) -> BenchRow | None:
         return next((r for r in self.rows if r.method == method), None)
@@ -234,11 +236,15 @@ def _by_category(methods: Sequence[Contender], runs, prompts: Sequence[Prompt], 
                  for c, idx in cats.items())
 
 
+def _reference(runs, n: int) -> list:
+    """HF greedy's tokens on each prompt, from the main run: what an engine's outputs are checked against."""
+    return [next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids for i in range(n)]
+
+
 def _llama_rows(sm: SkippableModel, llama: LlamaPlan, runs, ids, sweep_ids, *, max_new_tokens: int, profiles,
                 on_stage, on_progress):
-    """llama.cpp's rows (``llamacpp_bench``), checked against our autoregressive loop's tokens from the main run."""
-    reference = [next(r for r in runs if r.method == BASELINE and r.prompt == i).output.token_ids
-                 for i in range(len(ids))]
+    """llama.cpp's rows (``llamacpp_bench``), checked against HF greedy's tokens from the main run."""
+    reference = _reference(runs, len(ids))
     return bench_llamacpp(sm, llama, ids, reference, sweep_ids=sweep_ids, max_new_tokens=max_new_tokens,
                           threads=torch.get_num_threads(), profiles=profiles, on_stage=on_stage,
                           on_progress=on_progress)
@@ -262,14 +268,16 @@ def bench(
     kernel: Kernel | None = None,
     llama: LlamaPlan | None = None,
     batched: BatchedPlan | None = None,
+    vllm: VllmPlan | None = None,
 ) -> BenchReport:
     """Bench ``profiles`` ((path, Profile) pairs) and ``peers`` on ``prompts``; HF greedy and our
     autoregressive path always run. Each peer with a knob is swept on ``sweep_prompts`` (over
     ``peer_values`` or its own candidates); with ``sweep=False`` it runs at its default value.
     ``on_stage(title, total calls)`` opens each stage. ``kernel`` runs skipsearch's own rows (the profiles and our
     autoregressive loop); a compiled one is built here, before any timing (None: what ``sm`` runs now). ``llama``
-    adds the llama.cpp peer, after every timed round (``llamacpp_bench``). ``batched`` adds the section by batch size
-    (``bench.batched``), timed after the main rounds on the same prompts; what it refuses, it refuses first."""
+    adds the llama.cpp peer and ``vllm`` the vLLM peer, after every timed round (``llamacpp_bench``,
+    ``vllm_bench``). ``batched`` adds the section by batch size (``bench.batched``), timed after the main rounds on
+    the same prompts; what it refuses, it refuses first."""
     from skipsearch.hardware import Environment
 
     _check_request(peers, prompts, profiles)
@@ -311,6 +319,9 @@ def bench(
     llama_result, llama_sweep = (None, None) if llama is None else _llama_rows(
         sm, llama, runs, ids, sweep_ids if sweep else (), max_new_tokens=max_new_tokens, profiles=profiles,
         on_stage=on_stage, on_progress=on_progress)
+    vllm_result = None if vllm is None else bench_vllm(
+        sm, vllm, ids, _reference(runs, len(ids)), max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
+        profiles=profiles, on_stage=on_stage, on_progress=on_progress)
     settings = BenchSettings(
         model=sm.name, device=str(sm.device), dtype=sm.dtype_name, dataset=dataset, split=split,
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
@@ -321,4 +332,5 @@ def bench(
         settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),
         rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=per_prompt,
         wall_seconds=timing.now(sm.device) - t0, llama=llama_result, llama_sweep=llama_sweep, batched=section,
+        vllm=vllm_result,
     )

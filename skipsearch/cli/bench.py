@@ -23,7 +23,8 @@ Profiles = Annotated[
 ]
 Peers = Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-prompt-lookup, hf-early-exit, "
     "hf-assisted-quantized, hf-generate+profile (each profile inside HF "
-    "generate); llama.cpp (llama-server, after the timed rows).")]
+    "generate); llama.cpp (llama-server), vllm (vLLM's server, its CPU build: plain and each profile's vLLM "
+    "setting), both after the timed rows.")]
 LlamaSettings = Annotated[str | None, typer.Option(
     help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
     "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")]
@@ -55,6 +56,7 @@ def bench(
     peers: Peers = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
     llama_server: options.LlamaServer = None,
     llama_settings: LlamaSettings = None,
+    vllm_python: options.VllmPython = None,
     dataset: options.Dataset = options.DATASET,
     split: options.Split = options.SPLIT,
     n_prompts: options.NPrompts = options.N_PROMPTS,
@@ -101,7 +103,8 @@ def bench(
         target_precision=None if target_precision == "auto" else target_precision,
         kernel=None if kernel == "auto" else kernel, report=report,
         as_json=json_out, write_measured=write_measured, force=force, llama_server=llama_server,
-        llama_settings=llama_settings, batch_sizes=batch_sizes, batch_ks=batch_ks, strict=strict,
+        llama_settings=llama_settings, vllm_python=vllm_python, batch_sizes=batch_sizes, batch_ks=batch_ks,
+        strict=strict,
     )
     with user_errors():
         if plot:
@@ -221,3 +224,7 @@ def _print_bench(run, *, by_category: bool, report: Path | None, json_out: Path 
             if r.error is None and not r.ok:
                 typer.echo(f"warning: llama.cpp {r.setting.name} output differs from hf-greedy "
                            f"({r.first_mismatch(labels if llama is result.llama else None)})", err=True)
+    for r in result.vllm.rows if result.vllm is not None else ():
+        if r.identical != r.prompts:
+            typer.echo(f"warning: vllm {r.setting} output differs from hf-greedy on {r.prompts - r.identical} of "
+                       f"{r.prompts} prompts", err=True)

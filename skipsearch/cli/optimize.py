@@ -60,16 +60,18 @@ def optimize(
     kernel: options.Kernel = options.KERNEL,
     threads: options.Threads = None,
     engine: Annotated[str | None, typer.Option(
-        help="Search a serving engine's own speculative settings on its own server instead (llama.cpp): each "
-             "timed against the engine's plain decoding in two passes, outputs checked against HF greedy; the "
+        help="Search a serving engine's own speculative settings on its own server instead (llama.cpp, vllm): "
+             "each timed against the engine's plain decoding in two passes, outputs checked against HF greedy; the "
              "profile records what it measured, and export --engine writes it.")] = None,
     profile: Annotated[str | None, typer.Option(
         help="With --engine: the profile to add the engine's record to (its own export joins the settings "
              "timed); default: a plain profile of --model.")] = None,
     llama_server: options.LlamaServer = None,
+    vllm_python: options.VllmPython = None,
     concurrency: Annotated[str, typer.Option(
         help="With --engine: requests in flight at once the chosen setting is checked at against plain (comma "
-             "list; 1 is where the grid is timed); it ships only if at least as fast at every one.")] = "1,2,4",
+             "list; 1 is where the grid is timed); it ships only if at least as fast at every one. vLLM times its "
+             "whole grid at each and ships a draft length per batch size.")] = "1,2,4",
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
@@ -80,9 +82,9 @@ def optimize(
     warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        if engine is not None or profile is not None or llama_server is not None:
+        if engine is not None or profile is not None or llama_server is not None or vllm_python is not None:
             if engine is None:
-                raise ConfigError("--profile and --llama-server go with --engine llama.cpp")
+                raise ConfigError("--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
             if costs is not None or study is not None or storage is not None:
                 raise ConfigError("--engine times the engine's own settings, with no study: drop --costs, --study "
                                   "and --storage")
@@ -95,7 +97,8 @@ def optimize(
             return _print_engine(_engine_search(api.EngineSearchSettings(
                 engine=engine, out=out or Path(f"{Path(profile).stem if profile else name}-{engine}.yaml"),
                 model=model, profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-                seed=seed, threads=threads, server=llama_server, force=force, concurrency=levels,
+                seed=seed, threads=threads, server=llama_server, vllm_python=vllm_python, force=force,
+                concurrency=levels,
                 target_precision=None if target_precision == "auto" else target_precision)), replace=force)
         # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
         rerank = costs is not None or budget == 0
@@ -201,16 +204,20 @@ def _engine_search(settings):
 
 
 def _print_engine(found, *, replace: bool) -> None:
-    """The settings over the passes, the verdict, and the profile written (inside user_errors)."""
+    """The settings over the passes (at each concurrency, where the grid was timed at several), the verdict, and
+    the profile written (inside user_errors)."""
     run = found.run
     typer.echo(f"{run.engine} ({run.version}) on {run.hardware}; target {run.target}; {run.workload}; "
                f"checked against {run.checked_against}")
-    typer.echo(f"{'setting':<34} {'tokens/s per pass':<22} {'vs plain (worse pass)':<22} identical")
-    for r in found.ranked:
-        rates = "/".join(f"{v:.1f}" for v in r.tokens_per_s) or "-"
-        worst = f"{r.worst:.3f}x" if r.worst is not None else "-"
-        typer.echo(f"{r.name:<34} {rates:<22} {worst:<22} {r.identical}/{r.prompts}"
-                   + (f"  [{r.error}]" if r.error else ""))
+    for level, ranked in found.by_level or ((1, found.ranked),):
+        if found.by_level:
+            typer.echo(f"{level} request{'s' if level > 1 else ''} in flight:")
+        typer.echo(f"{'setting':<34} {'tokens/s per pass':<22} {'vs plain (worse pass)':<22} identical")
+        for r in ranked:
+            rates = "/".join(f"{v:.1f}" for v in r.tokens_per_s) or "-"
+            worst = f"{r.worst:.3f}x" if r.worst is not None else "-"
+            typer.echo(f"{r.name:<34} {rates:<22} {worst:<22} {r.identical}/{r.prompts}"
+                       + (f"  [{r.error}]" if r.error else ""))
     save_profile_kept(found.profile, found.path, replace=replace)
     typer.echo(f"{found.verdict}\nwrote {found.path}")
 

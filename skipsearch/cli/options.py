@@ -195,6 +195,9 @@ Objective = Annotated[str, choice(*objective_values(), help="auto (two-stage whe
 LlamaServer = Annotated[str | None, typer.Option(
     help="The llama-server binary (bench --peers llama.cpp, optimize --engine llama.cpp; default: "
          "$SKIPSEARCH_LLAMA_SERVER, else PATH).")]
+VllmPython = Annotated[str | None, typer.Option(
+    help="The Python of the venv vLLM is installed in (optimize --engine vllm; default: $SKIPSEARCH_VLLM_PYTHON; "
+         "`bash scripts/setup_engines.sh vllm` makes .venv-vllm).")]
 Engine = Annotated[str, choice(*engine_values(), help="The engine: hf (transformers' generate), vllm, sglang or "
                                                       "llama.cpp.", check=_check_engine)]
 

@@ -32,10 +32,12 @@ from pathlib import Path
 from skipsearch.export import ct_draft
 from skipsearch.export import shapes as sh
 from skipsearch.export.base import Engine, ExportError, Gap, Written, plain, served_model, write_text
+from skipsearch.files.engine_runs import EngineRun, vllm_config
 from skipsearch.files.schedule import Schedule
 from skipsearch.profile import Profile
 
 CONFIG = "speculative_config.json"
+PER_BATCH = "num_speculative_tokens_per_batch_size"
 
 
 def gap(profile: Profile) -> Gap | None:
@@ -79,7 +81,7 @@ def batch_ranges(schedule: Schedule) -> list[list[int]]:
 def check_batch_ranges(entries: object, num_speculative_tokens: object) -> None:
     """vLLM 0.33's rules for ``num_speculative_tokens_per_batch_size`` beside ``num_speculative_tokens``; one
     ExportError line for a schedule vLLM would refuse or silently change."""
-    what = "num_speculative_tokens_per_batch_size"
+    what = PER_BATCH
     if not isinstance(entries, list) or not entries:
         raise ExportError(f"{what} must be a non-empty list of [start, end, k]")
     if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int) or \
@@ -117,7 +119,7 @@ def _scheduled(profile: Profile, cfg: dict) -> dict:
     top = max(k for _, _, k in entries)
     if top == 0:
         return {}
-    cfg = {**cfg, "num_speculative_tokens": top, "num_speculative_tokens_per_batch_size": entries}
+    cfg = {**cfg, "num_speculative_tokens": top, PER_BATCH: entries}
     check_batch_ranges(entries, top)
     return cfg
 
@@ -154,15 +156,32 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
     if cfg and draft is None:  # a lookup
         notes = ("vLLM's ngram proposer takes the latest earlier match of the longest suffix in "
                  "prompt_lookup_min..max, as skipsearch's lookup does; the predicted speedup is skipsearch's engine's",)
-    if "num_speculative_tokens_per_batch_size" in cfg:
+    if PER_BATCH in cfg:
         notes = (*notes, f"draft length per batch size from the profile's schedule ({profile.schedule.describe()}); "
                          f"num_speculative_tokens is its largest K")
     setting = {**cfg, "draft_checkpoint": info} if info else cfg
     return Written(files, setting, usage, notes)
 
 
-ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write,
-                checked="against a schema of vLLM 0.33.0's SpeculativeConfig kept in the tests (no CPU wheel); the "
-                        "draft checkpoint decompressed with compressed-tensors and loaded by transformers")
+def write_run(directory: Path, run: EngineRun, model=None) -> Written:
+    """The config vLLM itself ran fastest (``skipsearch optimize --engine vllm``), its draft length per batch size
+    as measured at each concurrency, written as the search served it."""
+    cfg = vllm_config(run)
+    file = write_text(directory, CONFIG, json.dumps(cfg, indent=2) + "\n")
+    usage = f"vllm serve MODEL --speculative-config \"$(cat {shlex.quote(str(directory / CONFIG))})\""
+    notes = [f"measured: {run.summary()}",
+             f"MODEL is the checkpoint vLLM was timed with ({run.target})"]
+    if PER_BATCH in cfg:
+        notes.append(f"draft length per batch size as measured at each concurrency ({run.setting}); K = 0 past the "
+                     "largest concurrency measured")
+    return Written((file,), {**cfg, "measured_setting": run.setting}, usage, tuple(notes))
 
-__all__ = ["CONFIG", "ENGINE", "batch_ranges", "check_batch_ranges", "config", "describe", "gap", "write"]
+
+ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write, write_run=write_run,
+                checked="against a schema of vLLM 0.33.0's SpeculativeConfig kept in the tests; lookups and their "
+                        "draft length per batch size served by vLLM's CPU build 0.32.0 (optimize --engine vllm, "
+                        "bench --peers vllm); the draft checkpoint decompressed with compressed-tensors and loaded "
+                        "by transformers")
+
+__all__ = ["CONFIG", "ENGINE", "PER_BATCH", "batch_ranges", "check_batch_ranges", "config", "describe", "gap", "write",
+           "write_run"]

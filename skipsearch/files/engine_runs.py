@@ -2,7 +2,7 @@
 that engine writes the setting the engine itself ran fastest, and refuses (``export``) where the engine ran nothing
 faster than its own plain decoding.
 
-One record per engine (``skipsearch optimize --engine llama.cpp`` writes it)::
+One record per engine (``skipsearch optimize --engine llama.cpp|vllm`` writes it). llama.cpp's::
 
     measured:
       engines:
@@ -30,6 +30,17 @@ One record per engine (``skipsearch optimize --engine llama.cpp`` writes it)::
           workload: "mtbench,humaneval (calib split), 12 prompts x 96 tokens"
           date: "2026-11-30"
 
+vLLM's has the same keys; its kind is plain or ngram, its args ``[--speculative-config, JSON]``: the config it
+ran, with its draft length per batch size (``num_speculative_tokens_per_batch_size``, from the K that won at each
+concurrency), and ``draft`` is null::
+
+        vllm:
+          version: vllm 0.32.0
+          setting: ngram 2-4 K 4@1 2@2-3 0@4+
+          kind: ngram
+          args: [--speculative-config, '{"method": "ngram", "num_speculative_tokens": 4, ...}']
+          at_concurrency: [[2, 1.05], [4, 1.0]]
+
 No torch here: this is a file format. Every problem is one ``ProfileError`` line naming the key.
 """
 
@@ -45,7 +56,9 @@ from skipsearch.files.records import record_mapping
 ENGINES_KEY = "engines"  # measured.<key>
 DRAFT_GGUF = "DRAFT.gguf"  # in ``args``: where the self-draft's GGUF goes
 PLAIN = "plain"
-KINDS = ("plain", "draft", "ngram-simple", "ngram+draft", "default", "export")
+KINDS = ("plain", "draft", "ngram-simple", "ngram+draft", "default", "export")  # llama.cpp's
+ENGINE_KINDS = {"llama.cpp": KINDS, "vllm": ("plain", "ngram")}  # vllm: its args are --speculative-config JSON
+VLLM_FLAG = "--speculative-config"
 DRAFTS = ("f16", "q8_0", "q4_0")  # the self-drafts a grid setting loads (bench/llamacpp.DRAFT_SCHEMES)
 EXPORT = "export"  # the profile's own translation: its export writes its own draft file
 MAX_RUNS = 16
@@ -103,7 +116,8 @@ class EngineRun:
         if self.at_concurrency:
             ships += "; with several requests in flight, " + ", ".join(
                 f"{c}: {ratio:.2f}x" for c, ratio in self.at_concurrency) + " plain"
-        return (f"{self.engine} {self.version} on {self.hardware}, {self.workload}, target {self.target}: plain "
+        name = self.version if self.version.startswith(self.engine) else f"{self.engine} {self.version}"
+        return (f"{name} on {self.hardware}, {self.workload}, target {self.target}: plain "
                 f"{plain} tokens/s over {self.runs} pass(es); {tried}; {ships}")
 
 
@@ -148,14 +162,17 @@ def engine_run_from_dict(raw: Any, engine: str, *, source: str) -> EngineRun:
     if unknown:
         raise ProfileError(f"{source}: unknown key {path}.{unknown[0][:40]}")
     text = {k: _text(raw, k, path, source) for k in _TEXT if k != "engine"}
-    if text["kind"] not in KINDS:
-        raise ProfileError(f"{source}: {path}.kind must be one of {', '.join(KINDS)}, got {text['kind'][:40]!r}")
+    kinds = ENGINE_KINDS.get(engine, KINDS)
+    if text["kind"] not in kinds:
+        raise ProfileError(f"{source}: {path}.kind must be one of {', '.join(kinds)}, got {text['kind'][:40]!r}")
     args = raw.get("args")
     if (not isinstance(args, list) or len(args) > MAX_ARGS
             or not all(isinstance(a, str) and 0 < len(a) <= 200 for a in args)):
         raise ProfileError(f"{source}: {path}.args must list at most {MAX_ARGS} flags (strings)")
     if (text["kind"] == PLAIN) != (not args):
         raise ProfileError(f"{source}: {path}.args must be empty exactly when kind is plain")
+    if engine == "vllm" and args:
+        _check_vllm_args(args, path, source)
     draft = raw.get("draft")
     if draft is not None and draft not in DRAFTS:
         raise ProfileError(f"{source}: {path}.draft must be one of {', '.join(DRAFTS)} or null, got {str(draft)[:40]}")
@@ -193,6 +210,28 @@ def engine_run_from_dict(raw: Any, engine: str, *, source: str) -> EngineRun:
                      **{k: v for k, v in text.items() if k not in ("best_tried",)})
 
 
+def _check_vllm_args(args: list, path: str, source: str) -> None:
+    """A vLLM record's args: ``--speculative-config`` and the JSON object of the config it ran."""
+    import json
+
+    ok = len(args) == 2 and args[0] == VLLM_FLAG
+    try:
+        config = json.loads(args[1]) if ok else None
+    except ValueError:
+        config = None
+    if not isinstance(config, dict) or not isinstance(config.get("method"), str) \
+            or not isinstance(config.get("num_speculative_tokens"), int):
+        raise ProfileError(f"{source}: {path}.args must be [{VLLM_FLAG}, the JSON object of a speculative config "
+                           "with method and num_speculative_tokens]")
+
+
+def vllm_config(run: EngineRun) -> dict | None:
+    """The ``--speculative-config`` a vLLM record ran (validated when read); None for plain decoding."""
+    import json
+
+    return json.loads(run.args[1]) if run.args else None
+
+
 def engine_runs_from_dict(raw: Any, *, source: str) -> dict[str, EngineRun]:
     """``measured.engines``: engine name -> its record, each validated."""
     raw = record_mapping(raw, f"measured.{ENGINES_KEY}", source)
@@ -216,5 +255,5 @@ def engine_run_to_dict(run: EngineRun) -> dict:
     return out
 
 
-__all__ = ["DRAFTS", "DRAFT_GGUF", "ENGINES_KEY", "EXPORT", "KINDS", "PLAIN", "EngineRun", "engine_run_from_dict",
-           "engine_run_to_dict", "engine_runs_from_dict"]
+__all__ = ["DRAFTS", "DRAFT_GGUF", "ENGINES_KEY", "ENGINE_KINDS", "EXPORT", "KINDS", "PLAIN", "VLLM_FLAG",
+           "EngineRun", "engine_run_from_dict", "engine_run_to_dict", "engine_runs_from_dict", "vllm_config"]

@@ -23,6 +23,8 @@ from pathlib import Path
 from skipsearch.servers import process
 from skipsearch.servers.process import ServerError
 
+ENV = "SKIPSEARCH_VLLM_PYTHON"  # the Python of the venv vLLM is installed in
+INSTALL = "bash scripts/setup_engines.sh vllm"
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 
@@ -39,6 +41,21 @@ class Completion:
     finish_reason: str  # "length" (max_tokens reached) or "stop" (an EOS)
     prompt_tokens: int  # usage.prompt_tokens
     wall_ms: float  # the request's wall time, seen by the client: prompt and decode together
+
+
+def find_python(explicit: str | None = None, *, env: dict | None = None) -> tuple[str | None, str | None]:
+    """(the Python of vLLM's venv, None) or (None, one line saying why there is none): ``explicit`` (--vllm-python),
+    else ``$SKIPSEARCH_VLLM_PYTHON``."""
+    env = os.environ if env is None else env
+    for given, where in ((explicit, "--vllm-python"), (env.get(ENV) or None, f"${ENV}")):
+        if given is None:
+            continue
+        path = Path(given).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path.absolute()), None
+        return None, f"{where} {given}: no such executable (the Python of the venv vLLM is installed in)"
+    return None, (f"vLLM is not installed here: `{INSTALL}` installs its CPU build into .venv-vllm; then "
+                  f"export {ENV}=$PWD/.venv-vllm/bin/python, or give --vllm-python")
 
 
 def server_command(python: str | Path, model: str | Path, port: int, *, dtype: str = "float32",
@@ -59,13 +76,18 @@ def server_command(python: str | Path, model: str | Path, port: int, *, dtype: s
     return cmd
 
 
-def server_env(python: str | Path) -> dict:
+def server_env(python: str | Path, *, threads: int | None = None) -> dict:
     """The server's environment: vLLM's CPU build wants its venv's OpenMP runtime loaded first (``lib/libiomp5.so``
-    beside ``bin/python``, where there is one)."""
+    of the venv ``python`` lies in, where there is one: the venv's ``bin/python`` is a link to the system's
+    interpreter, so the path is taken as given, never resolved). ``threads``: the CPUs its worker binds to, 0 to
+    threads - 1 (``VLLM_CPU_OMP_THREADS_BIND``); None leaves vLLM's own choice, which on x86 keeps one CPU for
+    its scheduler process, so that on a 2-core machine the model runs on one."""
     env = dict(os.environ)
-    iomp = Path(python).resolve().parent.parent / "lib" / "libiomp5.so"
+    iomp = Path(os.path.abspath(python)).parent.parent / "lib" / "libiomp5.so"
     if iomp.is_file():
         env["LD_PRELOAD"] = ":".join(p for p in (str(iomp), env.get("LD_PRELOAD", "")) if p)
+    if threads is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{int(threads) - 1}" if threads > 1 else "0"
     return env
 
 
@@ -134,5 +156,5 @@ def read_spec_counters(port: int) -> tuple[float, float]:
     return spec_counters(process.get_text(port, "/metrics"))
 
 
-__all__ = ["Completion", "VllmError", "complete", "parse_completion", "read_spec_counters", "request_body",
-           "server_command", "server_env", "serving", "spec_counters"]
+__all__ = ["ENV", "INSTALL", "Completion", "VllmError", "complete", "find_python", "parse_completion",
+           "read_spec_counters", "request_body", "server_command", "server_env", "serving", "spec_counters"]
