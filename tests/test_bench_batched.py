@@ -234,7 +234,7 @@ def test_the_section_shows_every_row_flags_a_difference_and_round_trips_through_
     tables = br.rich_tables(report)
     assert tables[-1].row_count == 5
     doc = br.read_report_json(br.report_json(report))
-    assert doc["version"] == br.JSON_VERSION == 6
+    assert doc["version"] == br.JSON_VERSION == 7
     assert [r["flagged"] for r in doc["batched"]["rows"]] == [False] * 4 + [True]
     assert br.batched_section(doc) == section
 

@@ -32,11 +32,11 @@ def _served(name: str, config: dict | None, rates: dict[int, float], *, differs:
     """A setting's server: at each concurrency, 4 prompts of 10 tokens at ``rates[C]`` tokens/s."""
     rows = tuple(VllmRow(name, config, 40, 40_000.0 / rate, 3 if c in differs else 4, 4, concurrency=c)
                  for c, rate in rates.items())
-    return vs.Served(name, er.PLAIN if config is None else vs.NGRAM, config, rows)
+    return vs.Served(name, er.PLAIN if config is None else vs.LOOKUP, config, rows)
 
 
-K2, K4 = vs.ngram(2, (2, 4)), vs.ngram(4, (2, 4))
-OTHER = vs.ngram(4, (3, 5))
+K2, K4 = vs.lookup_config(2, (2, 4)), vs.lookup_config(4, (2, 4))
+OTHER = vs.lookup_config(4, (3, 5))
 
 
 def _passes(k4_at_2: float = 0.9) -> tuple:
@@ -49,7 +49,7 @@ def _passes(k4_at_2: float = 0.9) -> tuple:
 
 
 def test_the_grid_serves_plain_then_each_lookup_at_each_k_then_an_export_the_grid_lacks():
-    settings = vs.grid(ks=(2, 4), lookups=((2, 4),), exports=[("mine", K4), ("code", vs.ngram(6, (3, 4)))])
+    settings = vs.grid(ks=(2, 4), lookups=((2, 4),), exports=[("mine", K4), ("code", vs.lookup_config(6, (3, 4)))])
     assert [n for n, _, _ in settings] == ["plain", "ngram 2-4 K 2", "ngram 2-4 K 4", "code export"]
     assert vs.family(K2) == vs.family(K4) != vs.family(OTHER) and vs.family(None) is None
 
@@ -94,12 +94,16 @@ def _record(checked) -> object:
 
 def test_a_schedule_ships_only_if_it_was_at_least_as_fast_as_plain_at_every_concurrency_as_it_would_ship():
     run = _record(_checked({1: 125.0, 2: 104.0, 4: 100.0}))
-    assert run.kind == "ngram" and run.setting == "ngram 2-4 K 4@1 2@2-3 0@4+" and run.speedup == 1.25
+    assert run.kind == "lookup" and run.setting == "ngram 2-4 K 4@1 2@2-3 0@4+" and run.speedup == 1.25
     assert run.at_concurrency == ((2, 1.04), (4, 1.0)) and run.best_tried == "ngram 2-4 K 4"
     assert vllm_config(run)[vs.PER_BATCH] == [[1, 1, 4], [2, 3, 2], [4, 4, 0]]
     lost = _record(_checked({1: 125.0, 2: 104.0, 4: 97.0}))  # a measured K lost at 4: never written
     assert lost.ships_plain and lost.args == () and lost.speedup == 1.0 and lost.at_concurrency[-1] == (4, 0.97)
     assert _record(None).ships_plain and _record(None).best_tried_speedup == 1.3  # nothing checked: plain
+    config = vs.scheduled(K4, ((1, 4), (2, 2), (4, 0)))
+    failed = (_served("plain", None, {1: 100.0, 2: 100.0, 4: 100.0}),
+              vs.Served(vs.schedule_label(config), vs.LOOKUP, config, error="the vLLM server exited at start"))
+    assert _record((failed, failed[::-1])).ships_plain  # its server never answered: plain
 
 
 def test_the_record_round_trips_and_the_export_writes_the_measured_schedule_or_refuses(bpe_sm, tmp_path):  # noqa: F811
@@ -128,7 +132,7 @@ def test_the_record_round_trips_and_the_export_writes_the_measured_schedule_or_r
     assert "\n" not in str(e.value)
     raw["measured"]["engines"]["vllm"].update(args=[], kind="ngram-simple")  # llama.cpp's kind: not vLLM's
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(ProfileError, match="kind must be one of plain, ngram"):
+    with pytest.raises(ProfileError, match="kind must be one of plain, lookup"):
         load_profile(tmp_path / "bad.yaml")
     assert engine_run_to_dict(run)["args"][0] == "--speculative-config"
 
@@ -146,7 +150,7 @@ def test_optimize_engine_vllm_refuses_bad_input_in_one_line_before_any_model_loa
 
 
 # A stand-in for vLLM's Python: serves /health, /metrics and /v1/completions, answering each prompt with the
-# answers file's tokens, and taking per token 8 ms times a factor of its draft length K and of the requests in
+# answers file's tokens, and taking per token 20 ms times a factor of its draft length K and of the requests in
 # flight (K from --speculative-config, per batch size where it has a schedule): K 4 pays alone and loses with
 # others in flight, K 2 pays most with 2 and 4 (K 3 runs as K 2). K 6 and above have no factor: the request fails,
 # and the search goes on.
@@ -192,7 +196,7 @@ STAND_IN = textwrap.dedent('''\
             with lock:
                 n = flight[0] if flight[0] <= 2 else 4
             tokens = answers[tuple(req["prompt"])][:req["max_tokens"]]
-            time.sleep(0.008 * len(tokens) * FACTOR[(min(k_at(n), 6) if k_at(n) != 3 else 2, n if n <= 2 else 4)])
+            time.sleep(0.02 * len(tokens) * FACTOR[(min(k_at(n), 6) if k_at(n) != 3 else 2, n if n <= 2 else 4)])
             with lock:
                 flight[0] -= 1
             self._send(json.dumps({"choices": [{"token_ids": tokens, "finish_reason": "length"}],
@@ -227,7 +231,9 @@ def test_optimize_engine_vllm_ships_the_winner_s_k_per_concurrency_against_a_sta
     run = engine_run(load_profile(tmp_path / "v.yaml"), "vllm")
     assert run.setting == "ngram 2-4 K 4@1 2@2-4 0@5+"
     assert vllm_config(run)[vs.PER_BATCH] == [[1, 1, 4], [2, 4, 2], [5, 5, 0]]
-    assert run.identical == run.prompts == 2 and run.speedup > 1.5 and all(r > 1.2 for _, r in run.at_concurrency)
+    # as it would ship: at least as fast as plain at every concurrency (the stand-in makes it 1.6-2.5x on a quiet
+    # machine; the margins leave room for a busy one)
+    assert run.identical == run.prompts == 2 and run.speedup > 1.3 and all(r >= 1.0 for _, r in run.at_concurrency)
     out = result.stdout
     assert [line.split()[0] for line in out.splitlines() if line.endswith("in flight:")] == ["1", "2", "4"]
     table = out[out.index("1 request in flight:"):out.index("2 requests in flight:")]

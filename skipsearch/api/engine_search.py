@@ -226,8 +226,8 @@ def _vllm(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, hardwa
     checked = None
     if found_schedule is not None:  # timed again as it would ship, against plain, at every concurrency
         shipped, ks = found_schedule
-        checked = vs.search_vllm(found, model_dir, ids, reference,
-                                 settings=[(er.PLAIN, er.PLAIN, None), (vs.schedule_label(shipped), vs.NGRAM, shipped)],
+        as_shipped = [(er.PLAIN, er.PLAIN, None), (vs.schedule_label(shipped), vs.LOOKUP, shipped)]
+        checked = vs.search_vllm(found, model_dir, ids, reference, settings=as_shipped,
                                  on_setting=(lambda i, n, j, t: on_setting(i, f"check {n}", j, t))
                                  if on_setting else None, **common)
     run = vs.engine_run(passes, checked, version=vs.server_version(found), hardware=hardware,
@@ -250,7 +250,7 @@ def _vllm_lookup(own: Profile | None) -> dict | None:
 
     gap = ev.gap(own)
     config = ev.config(gap.nearest if gap is not None else own)
-    return config if config.get("method") == "ngram" else None
+    return config if ev.is_lookup(config) else None
 
 
 __all__ = ["ENGINES", "EngineSearchSettings", "EngineSearched", "optimize_engine"]

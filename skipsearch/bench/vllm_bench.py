@@ -72,7 +72,7 @@ def profile_settings(profiles: Sequence[tuple[str, object]]) -> tuple[list[tuple
             continue
         gap = ev.gap(prof)
         config = ev.config(gap.nearest if gap is not None else prof)
-        if config.get("method") != "ngram":
+        if not ev.is_lookup(config):
             notes.append(f"{stem}: its vLLM export is a draft model, not served here")
             continue
         out.append((f"{stem} export{' (nearest)' if gap is not None else ''}", config, "export --engine vllm"))

@@ -26,12 +26,12 @@ from pathlib import Path
 
 from skipsearch.bench import engine_rank as er
 from skipsearch.bench.vllm import VllmRow, run_levels
-from skipsearch.export.vllm import PER_BATCH, check_batch_ranges
+from skipsearch.export.vllm import METHODS, PER_BATCH, check_batch_ranges, is_lookup
 from skipsearch.files.engine_runs import EngineRun
 from skipsearch.servers.process import ServerError
 
 ENGINE = "vllm"
-NGRAM = "ngram"
+LOOKUP = "lookup"  # a setting's kind: vLLM's prompt lookup (its config's method is vLLM's word for it)
 KS = (2, 4, 6)  # draft lengths of the grid's lookups
 LOOKUPS = ((2, 4),)  # (prompt_lookup_min, prompt_lookup_max) of the grid's lookups
 LEVELS = (1, 2, 4)
@@ -43,7 +43,7 @@ class Served:
     """One setting's server in one pass: a row per concurrency, or the one-line error that stopped it."""
 
     name: str
-    kind: str  # plain, or the config's method (ngram)
+    kind: str  # plain, or lookup
     config: dict | None  # its --speculative-config; None: plain decoding
     rows: tuple[VllmRow, ...] = ()
     error: str | None = None
@@ -52,8 +52,8 @@ class Served:
         return next((r for r in self.rows if r.concurrency == level), None)
 
 
-def ngram(k: int, lookup: tuple[int, int]) -> dict:
-    return {"method": NGRAM, "num_speculative_tokens": int(k), "prompt_lookup_min": int(lookup[0]),
+def lookup_config(k: int, lookup: tuple[int, int]) -> dict:
+    return {"method": METHODS["lookup"], "num_speculative_tokens": int(k), "prompt_lookup_min": int(lookup[0]),
             "prompt_lookup_max": int(lookup[1])}
 
 
@@ -67,10 +67,10 @@ def grid(ks: Sequence[int] = KS, lookups: Sequence[tuple[int, int]] = LOOKUPS,
     """(name, kind, config) of every setting: plain first, each lookup at each K, then each profile's export (a
     lookup config; one the grid holds already is not served twice)."""
     out = [(er.PLAIN, er.PLAIN, None)]
-    out += [(label(c), NGRAM, c) for lk in lookups for c in (ngram(k, lk) for k in ks)]
+    out += [(label(c), LOOKUP, c) for lk in lookups for c in (lookup_config(k, lk) for k in ks)]
     for name, config in exports:
         if all(config != c for _, _, c in out):
-            out.append((f"{name} export", str(config.get("method")), config))
+            out.append((f"{name} export", LOOKUP, config))
     return out
 
 
@@ -194,7 +194,7 @@ def schedule_label(config: dict) -> str:
         return f"{s}+" if last else (f"{s}" if s == e else f"{s}-{e}")
 
     ranges = config.get(PER_BATCH) or [[1, 1, config["num_speculative_tokens"]]]
-    head = f"ngram {config['prompt_lookup_min']}-{config['prompt_lookup_max']}" if config.get("method") == NGRAM \
+    head = f"ngram {config['prompt_lookup_min']}-{config['prompt_lookup_max']}" if is_lookup(config) \
         else str(config.get("method"))
     return head + " K " + " ".join(f"{k}@{span(s, e, i == len(ranges) - 1)}" for i, (s, e, k) in enumerate(ranges))
 
@@ -220,7 +220,7 @@ def engine_run(grid_passes, checked, *, version: str, hardware: str, target: str
     levels: tuple[tuple[int, float], ...] = ()
     if checked is not None:
         levels = tuple(sorted((c, er.ratio(ranked_at(checked, c), name)) for c, name in _checked_levels(checked)))
-        if all(ratio >= 1.0 for _, ratio in levels):
+        if levels and all(ratio >= 1.0 for _, ratio in levels):  # none: its server never answered
             shipped = next(r for r in ranked_at(checked, 1) if r.kind != er.PLAIN)
     source = checked if shipped is not None else grid_passes
     plain = next(r for r in ranked_at(source, 1) if r.kind == er.PLAIN)
@@ -245,6 +245,6 @@ def _checked_levels(checked) -> list[tuple[int, str]]:
     return [(r.concurrency, name) for r in next(s for s in checked[0] if s.kind != er.PLAIN).rows]
 
 
-__all__ = ["ENGINE", "FLAG", "KS", "LEVELS", "LOOKUPS", "NGRAM", "PER_BATCH", "Served", "batch_ranges",
-           "best_schedule", "engine_run", "family", "grid", "k_by_level", "label", "ngram", "ranked_at",
+__all__ = ["ENGINE", "FLAG", "KS", "LEVELS", "LOOKUP", "LOOKUPS", "PER_BATCH", "Served", "batch_ranges",
+           "best_schedule", "engine_run", "family", "grid", "k_by_level", "label", "lookup_config", "ranked_at",
            "schedule_label", "scheduled", "search_vllm", "server_version"]

@@ -37,6 +37,9 @@ from skipsearch.files.schedule import Schedule
 from skipsearch.profile import Profile
 
 CONFIG = "speculative_config.json"
+# vLLM's own names for its speculative methods (``SpeculativeConfig.method``): vLLM's words, which a skipsearch
+# method's name may happen to spell
+METHODS = {"lookup": "ngram", "draft model": "draft_model"}
 PER_BATCH = "num_speculative_tokens_per_batch_size"
 
 
@@ -139,6 +142,11 @@ def config(profile: Profile, *, draft_path: str | None = None) -> dict:
                                 "prompt_lookup_max": lk.max_n})
 
 
+def is_lookup(config: dict | None) -> bool:
+    """Whether a ``--speculative-config`` mapping drafts by vLLM's prompt lookup."""
+    return bool(config) and config.get("method") == METHODS["lookup"]
+
+
 def describe(profile: Profile) -> str:
     cfg = config(profile)
     return f"--speculative-config '{json.dumps(cfg)}'" if cfg else "no --speculative-config (plain decoding)"
@@ -183,5 +191,5 @@ ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write, write_run=
                         "bench --peers vllm); the draft checkpoint decompressed with compressed-tensors and loaded "
                         "by transformers")
 
-__all__ = ["CONFIG", "ENGINE", "PER_BATCH", "batch_ranges", "check_batch_ranges", "config", "describe", "gap", "write",
-           "write_run"]
+__all__ = ["CONFIG", "ENGINE", "METHODS", "PER_BATCH", "batch_ranges", "check_batch_ranges", "config", "describe",
+           "gap", "is_lookup", "write", "write_run"]

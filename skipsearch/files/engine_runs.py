@@ -30,14 +30,14 @@ One record per engine (``skipsearch optimize --engine llama.cpp|vllm`` writes it
           workload: "mtbench,humaneval (calib split), 12 prompts x 96 tokens"
           date: "2026-11-30"
 
-vLLM's has the same keys; its kind is plain or ngram, its args ``[--speculative-config, JSON]``: the config it
+vLLM's has the same keys; its kind is plain or lookup, its args ``[--speculative-config, JSON]``: the config it
 ran, with its draft length per batch size (``num_speculative_tokens_per_batch_size``, from the K that won at each
 concurrency), and ``draft`` is null::
 
         vllm:
           version: vllm 0.32.0
           setting: ngram 2-4 K 4@1 2@2-3 0@4+
-          kind: ngram
+          kind: lookup
           args: [--speculative-config, '{"method": "ngram", "num_speculative_tokens": 4, ...}']
           at_concurrency: [[2, 1.05], [4, 1.0]]
 
@@ -57,7 +57,7 @@ ENGINES_KEY = "engines"  # measured.<key>
 DRAFT_GGUF = "DRAFT.gguf"  # in ``args``: where the self-draft's GGUF goes
 PLAIN = "plain"
 KINDS = ("plain", "draft", "ngram-simple", "ngram+draft", "default", "export")  # llama.cpp's
-ENGINE_KINDS = {"llama.cpp": KINDS, "vllm": ("plain", "ngram")}  # vllm: its args are --speculative-config JSON
+ENGINE_KINDS = {"llama.cpp": KINDS, "vllm": ("plain", "lookup")}  # vllm: its args are --speculative-config JSON
 VLLM_FLAG = "--speculative-config"
 DRAFTS = ("f16", "q8_0", "q4_0")  # the self-drafts a grid setting loads (bench/llamacpp.DRAFT_SCHEMES)
 EXPORT = "export"  # the profile's own translation: its export writes its own draft file
