@@ -4,8 +4,7 @@ vLLM on a GPU machine) decoding the bench's prompt ids, plain and with each spec
 
 vLLM reports no timings per request: a setting's speed is its generated tokens over the client's wall time of the
 requests (prompt included, after one warm-up request; with several in flight, the wall time of them all), its
-drafts and acceptances from the server's counters. Every
-output is compared with HF greedy's on the same ids.
+drafts and acceptances from the server's counters. Every output is compared with HF greedy's on the same ids.
 """
 
 from __future__ import annotations

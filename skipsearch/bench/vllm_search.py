@@ -27,6 +27,7 @@ from pathlib import Path
 from skipsearch.bench import engine_rank as er
 from skipsearch.bench.vllm import VllmRow, run_levels
 from skipsearch.export.vllm import METHODS, PER_BATCH, check_batch_ranges, is_lookup
+from skipsearch.files.engine_runs import VLLM_FLAG as FLAG
 from skipsearch.files.engine_runs import EngineRun
 from skipsearch.servers.process import ServerError
 
@@ -35,7 +36,6 @@ LOOKUP = "lookup"  # a setting's kind: vLLM's prompt lookup (its config's method
 KS = (2, 4, 6)  # draft lengths of the grid's lookups
 LOOKUPS = ((2, 4),)  # (prompt_lookup_min, prompt_lookup_max) of the grid's lookups
 LEVELS = (1, 2, 4)
-FLAG = "--speculative-config"
 
 
 @dataclass(frozen=True)
