@@ -287,6 +287,12 @@ def test_bench_s_vllm_peer_serves_plain_and_each_profile_s_vllm_setting_against_
     doc = vb.result_to_dict(result)
     assert [s["name"] for s in doc["settings"]] == names and doc["settings"][1]["source"] == "export --engine vllm"
     assert br.upgrade({"format": br.JSON_FORMAT, "version": 6, "summary": {}})["vllm"] is None
+    # an int8 target: vLLM serves the fp32 checkpoint, so it is no peer of it; one line, and the bench goes on
+    from types import SimpleNamespace
+
+    int8 = vb.bench_vllm(SimpleNamespace(name="m", target_precision="int8"), vb.VllmPlan(python=str(python)), ids,
+                         reference, max_new_tokens=4, threads=1)
+    assert int8.rows == () and "not the int8 target" in int8.unavailable
     # no vLLM here: one line, and the bench goes on
     monkeypatch.delenv("SKIPSEARCH_VLLM_PYTHON", raising=False)
     gone = vb.bench_vllm(sm, vb.VllmPlan(), ids, reference, max_new_tokens=4, threads=1)

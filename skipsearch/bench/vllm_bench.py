@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skipsearch.bench.vllm import VllmRow, run_setting
+from skipsearch.model.target import NATIVE
 from skipsearch.servers.process import ServerError
 
 PEER = "vllm"  # the name --peers takes; not an HF contender, so not in peers.PEERS
@@ -91,6 +92,9 @@ def bench_vllm(sm, plan: VllmPlan, prompt_ids: Sequence[Sequence[int]], referenc
     from skipsearch.checkpoints import ensure_embedded
     from skipsearch.servers.vllm import find_python
 
+    if getattr(sm, "target_precision", NATIVE) != NATIVE:
+        return VllmResult(unavailable=f"{PEER}: vLLM serves the model's own fp32 checkpoint here, not the "
+                                      f"{sm.target_precision} target (its 8-bit peer is llama.cpp's Q8_0)")
     python, missing = find_python(plan.python)
     if python is None:
         return VllmResult(unavailable=f"{PEER}: {missing}")
