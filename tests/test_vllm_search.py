@@ -146,6 +146,10 @@ def test_optimize_engine_vllm_refuses_bad_input_in_one_line_before_any_model_loa
     assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "vllm", "--target-precision", "int8",
                                               "--out", str(tmp_path / "a.yaml")]), "its 8-bit peer is llama.cpp")
     assert_one_line_error(runner.invoke(app, ["optimize", "--vllm-python", "x"]), "go with --engine")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--vllm-python", "x"]),
+                          "--vllm-python goes with --engine vllm, not --engine llama.cpp")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "vllm", "--llama-server", "x"]),
+                          "--llama-server goes with --engine llama.cpp, not --engine vllm")
     assert not list(tmp_path.glob("*.yaml"))
 
 

@@ -85,6 +85,10 @@ def optimize(
         if engine is not None or profile is not None or llama_server is not None or vllm_python is not None:
             if engine is None:
                 raise ConfigError("--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
+            for flag, given, own in (("--llama-server", llama_server, "llama.cpp"), ("--vllm-python", vllm_python,
+                                                                                       "vllm")):
+                if given is not None and engine != own:
+                    raise ConfigError(f"{flag} goes with --engine {own}, not --engine {engine}")
             if costs is not None or study is not None or storage is not None:
                 raise ConfigError("--engine times the engine's own settings, with no study: drop --costs, --study "
                                   "and --storage")
