@@ -275,7 +275,8 @@ def test_bench_s_vllm_peer_serves_plain_and_each_profile_s_vllm_setting_against_
     reference = [[1, 2, 3, 4], [5, 6, 7, 9]]  # the second prompt's last token differs from what the server says
     result = vb.bench_vllm(sm, vb.VllmPlan(python=str(python), log_dir=str(tmp_path / "logs")), ids, reference,
                            max_new_tokens=4, threads=1,
-                           profiles=[("own.yaml", lookup), ("fast.yaml", fast), ("slow.yaml", slow)])
+                           profiles=[("own.yaml", lookup), ("fast.yaml", fast), ("slow.yaml", slow),
+                                     ("skip.yaml", _profile(sm, "layer-skip"))])
     names = [r.setting for r in result.rows]
     assert names == ["plain", "own export", "fast (vLLM's measured ngram 2-4 K 4@1 2@2-3 0@4+)"]
     assert result.row("own export").speculative == {"method": "ngram", "num_speculative_tokens":
@@ -284,6 +285,7 @@ def test_bench_s_vllm_peer_serves_plain_and_each_profile_s_vllm_setting_against_
     assert result.rows[2].speculative[vs.PER_BATCH] == [[1, 1, 4], [2, 3, 2], [4, 4, 0]]
     assert all((r.identical, r.prompts) == (1, 2) for r in result.rows)
     assert any(n.startswith("slow: vLLM measured nothing faster") for n in result.notes)
+    assert not any(n.startswith("skip:") for n in result.notes)  # its export is plain: vLLM's plain row
     md = "\n".join(vb.markdown_lines(result, baseline_tokens_per_s=10.0))
     assert "| plain | none |" in md and "no (output differs)" in md and "measured.engines.vllm" in md
     line = vb.summary_line(result)

@@ -216,12 +216,11 @@ def _vllm(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, hardwa
     common = dict(max_new_tokens=s.max_new_tokens, log_dir=log_dir, levels=levels, runs=s.runs, threads=threads)
     passes = vs.search_vllm(found, model_dir, ids, reference, settings=vs.grid(exports=exports),
                             on_setting=on_setting, **common)
-    plain = next(x for x in passes[0] if x.kind == er.PLAIN)
-    if plain.error or any(p_.error for p in passes for p_ in p if p_.kind == er.PLAIN):
-        why = next(p_.error for p in passes for p_ in p if p_.kind == er.PLAIN and p_.error)
+    why = next((x.error for p in passes for x in p if x.kind == er.PLAIN and x.error), None)
+    if why:
         raise ConfigError(f"vLLM's plain decoding failed, so nothing can be timed against it: {why}")
-    ranked = vs.ranked_at(passes, 1)
     by_level = tuple((c, vs.ranked_at(passes, c)) for c in levels)
+    ranked = dict(by_level)[1]
     found_schedule = vs.best_schedule(passes, levels, s.margin)
     checked = None
     if found_schedule is not None:  # timed again as it would ship, against plain, at every concurrency
@@ -232,11 +231,10 @@ def _vllm(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, hardwa
                                  if on_setting else None, **common)
     run = vs.engine_run(passes, checked, version=vs.server_version(found), hardware=hardware,
                         target=f"{Path(model_dir).name} (fp32 checkpoint)", workload=workload, margin=s.margin)
-    checks = [(c, ratio) for c, ratio in run.at_concurrency]
+    checks = list(run.at_concurrency)
     alone = None
-    if checked is not None and run.ships_plain:
-        one = er.ratio(vs.ranked_at(checked, 1), next(x.name for x in checked[0] if x.kind != er.PLAIN))
-        checks = [(1, one), *checks]
+    if checked is not None and run.ships_plain:  # where it lost: alone too (0.0: its server never answered)
+        checks = [(1, dict(vs.check_ratios(checked)).get(1, 0.0)), *checks]
         alone = f"{vs.schedule_label(shipped)} (K by concurrency {dict(ks)})"
     return run, ranked, _verdict(s, run, checks, alone), by_level
 
@@ -244,12 +242,11 @@ def _vllm(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, hardwa
 def _vllm_lookup(own: Profile | None) -> dict | None:
     """The profile's own vLLM export where it is a lookup (its nearest, where vLLM cannot run it all); None where
     it is not one (a draft model's export is served by vLLM's draft_model method, not searched here)."""
-    if own is None or not own.draft.max_draft_tokens:
+    if own is None:
         return None
     from skipsearch.export import vllm as ev
 
-    gap = ev.gap(own)
-    config = ev.config(gap.nearest if gap is not None else own)
+    config, _ = ev.nearest_config(own)
     return config if ev.is_lookup(config) else None
 
 

@@ -69,14 +69,13 @@ def profile_settings(profiles: Sequence[tuple[str, object]]) -> tuple[list[tuple
             out.append((f"{stem} (vLLM's measured {run.setting})", vllm_config(run),
                         f"measured.engines.vllm ({run.hardware})"))
             continue
-        if not prof.draft.max_draft_tokens:
+        config, nearest = ev.nearest_config(prof)
+        if not config:  # plain decoding: vLLM's plain row is its export
             continue
-        gap = ev.gap(prof)
-        config = ev.config(gap.nearest if gap is not None else prof)
         if not ev.is_lookup(config):
             notes.append(f"{stem}: its vLLM export is a draft model, not served here")
             continue
-        out.append((f"{stem} export{' (nearest)' if gap is not None else ''}", config, "export --engine vllm"))
+        out.append((f"{stem} export{' (nearest)' if nearest else ''}", config, "export --engine vllm"))
     return out, notes
 
 

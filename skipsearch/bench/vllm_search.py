@@ -219,7 +219,7 @@ def engine_run(grid_passes, checked, *, version: str, hardware: str, target: str
     shipped = None
     levels: tuple[tuple[int, float], ...] = ()
     if checked is not None:
-        levels = tuple(sorted((c, er.ratio(ranked_at(checked, c), name)) for c, name in _checked_levels(checked)))
+        levels = check_ratios(checked)
         if levels and all(ratio >= 1.0 for _, ratio in levels):  # none: its server never answered
             shipped = next(r for r in ranked_at(checked, 1) if r.kind != er.PLAIN)
     source = checked if shipped is not None else grid_passes
@@ -239,12 +239,14 @@ def engine_run(grid_passes, checked, *, version: str, hardware: str, target: str
         date=datetime.date.today().isoformat(), at_concurrency=tuple((c, r) for c, r in levels if c > 1))
 
 
-def _checked_levels(checked) -> list[tuple[int, str]]:
-    """(C, the scheduled setting's name) for every concurrency the check timed."""
-    name = next(s.name for s in checked[0] if s.kind != er.PLAIN)
-    return [(r.concurrency, name) for r in next(s for s in checked[0] if s.kind != er.PLAIN).rows]
+def check_ratios(checked) -> tuple[tuple[int, float], ...]:
+    """(C, the scheduled setting's worse pass over plain's) for every concurrency the check timed (``er.ratio``:
+    0.0 where it differed or failed); none where its server never answered."""
+    setting = next(s for s in checked[0] if s.kind != er.PLAIN)
+    return tuple(sorted((r.concurrency, er.ratio(ranked_at(checked, r.concurrency), setting.name))
+                        for r in setting.rows))
 
 
 __all__ = ["ENGINE", "FLAG", "KS", "LEVELS", "LOOKUP", "LOOKUPS", "PER_BATCH", "Served", "batch_ranges",
-           "best_schedule", "engine_run", "family", "grid", "k_by_level", "label", "lookup_config", "ranked_at",
-           "schedule_label", "scheduled", "search_vllm", "server_version"]
+           "best_schedule", "check_ratios", "engine_run", "family", "grid", "k_by_level", "label", "lookup_config",
+           "ranked_at", "schedule_label", "scheduled", "search_vllm", "server_version"]

@@ -147,6 +147,13 @@ def is_lookup(config: dict | None) -> bool:
     return bool(config) and config.get("method") == METHODS["lookup"]
 
 
+def nearest_config(profile: Profile) -> tuple[dict, bool]:
+    """(the ``--speculative-config`` the profile's export writes, or the nearest setting's where vLLM cannot run the
+    profile whole; whether it is that nearest). Empty: plain decoding."""
+    missing = gap(profile)
+    return config(missing.nearest if missing is not None else profile), missing is not None
+
+
 def describe(profile: Profile) -> str:
     cfg = config(profile)
     return f"--speculative-config '{json.dumps(cfg)}'" if cfg else "no --speculative-config (plain decoding)"
@@ -192,4 +199,4 @@ ENGINE = Engine(name="vllm", describe=describe, gap=gap, write=write, write_run=
                         "by transformers")
 
 __all__ = ["CONFIG", "ENGINE", "METHODS", "PER_BATCH", "batch_ranges", "check_batch_ranges", "config", "describe",
-           "gap", "is_lookup", "write", "write_run"]
+           "gap", "is_lookup", "nearest_config", "write", "write_run"]

@@ -46,6 +46,7 @@ No torch here: this is a file format. Every problem is one ``ProfileError`` line
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, fields
 from typing import Any
@@ -212,8 +213,6 @@ def engine_run_from_dict(raw: Any, engine: str, *, source: str) -> EngineRun:
 
 def _check_vllm_args(args: list, path: str, source: str) -> None:
     """A vLLM record's args: ``--speculative-config`` and the JSON object of the config it ran."""
-    import json
-
     ok = len(args) == 2 and args[0] == VLLM_FLAG
     try:
         config = json.loads(args[1]) if ok else None
@@ -227,8 +226,6 @@ def _check_vllm_args(args: list, path: str, source: str) -> None:
 
 def vllm_config(run: EngineRun) -> dict | None:
     """The ``--speculative-config`` a vLLM record ran (validated when read); None for plain decoding."""
-    import json
-
     return json.loads(run.args[1]) if run.args else None
 
 
