@@ -186,6 +186,7 @@ def test_ctrl_c_after_the_models_own_costs_keeps_them_in_the_file(tiny_checkpoin
     (lambda d: d["costs"].update(verify_ratio=[1, "x"]), "costs.verify_ratio must hold positive numbers"),
     (lambda d: d["costs"].update(typo=1), "unknown key costs.typo"),
     (lambda d: d["model"].update(num_layers="30"), "model.num_layers must be an integer"),
+    (lambda d: d["model"].update(precision="int9"), "model.precision must be one of native, int8, got 'int9'"),
     (lambda d: d.update(device=""), "device must be a non-empty string"),
 ])
 def test_every_problem_is_one_line_naming_the_file(tmp_path, edit, fragment):
@@ -212,6 +213,31 @@ def test_a_cost_file_for_another_model_is_refused():
     with pytest.raises(CostsError, match="another architecture"):
         check_costs_model(cp, num_layers=30, architecture="bbbb")
     check_costs_model(cp, num_layers=30, architecture="aaaa")  # same architecture: other weights are fine
+
+
+def test_a_cost_file_names_its_target_precision_and_refuses_another_target(tmp_path):
+    native = save_costs(synthetic(), tmp_path / "native.yaml")
+    assert "precision" not in native.read_text()  # a native target's file is written as it always was
+    assert load_costs(native).target_precision == "native"
+    cp = synthetic()
+    int8 = load_costs(save_costs(dataclasses.replace(cp, model=dataclasses.replace(cp.model, precision="int8")),
+                                 tmp_path / "int8.yaml"))
+    assert int8.target_precision == "int8" and "the int8 target" in int8.describe().splitlines()[0]
+    check_costs_model(int8, num_layers=30, target_precision="int8")
+    with pytest.raises(CostsError) as e:
+        check_costs_model(int8, num_layers=30, source="int8.yaml", what="model m")
+    assert str(e.value) == ("int8.yaml: cost file was measured on smollm2-135m's int8 target; model m is the native "
+                            "target: measure its costs with skipsearch costs --target-precision native")
+    with pytest.raises(CostsError, match="is the int8 target: measure its costs with skipsearch costs "
+                                         "--target-precision int8"):
+        check_costs_model(load_costs(native), num_layers=30, target_precision="int8")
+
+
+@pytest.mark.parametrize("args", [["--roofline", "h100-sxm"], ["--random-weights"]])
+def test_costs_of_the_int8_target_are_timed_on_its_weights_only(args, tmp_path):
+    result = runner.invoke(app, ["costs", "--target-precision", "int8", *args, "--out", str(tmp_path / "c.yaml")])
+    assert_one_line_error(result, "--target-precision int8")
+    assert not (tmp_path / "c.yaml").exists()
 
 
 def test_measured_on_a_tiny_model_with_the_objectives_measurement(tmp_path):

@@ -15,6 +15,7 @@ from skipsearch.api.costs import default_schemes, model_folders, parse_schemes
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
 from skipsearch.files.cost_profile import load_costs
+from skipsearch.files.errors import CostsError
 from skipsearch.profile import load_profile
 from skipsearch.search import replan as device_replan
 
@@ -47,6 +48,14 @@ def test_the_defaults_are_the_devices_scheme_and_what_each_profile_needs(tmp_pat
     gpu = default_schemes(["m"], "cuda:0", root=tmp_path)
     assert gpu.schemes[0] == "int8" and "int8-dynamic" not in gpu.schemes  # fractal auto is another scheme there
     assert default_schemes(["other"], "cpu", root=tmp_path).schemes == ("fp16",)
+    # the int8 target's file: its own scheme (int4 streams fewer bytes than it), and what its own profiles need only
+    raw = yaml.safe_load((folder / "b-hybrid.yaml").read_text())
+    raw["model"]["precision"] = "int8"
+    (folder / "h-int8-target.yaml").write_text(yaml.safe_dump({**raw, "schema_version": 6}))
+    int8 = default_schemes(["m"], "cpu", root=tmp_path, target_precision="int8")
+    assert int8.schemes == ("int4",)  # not the native profiles' fp16, int8 or int8-dynamic
+    assert dict(int8.why) == {"int4": "the int8 target's own draft scheme, needed by h-int8-target.yaml"}
+    assert "h-int8-target.yaml" not in str(default_schemes(["m"], "cpu", root=tmp_path).why)
 
 
 def test_a_model_names_a_folder_under_profiles_and_never_one_outside_it(tmp_path):
@@ -83,9 +92,15 @@ def test_the_default_cost_file_re_plans_every_shipped_draft_profile(tmp_path, mo
     assert "measuring draft schemes fp16 (the device's own draft scheme, needed by" in result.stderr
     cp = load_costs(out)
     assert {s.scheme for s in cp.costs.schemes} >= {"fp16", "int8-dynamic"}
-    replanned = 0
+    replanned, int8_targets = 0, []
     for path in SHIPPED:
         prof = load_profile(path, num_layers=30)
+        if prof.model.target_precision != "native":  # another target's steps: its own cost file, below
+            with pytest.raises(CostsError, match="is the int8 target: measure its costs with skipsearch costs "
+                                                 "--target-precision int8"):
+                device_replan.replan_profile(prof, cp, source=str(path), costs_source=str(out))
+            int8_targets.append((path, prof))
+            continue
         try:
             new, _ = device_replan.replan_profile(prof, cp, source=str(path), costs_source=str(out))
         except device_replan.NoRecordError:
@@ -95,7 +110,19 @@ def test_the_default_cost_file_re_plans_every_shipped_draft_profile(tmp_path, mo
             continue
         assert new.method == prof.method and new.measured.notes.startswith("predicted, not timed")
         replanned += 1
-    assert replanned == len(SHIPPED) - 3
+    assert replanned == len(SHIPPED) - 3 - len(int8_targets) and int8_targets
+    # the int8 target's default cost file re-plans the profiles made for it
+    out8 = tmp_path / "int8.yaml"
+    with work_clock():
+        result = runner.invoke(app, ["costs", "--model", "smollm2-135m", "--target-precision", "int8", "--device",
+                                     "cpu", "--repeats", "1", "--max-new-tokens", "4", "--out", str(out8)])
+    assert result.exit_code == 0, result.output
+    assert "the int8 target" in result.stderr and "the int8 target" in result.stdout
+    cp8 = load_costs(out8)
+    assert cp8.target_precision == "int8" and cp8.model.precision == "int8"
+    for path, prof in int8_targets:
+        new, _ = device_replan.replan_profile(prof, cp8, source=str(path), costs_source=str(out8))
+        assert new.model.target_precision == "int8" and new.measured.notes.startswith("predicted, not timed")
 
 
 def test_without_the_scheme_plan_still_says_in_one_line_how_to_measure_it(tmp_path, monkeypatch):
@@ -134,11 +161,16 @@ def test_the_default_schemes_re_plan_every_shipped_profile_without_timing(tmp_pa
     schemes = tuple(SchemeCosts(name, like.attn_seconds, like.mlp_seconds, like.head_saving_seconds)
                     for name in choice.schemes)
     cp = replace(template, device=device, costs=replace(template.costs, schemes=schemes))
+    # the int8 target's profiles re-plan with the int8 target's cost file, which keeps its own default schemes
+    choice8 = default_schemes(["smollm2-135m"], device, root=ROOT / "profiles", target_precision="int8")
+    cp8 = replace(cp, model=replace(cp.model, precision="int8"), costs=replace(cp.costs, schemes=tuple(
+        SchemeCosts(name, like.attn_seconds, like.mlp_seconds, like.head_saving_seconds) for name in choice8.schemes)))
     replanned = refused = 0
     for path in SHIPPED:
         prof = load_profile(path, num_layers=30)
         try:
-            new, _ = device_replan.replan_profile(prof, cp, source=str(path), costs_source="default.yaml")
+            new, _ = device_replan.replan_profile(prof, cp8 if prof.model.target_precision == "int8" else cp,
+                                                  source=str(path), costs_source="default.yaml")
         except NoRecordError:  # hand-written: keeps no record (raised after the cost file passed its checks)
             assert path.name in ("example.yaml", "hier-medium.yaml", "hier-small.yaml")
             continue
@@ -156,6 +188,8 @@ def test_the_default_schemes_re_plan_every_shipped_profile_without_timing(tmp_pa
         failed = rescued = False
         for path in SHIPPED:
             prof = load_profile(path, num_layers=30)
+            if prof.model.target_precision != "native":  # re-planned with its own target's file, above
+                continue
             try:
                 new, _ = device_replan.replan_profile(prof, short, source=str(path), costs_source="short.yaml")
             except NoRecordError:

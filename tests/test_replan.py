@@ -360,6 +360,9 @@ def test_plan_study_chooses_drafts_from_that_study(tiny_study):
     (["--budget", "3", "--costs", CPU], "give --budget 0"),
     (["--budget", "0", "--costs", "nope.yaml"], "nope.yaml: cannot read"),
     (["--budget", "0", "--costs", CPU, "--study", "/nonexistent/s"], "no study at"),
+    (["--budget", "0", "--costs", CPU, "--target-precision", "int8", "--study", "/nonexistent/s"],
+     "cost file was measured on smollm2-135m's native target; model smollm2-135m is the int8 target: measure its "
+     "costs with skipsearch costs --target-precision int8"),
 ])
 def test_cli_optimize_costs_input_is_checked_before_the_model_loads(args, fragment):
     assert_one_line_error(runner.invoke(app, ["optimize", *args]), fragment)
@@ -741,7 +744,16 @@ def test_every_shipped_draft_profile_re_plans(path, tmp_path, h100_roofline):
     if prof.model.target_precision == "int8":  # skipsearch's int8 products run on CPUs only: one line, nothing written
         assert_one_line_error(result, "made for the int8 target, which runs on CPUs in fp32")
         assert not gpu.exists()
+        # a CPU's costs of the native target price another model's steps: one line naming the command to measure
         result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", str(flat), "--out",
+                                     str(gpu), *QUICK_TRACE])
+        assert_one_line_error(result, "the profile's model (smollm2-135m) is the int8 target: measure its costs "
+                                      "with skipsearch costs --target-precision int8")
+        assert not gpu.exists()
+        cp = load_costs(flat)
+        int8 = save_costs(dataclasses.replace(cp, model=dataclasses.replace(cp.model, precision="int8")),
+                          tmp_path / "flat-int8.yaml")
+        result = runner.invoke(app, ["plan", "profile", "--profile", str(path), "--costs", str(int8), "--out",
                                      str(gpu), *QUICK_TRACE])
         assert result.exit_code == 0, result.output
         assert load_profile(gpu, num_layers=30).model.target_precision == "int8"  # a CPU re-plan keeps the target

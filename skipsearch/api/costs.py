@@ -83,12 +83,15 @@ def model_folders(models: Sequence[str], *, root: str | Path = PROFILES) -> tupl
     return tuple(out)
 
 
-def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PROFILES) -> SchemeChoice:
-    """The device's own draft scheme, then every scheme the profiles shipped for ``models`` need on ``device``."""
+def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PROFILES,
+                    target_precision: str = "native") -> SchemeChoice:
+    """The device's own draft scheme, then every scheme the profiles shipped for ``models`` and made for
+    ``target_precision`` need on ``device``. The int8 target's own draft scheme is int4: the one copy of its weights
+    that streams fewer bytes than the target itself."""
     from skipsearch.methods.precision import device_scheme
     from skipsearch.profile import load_profile
 
-    own = device_scheme(device)
+    own = device_scheme(device) if target_precision == "native" else "int4"
     needed: dict[str, list[str]] = {own: []}
     notes = []
     for folder in model_folders(models, root=root):
@@ -98,11 +101,14 @@ def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PR
             except (OneLineError, ConfigError) as e:
                 notes.append(f"{e} (its schemes are not measured)")
                 continue
+            if profile.model.target_precision != target_precision:  # re-planned with its own target's costs
+                continue
             for scheme in methods.replan_schemes(profile.candidate, device):
                 needed.setdefault(scheme, []).append(path.name)
     why = []
     for scheme, users in needed.items():
-        parts = (["the device's own draft scheme"] if scheme == own else []) + (
+        mine = f"the {'device' if target_precision == 'native' else target_precision + ' target'}'s own draft scheme"
+        parts = ([mine] if scheme == own else []) + (
             [f"needed by {', '.join(users)}"] if users else [])
         why.append((scheme, ", ".join(parts)))
     return SchemeChoice(tuple(needed), tuple(why), notes=tuple(notes))
@@ -228,7 +234,7 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
                       samples: int, command: str, schemes: str | None, batch_sizes: str | None, kernel: str,
                       dataset: str, max_new_tokens: int, seed: int, on_note: Callable[[str], None],
                       warn: Callable[[str], None], random_weights: bool = False,
-                      context_tokens: int | None = None) -> tuple:
+                      context_tokens: int | None = None, target_precision: str = "native") -> tuple:
     """``skipsearch costs``: the cost file of ``model`` on this device (the step, the sublayers, v(k), each draft
     scheme's costs and, with ``batch_sizes``, the batched grid), timed at optimize's calibration context; and where it
     goes. Every input is checked before the model loads.
@@ -236,7 +242,10 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     With ``random_weights`` the model is its architecture alone (its config.json, or the published table's row for
     an alias whose files are not here: ``roofline.shapes.architecture_config``) with seeded random weights, timed at
     ``context_tokens`` random token ids (default: the roofline's context, so the two files compare): its costs,
-    not its acceptance, which the weights decide. Ctrl-C after the model's own costs were measured raises
+    not its acceptance, which the weights decide. ``target_precision`` (``--target-precision``, model/target.py)
+    times that target instead of the checkpoint's own weights (int8: its int8 products, a quarter of the bytes a
+    step streams); the file records it, and re-planning takes a profile's costs from its own target's file only.
+    Ctrl-C after the model's own costs were measured raises
     ``CostsInterrupted`` with the file as far as it got."""
     import torch
 
@@ -245,16 +254,23 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     from skipsearch.engine.measuring import calibration_context, measure_cost_profile
     from skipsearch.files.targets import COSTS, check_target
     from skipsearch.model.loader import load_model
+    from skipsearch.model.placement import choose_placement
+    from skipsearch.model.target import NATIVE, check_precision
 
     if out:
         check_target(out, COSTS, replace=force)
     sizes = batch_sizes_option(batch_sizes)  # bad input fails before the model loads
     choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
+    placed = choose_placement(device, dtype).device
     if kernel != "auto":
         from skipsearch.kernels import check_kernel, parse_kernel
-        from skipsearch.model.placement import choose_placement
 
-        check_kernel(parse_kernel(kernel), choose_placement(device, dtype).device)  # before the model loads
+        check_kernel(parse_kernel(kernel), placed)  # before the model loads
+    # an unknown precision, int8 on a GPU or with --dtype bfloat16: before the model loads
+    check_precision(target_precision, device=None if placed == "auto" else placed, dtype=dtype)
+    if target_precision != NATIVE and random_weights:
+        raise ConfigError(f"--target-precision {target_precision} times the checkpoint's weights at that precision; "
+                          "--random-weights has none: leave one of them out")
     if threads:
         torch.set_num_threads(threads)
     if random_weights:
@@ -269,16 +285,18 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
         # model's context: a megabyte is refused by its length, untokenized
         check_prompts_fit(model, load_prompts(dataset, split="calib", n=1, seed=seed),
                           max_new_tokens=max(max_new_tokens // 2, 1))
-        sm = load_model(model, device=device, dtype=dtype)
-    path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}.yaml"
+        sm = load_model(model, device=device, dtype=dtype, precision=target_precision)
+    suffix = "" if target_precision == NATIVE else f"-{target_precision}"  # costs/cpu-float32-int8.yaml
+    path = out or Path("costs") / f"{sm.device.type}-{sm.dtype_name}{suffix}.yaml"
     if not out:
         check_target(path, COSTS, replace=force)  # the default path, before the timing
-    on_note(f"timing {sm.name} on {sm.device} ({sm.dtype_name}, {torch.get_num_threads()} thread(s))")
+    target = "" if target_precision == NATIVE else f", the {target_precision} target"
+    on_note(f"timing {sm.name} on {sm.device} ({sm.dtype_name}{target}, {torch.get_num_threads()} thread(s))")
     if not random_weights:
         context = calibration_context(sm, dataset=dataset, max_new_tokens=max_new_tokens, seed=seed)
     cp = measure_cost_profile(sm, context, repeats=samples, command=command, kernel=kernel)
     if choice is None:
-        choice = default_schemes((model, sm.name), str(sm.device))
+        choice = default_schemes((model, sm.name), str(sm.device), target_precision=target_precision)
         for note in choice.notes:
             warn(note)
     if random_weights and cp.run is not None:

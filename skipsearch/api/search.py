@@ -137,7 +137,7 @@ def rerank_study(
     """``optimize --study S --costs C --budget 0``: the study's layer-skip configs re-ranked under C, no new trials
     (``device_replan.rerank_study``); with ``o.time_shortlist`` the ``o.shortlist`` best are timed here, each against
     plain decoding in the same rounds. ``on_note`` gets a line when C was measured on other hardware."""
-    from skipsearch.files.cost_profile import load_costs
+    from skipsearch.files.cost_profile import check_costs_target, load_costs
     from skipsearch.model.loader import load_model
     from skipsearch.search import replan as device_replan
     from skipsearch.search.study import load_study
@@ -145,6 +145,7 @@ def rerank_study(
     stage, progress = on_stage or (lambda _t, _n: None), on_progress or (lambda _d, _n: None)
     # 1. the input, before the model loads
     target = load_costs(o.costs)
+    check_costs_target(target, o.target_precision, source=o.costs, what=f"model {o.model}")
     study = o.study_dir
     label, records, attrs = load_study(study_dir=study, storage=o.storage, study_name=o.study_name)
     check_study_for_model(label, attrs, o.model, force=o.force)

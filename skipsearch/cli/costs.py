@@ -65,6 +65,7 @@ def costs_command(
     context_tokens: ContextTokens = None,
     random_weights: RandomWeights = False,
     batch_sizes: options.BatchSizes = None,
+    target_precision: options.TargetPrecision = options.TARGET_PRECISION,
 ) -> None:
     """Measure this device's cost profile (per-sublayer cost, fixed part and LM head, v(k)) for re-planning."""
     import shlex
@@ -95,6 +96,11 @@ def costs_command(
     if modelled and random_weights:
         with user_errors():
             raise ConfigError("--random-weights times a model; --roofline and its figures model one: use one of them")
+    precision = "native" if target_precision == "auto" else target_precision
+    if modelled and precision != "native":
+        with user_errors():
+            raise ConfigError(f"--target-precision {precision} is timed on the checkpoint's weights at that "
+                              "precision; --roofline and its figures model the native target only")
     if modelled:  # modelled: nothing is timed
         with user_errors():
             cp, path = model_cost_file(roofline, model=model, device=device, dtype=dtype, out=out, force=force,
@@ -112,7 +118,8 @@ def costs_command(
                                          max_new_tokens=max_new_tokens, seed=seed,
                                          on_note=lambda text: typer.echo(text, err=True),
                                          warn=lambda text: typer.echo(f"warning: {line(text)}", err=True),
-                                         random_weights=random_weights, context_tokens=context_tokens)
+                                         random_weights=random_weights, context_tokens=context_tokens,
+                                         target_precision=precision)
         except CostsInterrupted as stop:  # Ctrl-C after the step and v(k): they are kept
             save_costs_checked(stop.cp, stop.path, replace=force)
             typer.echo(f"interrupted while measuring {stop.missing}: wrote {stop.path} without it", err=True)

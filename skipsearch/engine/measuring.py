@@ -26,6 +26,7 @@ from skipsearch.files.cost_profile import (
 from skipsearch.files.costs import BatchCosts, BatchedCosts
 from skipsearch.hardware import Environment
 from skipsearch.kernels import EAGER, REGISTRY, Kernel, check_kernel, parse_kernel
+from skipsearch.model.target import NATIVE
 
 if TYPE_CHECKING:
     from skipsearch.model.skippable import SkippableModel
@@ -41,7 +42,7 @@ def architecture_of(sm: SkippableModel) -> str:
 
 def check_costs_for(cp: CostProfile, sm: SkippableModel, *, source: str) -> None:
     check_costs_model(cp, num_layers=sm.num_layers, architecture=architecture_of(sm), fingerprint=sm.fingerprint,
-                      source=source, what=f"model {sm.name}")
+                      source=source, what=f"model {sm.name}", target_precision=sm.target_precision)
 
 
 # -- measuring ---------------------------------------------------------------------------------------------
@@ -87,7 +88,8 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
 
     lm_head = time_interleaved({"lm_head": head}, rounds=repeats, device=sm.device, warmup=3)["lm_head"].median
     return CostProfile(
-        model=CostModelRef(sm.name, sm.num_layers, architecture_of(sm), sm.fingerprint),
+        model=CostModelRef(sm.name, sm.num_layers, architecture_of(sm), sm.fingerprint,
+                           None if sm.target_precision == NATIVE else sm.target_precision),
         device=str(sm.device), dtype=sm.dtype_name, costs=costs_from_model(cm, lm_head_seconds=min(lm_head,
                                                                                                    cm.fixed_seconds)),
         environment=Environment.current(str(sm.device), placement=getattr(sm, "placement", None)),

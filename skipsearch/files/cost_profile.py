@@ -44,6 +44,7 @@ from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
 from skipsearch.hardware import Environment
 from skipsearch.kernels import parse_kernel
+from skipsearch.model.target import NATIVE, PRECISIONS
 
 _log = logging.getLogger(__name__)
 
@@ -65,6 +66,10 @@ _log = logging.getLogger(__name__)
 #      (skipsearch.files.schedule). A version-2 file is a version-3 file without the grid. draft_seconds is optional per
 #      row: the first measured grids had none (c(B) was modelled by roofline files only), and the planner grows a
 #      draft with no c(B) as the full step (its schedule's basis says so).
+#      Added since, optional: model.precision (the target the step, the sublayers and v(k) were timed on, as a
+#      profile's model.precision: skipsearch.model.target; ``costs --target-precision int8``), written only where it
+#      is not native, so every earlier file reads as a native target's. A reader older than it refuses an int8
+#      target's file by its unknown key.
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)  # the grid a roofline file models when no --batch-sizes is given
@@ -91,6 +96,9 @@ class CostModelRef:
     # costs the same whatever its weights, so a fine-tune reuses its base model's cost file
     architecture: str | None = None
     fingerprint: str | None = None  # models.arch_fingerprint (architecture and --model string), as profiles hold
+    # the target the costs were timed on (skipsearch.model.target): None is native, the checkpoint's weights; int8
+    # steps stream a quarter of the bytes, so a profile re-plans only with its own target's costs
+    precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,11 @@ class CostProfile:
     schema_version: int = SCHEMA_VERSION
 
     @property
+    def target_precision(self) -> str:
+        """The target the costs were timed on (``model.target``): native unless the file names another."""
+        return self.model.precision or NATIVE
+
+    @property
     def source(self) -> str:
         """``roofline`` when the figures are modelled, ``measured`` when they were timed."""
         return ROOFLINE if self.roofline is not None else MEASURED
@@ -145,6 +158,7 @@ class CostProfile:
         c, L = self.costs, self.model.num_layers
         share = lambda s: f"{s * 1e3:.3f} ms ({s / c.step_seconds:.1%} of a step)"  # noqa: E731
         lines = [f"{self.model.name} ({L} layers) on {self.device}, {self.dtype}"
+                 + (f", the {self.target_precision} target" if self.target_precision != NATIVE else "")
                  + (f", {self.run.threads} thread(s)" if self.run and self.run.threads else "")]
         if self.run is not None and self.run.weights is not None:
             lines.append(f"weights: {self.run.weights} (the architecture's costs, not its acceptance)")
@@ -247,6 +261,9 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
         raise CostsError(str(e)) from None
     if model.num_layers < 1:
         raise _err(source, f"model.num_layers must be >= 1, got {model.num_layers}")
+    if model.precision is not None and model.precision not in PRECISIONS:
+        raise _err(source, f"model.precision must be one of {', '.join(PRECISIONS)}, got "
+                           f"{str(model.precision)[:40]!r}")
     for key in ("device", "dtype"):
         if not isinstance(raw[key], str) or not raw[key].strip():
             raise _err(source, f"{key} must be a non-empty string, got {str(raw[key])[:40]!r}")
@@ -315,9 +332,11 @@ def save_costs(cp: CostProfile, path: str | os.PathLike) -> Path:
 
 # -- which model a cost file fits --------------------------------------------------------------------------
 def check_costs_model(cp: CostProfile, *, num_layers: int, architecture: str | None = None,
-                      fingerprint: str | None = None, source: str = "<costs>", what: str = "this model") -> None:
-    """Refuse, in one line, a cost file measured on another model: another depth, or (where both sides
-    know it) another architecture. Only the architecture counts: costs do not depend on the weights."""
+                      fingerprint: str | None = None, source: str = "<costs>", what: str = "this model",
+                      target_precision: str = NATIVE) -> None:
+    """Refuse, in one line, a cost file measured on another model: another depth, (where both sides know it)
+    another architecture, or another target precision (an int8 step streams a quarter of an fp32 step's bytes).
+    Only the architecture counts, not the weights: a fine-tune costs what its base model costs."""
     ours, made = cp.model, "modelled for" if cp.roofline is not None else "measured on"
     if num_layers != ours.num_layers:
         raise _err(source, f"cost file was {made} {ours.name} ({ours.num_layers} layers); {what} has "
@@ -330,9 +349,21 @@ def check_costs_model(cp: CostProfile, *, num_layers: int, architecture: str | N
         raise _err(source, f"cost file was {made} {ours.name} (fingerprint {ours.fingerprint}), not "
                            f"{made.split()[-1]} {what} (fingerprint {fingerprint}): measure its costs with skipsearch "
                            f"costs")
+    check_costs_target(cp, target_precision, source=source, what=what)
+
+
+def check_costs_target(cp: CostProfile, target_precision: str, *, source: str = "<costs>",
+                       what: str = "this model") -> None:
+    """Refuse, in one line, a cost file timed on another target precision than ``target_precision``: an int8 step
+    streams a quarter of an fp32 step's bytes, so its costs price another model. Needs no model: checked first."""
+    if cp.target_precision != target_precision:
+        made = "modelled for" if cp.roofline is not None else "measured on"
+        raise _err(source, f"cost file was {made} {cp.model.name}'s {cp.target_precision} target; {what} is the "
+                           f"{target_precision} target: measure its costs with skipsearch costs --target-precision "
+                           f"{target_precision}")
 
 
 __all__ = ["DEFAULT_BATCH_SIZES", "MEASURED", "ROOFLINE", "SCHEMA_VERSION", "CostKernel", "CostModelRef",
-           "CostProfile", "CostRun", "check_costs_model", "check_costs_whole", "cost_model_of",
+           "CostProfile", "CostRun", "check_costs_model", "check_costs_target", "check_costs_whole", "cost_model_of",
            "cost_profile_from_dict", "cost_profile_to_dict", "costs_from_model", "describe_batched", "load_costs",
            "planned_costs_of", "save_costs"]

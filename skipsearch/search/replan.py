@@ -67,7 +67,10 @@ def own_costs(profile: Profile, *, source: str) -> CostProfile:
     rec, planned = portable_parts(profile, source=source)
     if planned is None:
         raise ProfileError(f"{source}: keeps no cost profile (measured.costs): give --costs")
-    return CostProfile(CostModelRef(profile.model.name, profile.model.num_layers, rec.architecture if rec else None),
+    precision = profile.model.target_precision
+    ref = CostModelRef(profile.model.name, profile.model.num_layers, rec.architecture if rec else None,
+                       precision=None if precision == NATIVE else precision)  # its costs are its target's
+    return CostProfile(ref,
                        planned.device or "unknown", planned.dtype or profile.model.dtype, planned.costs,
                        roofline=planned.roofline)  # modelled costs stay marked as modelled
 
@@ -165,7 +168,7 @@ def replan_profile(profile: Profile, target: CostProfile, *, source: str, costs_
     def check_costs(architecture: str | None) -> None:
         check_costs_model(target, num_layers=profile.model.num_layers, architecture=architecture,
                           fingerprint=profile.model.fingerprint, source=costs_source,
-                          what=f"the profile's model ({profile.model.name})")
+                          what=f"the profile's model ({profile.model.name})", target_precision=precision)
 
     job = Replanning(profile, target, source, costs_source, tuple(K_VALUES if k_values is None else k_values),
                      check_costs)
