@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -64,6 +65,13 @@ def test_the_shipped_cpu_file_loads_and_fits_the_default_model():
 def _batched() -> BatchedCosts:
     return BatchedCosts((1, 2, 5), (BatchCosts(1, (0.05, 0.051, 0.052), (("int8", 0.03),)),
                                     BatchCosts(4, (0.052, 0.06, 0.09), (("int8", 0.031),))), context_tokens=64)
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].glob("costs/*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_cost_file_loads_and_names_its_target(path):
+    cp = load_costs(path)
+    assert cp.model.name == "smollm2-135m" and cp.model.num_layers == 30
+    assert cp.target_precision == ("int8" if "-int8-" in path.name else "native")
 
 
 def test_a_batched_grid_round_trips_and_an_old_file_reads_without_one(tmp_path):
