@@ -23,10 +23,12 @@ outside its matrix products:
   draft step of 22.6 ms, and packed attention made the step 0.8-3.5 ms faster (``studies/draft-attention-cpu.md``).
 - **A C++ wrapper.** inductor's ``cpp_wrapper`` calls the graph's kernels from C++, not from generated Python: a
   compiled precision draft (181 custom products a step) spends less between them. The wrapper (one function of
-  about 4,000 lines for smollm2-135m: allocations and calls) is compiled apart from the kernels and without
-  optimising (``-O0``), the kernels at ``-O3``: on the AVX2 Zen 3 of ``studies/startup-cpu.md`` that took a step
-  and a block's build from 329 to 160 s with nothing else changed, and the wrapper's own compile from 18 to 6 s,
-  with the step and the block as fast as before in the same process.
+  about 4,000 lines for smollm2-135m: allocations and calls) is compiled apart from the kernels, at GCC's ``-Og``,
+  the kernels at ``-O3``. At ``-O1`` the wrapper's own compile took 18 s on the AVX2 Zen 3 of
+  ``studies/startup-cpu.md``, 6 s at ``-O0`` (a step and a block's build from 329 to 160 s with nothing else
+  changed). ``-Og`` builds in the time ``-O0`` does (24 s for a ``panel-c8`` step and block either way on a Zen 5)
+  and inlines the wrapper's handle and pointer helpers, which ``-O0`` calls one by one: the int8 target's step
+  5.09 -> 4.71 ms, the fp32 step 9.53 -> 9.29 ms (``studies/int8-target.md``, section 8).
 
 Same graphs, cache and rules as ``inductor`` (``kernels/inductor.py``): one-token steps and blocks of ``chunk``
 tokens, compiled once per machine, nothing recompiled while decoding; the cache holds a multiple of
@@ -72,7 +74,7 @@ ATTENTION = "skipsearch_packed_gqa"  # the name the attention below is registere
 # next process (kernels/graphs.py); nothing here needs freezing, since every linear of the full model runs the panel
 # product, which reads the weights as they are
 SETTINGS = {"cpp_wrapper": True, "freezing": False, "cpp_wrapper_build_separate": True,
-            "aot_inductor.compile_wrapper_opt_level": "O0"}
+            "aot_inductor.compile_wrapper_opt_level": "Og"}
 
 
 def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,

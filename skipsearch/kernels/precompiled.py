@@ -333,7 +333,7 @@ class Call:
 def _load(path: Path, folder: Path, settings: dict, *, aside: bool = False):
     """The call saved at ``path``, or ``None`` where there is none; one that cannot be read is removed, with one
     notice a process (``graphs.unreadable``). It loads under inductor's ``settings``, the ones it was built with:
-    inductor looks its C++ up by the compiler's command line, so under other settings (the wrapper's -O0) it would
+    inductor looks its C++ up by the compiler's command line, so under other settings (the wrapper's -Og) it would
     compile it again. ``aside``: a child of this process built it (``build_aside``), so it counts as built here,
     not as kept."""
     import torch
