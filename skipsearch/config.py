@@ -11,6 +11,9 @@ from typing import Any
 
 # how a search scores a candidate (search/optimize.py); here so that the CLI's choices need not import the search
 OBJECTIVES = ("auto", "two-stage", "surrogate", "timed")
+# the target's precisions (model/target.py says what each is); here so that file formats can name them
+NATIVE, INT8 = "native", "int8"
+PRECISIONS = (NATIVE, INT8)
 
 
 class ConfigError(ValueError):

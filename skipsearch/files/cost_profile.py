@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from skipsearch.config import ConfigError, DraftConfig
+from skipsearch.config import NATIVE, PRECISIONS, ConfigError, DraftConfig
 from skipsearch.files.costs import (
     BatchedCosts,
     CostModel,
@@ -44,7 +44,6 @@ from skipsearch.files.errors import CostsError, ProfileError
 from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
 from skipsearch.hardware import Environment
 from skipsearch.kernels import parse_kernel
-from skipsearch.model.target import NATIVE, PRECISIONS
 
 _log = logging.getLogger(__name__)
 

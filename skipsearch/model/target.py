@@ -21,11 +21,8 @@ No torch at import: the CLI checks ``--target-precision`` before anything loads.
 
 from __future__ import annotations
 
-from skipsearch.config import ConfigError
+from skipsearch.config import INT8, NATIVE, PRECISIONS, ConfigError
 
-NATIVE = "native"
-INT8 = "int8"
-PRECISIONS = (NATIVE, INT8)
 SUMMARY = {
     NATIVE: "the checkpoint's weights in the dtype the model loads in",
     INT8: "int8 weight-only (one scale per output row, as torchao's Int8WeightOnlyConfig), fp32 activations, CPU",
