@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skipsearch import methods
-from skipsearch.config import ConfigError
+from skipsearch.config import NATIVE, ConfigError
 from skipsearch.files.yamlio import OneLineError
 
 PROFILES = Path("profiles")  # where shipped profiles live, one folder per model (relative to the working directory)
@@ -84,14 +84,14 @@ def model_folders(models: Sequence[str], *, root: str | Path = PROFILES) -> tupl
 
 
 def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PROFILES,
-                    target_precision: str = "native") -> SchemeChoice:
+                    target_precision: str = NATIVE) -> SchemeChoice:
     """The device's own draft scheme, then every scheme the profiles shipped for ``models`` and made for
     ``target_precision`` need on ``device``. The int8 target's own draft scheme is int4: the one copy of its weights
     that streams fewer bytes than the target itself."""
     from skipsearch.methods.precision import device_scheme
     from skipsearch.profile import load_profile
 
-    own = device_scheme(device) if target_precision == "native" else "int4"
+    own = device_scheme(device) if target_precision == NATIVE else "int4"
     needed: dict[str, list[str]] = {own: []}
     notes = []
     for folder in model_folders(models, root=root):
@@ -107,7 +107,7 @@ def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PR
                 needed.setdefault(scheme, []).append(path.name)
     why = []
     for scheme, users in needed.items():
-        mine = f"the {'device' if target_precision == 'native' else target_precision + ' target'}'s own draft scheme"
+        mine = f"the {'device' if target_precision == NATIVE else target_precision + ' target'}'s own draft scheme"
         parts = ([mine] if scheme == own else []) + (
             [f"needed by {', '.join(users)}"] if users else [])
         why.append((scheme, ", ".join(parts)))
@@ -234,7 +234,7 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
                       samples: int, command: str, schemes: str | None, batch_sizes: str | None, kernel: str,
                       dataset: str, max_new_tokens: int, seed: int, on_note: Callable[[str], None],
                       warn: Callable[[str], None], random_weights: bool = False,
-                      context_tokens: int | None = None, target_precision: str = "native") -> tuple:
+                      context_tokens: int | None = None, target_precision: str = NATIVE) -> tuple:
     """``skipsearch costs``: the cost file of ``model`` on this device (the step, the sublayers, v(k), each draft
     scheme's costs and, with ``batch_sizes``, the batched grid), timed at optimize's calibration context; and where it
     goes. Every input is checked before the model loads.
@@ -255,7 +255,7 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     from skipsearch.files.targets import COSTS, check_target
     from skipsearch.model.loader import load_model
     from skipsearch.model.placement import choose_placement
-    from skipsearch.model.target import NATIVE, check_precision
+    from skipsearch.model.target import check_precision
 
     if out:
         check_target(out, COSTS, replace=force)
