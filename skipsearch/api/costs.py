@@ -92,6 +92,7 @@ def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PR
     from skipsearch.profile import load_profile
 
     own = device_scheme(device) if target_precision == NATIVE else "int4"
+    mine = f"the {'device' if target_precision == NATIVE else target_precision + ' target'}'s own draft scheme"
     needed: dict[str, list[str]] = {own: []}
     notes = []
     for folder in model_folders(models, root=root):
@@ -107,7 +108,6 @@ def default_schemes(models: Sequence[str], device: str, *, root: str | Path = PR
                 needed.setdefault(scheme, []).append(path.name)
     why = []
     for scheme, users in needed.items():
-        mine = f"the {'device' if target_precision == NATIVE else target_precision + ' target'}'s own draft scheme"
         parts = ([mine] if scheme == own else []) + (
             [f"needed by {', '.join(users)}"] if users else [])
         why.append((scheme, ", ".join(parts)))
