@@ -191,6 +191,8 @@ def _record_crops(sm, monkeypatch) -> list[tuple[int, tuple[int, ...]]]:
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_rejections_of_every_length_keep_the_cache_exact(tiny_sm, references, monkeypatch, k):
     crops = _record_crops(tiny_sm, monkeypatch)
+    caches, decode_cache = [], tiny_sm.decode_cache
+    monkeypatch.setattr(tiny_sm, "decode_cache", lambda *a, **kw: caches.append(decode_cache(*a, **kw)) or caches[-1])
     schedules = {f"j={j}": _constant(j) for j in range(k + 1)}
     schedules["cycle"] = lambda cycle: cycle % (k + 1)
     schedules["random"] = lambda cycle, rng=random.Random(k): rng.randrange(k + 1)
@@ -209,11 +211,10 @@ def test_rejections_of_every_length_keep_the_cache_exact(tiny_sm, references, mo
             check_stats(result, prompt_len=len(ids), max_k=k)
             assert result.stats.accepted_tokens == sum(a for _, a in drafter.expected)
             assert result.stats.final_threshold is None
-            # every crop leaves all layers at exactly the requested length; the crop after each
-            # verify step leaves exactly the committed tokens (prompt + emitted - pending)
+            # every crop leaves all layers at exactly the requested length; every cycle starts on exactly the
+            # committed tokens (prompt + emitted - pending: the drafter checks), and so does the decode end
             assert crops and all(lengths == (n,) * tiny_sm.num_layers for n, lengths in crops), where
-            after_verify = [n for n, _ in crops[1::2]]
-            assert after_verify[-1] == len(ids) + MAX_NEW - 1, where
+            assert tiny_sm.cache_lengths(caches[-1]) == (len(ids) + MAX_NEW - 1,) * tiny_sm.num_layers, where
             if label.startswith("j="):
                 j = int(label[2:])
                 assert all(a == min(j, d) for d, a in drafter.observed), where

@@ -314,3 +314,55 @@ def test_a_build_that_trips_on_a_bad_entry_of_the_folder_clears_it_once_then_fal
     assert precompiled.COUNTS["refused"] == refused + 1
     assert graphs.names_entry(folder, RuntimeError(f"Failed to import {folder}/c5/x.py"))
     assert not graphs.names_entry(folder, RuntimeError("a graph break in the model"))
+
+
+def _recorded():
+    """A stand-in for a loaded precompiled call (``torch.compiler.load_compiled_function``'s) on a model of one
+    weight: its bytecode reads the weight and calls its graph by a global, as dynamo's does. Returns the call, the
+    model and how often the bytecode and the graph ran."""
+    from types import SimpleNamespace
+
+    import torch
+
+    ran = {"bytecode": 0, "graph": 0}
+
+    def graph(weight, ids, positions):
+        ran["graph"] += 1
+        return [ids * weight + positions, weight.sum()]
+
+    namespace = {"__compiled_fn_test": graph, "ran": ran}
+    exec("def bytecode(model, ids, positions, cache, mask):\n"
+         "    ran['bytecode'] += 1\n"
+         "    return __compiled_fn_test(model.w, ids, positions)[0]\n", namespace)
+
+    class Loaded:
+        fn, _artifacts = staticmethod(namespace["bytecode"]), SimpleNamespace(backend_id="__compiled_fn_test")
+
+        def __call__(self, *args):
+            return self.fn(*args)
+
+    return Loaded(), SimpleNamespace(w=torch.tensor([2.0])), ran
+
+
+def test_a_replayed_call_skips_the_bytecode_only_where_two_runs_agree():
+    """``precompiled._Replay``: after two runs through the bytecode that passed the graph the same objects but for
+    the call's own tensors, later runs call the graph with the new ids and positions, and give what the bytecode
+    gives. Where the bytecode passes another object each run (a weight replaced), it keeps running the bytecode."""
+    import torch
+
+    from skipsearch.kernels.precompiled import _Replay
+
+    loaded, model, ran = _recorded()
+    replay = _Replay()
+    for step in range(5):
+        ids, positions = torch.tensor([float(step)]), torch.tensor([10.0 + step])
+        assert torch.equal(replay(loaded, model, (ids, positions, {"cache": None}, None)), ids * 2 + positions)
+    assert ran == {"bytecode": 2, "graph": 5}  # two recorded runs, then the graph alone
+
+    loaded, model, ran = _recorded()
+    replay = _Replay()
+    for step in range(5):
+        model.w = torch.tensor([float(step)])  # another weight every run
+        ids, positions = torch.tensor([3.0]), torch.tensor([1.0])
+        assert torch.equal(replay(loaded, model, (ids, positions, {"cache": None}, None)), ids * step + positions)
+    assert ran == {"bytecode": 5, "graph": 5}

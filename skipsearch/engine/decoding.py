@@ -241,11 +241,14 @@ def _check_request(prompt_ids: Sequence[int], max_new_tokens: int) -> None:
 
 
 def _verify(sm: SkippableModel, cache, pending: int, draft: Draft, *, start: int, wants_hidden: bool,
-            sampling: SamplingParams, generator: torch.Generator) -> tuple[int, int, torch.Tensor | None]:
-    """One verify cycle's forward and choice: the draft's partial-model KV dropped, ``pending`` and the drafts run
-    through the full model at ``start``, and how many drafts it accepts with the token it emits after them (greedy,
-    or by rejection sampling); with ``wants_hidden``, the forward's hidden states too."""
-    sm.crop(cache, start)
+            sampling: SamplingParams, generator: torch.Generator,
+            drafted: bool = True) -> tuple[int, int, torch.Tensor | None]:
+    """One verify cycle's forward and choice: the draft's partial-model KV dropped (``drafted``: there is a
+    drafter, which may have written some), ``pending`` and the drafts run through the full model at ``start``,
+    and how many drafts it accepts with the token it emits after them (greedy, or by rejection sampling); with
+    ``wants_hidden``, the forward's hidden states too."""
+    if drafted:
+        sm.crop(cache, start)
     verify_ids = torch.tensor([pending, *draft.tokens])
     hidden = None
     if wants_hidden:
@@ -315,10 +318,11 @@ def generate(
         t1 = timing.now(device)
         # 2. verify in one full forward, 3. accept / resample
         a, bonus, hidden = _verify(sm, cache, pending, draft, start=n, wants_hidden=wants_hidden, sampling=sampling,
-                                   generator=generator)
+                                   generator=generator, drafted=drafter is not None)
         new = [*draft.tokens[:a], bonus]
-        # 4. crop the rejected positions: keep pending + the a accepted drafts
-        sm.crop(cache, n + 1 + a)
+        # 4. crop the rejected positions: keep pending + the a accepted drafts (the verify wrote all k + 1)
+        if a < k:
+            sm.crop(cache, n + 1 + a)
         n += 1 + a
         pending = new[-1]
         if drafter is not None and k:

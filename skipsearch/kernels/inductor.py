@@ -243,16 +243,18 @@ class CompiledBlocks:
         if start + T + C > self.capacity:
             raise ConfigError(f"position {start + T} is past kernel {self.kernel.label}'s cache of "
                               f"{self.capacity - C} positions")
-        out = []
+        out, padded = [], False
+        _rewind(self.cache, start)  # each block then ends where the next starts; only the last may be padded
         for b, n, width in _blocks(T, C):
+            padded = n < width
             block = ids[b:b + n]  # [n]
-            if n < width:  # padding: its KV lands past the sequence, masked by position and rewound below
+            if padded:  # its KV lands past the sequence, masked by position and rewound below
                 block = torch.cat([block, block.new_zeros(width - n)])
             pos = torch.arange(start + b, start + b + width, device=ids.device).unsqueeze(0)  # [1, width]
-            _rewind(self.cache, start + b)
             out.append(self._logits(block.unsqueeze(0), pos)[0, :n])
-        _rewind(self.cache, start + T)
-        return torch.cat(out).float()  # [T, V]
+        if padded:
+            _rewind(self.cache, start + T)
+        return (out[0] if len(out) == 1 else torch.cat(out)).float()  # [T, V]
 
     # -- batches: B rows on a row cache (kv_cache.row_cache), one graph per batch size and block width ----------
     def batch_cache(self, rows: int, positions: int):
@@ -369,7 +371,7 @@ class CompiledBlocks:
         this time and later)."""
         model = self._models[id(module)]
         call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, _role(model, draft),
-                                                      self._settings)
+                                                      self._settings, replay=module is not self._module)
         return None if call is None else call(model, *args)
 
     def _forget(self) -> None:
