@@ -316,10 +316,11 @@ def test_a_build_that_trips_on_a_bad_entry_of_the_folder_clears_it_once_then_fal
     assert not graphs.names_entry(folder, RuntimeError("a graph break in the model"))
 
 
-def _recorded():
+def _recorded(position: str = "positions"):
     """A stand-in for a loaded precompiled call (``torch.compiler.load_compiled_function``'s) on a model of one
-    weight: its bytecode reads the weight and calls its graph by a global, as dynamo's does. Returns the call, the
-    model and how often the bytecode and the graph ran."""
+    weight: its bytecode reads the weight and calls its graph by a global, as dynamo's does, with the positions as
+    the expression ``position`` makes of them. Returns the call, the model and how often the bytecode and the graph
+    ran."""
     from types import SimpleNamespace
 
     import torch
@@ -333,7 +334,7 @@ def _recorded():
     namespace = {"__compiled_fn_test": graph, "ran": ran}
     exec("def bytecode(model, ids, positions, cache, mask):\n"
          "    ran['bytecode'] += 1\n"
-         "    return __compiled_fn_test(model.w, ids, positions)[0]\n", namespace)
+         f"    return __compiled_fn_test(model.w, ids, {position})[0]\n", namespace)
 
     class Loaded:
         fn, _artifacts = staticmethod(namespace["bytecode"]), SimpleNamespace(backend_id="__compiled_fn_test")
@@ -347,7 +348,8 @@ def _recorded():
 def test_a_replayed_call_skips_the_bytecode_only_where_two_runs_agree():
     """``precompiled._Replay``: after two runs through the bytecode that passed the graph the same objects but for
     the call's own tensors, later runs call the graph with the new ids and positions, and give what the bytecode
-    gives. Where the bytecode passes another object each run (a weight replaced), it keeps running the bytecode."""
+    gives. Where the bytecode passes another object each run (a weight replaced), or a number (which identity cannot
+    tell apart), it keeps running the bytecode."""
     import torch
 
     from skipsearch.kernels.precompiled import _Replay
@@ -365,4 +367,11 @@ def test_a_replayed_call_skips_the_bytecode_only_where_two_runs_agree():
         model.w = torch.tensor([float(step)])  # another weight every run
         ids, positions = torch.tensor([3.0]), torch.tensor([1.0])
         assert torch.equal(replay(loaded, model, (ids, positions, {"cache": None}, None)), ids * step + positions)
+    assert ran == {"bytecode": 5, "graph": 5}
+
+    loaded, model, ran = _recorded("int(positions)")  # a number made of the call's tensor: the same in both records
+    replay = _Replay()
+    for step in range(5):
+        ids, positions = torch.tensor([3.0]), torch.tensor([1 if step < 3 else step])
+        assert torch.equal(replay(loaded, model, (ids, positions, {"cache": None}, None)), ids * 2 + positions)
     assert ran == {"bytecode": 5, "graph": 5}

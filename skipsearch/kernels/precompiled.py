@@ -384,7 +384,8 @@ class _Replay:
         own = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]  # ids, positions, the mask
         inputs, out = seen.get("inputs"), seen.get("out")
         at = next((k for k, x in enumerate(out) if x is result), None) if isinstance(out, (list, tuple)) else None
-        if inputs is None or seen["kwargs"] or at is None:  # not one plain call whose output it returns
+        if (inputs is None or seen["kwargs"] or at is None  # not one plain call whose output it returns
+                or not all(isinstance(x, torch.Tensor) for x in inputs)):  # a number, which identity cannot tell
             self._off = True
             return result
         slots = tuple((k, i) for k, x in enumerate(inputs) for i, a in own if x is a)
