@@ -289,8 +289,8 @@ class Call:
     that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
     apart. ``None`` from ``of`` where dynamo cannot capture the call whole.
 
-    With ``replay`` (a model and cache that never change after they are built: a kernel's private copy), later
-    runs skip dynamo's bytecode too (``_Replay``)."""
+    With ``replay`` (the caller keeps one call per model whose objects its graph reads, and per cache), later runs
+    skip dynamo's bytecode too (``_Replay``)."""
 
     def __init__(self, fn, build: Callable[[], object], settings: dict, path: Path, replay: bool = False) -> None:
         self._fn, self._build, self._checked, self._settings = fn, build, False, settings
@@ -345,7 +345,9 @@ class _Replay:
     tensors (its ids, positions and mask), and returned the same output of it, later runs call the graph as the
     bytecode does (AOTAutograd's runtime wrapper, then inductor's C++) on those objects, the call's tensors put
     in. A call whose recorded runs differ otherwise keeps running the bytecode. Sound only where the model and the
-    cache keep their tensors (the same objects, written in place), which the caller promises by asking for it."""
+    cache keep their tensors (the same objects, written in place) for as long as the call is theirs, which the
+    caller promises by asking for it: ``CompiledBlocks`` keys a call by the model's layers, sublayers and head as
+    objects, so a draft that swaps its stand-ins in gets a call of its own."""
 
     RECORDS = 2
 
