@@ -370,10 +370,10 @@ class CompiledBlocks:
         precompiled call loaded, or built and kept, and run; ``None`` where it cannot be (``torch.compile`` runs it,
         this time and later)."""
         model = self._models[id(module)]
-        # replayed (precompiled._Replay): ``key`` tells apart every model whose objects its graph reads (the
-        # kernel's private copies never change; a draft is keyed by its stand-ins and head)
+        # a call replays its graph (precompiled._Replay): ``key`` tells apart every model whose objects its graph
+        # reads (the kernel's private copies never change; a draft is keyed by its stand-ins and head)
         call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, _role(model, draft),
-                                                      self._settings, replay=True)
+                                                      self._settings)
         return None if call is None else call(model, *args)
 
     def _forget(self) -> None:

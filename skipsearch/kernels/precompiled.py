@@ -289,16 +289,16 @@ class Call:
     that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
     apart. ``None`` from ``of`` where dynamo cannot capture the call whole.
 
-    With ``replay`` (the caller keeps one call per model whose objects its graph reads, and per cache), later runs
-    skip dynamo's bytecode too (``_Replay``)."""
+    Later runs skip dynamo's bytecode too, where two recorded runs allow it (``_Replay``): the caller keeps one call
+    per model whose objects its graph reads, and per cache."""
 
-    def __init__(self, fn, build: Callable[[], object], settings: dict, path: Path, replay: bool = False) -> None:
+    def __init__(self, fn, build: Callable[[], object], settings: dict, path: Path) -> None:
         self._fn, self._build, self._checked, self._settings = fn, build, False, settings
         self.path = path  # its file
-        self._replay: _Replay | None = _Replay() if replay else None
+        self._replay = _Replay()
 
     @classmethod
-    def of(cls, folder: Path, model, args: tuple, role: str, settings: dict, *, replay: bool = False) -> Call | None:
+    def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
         path = _path(folder, model, args, role, settings)
         aside = _await(path)
 
@@ -318,7 +318,7 @@ class Call:
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
-        return cls(fn, build, settings, path, replay)
+        return cls(fn, build, settings, path)
 
     def __call__(self, model, *args):
         if not self._checked:
@@ -331,9 +331,7 @@ class Call:
                 self._fn.disable_guard_check()
                 self._checked = True
                 return self._fn(model, *args)
-        if self._replay is not None:
-            return self._replay(self._fn, model, args)
-        return self._fn(model, *args)
+        return self._replay(self._fn, model, args)
 
 
 class _Replay:
@@ -346,7 +344,7 @@ class _Replay:
     bytecode does (AOTAutograd's runtime wrapper, then inductor's C++) on those objects, the call's tensors put
     in. A call whose recorded runs differ otherwise keeps running the bytecode. Sound only where the model and the
     cache keep their tensors (the same objects, written in place) for as long as the call is theirs, which the
-    caller promises by asking for it: ``CompiledBlocks`` keys a call by the model's layers, sublayers and head as
+    caller of ``Call`` promises: ``CompiledBlocks`` keys a call by the model's layers, sublayers and head as
     objects, so a draft that swaps its stand-ins in gets a call of its own."""
 
     RECORDS = 2

@@ -10,11 +10,5 @@ HERE=studies/int8-target
 : "${SKIPSEARCH_LLAMA_SERVER:?set SKIPSEARCH_LLAMA_SERVER (bash scripts/setup_engines.sh llama.cpp)}"
 lscpu | grep -E "Model name|CPU family|^Model:"
 for p in int8 native; do .venv/bin/python "$HERE/wrapper_ab.py" 2 "$p" O0,Og 2>/dev/null; done > "$HERE/og-ab-$TAG.json"
-for run in a b; do
-    .venv/bin/skipsearch bench --profiles "$HERE/cpu-int8-zen3-replanned-$TAG-panel-c2.yaml,$HERE/cpu-int8-$TAG-panel-c2.yaml" \
-        --target-precision int8 --peers hf-greedy,llama.cpp --llama-settings "plain,ngram 3/4" --dataset mtbench,humaneval \
-        --split heldout --n-prompts 12 --max-new-tokens 96 --threads 2 --kernel panel-c2 \
-        --report "$HERE/og-bench-$TAG-run-$run.md" --json-out "$HERE/og-bench-$TAG-run-$run.json" \
-        > "$HERE/og-bench-$TAG-run-$run.log" 2>&1
-done
+bash "$HERE/q8-bench.sh" "$HERE/og-bench-$TAG" "$HERE/cpu-int8-zen3-replanned-$TAG-panel-c2.yaml,$HERE/cpu-int8-$TAG-panel-c2.yaml"
 echo "done: $HERE/og-ab-$TAG.json, $HERE/og-bench-$TAG-run-{a,b}.md"

@@ -16,11 +16,5 @@ side "$PWD" 1 > /dev/null
 for i in 1 2 3; do
     if [ $((i % 2)) = 1 ]; then side "$BEFORE" 3; side "$PWD" 3; else side "$PWD" 3; side "$BEFORE" 3; fi
 done > "$HERE/ab-$TAG.jsonl"
-for run in a b; do
-    .venv/bin/skipsearch bench --profiles "studies/int8-target/cpu-int8-$TAG-panel-c2.yaml" \
-        --target-precision int8 --peers hf-greedy,llama.cpp --llama-settings "plain,ngram 3/4" --dataset mtbench,humaneval \
-        --split heldout --n-prompts 12 --max-new-tokens 96 --threads 2 --kernel panel-c2 \
-        --report "$HERE/bench-int8-$TAG-run-$run.md" --json-out "$HERE/bench-int8-$TAG-run-$run.json" \
-        > "$HERE/bench-int8-$TAG-run-$run.log" 2>&1
-done
+bash studies/int8-target/q8-bench.sh "$HERE/bench-int8-$TAG" "studies/int8-target/cpu-int8-$TAG-panel-c2.yaml"
 echo "done: $HERE/ab-$TAG.jsonl, $HERE/bench-int8-$TAG-run-{a,b}.md"
