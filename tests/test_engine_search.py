@@ -6,7 +6,9 @@ refuses where nothing beat plain. Against the stand-in llama-server of test_llam
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 from conftest import assert_one_line_error
 from test_export import _profile
@@ -17,6 +19,7 @@ from skipsearch.api.export import export_profile
 from skipsearch.bench import llamacpp as lp
 from skipsearch.bench import llamacpp_search as ls
 from skipsearch.cli import app
+from skipsearch.config import ConfigError
 from skipsearch.export import ExportError
 from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun, engine_run_to_dict
 from skipsearch.files.errors import ProfileError
@@ -217,16 +220,21 @@ def test_a_real_llama_server_searched_over_a_small_grid(real_sm, encode_offline,
     from skipsearch.engine.decoding import hf_generate
 
     prompts = [ids for _, ids in encode_offline(real_sm, "mtbench,humaneval", n=2)]
+    want = [list(hf_generate(real_sm, ids, max_new_tokens=8)) for ids in prompts]
+    shallow = ls.shallow_drafts(real_sm, prompts, want, shares=(0.2,), tokens_per_sequence=4)
     passes = ls.search_llamacpp(real_sm, prompts, max_new_tokens=8, threads=torch.get_num_threads(),
                                 server=lp.find_server(None)[0], runs=2, n_max=(2,), ngram_n=(3,), drafts=("q8_0",),
-                                cache=tmp_path_factory.mktemp("gguf"))
+                                cache=tmp_path_factory.mktemp("gguf"), shallow=shallow)
     ranked = ls.rank(passes)
     plain = ranked[0]
     assert plain.name == "plain" and plain.clean and plain.error is None  # llama.cpp F32 decodes as HF greedy
-    want = [list(hf_generate(real_sm, ids, max_new_tokens=8)) for ids in prompts]
     assert [list(c.tokens) for c in passes[1].setting("plain").completions] == want  # the reversed pass too
+    name = f"draft {shallow[0].name}"
     assert {r.name for r in ranked} == {"plain", "draft q8_0 n=2", "ngram 3/2", "ngram 3/2 + draft q8_0 n=2",
-                                        "spec-default (ngram-mod)"}
+                                        "spec-default (ngram-mod)", f"{name} n=2", f"{name} n=4"}
+    # llama.cpp loads the shallow GGUF as a draft model and decodes every prompt with it, in both passes
+    deep = next(r for r in ranked if r.name == f"{name} n=4")
+    assert deep.error is None and len(deep.speedups) == 2 and deep.draft_layers == shallow[0].layers
     run = ls.engine_run(passes, ranked, version=ls.server_version(lp.find_server(None)[0]), hardware="here",
                         workload="2 prompts x 8 tokens")
     assert run.version.startswith("version") and (run.ships_plain or run.speedup >= run.margin)
@@ -237,7 +245,14 @@ def test_a_setting_slower_than_plain_with_requests_in_flight_does_not_ship(bpe_s
     ranked = ls.rank(passes)
     ships = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w", concurrency=[(2, 1.02), (4, 1.0)])
     assert ships.setting == "ngram a" and ships.at_concurrency == ((2, 1.02), (4, 1.0))
-    assert "with several requests in flight, 2: 1.02x, 4: 1.00x plain" in ships.summary()
+    assert "with several requests in flight, 2: 1.02x plain, 4: 1.00x plain" in ships.summary()
+    failed = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w", concurrency=[(2, 1.05), (4, 0.0)])
+    assert failed.ships_plain and "2: 1.05x plain, 4: differed or failed" in failed.summary()
+    from skipsearch.api.engine_search import EngineSearchSettings, _verdict
+
+    line = _verdict(EngineSearchSettings(), failed, [(2, 1.05), (4, 0.0)], "ngram a (1.18x)")
+    assert line == ("llama.cpp's chosen setting, ngram a (1.18x), lost to its plain decoding with 4 requests in "
+                    "flight: an output differed from the reference, or a request failed: plain ships")
     lost = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w", concurrency=[(2, 1.05), (4, 0.97)])
     assert lost.ships_plain and lost.best_tried == "ngram a" and lost.at_concurrency[1] == (4, 0.97)
     sm, _ = bpe_sm  # the record keeps the checks, and a file without them loads as before
@@ -256,3 +271,92 @@ def test_requests_in_flight_run_in_a_server_of_as_many_slots_timed_by_the_wall_c
     argv = _requests(tmp_path)[0]["argv"]
     assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("-c") + 1] == "512"  # two slots of 256
     assert sorted(q["body"]["prompt"] for q in _requests(tmp_path)[1:]) == sorted(prompts)  # each prompt once
+
+
+def test_a_shallow_self_draft_keeps_only_its_layers_from_the_grid_to_the_record_and_the_export(bpe_sm, tmp_path):  # noqa: F811
+    import gguf
+
+    sm, ckpt = bpe_sm
+    kept = tuple(i for i in range(sm.num_layers) if i != 1)  # layer 1 dropped
+    shallow = lp.Shallow("q4_0", kept, sm.num_layers)
+    files = lp.write_shallow(sm, ckpt, [shallow], cache=tmp_path / "cache")
+    path = files[shallow]
+    assert path.name == shallow.file and path.parent == lp.gguf_cache(sm, cache=tmp_path / "cache")
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    blocks = reader.fields["llama.block_count"] if "llama.block_count" in reader.fields else next(
+        f for k, f in reader.fields.items() if k.endswith(".block_count"))
+    assert int(blocks.parts[-1][0]) == len(kept) == sm.num_layers - 1
+    assert {n.split(".")[1] for n in tensors if n.startswith("blk.")} == {str(i) for i in range(len(kept))}
+    # the file's block i is the model's kept layer i (its norm is kept F32: compared exactly)
+    for i, source in enumerate(kept):
+        norm = tensors[f"blk.{i}.attn_norm.weight"].data
+        assert np.array_equal(np.asarray(norm), sm.layers[source].input_layernorm.weight.detach().numpy())
+    assert tensors["blk.0.attn_q.weight"].tensor_type.name == "Q4_0"
+    # the grid runs it alone at its own lengths, and names it by its type and depth
+    settings = lp.grid(drafts={"q8_0": "d.gguf"}, n_max=(2,), kinds=(lp.PLAIN, lp.DRAFT), shallow=files,
+                       shallow_n=(2, 4))
+    by = {s.name: s for s in settings}
+    name = f"draft q4_0 {len(kept)}/{sm.num_layers} n=4"
+    assert set(by) == {"plain", "draft q8_0 n=2", f"draft q4_0 {len(kept)}/{sm.num_layers} n=2", name}
+    assert by[name].draft_layers == kept and by["draft q8_0 n=2"].draft_layers is None
+    assert by[name].args[by[name].args.index("-md") + 1] == str(path)
+    # the ranking and the record carry the kept layers; the profile keeps them; the export writes that draft
+    done = tuple(Completion(tokens=(1,) * 10, prompt_n=3, prompt_ms=0.0, predicted_n=10, predicted_ms=100.0 / r)
+                 for r in (1.0, 1.0))
+    passes = tuple(lp.LlamaCppResult(server="s", target="target-f32.gguf", prompts=2, settings=(
+        lp.SettingResult(by["plain"], done, (None, None)),
+        lp.SettingResult(by[name], tuple(replace(c, predicted_ms=c.predicted_ms / 1.5) for c in done),
+                         (None, None)))) for _ in range(2))
+    ranked = ls.rank(passes)
+    assert ranked[1].name == name and ranked[1].draft == "q4_0" and ranked[1].draft_layers == kept
+    run = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w")
+    assert run.setting == name and run.draft == "q4_0" and run.draft_layers == kept
+    assert engine_run_to_dict(run)["draft_layers"] == list(kept)
+    assert "draft_layers" not in engine_run_to_dict(_run())  # a record of a whole draft, as before
+    saved = save_profile(with_engine_run(_profile(sm, "ngram", min_n=3, max_n=3), run), tmp_path / "p.yaml")
+    assert engine_run(load_profile(saved), "llama.cpp") == run
+    from skipsearch.export import llamacpp
+
+    (tmp_path / "out").mkdir()
+    written = llamacpp.write_run(tmp_path / "out", run, lambda: (sm, ckpt))
+    assert written.setting["draft_gguf"]["layers"] == list(kept)
+    out = gguf.GGUFReader(tmp_path / "out" / "draft-q4_0.gguf")
+    assert {t.name for t in out.tensors} == set(tensors)  # the same shallow draft the search timed
+    with pytest.raises(ConfigError, match="a shallow GGUF keeps 1 to"):
+        lp.write_shallow(sm, ckpt, [lp.Shallow("q4_0", (0, sm.num_layers), sm.num_layers)], cache=tmp_path / "c2")
+
+
+@pytest.mark.parametrize("layers, fragment", [([3, 1], "ascending"), ([], "ascending"), ([-1], "ascending"),
+                                              (["a"], "ascending"), (None, None)])
+def test_a_record_s_shallow_layers_go_only_beside_a_draft_ascending(bpe_sm, tmp_path, layers, fragment):  # noqa: F811
+    import yaml
+
+    sm, _ = bpe_sm
+    run = _run(setting="draft q4_0 2/3 n=2", kind="draft", args=tuple(lp.draft_args(DRAFT_GGUF, 2)), draft="q4_0",
+               speedup=1.1, tokens_per_s=(55.0, 56.1))
+    raw = profile_to_dict(with_engine_run(_profile(sm, "ngram", min_n=3, max_n=3), run))
+    record = raw["measured"]["engines"]["llama.cpp"]
+    if layers is None:  # beside no draft
+        record.update(kind="plain", args=[], draft=None, draft_layers=[0, 2])
+        fragment = "only beside a draft"
+    else:
+        record["draft_layers"] = layers
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ProfileError, match=fragment) as e:
+        load_profile(path)
+    assert "\n" not in str(e.value) and "draft_layers" in str(e.value)
+
+
+def test_the_shallow_drafts_drop_the_dp_s_layers_never_the_ends(real_sm, encode_offline):
+    from skipsearch.engine.decoding import hf_generate
+
+    prompts = [ids for _, ids in encode_offline(real_sm, "mtbench,humaneval", n=2)]
+    greedy = [hf_generate(real_sm, ids, max_new_tokens=8) for ids in prompts]
+    drafts = ls.shallow_drafts(real_sm, prompts, greedy, shares=(0.1, 0.2, 0.0), tokens_per_sequence=4)
+    n = real_sm.num_layers
+    assert [len(d.layers) for d in drafts] == [n - round(0.1 * n), n - round(0.2 * n)]  # a share of 0 adds nothing
+    for d in drafts:
+        assert d.of == n and d.draft == ls.SHALLOW_DRAFT and d.layers[0] == 0 and d.layers[-1] == n - 1
+        assert list(d.layers) == sorted(set(d.layers))

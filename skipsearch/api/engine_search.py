@@ -152,7 +152,9 @@ def _find(s: EngineSearchSettings) -> str:
 def _verdict(s: EngineSearchSettings, run: EngineRun, checks, alone: str | None) -> str:
     """One line: what ships, or why plain does. ``checks``: (C, ratio) of the chosen setting with C in flight;
     ``alone``: the chosen setting alone, as ``name (1.07x)``, where it was checked."""
-    lost = [f"{c} request{'s' if c > 1 else ''} in flight: {ratio:.2f}x" for c, ratio in checks if ratio < 1.0]
+    lost = [f"{c} request{'s' if c > 1 else ''} in flight: "
+            + (f"{ratio:.2f}x" if ratio else "an output differed from the reference, or a request failed")
+            for c, ratio in checks if ratio < 1.0]
     if lost and alone:
         return (f"{s.engine}'s chosen setting, {alone}, lost to its plain decoding with "
                 f"{', '.join(lost)}: plain ships")
@@ -170,11 +172,18 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
     from skipsearch.bench import llamacpp as lp
     from skipsearch.bench import llamacpp_search as ls
     from skipsearch.checkpoints import find_checkpoint
+    from skipsearch.engine.decoding import hf_generate
 
     exports = [(Path(s.profile).stem, own)] if own is not None and own.draft.max_draft_tokens else []
     checkpoint = find_checkpoint(name).path
+    # the fp32 model's greedy outputs: what an F32 target's outputs are checked against, and the tokens CLaSp's
+    # DP picks the shallow self-drafts' layers on
+    source = lp.gguf_source(sm, checkpoint)
+    greedy = [hf_generate(source, x, max_new_tokens=s.max_new_tokens) for x in ids]
+    shallow = ls.shallow_drafts(source, ids, greedy)
     passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
-                                checkpoint=checkpoint, profiles=exports, runs=s.runs, on_setting=on_setting)
+                                checkpoint=checkpoint, profiles=exports, runs=s.runs, on_setting=on_setting,
+                                shallow=shallow, reference=greedy if lp.target_type(sm) == "f32" else None)
     if passes and passes[-1].unavailable:
         raise ConfigError(passes[-1].unavailable)
     if not passes or passes[0].setting(lp.PLAIN) is None or passes[0].setting(lp.PLAIN).error:
@@ -190,6 +199,7 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
                                     checkpoint=checkpoint, runs=s.runs,
                                     profiles=exports if ships.kind == lp.EXPORT else (), names={lp.PLAIN, ships.name},
                                     concurrency=c, reference=reference,
+                                    shallow=[sh for sh in shallow if sh.layers == ships.draft_layers],
                                     on_setting=(lambda i, n, j, t, c=c: on_setting(i, f"{n} @{c}", j, t))
                                     if on_setting else None)
             checks.append((c, ls.at_concurrency(at, ships.name)))

@@ -27,6 +27,7 @@ class Timed:
     identical: int  # prompts equal to the reference
     prompts: int
     error: str | None = None
+    draft_layers: tuple[int, ...] | None = None  # a shallow self-draft's kept layers (None: every layer)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Ranked:
     identical: int  # prompts identical in every pass
     prompts: int
     error: str | None = None  # the first pass's one-line error, if any
+    draft_layers: tuple[int, ...] | None = None  # a shallow self-draft's kept layers (None: every layer)
 
     @property
     def clean(self) -> bool:
@@ -71,7 +73,7 @@ def rank(passes: Sequence[Sequence[Timed]]) -> tuple[Ranked, ...]:
             error = f"{name}: no timing in every pass (plain or this setting did not run)"
         identical = min((r.identical for r in runs if r is not None), default=0)
         out.append(Ranked(name, first.kind, first.flags, first.draft, speedups, rates, identical, first.prompts,
-                          error))
+                          error, first.draft_layers))
     plain_first = [r for r in out if r.kind == PLAIN]
     rest = sorted((r for r in out if r.kind != PLAIN), key=lambda r: (not r.clean, -(r.worst or 0.0)))
     return (*plain_first, *rest)

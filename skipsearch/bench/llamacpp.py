@@ -10,7 +10,9 @@ The settings, with flags as the llama.cpp vendored in llama-cpp-python 0.3.36 sp
 ``export/llamacpp.py`` writes the same ones), each over draft lengths N (2, 4, 8 by default):
 - ``plain``: no ``--spec-type``;
 - ``draft``: ``--spec-type draft-simple -md DRAFT.gguf --spec-draft-n-max N --spec-draft-n-min 0
-  --spec-draft-p-min 0`` (p-min 0: greedy verification keeps the output whatever the draft proposes);
+  --spec-draft-p-min 0`` (p-min 0: greedy verification keeps the output whatever the draft proposes); besides the
+  self-drafts of every layer, a **shallow** self-draft (``Shallow``): a layer-skip draft as a GGUF of its own, the
+  model's kept whole layers at one GGML type (llama.cpp has no form for a skipped sublayer), at its own lengths;
 - ``ngram``: ``--spec-type ngram-simple --spec-ngram-simple-size-n S --spec-ngram-simple-size-m N
   --spec-ngram-simple-min-hits 1``;
 - ``ngram+draft``: both, ``--spec-type ngram-simple,draft-simple`` (llama.cpp drafts with the n-gram first and with
@@ -41,6 +43,7 @@ import re
 import shlex
 import shutil
 import weakref
+import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,11 +93,34 @@ class Setting:
     kind: str  # one of KINDS
     args: tuple[str, ...]  # flags after the common ones (model, host, port, threads, context)
     note: str = ""  # for people: where an export's flags came from and what it could not express
+    draft_layers: tuple[int, ...] | None = None  # a shallow self-draft's kept layers (None: every layer)
 
     @property
     def flags(self) -> str:
         """The flags for a row, GGUF paths shortened to their file names."""
         return " ".join(Path(a).name if a.endswith(".gguf") else a for a in self.args) or "(no --spec-type)"
+
+
+@dataclass(frozen=True)
+class Shallow:
+    """A shallow self-draft: the model's decoder layers ``layers`` (of ``of``), in order, at the GGML type ``draft``
+    (a key of ``DRAFT_SCHEMES``). llama.cpp loads it as a model of its own (``-md``): the layer-skip draft of
+    whole layers (``llamacpp_search.shallow_drafts`` picks them by CLaSp's dynamic program)."""
+
+    draft: str
+    layers: tuple[int, ...]
+    of: int
+
+    @property
+    def name(self) -> str:
+        """How a setting names it: ``q4_0 27/30`` (its type, the layers kept of the model's)."""
+        return f"{self.draft} {len(self.layers)}/{self.of}"
+
+    @property
+    def file(self) -> str:
+        """Its GGUF's name in the cache: the layer set's checksum tells two sets of one size apart."""
+        crc = zlib.crc32(",".join(map(str, self.layers)).encode()) & 0xFFFFFFFF
+        return f"draft-{self.draft}-{len(self.layers)}of{self.of}-{crc:08x}.gguf"
 
 
 def draft_args(gguf: str | os.PathLike, n_max: int) -> list[str]:
@@ -129,9 +155,12 @@ def default_args() -> list[str]:
 
 def grid(*, drafts: Mapping[str, str | os.PathLike] | None = None, n_max: Sequence[int] = (2, 4, 8),
          ngram_n: Sequence[int] = (3,), exports: Sequence[Setting] = (),
-         kinds: Collection[str] = KINDS, names: Collection[str] | None = None) -> tuple[Setting, ...]:
-    """Every setting to run, plain first: each draft GGUF (name -> path) and n-gram size at each draft length;
-    only those named in ``names`` where given (e.g. plain and a best setting chosen on other prompts)."""
+         kinds: Collection[str] = KINDS, names: Collection[str] | None = None,
+         shallow: Mapping[Shallow, str | os.PathLike] | None = None,
+         shallow_n: Sequence[int] = (2, 4)) -> tuple[Setting, ...]:
+    """Every setting to run, plain first: each draft GGUF (name -> path) and n-gram size at each draft length, each
+    shallow self-draft (-> its GGUF) alone at each of ``shallow_n``; only those named in ``names`` where given
+    (e.g. plain and a best setting chosen on other prompts)."""
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise ConfigError(f"unknown llama.cpp setting kind {sorted(unknown)[0]!r}: use {', '.join(KINDS)}")
@@ -140,6 +169,8 @@ def grid(*, drafts: Mapping[str, str | os.PathLike] | None = None, n_max: Sequen
     if DRAFT in kinds:
         out += [Setting(f"draft {d} n={n}", DRAFT, tuple(spec_args(draft=(p, n)))) for d, p in drafts.items()
                 for n in n_max]
+        out += [Setting(f"draft {sh.name} n={n}", DRAFT, tuple(spec_args(draft=(p, n))), draft_layers=sh.layers)
+                for sh, p in (shallow or {}).items() for n in shallow_n]
     if NGRAM in kinds:
         out += [Setting(f"ngram {s}/{n}", NGRAM, tuple(spec_args(ngram=(s, n)))) for s in ngram_n for n in n_max]
     if BOTH in kinds:
@@ -345,31 +376,47 @@ def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("
     once: a file already in the cache directory is reused. An int8 target's linears hold no fp32 weights: the
     GGUFs are written from the checkpoint loaded again in fp32 (once per machine). Returns (target, {draft name:
     path})."""
-    from skipsearch.export.gguf_draft import write_draft_gguf
+    _check_drafts(drafts)
+    every = tuple(range(sm.num_layers))
+    if target_type(sm) == "q8_0":  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
+        target = _once(sm, checkpoint, cache, "target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
+    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32)
+        target = _once(sm, checkpoint, cache, "target-f32.gguf", scheme="fp16", quant_head=False, full_attn=every,
+                       full_mlp=every)
+    return target, {d: _once(sm, checkpoint, cache, f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True)
+                    for d in drafts}
 
+
+def write_shallow(sm, checkpoint: str | os.PathLike, shallow: Sequence[Shallow], *,
+                  cache: str | os.PathLike | None = None) -> dict[Shallow, Path]:
+    """Each shallow self-draft's GGUF (its kept layers at its type, the head too), written once as ``write_ggufs``
+    writes the others."""
+    _check_drafts([sh.draft for sh in shallow])
+    return {sh: _once(sm, checkpoint, cache, sh.file, scheme=DRAFT_SCHEMES[sh.draft], quant_head=True,
+                      layers=sh.layers) for sh in shallow}
+
+
+def _check_drafts(drafts: Sequence[str]) -> None:
     unknown = [d for d in drafts if d not in DRAFT_SCHEMES]
     if unknown:
         raise ConfigError(f"no GGUF self-draft {unknown[0]!r}: use {', '.join(DRAFT_SCHEMES)}")
+
+
+def _once(sm, checkpoint: str | os.PathLike, cache: str | os.PathLike | None, name: str, **kwargs) -> Path:
+    """``name`` in ``sm``'s GGUF cache, written by ``gguf_draft`` with ``kwargs`` unless it is there already."""
+    from skipsearch.export.gguf_draft import write_draft_gguf
+
     where = gguf_cache(sm, cache=cache)
     where.mkdir(parents=True, exist_ok=True)
-    every = tuple(range(sm.num_layers))
-
-    def once(name: str, **kwargs) -> Path:
-        path = where / name
-        if not path.is_file():
-            partial = where / f".{name}.{os.getpid()}.partial"  # renamed into place whole
-            try:
-                write_draft_gguf(partial, gguf_source(sm, checkpoint), Path(checkpoint), **kwargs)
-                os.replace(partial, path)
-            finally:
-                partial.unlink(missing_ok=True)
-        return path
-
-    if target_type(sm) == "q8_0":  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
-        target = once("target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
-    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32)
-        target = once("target-f32.gguf", scheme="fp16", quant_head=False, full_attn=every, full_mlp=every)
-    return target, {d: once(f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True) for d in drafts}
+    path = where / name
+    if not path.is_file():
+        partial = where / f".{name}.{os.getpid()}.partial"  # renamed into place whole
+        try:
+            write_draft_gguf(partial, gguf_source(sm, checkpoint), Path(checkpoint), **kwargs)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    return path
 
 
 # -- running -----------------------------------------------------------------------------------------------
@@ -433,14 +480,16 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                   names: Collection[str] | None = None,
                   cache: str | os.PathLike | None = None, start_timeout: float = 300.0,
                   request_timeout: float = 600.0, reverse: bool = False, concurrency: int = 1,
-                  on_setting: Callable[[str, int, int], None] | None = None) -> LlamaCppResult:
+                  on_setting: Callable[[str, int, int], None] | None = None,
+                  shallow: Sequence[Shallow] = ()) -> LlamaCppResult:
     """The llama.cpp peer on ``prompt_ids``: every setting of ``grid`` (and each profile's export, each directory of
     ``export_dirs``), each output against ``reference`` (HF greedy's outputs on the same ids; decoded here when not
     given). ``profiles`` are (label, Profile) pairs; ``checkpoint`` is where ``sm`` loaded from (its tokenizer goes
     into the GGUFs; by default ``find_checkpoint(sm.name)``). ``names`` keeps only the grid settings it names (to
     run a best setting chosen on other prompts: ``result.best`` of a first call); the exports asked for by
     ``profiles`` and ``export_dirs`` run whatever it names. ``on_setting(name, index, total)`` opens each
-    setting. ``concurrency`` C > 1 runs each setting with C requests in flight (C slots). ``reverse`` runs the
+    setting. ``shallow`` adds each shallow self-draft (kind draft, at its own lengths: ``grid``'s ``shallow_n``).
+    ``concurrency`` C > 1 runs each setting with C requests in flight (C slots). ``reverse`` runs the
     settings in the opposite order, plain last (a second timed pass, so that a drift
     of the machine's speed does not favour the settings run early; a Q8_0 target's reference must then be given).
     No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
@@ -462,6 +511,7 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
         checkpoint = find_checkpoint(sm.name).path
     try:
         target, ggufs = write_ggufs(sm, checkpoint, drafts=drafts if {DRAFT, BOTH} & set(kinds) else (), cache=cache)
+        shallow_ggufs = write_shallow(sm, checkpoint, shallow if DRAFT in kinds else (), cache=cache)
     except (ConfigError, OSError) as e:
         return LlamaCppResult(server=found, unavailable=f"{FAMILY}: cannot write the GGUFs: {e}")
     context = context_size(prompt_ids, max_new_tokens, draft=max((*n_max, 64)))
@@ -471,7 +521,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
         if not same_model:  # the Q8_0 target is another model: its settings are checked against its plain decoding
             kinds, names = {*kinds, PLAIN}, None if names is None else {*names, PLAIN}
         settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds,
-                        names=None if names is None else {*names, *(s.name for s in exports)})
+                        names=None if names is None else {*names, *(s.name for s in exports)},
+                        shallow=shallow_ggufs)
         if reverse:
             if not same_model and reference is None:
                 raise ConfigError("a reversed llama.cpp pass over a Q8_0 target needs the reference of a first pass")
@@ -495,7 +546,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                           checked_against="HF greedy" if same_model else "llama.cpp's plain decoding of its target")
 
 
-__all__ = ["BINARY", "DRAFT_SCHEMES", "ENV", "FAMILY", "KINDS", "SPECULATIVE", "LlamaCppResult", "Setting",
+__all__ = ["BINARY", "DRAFT_SCHEMES", "ENV", "FAMILY", "KINDS", "SPECULATIVE", "LlamaCppResult", "Setting", "Shallow",
            "SettingResult", "choose_best", "context_size", "default_args", "draft_args", "export_setting",
            "find_server", "first_difference", "gguf_cache", "gguf_source", "grid", "llamacpp_rows", "ngram_args",
-           "profile_setting", "run_setting", "server_command", "spec_args", "target_type", "write_ggufs"]
+           "profile_setting", "run_setting", "server_command", "spec_args", "target_type", "write_ggufs",
+           "write_shallow"]

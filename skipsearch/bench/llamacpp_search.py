@@ -8,6 +8,11 @@ its own (``llamacpp.run_setting``), over ``runs`` passes, the second in reverse 
 drift of the machine's speed does not favour the settings timed early. Each output is checked against HF greedy
 (an F32 target) or llama.cpp's plain decoding of its Q8_0 target, token for token.
 
+The grid's draft models are the model's own copies at Q8_0 and Q4_0, and, where ``shallow_drafts`` gives them, its
+layer-skip drafts as llama.cpp can load them: shallow GGUFs of the model's kept whole layers (at Q4_0), the layers
+to drop chosen by CLaSp's dynamic program (``methods/clasp_dynamic/dp.py``) on the calibration prompts, dropping
+``SHALLOW`` of the skippable layers (a tenth, a fifth).
+
 A setting ships only if it stayed identical on every prompt of every pass and beat plain by ``margin`` (3%) in
 every pass, its speedup being the worse pass's ratio of its tokens/s (prefill included: a draft model prefills too)
 to plain's in the same pass. Where none does, plain ships, and the record says what was fastest and by how much.
@@ -29,6 +34,8 @@ RUNS = 2
 N_MAX = (2, 4, 8)  # draft lengths (--spec-draft-n-max, --spec-ngram-simple-size-m)
 NGRAM_N = (2, 3, 4)  # n-gram sizes (--spec-ngram-simple-size-n)
 DRAFTS = ("q8_0", "q4_0")  # the model's own GGUF copies as draft models
+SHALLOW = (0.1, 0.2)  # shallow self-drafts: the share of the model's layers each drops
+SHALLOW_DRAFT = "q4_0"  # their GGML type: the cheapest draft token llama.cpp has
 KINDS = (lp.PLAIN, lp.DRAFT, lp.NGRAM, lp.BOTH, lp.DEFAULT, lp.EXPORT)
 
 
@@ -45,7 +52,32 @@ def _flags(setting: lp.Setting) -> tuple[str, ...]:
 def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
     """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next."""
     return er.rank([[er.Timed(r.setting.name, r.setting.kind, _flags(r.setting), _draft_of(r.setting), r.throughput,
-                              r.identical, p.prompts, r.error) for r in p.settings] for p in passes])
+                              r.identical, p.prompts, r.error, r.setting.draft_layers) for r in p.settings]
+                     for p in passes])
+
+
+def shallow_drafts(sm, prompt_ids: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *,
+                   shares: Sequence[float] = SHALLOW, draft: str = SHALLOW_DRAFT,
+                   tokens_per_sequence: int = 16) -> tuple[lp.Shallow, ...]:
+    """The shallow self-drafts of ``sm``: for each share s, the model without the round(s x L) whole layers (never
+    the first or the last) that CLaSp's static DP finds keep the final hidden state nearest the full model's, over
+    ``tokens_per_sequence`` tokens of each prompt's ``continuations`` (its greedy output). One DP gives every
+    depth; a share that rounds to a depth already taken (or to none) adds nothing."""
+    from skipsearch.methods.clasp_dynamic.dp import static_skip_sets
+
+    allowed = tuple(range(1, sm.num_layers - 1))
+    depths = sorted({min(len(allowed), round(share * sm.num_layers)) for share in shares} - {0})
+    if not depths:
+        return ()
+    sets = static_skip_sets(sm, prompt_ids, continuations, allowed=allowed, limits={"layer": depths[-1]},
+                            tokens_per_sequence=tokens_per_sequence)
+    skip_sets = sets.skip_sets[0]
+    out = []
+    for m in depths:
+        if m < len(skip_sets):
+            dropped = set(skip_sets[m])
+            out.append(lp.Shallow(draft, tuple(i for i in range(sm.num_layers) if i not in dropped), sm.num_layers))
+    return tuple(out)
 
 
 def server_version(server: str) -> str:
@@ -88,7 +120,7 @@ def engine_run(passes: Sequence[lp.LlamaCppResult], ranked: Sequence[Ranked], *,
         best_tried_speedup=round(best.worst, 4) if best is not None else None,
         identical=shipped.identical, prompts=shipped.prompts, checked_against=passes[0].checked_against,
         workload=workload, date=datetime.date.today().isoformat(),
-        at_concurrency=tuple((c, round(ratio, 4)) for c, ratio in concurrency))
+        at_concurrency=tuple((c, round(ratio, 4)) for c, ratio in concurrency), draft_layers=shipped.draft_layers)
 
 
 def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, threads: int,
@@ -99,8 +131,10 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                     names: Collection[str] | None = None, concurrency: int = 1,
                     reference: Sequence[Sequence[int]] | None = None,
                     on_setting: Callable[[int, str, int, int], None] | None = None,
+                    shallow: Sequence[lp.Shallow] = (),
                     ) -> tuple[lp.LlamaCppResult, ...]:
-    """``runs`` passes of the whole grid (and each profile's export) on ``prompt_ids``, odd passes reversed;
+    """``runs`` passes of the whole grid (each shallow self-draft of ``shallow`` too, and each profile's export) on
+    ``prompt_ids``, odd passes reversed;
     ``names`` keeps only the grid settings it names, ``concurrency`` C > 1 runs each with C requests in flight,
     ``reference`` is what outputs are checked against (default: HF greedy's for an F32 target, else the first
     pass's plain decoding). ``on_setting(pass, name, index, total)`` opens each setting. A pass that could not run
@@ -116,7 +150,7 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                                   reference=reference, checkpoint=checkpoint, profiles=profiles, drafts=drafts,
                                   n_max=n_max, ngram_n=ngram_n, kinds=KINDS, cache=cache, names=names,
                                   start_timeout=start_timeout, reverse=i % 2 == 1, concurrency=concurrency,
-                                  on_setting=step)
+                                  on_setting=step, shallow=shallow)
         passes.append(result)
         if on_setting and result.settings:
             on_setting(i, "", len(result.settings), len(result.settings))  # the pass is done
@@ -130,6 +164,5 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
     return tuple(passes)
 
 
-__all__ = ["DRAFTS", "KINDS", "MARGIN", "NGRAM_N", "N_MAX", "RUNS", "Ranked", "at_concurrency", "choose",
-           "engine_run", "rank",
-           "search_llamacpp", "server_version"]
+__all__ = ["DRAFTS", "KINDS", "MARGIN", "NGRAM_N", "N_MAX", "RUNS", "SHALLOW", "SHALLOW_DRAFT", "Ranked",
+           "at_concurrency", "choose", "engine_run", "rank", "search_llamacpp", "server_version", "shallow_drafts"]

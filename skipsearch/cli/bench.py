@@ -100,7 +100,7 @@ def bench(
         profiles=(*(profiles or []), *more_profiles), model=model, peers=peers, dataset=dataset, split=split,
         n_prompts=n_prompts, max_new_tokens=max_new_tokens, repeats=repeats, sweep_prompts=sweep_prompts, seed=seed,
         device=device, dtype=dtype, threads=threads,
-        target_precision=None if target_precision == "auto" else target_precision,
+        target_precision=options.precision_of(target_precision),
         kernel=None if kernel == "auto" else kernel, report=report,
         as_json=json_out, write_measured=write_measured, force=force, llama_server=llama_server,
         llama_settings=llama_settings, vllm_python=vllm_python, batch_sizes=batch_sizes, batch_ks=batch_ks,

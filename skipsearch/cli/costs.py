@@ -96,7 +96,7 @@ def costs_command(
     if modelled and random_weights:
         with user_errors():
             raise ConfigError("--random-weights times a model; --roofline and its figures model one: use one of them")
-    precision = "native" if target_precision == "auto" else target_precision
+    precision = options.precision_of(target_precision, "native")
     if modelled and precision != "native":
         with user_errors():
             raise ConfigError(f"--target-precision {precision} is timed on the checkpoint's weights at that "

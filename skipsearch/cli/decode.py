@@ -71,7 +71,7 @@ def decode(
         if batch_size > 1 and profile is not None:
             api.check_batch_profile(profile)
         sm, prof = api.open_model(model=model, profile=profile, device=device, dtype=dtype, force=force,
-                                  kernel=kernel, precision=None if target_precision == "auto" else target_precision)
+                                  kernel=kernel, precision=options.precision_of(target_precision))
         if batch_size > 1:
             _decode_batched(sm, prof, prompts, profile=profile, kernel=kernel, batch_size=batch_size,
                             max_new_tokens=max_new_tokens, as_json=as_json, check=check)

@@ -103,7 +103,7 @@ def optimize(
                 model=model, profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
                 seed=seed, threads=threads, server=llama_server, vllm_python=vllm_python, force=force,
                 concurrency=levels,
-                target_precision=None if target_precision == "auto" else target_precision)), replace=force)
+                target_precision=options.precision_of(target_precision))), replace=force)
         # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
         rerank = costs is not None or budget == 0
         if rerank and (costs is None or budget != 0):
@@ -121,7 +121,7 @@ def optimize(
             max_new_tokens=max_new_tokens, objective=objective, shortlist=shortlist, repeats=repeats, max_k=max_k,
             max_skip_ratio=max_skip_ratio, protect_ends=protect_ends, study=study, storage=storage,
             study_name=study_name, out=out, force=force, warm_start=tuple(warm_start or ()), seed=seed, device=device,
-            dtype=dtype, target_precision="native" if target_precision == "auto" else target_precision,
+            dtype=dtype, target_precision=options.precision_of(target_precision, "native"),
             costs=costs, time_shortlist=time_shortlist, kernel=kernel, threads=threads,
             strategy_options=() if rerank else strategy_options(strategy_flags),
         )

@@ -146,6 +146,14 @@ TargetPrecision = Annotated[str, choice(
     "auto", *PRECISIONS, help="The model drafts are verified against: native (the checkpoint's weights in --dtype) or "
                               "int8 (every linear as int8 weights, one scale per row, as torchao's "
                               "Int8WeightOnlyConfig; fp32 activations; CPU). auto: the profile's, else native.")]
+
+
+def precision_of(value: str, auto: str | None = None) -> str | None:
+    """--target-precision as the library takes it: the word ``auto`` becomes the argument ``auto`` (None: the
+    profile's precision, else native; a command that reads no profile passes "native")."""
+    return auto if value == "auto" else value
+
+
 Threads = Annotated[int | None, typer.Option(min=1, max=MAX_THREADS, help="torch intra-op threads (default: torch's; "
                                                                          "timings and costs depend on them).")]
 Json = Annotated[bool, typer.Option("--json", help="JSON on stdout, and nothing else there (messages and progress "

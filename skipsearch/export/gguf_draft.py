@@ -11,6 +11,7 @@ The tokenizer (GPT-2 byte-level BPE or SentencePiece from ``tokenizer.json``) is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,11 @@ def reorder_rotary(weight: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_head: bool = True,
-                     full_attn: tuple[int, ...] = (), full_mlp: tuple[int, ...] = ()) -> dict:
+                     full_attn: tuple[int, ...] = (), full_mlp: tuple[int, ...] = (),
+                     layers: Sequence[int] | None = None) -> dict:
     """Write the draft GGUF of ``sm`` (loaded from ``checkpoint``, whose tokenizer it carries); returns what the
-    manifest records about it (tensor types and counts)."""
+    manifest records about it (tensor types and counts). ``layers`` keeps only those decoder layers, in order,
+    numbered 0.. in the file (a shallow draft: a layer-skip draft's kept whole layers; default all)."""
     import gguf
 
     if scheme not in TYPES:
@@ -48,9 +51,10 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
     arch = ARCHES.get(cfg.model_type)
     if arch is None:
         raise ConfigError(f"no GGUF architecture for model type {cfg.model_type}")
+    kept = shallow_layers(layers, sm.num_layers)
     qtype = gguf.GGMLQuantizationType[TYPES[scheme][0]]
     writer = gguf.GGUFWriter(str(path), arch)
-    _metadata(writer, cfg, arch, name=sm.name, file_type=gguf.LlamaFileType[TYPES[scheme][1]])
+    _metadata(writer, cfg, arch, name=sm.name, file_type=gguf.LlamaFileType[TYPES[scheme][1]], blocks=len(kept))
     _tokenizer(writer, Path(checkpoint), vocab_size=cfg.vocab_size)
     counts: dict[str, int] = {}
 
@@ -67,9 +71,10 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
 
     n_head, n_kv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
     add("token_embd.weight", sm.hf.get_input_embeddings().weight, "F32")
-    for i, layer in enumerate(sm.layers):
-        attn_type = "F32" if i in full_attn else qtype.name
-        mlp_type = "F32" if i in full_mlp else qtype.name
+    for i, source in enumerate(kept):
+        layer = sm.layers[source]
+        attn_type = "F32" if source in full_attn else qtype.name
+        mlp_type = "F32" if source in full_mlp else qtype.name
         add(f"blk.{i}.attn_norm.weight", layer.input_layernorm.weight, "F32")
         add(f"blk.{i}.ffn_norm.weight", layer.post_attention_layernorm.weight, "F32")
         for hf_name, g_name in _ATTN.items():
@@ -91,16 +96,31 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return {"file": path.name, "architecture": arch, "scheme": scheme, "tensor_types": counts}
+    out = {"file": path.name, "architecture": arch, "scheme": scheme, "tensor_types": counts}
+    if len(kept) < sm.num_layers:
+        out["layers"] = list(kept)
+    return out
 
 
-def _metadata(writer, cfg, arch: str, *, name: str, file_type) -> None:
+def shallow_layers(layers: Sequence[int] | None, num_layers: int) -> tuple[int, ...]:
+    """The decoder layers a GGUF keeps: every one by default, else ``layers`` checked (each in range, at least
+    one) and sorted."""
+    if layers is None:
+        return tuple(range(num_layers))
+    kept = tuple(sorted(set(layers)))
+    if not kept or kept[0] < 0 or kept[-1] >= num_layers:
+        raise ConfigError(f"a shallow GGUF keeps 1 to {num_layers} of the model's layers 0..{num_layers - 1}, "
+                          f"not {list(layers)}")
+    return kept
+
+
+def _metadata(writer, cfg, arch: str, *, name: str, file_type, blocks: int) -> None:
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta") or getattr(cfg, "rope_theta", 10000.0)
     writer.add_name(Path(name).name)
     writer.add_context_length(cfg.max_position_embeddings)
     writer.add_embedding_length(cfg.hidden_size)
-    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_block_count(blocks)
     writer.add_feed_forward_length(cfg.intermediate_size)
     writer.add_head_count(cfg.num_attention_heads)
     writer.add_head_count_kv(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
@@ -144,4 +164,4 @@ def _tokenizer(writer, checkpoint: Path, *, vocab_size: int) -> None:
     SpecialVocab(checkpoint, load_merges=vocab.tokenizer_model == "gpt2", n_vocab=len(tokens)).add_to_gguf(writer)
 
 
-__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "reorder_rotary", "write_draft_gguf"]
+__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "reorder_rotary", "shallow_layers", "write_draft_gguf"]

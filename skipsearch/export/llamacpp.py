@@ -136,7 +136,8 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
 
 def write_run(directory: Path, run: EngineRun, model=None) -> Written:
     """The setting llama.cpp itself ran fastest (``skipsearch optimize --engine llama.cpp``): its flags, and the
-    self-draft GGUF they load (the model at that GGML type, its head too), as the search ran them."""
+    self-draft GGUF they load (the model at that GGML type, its head too; a shallow one keeps only its recorded
+    layers), as the search ran them."""
     from skipsearch.export.gguf_draft import write_draft_gguf
 
     files, setting, notes = [], {"measured_setting": run.setting}, []
@@ -145,7 +146,7 @@ def write_run(directory: Path, run: EngineRun, model=None) -> Written:
         name = f"draft-{run.draft}.gguf"
         sm, checkpoint = model()
         setting["draft_gguf"] = write_draft_gguf(directory / name, sm, checkpoint, scheme=DRAFT_SCHEMES[run.draft],
-                                                 quant_head=True)
+                                                 quant_head=True, layers=run.draft_layers)
         files.append(name)
         args = [str(directory / name) if a == DRAFT_GGUF else a for a in args]
     setting["flags"] = args

@@ -15,6 +15,8 @@ One record per engine (``skipsearch optimize --engine llama.cpp|vllm`` writes it
           args: [--spec-type, ngram-simple, ...]   # its flags; a self-draft's GGUF as DRAFT.gguf
           draft: null                      # the self-draft those flags load: f16, q8_0, q4_0, or none
                                            # (kind export: the profile's own draft, which its export writes)
+          draft_layers: [0, 1, 4, ...]     # only for a shallow self-draft: the decoder layers it keeps (a
+                                           # layer-skip draft as a GGUF of its own); absent: every layer
           concurrency: 1
           runs: 2                          # timed passes over every setting, the second in reverse order
           at_concurrency: [[2, 1.04], [4, 1.01]]   # the shipped setting over plain with 2, 4 requests in flight
@@ -64,6 +66,7 @@ DRAFTS = ("f16", "q8_0", "q4_0")  # the self-drafts a grid setting loads (bench/
 EXPORT = "export"  # the profile's own translation: its export writes its own draft file
 MAX_RUNS = 16
 MAX_ARGS = 64
+MAX_LAYERS = 1024
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class EngineRun:
     # (C, the shipped setting's worse-pass throughput over plain's with C requests in flight; 0.0: it differed or
     # failed there), for each concurrency C > 1 it was checked at: it ships only if at least 1.0 at every one
     at_concurrency: tuple[tuple[int, float], ...] = ()
+    # a shallow self-draft (``draft`` with only these decoder layers, in order); None: the draft keeps every layer
+    draft_layers: tuple[int, ...] | None = None
 
     @property
     def ships_plain(self) -> bool:
@@ -116,7 +121,7 @@ class EngineRun:
                  if self.ships_plain else f"{self.setting} ships at {self.speedup:.2f}x")
         if self.at_concurrency:
             ships += "; with several requests in flight, " + ", ".join(
-                f"{c}: {ratio:.2f}x" for c, ratio in self.at_concurrency) + " plain"
+                f"{c}: {ratio:.2f}x plain" if ratio else f"{c}: differed or failed" for c, ratio in self.at_concurrency)
         name = self.version if self.version.startswith(self.engine) else f"{self.engine} {self.version}"
         return (f"{name} on {self.hardware}, {self.workload}, target {self.target}: plain "
                 f"{plain} tokens/s over {self.runs} pass(es); {tried}; {ships}")
@@ -197,12 +202,20 @@ def engine_run_from_dict(raw: Any, engine: str, *, source: str) -> EngineRun:
         raise ProfileError(f"{source}: {path}.at_concurrency must list at most 8 [concurrency >= 2, speedup >= 0] "
                            "pairs")
     at_concurrency = tuple((int(c), float(r)) for c, r in pairs)
+    layers = raw.get("draft_layers")
+    if layers is not None:
+        if (draft is None or not isinstance(layers, list) or not 0 < len(layers) <= MAX_LAYERS
+                or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_LAYERS for i in layers)
+                or layers != sorted(set(layers))):
+            raise ProfileError(f"{source}: {path}.draft_layers must list the layers a shallow self-draft keeps "
+                               f"(ascending, distinct, 0 to {MAX_LAYERS - 1}), and only beside a draft")
+        layers = tuple(layers)
     best = _text(raw, "best_tried", path, source, optional=True)
     best_speedup = _number(raw, "best_tried_speedup", path, source, optional=True)
     if (best is None) != (best_speedup is None):
         raise ProfileError(f"{source}: {path}.best_tried and best_tried_speedup go together")
     return EngineRun(engine=engine, args=tuple(args), draft=draft, runs=runs, plain_tokens_per_s=plain,
-                     at_concurrency=at_concurrency,
+                     at_concurrency=at_concurrency, draft_layers=layers,
                      tokens_per_s=rates, identical=identical, prompts=prompts, best_tried=best,
                      best_tried_speedup=best_speedup,
                      concurrency=_number(raw, "concurrency", path, source, integer=True, least=1),
@@ -244,6 +257,8 @@ def engine_run_to_dict(run: EngineRun) -> dict:
         out[f.name] = [list(v) if isinstance(v, tuple) else v for v in value] if isinstance(value, tuple) else value
     if not out["at_concurrency"]:
         del out["at_concurrency"]  # a record checked at one concurrency, as every record before it
+    if out["draft_layers"] is None:
+        del out["draft_layers"]  # a self-draft of every layer, as every record before shallow drafts
     for key in ("plain_tokens_per_s", "tokens_per_s"):
         out[key] = [round(v, 2) for v in out[key]]
     for key in ("speedup", "best_tried_speedup"):
