@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from skipsearch.api.export import export_profile
 from skipsearch.bench import llamacpp as lp
+from skipsearch.bench import llamacpp_ggufs as lg
 from skipsearch.bench import llamacpp_search as ls
 from skipsearch.cli import app
 from skipsearch.config import ConfigError
@@ -278,10 +279,10 @@ def test_a_shallow_self_draft_keeps_only_its_layers_from_the_grid_to_the_record_
 
     sm, ckpt = bpe_sm
     kept = tuple(i for i in range(sm.num_layers) if i != 1)  # layer 1 dropped
-    shallow = lp.Shallow("q4_0", kept, sm.num_layers)
-    files = lp.write_shallow(sm, ckpt, [shallow], cache=tmp_path / "cache")
+    shallow = lg.Shallow("q4_0", kept, sm.num_layers)
+    files = lg.write_shallow(sm, ckpt, [shallow], cache=tmp_path / "cache")
     path = files[shallow]
-    assert path.name == shallow.file and path.parent == lp.gguf_cache(sm, cache=tmp_path / "cache")
+    assert path.name == shallow.file and path.parent == lg.gguf_cache(sm, cache=tmp_path / "cache")
     reader = gguf.GGUFReader(path)
     tensors = {t.name: t for t in reader.tensors}
     blocks = reader.fields["llama.block_count"] if "llama.block_count" in reader.fields else next(
@@ -324,7 +325,7 @@ def test_a_shallow_self_draft_keeps_only_its_layers_from_the_grid_to_the_record_
     out = gguf.GGUFReader(tmp_path / "out" / "draft-q4_0.gguf")
     assert {t.name for t in out.tensors} == set(tensors)  # the same shallow draft the search timed
     with pytest.raises(ConfigError, match="a shallow GGUF keeps 1 to"):
-        lp.write_shallow(sm, ckpt, [lp.Shallow("q4_0", (0, sm.num_layers), sm.num_layers)], cache=tmp_path / "c2")
+        lg.write_shallow(sm, ckpt, [lg.Shallow("q4_0", (0, sm.num_layers), sm.num_layers)], cache=tmp_path / "c2")
 
 
 @pytest.mark.parametrize("layers, fragment", [([3, 1], "ascending"), ([], "ascending"), ([-1], "ascending"),

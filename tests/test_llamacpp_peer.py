@@ -18,6 +18,7 @@ import torch
 from test_export import LLAMA_FLAGS, _bpe_checkpoint, _profile, check_llama
 
 from skipsearch.bench import llamacpp as lp
+from skipsearch.bench import llamacpp_ggufs as lg
 from skipsearch.bench import llamacpp_report as report
 from skipsearch.config import ConfigError
 from skipsearch.model.skippable import SkippableModel
@@ -307,8 +308,8 @@ def test_the_ggufs_are_written_once_per_weights(bpe_sm, tmp_path):
     import gguf
 
     sm, ckpt = bpe_sm
-    target, drafts = lp.write_ggufs(sm, ckpt, cache=tmp_path)
-    assert target.parent == lp.gguf_cache(sm, cache=tmp_path) and sm.weights_fingerprint in target.parent.name
+    target, drafts = lg.write_ggufs(sm, ckpt, cache=tmp_path)
+    assert target.parent == lg.gguf_cache(sm, cache=tmp_path) and sm.weights_fingerprint in target.parent.name
     assert set(drafts) == {"q8_0", "q4_0"}
     kinds = {name: {t.name: t.tensor_type.name for t in gguf.GGUFReader(p).tensors}
              for name, p in (("target", target), *drafts.items())}
@@ -316,11 +317,11 @@ def test_the_ggufs_are_written_once_per_weights(bpe_sm, tmp_path):
     for name, ggml in (("q8_0", "Q8_0"), ("q4_0", "Q4_0")):
         assert kinds[name]["blk.0.attn_q.weight"] == kinds[name]["output.weight"] == ggml
     stamps = {p: p.stat().st_mtime_ns for p in (target, *drafts.values())}
-    again = lp.write_ggufs(sm, ckpt, cache=tmp_path)
+    again = lg.write_ggufs(sm, ckpt, cache=tmp_path)
     assert again == (target, drafts) and {p: p.stat().st_mtime_ns for p in stamps} == stamps  # reused, not rewritten
     assert sorted(p.name for p in target.parent.iterdir()) == ["draft-q4_0.gguf", "draft-q8_0.gguf", "target-f32.gguf"]
     with pytest.raises(ConfigError, match="no GGUF self-draft 'q2_k'"):
-        lp.write_ggufs(sm, ckpt, drafts=("q2_k",), cache=tmp_path)
+        lg.write_ggufs(sm, ckpt, drafts=("q2_k",), cache=tmp_path)
 
 
 def test_the_whole_grid_runs_and_a_faster_differing_setting_is_not_chosen(fake_server, bpe_sm, tmp_path):
@@ -348,7 +349,7 @@ def test_the_whole_grid_runs_and_a_faster_differing_setting_is_not_chosen(fake_s
     assert export.args[:2] == ("--spec-type", "ngram-simple") and export.note == "exact"
     sent = _requests(tmp_path)
     models = {q["argv"][q["argv"].index("-m") + 1] for q in sent}
-    assert models == {str(lp.gguf_cache(sm, cache=tmp_path / "cache") / "target-f32.gguf")}  # one target for all
+    assert models == {str(lg.gguf_cache(sm, cache=tmp_path / "cache") / "target-f32.gguf")}  # one target for all
     assert res.target == "target-f32.gguf" and res.prompts == 2 and res.context == 256
     doc = report.result_to_dict(res)
     assert json.loads(json.dumps(doc)) == doc and doc["best"] == res.best
@@ -361,7 +362,7 @@ def test_only_the_kinds_asked_for_run(fake_server, bpe_sm, tmp_path):
                            reference=_reference([[3, 4, 5]], 4), checkpoint=ckpt, kinds=(lp.PLAIN,),
                            export_dirs=[tmp_path / "no-export"], cache=tmp_path / "cache", start_timeout=60)
     assert [r.setting.name for r in res.settings] == ["plain"] and res.settings[0].ok and res.best is None
-    assert [p.name for p in lp.gguf_cache(sm, cache=tmp_path / "cache").iterdir()] == ["target-f32.gguf"]
+    assert [p.name for p in lg.gguf_cache(sm, cache=tmp_path / "cache").iterdir()] == ["target-f32.gguf"]
     # no speculative setting ran, so the line says none was found equal only where some ran
     assert report.summary_line(res).endswith("plain " + report._f(res.settings[0].tokens_per_s, 1) + " tokens/s")
 
@@ -509,8 +510,8 @@ def test_an_int8_targets_llama_cpp_target_is_the_model_at_q8_0_written_from_its_
     ckpt = tmp_path / "ckpt"
     _bpe_checkpoint(ckpt)
     sm = load_model(str(ckpt), device="cpu", dtype="float32", precision="int8")
-    assert lp.target_type(sm) == "q8_0"
-    target, drafts = lp.write_ggufs(sm, ckpt, drafts=("q4_0",), cache=tmp_path / "cache")
+    assert lg.target_type(sm) == "q8_0"
+    target, drafts = lg.write_ggufs(sm, ckpt, drafts=("q4_0",), cache=tmp_path / "cache")
     assert target.name == "target-q8_0.gguf" and set(drafts) == {"q4_0"}
     kinds = {t.name: t.tensor_type.name for t in gguf.GGUFReader(target).tensors}
     assert kinds["blk.0.attn_q.weight"] == kinds["output.weight"] == "Q8_0"

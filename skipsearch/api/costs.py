@@ -254,23 +254,10 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
     from skipsearch.engine.measuring import calibration_context, measure_cost_profile
     from skipsearch.files.targets import COSTS, check_target
     from skipsearch.model.loader import load_model
-    from skipsearch.model.placement import choose_placement
-    from skipsearch.model.target import check_precision
 
-    if out:
-        check_target(out, COSTS, replace=force)
-    sizes = batch_sizes_option(batch_sizes)  # bad input fails before the model loads
-    choice = parse_schemes(schemes)  # an unknown scheme fails before the model loads
-    placed = choose_placement(device, dtype).device
-    if kernel != "auto":
-        from skipsearch.kernels import check_kernel, parse_kernel
-
-        check_kernel(parse_kernel(kernel), placed)  # before the model loads
-    # an unknown precision, int8 on a GPU or with --dtype bfloat16: before the model loads
-    check_precision(target_precision, device=None if placed == "auto" else placed, dtype=dtype)
-    if target_precision != NATIVE and random_weights:
-        raise ConfigError(f"--target-precision {target_precision} times the checkpoint's weights at that precision; "
-                          "--random-weights has none: leave one of them out")
+    sizes, choice = _checked_before_loading(out=out, force=force, batch_sizes=batch_sizes, schemes=schemes,
+                                            device=device, dtype=dtype, kernel=kernel,
+                                            target_precision=target_precision, random_weights=random_weights)
     if threads:
         torch.set_num_threads(threads)
     if random_weights:
@@ -320,6 +307,32 @@ def measure_cost_file(model: str, *, device: str, dtype: str, out: Path | None, 
             raise CostsInterrupted(cp, path, "the batched grid") from None
         cp = replace(cp, batched=grid)
     return cp, path
+
+
+def _checked_before_loading(*, out: Path | None, force: bool, batch_sizes: str | None, schemes: str | None,
+                            device: str, dtype: str, kernel: str, target_precision: str,
+                            random_weights: bool) -> tuple:
+    """``measure_cost_file``'s input, every part of it that can be wrong checked before the model loads: (the
+    batch sizes, the schemes chosen or None)."""
+    from skipsearch.files.targets import COSTS, check_target
+    from skipsearch.model.placement import choose_placement
+    from skipsearch.model.target import check_precision
+
+    if out:
+        check_target(out, COSTS, replace=force)
+    sizes = batch_sizes_option(batch_sizes)
+    choice = parse_schemes(schemes)  # an unknown scheme
+    placed = choose_placement(device, dtype).device
+    if kernel != "auto":
+        from skipsearch.kernels import check_kernel, parse_kernel
+
+        check_kernel(parse_kernel(kernel), placed)
+    # an unknown precision, int8 on a GPU or with --dtype bfloat16
+    check_precision(target_precision, device=None if placed == "auto" else placed, dtype=dtype)
+    if target_precision != NATIVE and random_weights:
+        raise ConfigError(f"--target-precision {target_precision} times the checkpoint's weights at that precision; "
+                          "--random-weights has none: leave one of them out")
+    return sizes, choice
 
 
 def _with_schemes(cp, measured: tuple):

@@ -170,6 +170,7 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
     """llama.cpp's grid in two passes, the chosen setting checked with requests in flight; (record, ranked,
     verdict, ())."""
     from skipsearch.bench import llamacpp as lp
+    from skipsearch.bench import llamacpp_ggufs as lg
     from skipsearch.bench import llamacpp_search as ls
     from skipsearch.checkpoints import find_checkpoint
     from skipsearch.engine.decoding import hf_generate
@@ -178,12 +179,12 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
     checkpoint = find_checkpoint(name).path
     # the fp32 model's greedy outputs: what an F32 target's outputs are checked against, and the tokens CLaSp's
     # DP picks the shallow self-drafts' layers on
-    source = lp.gguf_source(sm, checkpoint)
+    source = lg.gguf_source(sm, checkpoint)
     greedy = [hf_generate(source, x, max_new_tokens=s.max_new_tokens) for x in ids]
     shallow = ls.shallow_drafts(source, ids, greedy)
     passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
                                 checkpoint=checkpoint, profiles=exports, runs=s.runs, on_setting=on_setting,
-                                shallow=shallow, reference=greedy if lp.target_type(sm) == "f32" else None)
+                                shallow=shallow, reference=greedy if lg.target_type(sm) == "f32" else None)
     if passes and passes[-1].unavailable:
         raise ConfigError(passes[-1].unavailable)
     if not passes or passes[0].setting(lp.PLAIN) is None or passes[0].setting(lp.PLAIN).error:

@@ -212,7 +212,7 @@ class _Loader:
             sm, _ = open_model(profile=self.path, device="cpu", dtype="float32")
             checkpoint = find_checkpoint(self.prof.model.name).path
             if sm.target_precision != NATIVE:  # an engine's draft files are written from fp32 weights
-                from skipsearch.bench.llamacpp import gguf_source
+                from skipsearch.bench.llamacpp_ggufs import gguf_source
 
                 sm = gguf_source(sm, checkpoint)
             self.loaded = (sm, checkpoint)

@@ -39,15 +39,13 @@ command builds it from the llama.cpp vendored in llama-cpp-python's sdist (``bui
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
-import weakref
-import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from skipsearch.bench.llamacpp_ggufs import Shallow, gguf_source, target_type, write_ggufs, write_shallow
 from skipsearch.config import ConfigError
 from skipsearch.export.gguf_draft import DRAFT_SCHEMES
 from skipsearch.servers.llamacpp import Completion, LlamaCppError, complete, free_port, serving
@@ -55,7 +53,6 @@ from skipsearch.servers.llamacpp import Completion, LlamaCppError, complete, fre
 ENV = "SKIPSEARCH_LLAMA_SERVER"
 BINARY = "llama-server"
 FAMILY = "llama.cpp"  # the rows' family beside bench's "hf" and "skipsearch"
-GGUF_LAYOUT = 1  # the cache's layout: bump when the GGUFs written change (gguf_draft), so old ones are not reused
 
 PLAIN, DRAFT, NGRAM, BOTH, DEFAULT, EXPORT = "plain", "draft", "ngram-simple", "ngram+draft", "default", "export"
 KINDS = (PLAIN, DRAFT, NGRAM, BOTH, DEFAULT, EXPORT)
@@ -99,28 +96,6 @@ class Setting:
     def flags(self) -> str:
         """The flags for a row, GGUF paths shortened to their file names."""
         return " ".join(Path(a).name if a.endswith(".gguf") else a for a in self.args) or "(no --spec-type)"
-
-
-@dataclass(frozen=True)
-class Shallow:
-    """A shallow self-draft: the model's decoder layers ``layers`` (of ``of``), in order, at the GGML type ``draft``
-    (a key of ``DRAFT_SCHEMES``). llama.cpp loads it as a model of its own (``-md``): the layer-skip draft of
-    whole layers (``llamacpp_search.shallow_drafts`` picks them by CLaSp's dynamic program)."""
-
-    draft: str
-    layers: tuple[int, ...]
-    of: int
-
-    @property
-    def name(self) -> str:
-        """How a setting names it: ``q4_0 27/30`` (its type, the layers kept of the model's)."""
-        return f"{self.draft} {len(self.layers)}/{self.of}"
-
-    @property
-    def file(self) -> str:
-        """Its GGUF's name in the cache: the layer set's checksum tells two sets of one size apart."""
-        crc = zlib.crc32(",".join(map(str, self.layers)).encode()) & 0xFFFFFFFF
-        return f"draft-{self.draft}-{len(self.layers)}of{self.of}-{crc:08x}.gguf"
 
 
 def draft_args(gguf: str | os.PathLike, n_max: int) -> list[str]:
@@ -339,86 +314,6 @@ def first_difference(got: Sequence[int], want: Sequence[int]) -> int | None:
     return None if tuple(got) == tuple(want) else first(got, want)
 
 
-# -- the GGUFs ---------------------------------------------------------------------------------------------
-def gguf_cache(sm, *, cache: str | os.PathLike | None = None) -> Path:
-    """Where ``sm``'s GGUFs live: under skipsearch's cache, keyed by the weights' fingerprint."""
-    from skipsearch.checkpoints import cache_dir
-
-    root = Path(cache) if cache is not None else cache_dir() / "llama.cpp"
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(sm.name)).name)[:60] or "model"
-    return root / f"{stem}-{sm.weights_fingerprint}-v{GGUF_LAYOUT}"
-
-
-def target_type(sm) -> str:
-    """The GGUF type of llama.cpp's target for ``sm``: F32 for a native fp32 model (the same weights), Q8_0 for the
-    int8 target (model/target.py), the 8-bit model llama.cpp users run: the nearest llama.cpp has, not the same."""
-    return "q8_0" if getattr(sm, "target_precision", "native") == "int8" else "f32"
-
-
-_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # int8 target -> the fp32 model GGUFs come from
-
-
-def gguf_source(sm, checkpoint: str | os.PathLike):
-    """The model whose fp32 weights a GGUF is written from: ``sm`` itself, or for an int8 target (whose linears hold
-    int8 weights) the checkpoint loaded again in fp32, once per int8 target, released with it."""
-    if getattr(sm, "target_precision", "native") == "native":
-        return sm
-    if sm not in _SOURCES:
-        from skipsearch.model.loader import load_model
-
-        _SOURCES[sm] = load_model(str(checkpoint), device="cpu", dtype="float32")
-    return _SOURCES[sm]
-
-
-def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("q8_0", "q4_0"),
-                cache: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
-    """The target (``target_type``: all F32, or Q8_0) and each self-draft (``DRAFT_SCHEMES``) of ``sm``, written
-    once: a file already in the cache directory is reused. An int8 target's linears hold no fp32 weights: the
-    GGUFs are written from the checkpoint loaded again in fp32 (once per machine). Returns (target, {draft name:
-    path})."""
-    _check_drafts(drafts)
-    every = tuple(range(sm.num_layers))
-    if target_type(sm) == "q8_0":  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
-        target = _once(sm, checkpoint, cache, "target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
-    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32)
-        target = _once(sm, checkpoint, cache, "target-f32.gguf", scheme="fp16", quant_head=False, full_attn=every,
-                       full_mlp=every)
-    return target, {d: _once(sm, checkpoint, cache, f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True)
-                    for d in drafts}
-
-
-def write_shallow(sm, checkpoint: str | os.PathLike, shallow: Sequence[Shallow], *,
-                  cache: str | os.PathLike | None = None) -> dict[Shallow, Path]:
-    """Each shallow self-draft's GGUF (its kept layers at its type, the head too), written once as ``write_ggufs``
-    writes the others."""
-    _check_drafts([sh.draft for sh in shallow])
-    return {sh: _once(sm, checkpoint, cache, sh.file, scheme=DRAFT_SCHEMES[sh.draft], quant_head=True,
-                      layers=sh.layers) for sh in shallow}
-
-
-def _check_drafts(drafts: Sequence[str]) -> None:
-    unknown = [d for d in drafts if d not in DRAFT_SCHEMES]
-    if unknown:
-        raise ConfigError(f"no GGUF self-draft {unknown[0]!r}: use {', '.join(DRAFT_SCHEMES)}")
-
-
-def _once(sm, checkpoint: str | os.PathLike, cache: str | os.PathLike | None, name: str, **kwargs) -> Path:
-    """``name`` in ``sm``'s GGUF cache, written by ``gguf_draft`` with ``kwargs`` unless it is there already."""
-    from skipsearch.export.gguf_draft import write_draft_gguf
-
-    where = gguf_cache(sm, cache=cache)
-    where.mkdir(parents=True, exist_ok=True)
-    path = where / name
-    if not path.is_file():
-        partial = where / f".{name}.{os.getpid()}.partial"  # renamed into place whole
-        try:
-            write_draft_gguf(partial, gguf_source(sm, checkpoint), Path(checkpoint), **kwargs)
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
-    return path
-
-
 # -- running -----------------------------------------------------------------------------------------------
 def run_setting(server: str, target: str | os.PathLike, setting: Setting, prompt_ids: Sequence[Sequence[int]],
                 reference: Sequence[Sequence[int]], *, max_new_tokens: int, threads: int, context: int,
@@ -546,8 +441,7 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                           checked_against="HF greedy" if same_model else "llama.cpp's plain decoding of its target")
 
 
-__all__ = ["BINARY", "DRAFT_SCHEMES", "ENV", "FAMILY", "KINDS", "SPECULATIVE", "LlamaCppResult", "Setting", "Shallow",
+__all__ = ["BINARY", "DRAFT_SCHEMES", "ENV", "FAMILY", "KINDS", "SPECULATIVE", "LlamaCppResult", "Setting",
            "SettingResult", "choose_best", "context_size", "default_args", "draft_args", "export_setting",
-           "find_server", "first_difference", "gguf_cache", "gguf_source", "grid", "llamacpp_rows", "ngram_args",
-           "profile_setting", "run_setting", "server_command", "spec_args", "target_type", "write_ggufs",
-           "write_shallow"]
+           "find_server", "first_difference", "grid", "llamacpp_rows", "ngram_args", "profile_setting", "run_setting",
+           "server_command", "spec_args"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from skipsearch.bench import engine_rank as er
 from skipsearch.bench import llamacpp as lp
+from skipsearch.bench import llamacpp_ggufs as lg
 from skipsearch.bench.engine_rank import MARGIN, Ranked, choose
 from skipsearch.files.engine_runs import DRAFT_GGUF, EngineRun
 
@@ -58,7 +59,7 @@ def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
 
 def shallow_drafts(sm, prompt_ids: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *,
                    shares: Sequence[float] = SHALLOW, draft: str = SHALLOW_DRAFT,
-                   tokens_per_sequence: int = 16) -> tuple[lp.Shallow, ...]:
+                   tokens_per_sequence: int = 16) -> tuple[lg.Shallow, ...]:
     """The shallow self-drafts of ``sm``: for each share s, the model without the round(s x L) whole layers (never
     the first or the last) that CLaSp's static DP finds keep the final hidden state nearest the full model's, over
     ``tokens_per_sequence`` tokens of each prompt's ``continuations`` (its greedy output). One DP gives every
@@ -76,7 +77,7 @@ def shallow_drafts(sm, prompt_ids: Sequence[Sequence[int]], continuations: Seque
     for m in depths:
         if m < len(skip_sets):
             dropped = set(skip_sets[m])
-            out.append(lp.Shallow(draft, tuple(i for i in range(sm.num_layers) if i not in dropped), sm.num_layers))
+            out.append(lg.Shallow(draft, tuple(i for i in range(sm.num_layers) if i not in dropped), sm.num_layers))
     return tuple(out)
 
 
@@ -131,7 +132,7 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                     names: Collection[str] | None = None, concurrency: int = 1,
                     reference: Sequence[Sequence[int]] | None = None,
                     on_setting: Callable[[int, str, int, int], None] | None = None,
-                    shallow: Sequence[lp.Shallow] = (),
+                    shallow: Sequence[lg.Shallow] = (),
                     ) -> tuple[lp.LlamaCppResult, ...]:
     """``runs`` passes of the whole grid (each shallow self-draft of ``shallow`` too, and each profile's export) on
     ``prompt_ids``, odd passes reversed;
@@ -140,7 +141,7 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
     pass's plain decoding). ``on_setting(pass, name, index, total)`` opens each setting. A pass that could not run
     (its ``unavailable``) ends the search with it."""
     passes: list[lp.LlamaCppResult] = []
-    if reference is None and lp.target_type(sm) == "f32":
+    if reference is None and lg.target_type(sm) == "f32":
         from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]

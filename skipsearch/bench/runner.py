@@ -278,8 +278,6 @@ def bench(
     adds the llama.cpp peer and ``vllm`` the vLLM peer, after every timed round (``llamacpp_bench``,
     ``vllm_bench``). ``batched`` adds the section by batch size (``bench.batched``), timed after the main rounds on
     the same prompts; what it refuses, it refuses first."""
-    from skipsearch.hardware import Environment
-
     _check_request(peers, prompts, profiles)
     t0 = timing.now(sm.device)
     # 0. encode once: every method decodes exactly these ids; a prompt that cannot fit the model's context with
@@ -327,10 +325,14 @@ def bench(
         n_prompts=len(prompts), max_new_tokens=max_new_tokens, repeats=repeats, threads=torch.get_num_threads(),
         kernel=sm.kernel.label, sweep_prompts=len(sweep_ids), memory_kind=memory_probe(sm.device).kind,
         precision=getattr(sm, "target_precision", "native"))
+    return BenchReport(settings=settings, environment=_environment(sm), rows=rows, categories=categories,
+                       sweeps=tuple(sweeps), prompts=per_prompt, wall_seconds=timing.now(sm.device) - t0,
+                       llama=llama_result, llama_sweep=llama_sweep, batched=section, vllm=vllm_result)
+
+
+def _environment(sm: SkippableModel) -> tuple:
+    """The report's environment: every field of ``hardware.Environment`` for ``sm``'s device, as (key, value)."""
+    from skipsearch.hardware import Environment
+
     env = Environment.current(str(sm.device))
-    return BenchReport(
-        settings=settings, environment=tuple((k, getattr(env, k)) for k in env.__dataclass_fields__),
-        rows=rows, categories=categories, sweeps=tuple(sweeps), prompts=per_prompt,
-        wall_seconds=timing.now(sm.device) - t0, llama=llama_result, llama_sweep=llama_sweep, batched=section,
-        vllm=vllm_result,
-    )
+    return tuple((k, getattr(env, k)) for k in env.__dataclass_fields__)

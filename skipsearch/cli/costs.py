@@ -73,34 +73,15 @@ def costs_command(
     from skipsearch.api.costs import CostsInterrupted, measure_cost_file, model_cost_file
 
     warnings_to_stderr()
-    source = ctx.get_parameter_source("kernel")
-    kernel_given = source is not None and source.name == "COMMANDLINE"
     model = model or DEFAULT_MODEL
-    if repeats is not None:
-        renamed("costs --repeats", "--samples")
-        samples = repeats
-    if kernel == "auto" and kernel_given:  # costs' old auto, the timed choice: fastest now
-        renamed("costs --kernel auto (the timed choice)", "--kernel fastest")
-        kernel = "fastest"
-    # auto: a cost file reads no profile, so eager; fastest: measure_cost_profile's timed choice (its "auto")
-    kernel = {"auto": "eager", "fastest": "auto"}.get(kernel, kernel)
-    if max_new_tokens < 2:
-        with user_errors():
-            raise ConfigError(f"--max-new-tokens must be >= 2 for costs (the context is the first calibration prompt "
-                              f"plus half as many generated tokens), got {max_new_tokens}")
     figures = dict(bandwidth_gb_s=bandwidth, tflops=tflops, efficiency=efficiency, launch_us=launch_us,
                    context_tokens=context_tokens)
     command = shlex.join(["skipsearch", *sys.argv[1:]])
-    modelled = roofline is not None or any(v is not None for k, v in figures.items()
-                                           if k != "context_tokens" or not random_weights)
-    if modelled and random_weights:
-        with user_errors():
-            raise ConfigError("--random-weights times a model; --roofline and its figures model one: use one of them")
-    precision = options.precision_of(target_precision, "native")
-    if modelled and precision != "native":
-        with user_errors():
-            raise ConfigError(f"--target-precision {precision} is timed on the checkpoint's weights at that "
-                              "precision; --roofline and its figures model the native target only")
+    with user_errors():
+        kernel, samples, precision, modelled = _flags(ctx, kernel=kernel, samples=samples, repeats=repeats,
+                                                      max_new_tokens=max_new_tokens, roofline=roofline,
+                                                      figures=figures, random_weights=random_weights,
+                                                      target_precision=target_precision)
     if modelled:  # modelled: nothing is timed
         with user_errors():
             cp, path = model_cost_file(roofline, model=model, device=device, dtype=dtype, out=out, force=force,
@@ -127,3 +108,30 @@ def costs_command(
         save_costs_checked(cp, path, replace=force)
     typer.echo(cp.describe())
     typer.echo(f"wrote {path} ({cp.run.seconds:.1f} s)")
+
+
+def _flags(ctx: typer.Context, *, kernel: str, samples: int, repeats: int | None, max_new_tokens: int,
+           roofline: str | None, figures: dict, random_weights: bool, target_precision: str) -> tuple:
+    """``costs``' flags as the library takes them, old names said once, contradictions one line each: (the kernel,
+    the samples, the target precision, whether the file is modelled rather than timed)."""
+    source = ctx.get_parameter_source("kernel")
+    if repeats is not None:
+        renamed("costs --repeats", "--samples")
+        samples = repeats
+    if kernel == "auto" and source is not None and source.name == "COMMANDLINE":  # the old timed choice
+        renamed("costs --kernel auto (the timed choice)", "--kernel fastest")
+        kernel = "fastest"
+    # auto: a cost file reads no profile, so eager; fastest: measure_cost_profile's timed choice (its "auto")
+    kernel = {"auto": "eager", "fastest": "auto"}.get(kernel, kernel)
+    if max_new_tokens < 2:
+        raise ConfigError(f"--max-new-tokens must be >= 2 for costs (the context is the first calibration prompt "
+                          f"plus half as many generated tokens), got {max_new_tokens}")
+    modelled = roofline is not None or any(v is not None for k, v in figures.items()
+                                           if k != "context_tokens" or not random_weights)
+    if modelled and random_weights:
+        raise ConfigError("--random-weights times a model; --roofline and its figures model one: use one of them")
+    precision = options.precision_of(target_precision, "native")
+    if modelled and precision != "native":
+        raise ConfigError(f"--target-precision {precision} is timed on the checkpoint's weights at that "
+                          "precision; --roofline and its figures model the native target only")
+    return kernel, samples, precision, modelled

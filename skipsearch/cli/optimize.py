@@ -16,62 +16,73 @@ from skipsearch.config import ConfigError
 from skipsearch.files.bounds import MAX_DRAFT_TOKENS
 from skipsearch.model.loader import DEFAULT_MODEL
 
+# the command's own options (those several commands share are in options.py)
+Strategy = Annotated[str, typer.Option(help="Search strategy.")]  # its help lists the registered strategies
+Budget = Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")]
+Shortlist = Annotated[int, typer.Option(help="Candidates timed after a surrogate search.")]
+MaxK = Annotated[int, typer.Option(max=MAX_DRAFT_TOKENS, help="Largest max_draft_tokens searched (>= 1; the "
+                                                              "engine's limit above).")]
+MaxSkipRatio = Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite,
+                                             help="Most of the 2L sublayers a draft may skip.")]
+ProtectEnds = Annotated[bool, typer.Option(help="Never skip the first or last layer.")]
+Study = Annotated[str | None, typer.Option(help="Study directory (SQLite inside); default studies/<model>-<strategy>.")]
+Out = Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml; with --engine, "
+                                               "<profile or model>-<engine>.yaml).")]
+Force = Annotated[bool, typer.Option(help="Replace the profile at --out (the study's own default path is replaced as "
+                                          "it resumes); another kind of file is never replaced.")]
+WarmStart = Annotated[list[str] | None, typer.Option(
+    help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")]
+Costs = Annotated[str | None, typer.Option(
+    help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), no new "
+         "trials.")]
+TimeShortlist = Annotated[bool, typer.Option(
+    help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")]
+Engine = Annotated[str | None, typer.Option(
+    help="Search a serving engine's own speculative settings on its own server instead (llama.cpp, vllm): each "
+         "timed against the engine's plain decoding in two passes, outputs checked against HF greedy; the profile "
+         "records what it measured, and export --engine writes it.")]
+EngineProfile = Annotated[str | None, typer.Option(
+    help="With --engine: the profile to add the engine's record to (its own export joins the settings timed); "
+         "default: a plain profile of --model.")]
+Concurrency = Annotated[str, typer.Option(
+    help="With --engine: requests in flight at once the chosen setting is checked at against plain (comma list; 1 "
+         "is where the grid is timed); it ships only if at least as fast at every one. vLLM times its whole grid "
+         "at each and ships a draft length per batch size.")]
+
 
 @with_strategy_flags  # a flag for each option the registered strategies declare, in panels named after them
 def optimize(
     model: options.Model = None,
-    # its help lists the registered strategies (with_strategy_flags)
-    strategy: Annotated[str, typer.Option(help="Search strategy.")] = "tpe",
-    budget: Annotated[int, typer.Option(help="Trials in the study (over all workers and resumed runs).")]
-    = 100,
+    strategy: Strategy = "tpe",
+    budget: Budget = 100,
     dataset: options.Dataset = options.DATASET,
     n_prompts: options.NPrompts = options.N_PROMPTS,
     max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
     objective: options.Objective = "auto",
-    shortlist: Annotated[int, typer.Option(help="Candidates timed after a surrogate search.")] = 5,
+    shortlist: Shortlist = 5,
     repeats: options.Repeats = options.REPEATS,
-    max_k: Annotated[int, typer.Option(max=MAX_DRAFT_TOKENS, help="Largest max_draft_tokens searched (>= 1; the "
-                                                                   "engine's limit above).")] = 8,
-    max_skip_ratio: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite,
-                                                  help="Most of the 2L sublayers a draft may skip.")] = 0.5,
-    protect_ends: Annotated[bool, typer.Option(help="Never skip the first or last layer.")] = True,
-    study: Annotated[
-        str | None, typer.Option(help="Study directory (SQLite inside); default studies/<model>-<strategy>.")
-    ] = None,
+    max_k: MaxK = 8,
+    max_skip_ratio: MaxSkipRatio = 0.5,
+    protect_ends: ProtectEnds = True,
+    study: Study = None,
     storage: options.Storage = None,
     study_name: options.StudyName = None,
-    out: Annotated[Path | None, typer.Option(help="Profile to write (default <study>/best.yaml; with --engine, "
-                                                  "<profile or model>-<engine>.yaml).")] = None,
-    force: Annotated[bool, typer.Option(help="Replace the profile at --out (the study's own default path is "
-                                             "replaced as it resumes); another kind of file is never replaced.")]
-    = False,
-    warm_start: Annotated[
-        list[str] | None, typer.Option(help="A profile whose draft config is tried first (repeatable), e.g. CLaSp's.")
-    ] = None,
+    out: Out = None,
+    force: Force = False,
+    warm_start: WarmStart = None,
     seed: options.Seed = options.SEED,
     device: options.Device = options.DEVICE,
     dtype: options.DType = options.DTYPE,
     target_precision: options.TargetPrecision = options.TARGET_PRECISION,
-    costs: Annotated[str | None, typer.Option(
-        help="With --budget 0: re-rank the study's evaluated configs under this cost file (skipsearch costs), "
-             "no new trials.")] = None,
-    time_shortlist: Annotated[bool, typer.Option(
-        help="With --costs: time the --shortlist best re-ranked configs here, against plain decoding.")] = False,
+    costs: Costs = None,
+    time_shortlist: TimeShortlist = False,
     kernel: options.Kernel = options.KERNEL,
     threads: options.Threads = None,
-    engine: Annotated[str | None, typer.Option(
-        help="Search a serving engine's own speculative settings on its own server instead (llama.cpp, vllm): "
-             "each timed against the engine's plain decoding in two passes, outputs checked against HF greedy; the "
-             "profile records what it measured, and export --engine writes it.")] = None,
-    profile: Annotated[str | None, typer.Option(
-        help="With --engine: the profile to add the engine's record to (its own export joins the settings "
-             "timed); default: a plain profile of --model.")] = None,
+    engine: Engine = None,
+    profile: EngineProfile = None,
     llama_server: options.LlamaServer = None,
     vllm_python: options.VllmPython = None,
-    concurrency: Annotated[str, typer.Option(
-        help="With --engine: requests in flight at once the chosen setting is checked at against plain (comma "
-             "list; 1 is where the grid is timed); it ships only if at least as fast at every one. vLLM times its "
-             "whole grid at each and ships a draft length per batch size.")] = "1,2,4",
+    concurrency: Concurrency = "1,2,4",
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
 ) -> None:
     """Search draft candidates with a timed objective and write the best as a profile."""
@@ -83,27 +94,11 @@ def optimize(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
         if engine is not None or profile is not None or llama_server is not None or vllm_python is not None:
-            if engine is None:
-                raise ConfigError("--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
-            for flag, given, own in (("--llama-server", llama_server, "llama.cpp"), ("--vllm-python", vllm_python,
-                                                                                       "vllm")):
-                if given is not None and engine != own:
-                    raise ConfigError(f"{flag} goes with --engine {own}, not --engine {engine}")
-            if costs is not None or study is not None or storage is not None:
-                raise ConfigError("--engine times the engine's own settings, with no study: drop --costs, --study "
-                                  "and --storage")
-            _at_least_one((("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens)))
-            try:
-                levels = tuple(sorted({int(c) for c in concurrency.split(",") if c.strip()}))
-            except ValueError:
-                raise ConfigError(f"--concurrency takes a comma list of integers, got {concurrency!r}") from None
-            name = model or DEFAULT_MODEL
-            return _print_engine(_engine_search(api.EngineSearchSettings(
-                engine=engine, out=out or Path(f"{Path(profile).stem if profile else name}-{engine}.yaml"),
-                model=model, profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
-                seed=seed, threads=threads, server=llama_server, vllm_python=vllm_python, force=force,
-                concurrency=levels,
-                target_precision=options.precision_of(target_precision))), replace=force)
+            return _print_engine(_engine_search(_engine_settings(
+                engine, profile=profile, llama_server=llama_server, vllm_python=vllm_python,
+                study_flags=(costs, study, storage), model=model, out=out, dataset=dataset, n_prompts=n_prompts,
+                max_new_tokens=max_new_tokens, seed=seed, threads=threads, force=force, concurrency=concurrency,
+                target_precision=target_precision)), replace=force)
         # 1. the options: which job (a search, or re-ranking a study: --budget 0 --costs), and their values
         rerank = costs is not None or budget == 0
         if rerank and (costs is None or budget != 0):
@@ -129,6 +124,33 @@ def optimize(
         if rerank:
             return _print_reranked(_rerank(settings), costs=costs, shortlist=shortlist, replace=replace)
         _print_searched(_search(settings), replace=replace)
+
+
+def _engine_settings(engine: str | None, *, profile, llama_server, vllm_python, study_flags, model, out, dataset,
+                     n_prompts, max_new_tokens, seed, threads, force, concurrency, target_precision):
+    """``optimize --engine``'s flags as ``api.EngineSearchSettings``; a flag that does not go with them is one
+    line."""
+    from skipsearch import api
+
+    if engine is None:
+        raise ConfigError("--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
+    for flag, given, own in (("--llama-server", llama_server, "llama.cpp"), ("--vllm-python", vllm_python, "vllm")):
+        if given is not None and engine != own:
+            raise ConfigError(f"{flag} goes with --engine {own}, not --engine {engine}")
+    if any(v is not None for v in study_flags):
+        raise ConfigError("--engine times the engine's own settings, with no study: drop --costs, --study and "
+                          "--storage")
+    _at_least_one((("--n-prompts", n_prompts), ("--max-new-tokens", max_new_tokens)))
+    try:
+        levels = tuple(sorted({int(c) for c in concurrency.split(",") if c.strip()}))
+    except ValueError:
+        raise ConfigError(f"--concurrency takes a comma list of integers, got {concurrency!r}") from None
+    name = model or DEFAULT_MODEL
+    return api.EngineSearchSettings(
+        engine=engine, out=out or Path(f"{Path(profile).stem if profile else name}-{engine}.yaml"), model=model,
+        profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed,
+        threads=threads, server=llama_server, vllm_python=vllm_python, force=force, concurrency=levels,
+        target_precision=options.precision_of(target_precision))
 
 
 def _search(settings):

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from skipsearch.bench import llamacpp as lp
+from skipsearch.bench import llamacpp_ggufs as lg
 from skipsearch.bench import llamacpp_search as ls
 from skipsearch.checkpoints import find_checkpoint
 from skipsearch.data import context_of, encode_all_within, load_prompts
@@ -75,8 +76,8 @@ def main() -> None:
     prompts = load_prompts("mtbench,humaneval", split="calib", n=6, seed=0)
     ids = encode_all_within(sm.tokenizer, prompts, context=context_of(sm.hf.config), max_new_tokens=64)
     greedy = [hf_generate(sm, x, max_new_tokens=64) for x in ids]
-    target, drafts = lp.write_ggufs(sm, checkpoint)
-    shallow = lp.write_shallow(sm, checkpoint, ls.shallow_drafts(sm, ids, greedy))
+    target, drafts = lg.write_ggufs(sm, checkpoint)
+    shallow = lg.write_shallow(sm, checkpoint, ls.shallow_drafts(sm, ids, greedy))
     prompt, extra = list(ids[0]), list(greedy[0])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
