@@ -324,7 +324,7 @@ def test_a_shallow_self_draft_keeps_only_its_layers_from_the_grid_to_the_record_
     assert written.setting["draft_gguf"]["layers"] == list(kept)
     out = gguf.GGUFReader(tmp_path / "out" / "draft-q4_0.gguf")
     assert {t.name for t in out.tensors} == set(tensors)  # the same shallow draft the search timed
-    with pytest.raises(ConfigError, match="a shallow GGUF keeps 1 to"):
+    with pytest.raises(ConfigError, match="a shallow draft keeps 1 to"):
         lg.write_shallow(sm, ckpt, [lg.Shallow("q4_0", (0, sm.num_layers), sm.num_layers)], cache=tmp_path / "c2")
 
 
@@ -361,3 +361,32 @@ def test_the_shallow_drafts_drop_the_dp_s_layers_never_the_ends(real_sm, encode_
     for d in drafts:
         assert d.of == n and d.draft == ls.SHALLOW_DRAFT and d.layers[0] == 0 and d.layers[-1] == n - 1
         assert list(d.layers) == sorted(set(d.layers))
+
+
+def test_a_shallow_checkpoint_is_the_model_without_its_dropped_layers(bpe_sm, tmp_path):  # noqa: F811
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skipsearch.export.shallow import write_shallow_checkpoint
+
+    sm, ckpt = bpe_sm
+    kept = tuple(i for i in range(sm.num_layers) if i != 1)
+    info = write_shallow_checkpoint(tmp_path / "shallow", sm, ckpt, kept)
+    assert info["layers"] == list(kept) and info["of"] == sm.num_layers
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "shallow", dtype=torch.float32)
+    assert loaded.config.num_hidden_layers == len(kept)
+    assert (tmp_path / "shallow" / "tokenizer.json").is_file()  # the model's tokenizer beside it
+    # the same logits as the model itself with that layer taken out
+    cut = copy.deepcopy(sm.hf)
+    cut.model.layers = torch.nn.ModuleList([cut.model.layers[i] for i in kept])
+    for j, layer in enumerate(cut.model.layers):
+        layer.self_attn.layer_idx = j
+    cut.config.num_hidden_layers = len(kept)
+    ids = torch.tensor([[3, 4, 5, 9, 9, 8]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, cut(ids).logits)
+        assert not torch.equal(loaded(ids).logits, sm.hf(ids).logits)  # the dropped layer mattered
+    with pytest.raises(ConfigError, match="a shallow draft keeps 1 to"):
+        write_shallow_checkpoint(tmp_path / "bad", sm, ckpt, ())

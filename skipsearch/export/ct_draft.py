@@ -21,14 +21,12 @@ from pathlib import Path
 from skipsearch.config import ConfigError
 from skipsearch.export import shapes as sh
 from skipsearch.export.base import Gap, plain
+from skipsearch.export.shallow import BESIDE
 from skipsearch.profile import Profile
 
 # scheme -> (bits, compressed-tensors strategy, group size)
 SCHEMES = {"int8": (8, "channel", None), "int4": (4, "group", 32)}
 FORMAT = "pack-quantized"
-# what a model directory carries besides its weights and config, copied from the checkpoint when present
-_BESIDE = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-           "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 
@@ -175,7 +173,7 @@ def write_draft_checkpoint(directory: Path, sm, checkpoint: Path, *, scheme: str
     config = hf.config.to_dict()
     config["quantization_config"] = json.loads(qcfg.model_dump_json(exclude_none=False))
     write_atomic(directory / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name in _BESIDE:
+    for name in BESIDE:
         if (Path(checkpoint) / name).is_file():
             shutil.copyfile(Path(checkpoint) / name, directory / name)
     return {"format": f"compressed-tensors {FORMAT}", "scheme": scheme, "bits": bits, "strategy": strategy,

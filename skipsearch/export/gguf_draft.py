@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from skipsearch.config import ConfigError
+from skipsearch.export.shallow import shallow_layers
 
 # scheme -> (GGML tensor type, GGUF file type): the llama.cpp type nearest each scheme. int8 is per-row int8 in
 # skipsearch (torchao) and blocks of 32 with an fp16 scale in Q8_0; int4 is groups of 32 on a CPU and Q4_0 blocks
@@ -102,18 +103,6 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
     return out
 
 
-def shallow_layers(layers: Sequence[int] | None, num_layers: int) -> tuple[int, ...]:
-    """The decoder layers a GGUF keeps: every one by default, else ``layers`` checked (each in range, at least
-    one) and sorted."""
-    if layers is None:
-        return tuple(range(num_layers))
-    kept = tuple(sorted(set(layers)))
-    if not kept or kept[0] < 0 or kept[-1] >= num_layers:
-        raise ConfigError(f"a shallow GGUF keeps 1 to {num_layers} of the model's layers 0..{num_layers - 1}, "
-                          f"not {list(layers)}")
-    return kept
-
-
 def _metadata(writer, cfg, arch: str, *, name: str, file_type, blocks: int) -> None:
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta") or getattr(cfg, "rope_theta", 10000.0)
@@ -164,4 +153,4 @@ def _tokenizer(writer, checkpoint: Path, *, vocab_size: int) -> None:
     SpecialVocab(checkpoint, load_merges=vocab.tokenizer_model == "gpt2", n_vocab=len(tokens)).add_to_gguf(writer)
 
 
-__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "reorder_rotary", "shallow_layers", "write_draft_gguf"]
+__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "reorder_rotary", "write_draft_gguf"]
