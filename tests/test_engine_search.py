@@ -390,3 +390,60 @@ def test_a_shallow_checkpoint_is_the_model_without_its_dropped_layers(bpe_sm, tm
         assert not torch.equal(loaded(ids).logits, sm.hf(ids).logits)  # the dropped layer mattered
     with pytest.raises(ConfigError, match="a shallow draft keeps 1 to"):
         write_shallow_checkpoint(tmp_path / "bad", sm, ckpt, ())
+
+
+def test_a_setting_that_can_no_longer_ship_is_not_timed_again_and_keeps_its_first_figure():
+    first = _result({"plain": 100.0, "ngram a": 110.0, "ngram b": 101.0, "ngram c": 150.0}, differs=("ngram c",))
+    assert ls.in_reach(first, 1.03) == {"plain", "ngram a"}  # b under the margin, c differed: neither can ship
+    assert ls.in_reach(first, 1.2) == {"plain"}
+    second = _result({"plain": 90.0, "ngram a": 99.0})  # what a pass of the settings still in reach times
+    ranked = ls.rank((first, second))
+    by = {r.name: r for r in ranked}
+    assert by["ngram a"].speedups == pytest.approx((1.10, 1.10)) and by["ngram a"].error is None
+    assert by["ngram b"].speedups == pytest.approx((1.01,)) and by["ngram b"].clean  # its first pass's figure
+    assert not by["ngram c"].clean
+    assert [r.name for r in ranked][:3] == ["plain", "ngram a", "ngram b"]
+    ships, best = ls.choose(ranked)
+    assert ships.name == best.name == "ngram a"
+    # nothing within the margin: plain ships, and the fastest identical setting is named with its one figure
+    ranked = ls.rank((_result({"plain": 100.0, "ngram b": 101.0}), _result({"plain": 95.0})))
+    ships, best = ls.choose(ranked)
+    assert ships is None and best.name == "ngram b" and best.worst == pytest.approx(1.01)
+
+
+def test_the_second_pass_times_only_what_can_still_ship(fake_server, bpe_sm, tmp_path, monkeypatch):  # noqa: F811
+    sm, ckpt = bpe_sm
+    prompts = [[3, 4, 5, 3, 4], [9, 9, 8]]
+    monkeypatch.setenv("FAKE_ANSWERS", str(_answers(sm, prompts, 6, tmp_path / "answers.json")))
+    passes = ls.search_llamacpp(sm, prompts, max_new_tokens=6, threads=1, server=str(fake_server), checkpoint=ckpt,
+                                runs=2, n_max=(2,), ngram_n=(3,), drafts=("q8_0",), cache=tmp_path / "cache",
+                                start_timeout=60, margin=1.03)
+    first = {r.setting.name for r in passes[0].settings}
+    second = {r.setting.name for r in passes[1].settings}
+    assert second == ls.in_reach(passes[0], 1.03) and "plain" in second and second < first
+    assert not any(n.startswith("draft q8_0") for n in second)  # they differed in the first pass
+    by = {r.name: r for r in ls.rank(passes)}
+    assert len(by["draft q8_0 n=2"].speedups) == 1 and not by["draft q8_0 n=2"].clean
+    ships, _ = ls.choose(ls.rank(passes))
+    assert ships is not None and len(ships.speedups) == 2  # what ships was timed in both passes
+    # nothing in reach after the first pass: no second pass
+    nothing = ls.search_llamacpp(sm, prompts, max_new_tokens=6, threads=1, server=str(fake_server),
+                                 checkpoint=ckpt, runs=2, n_max=(2,), ngram_n=(3,), drafts=("q8_0",),
+                                 cache=tmp_path / "cache", start_timeout=60, margin=100.0)
+    assert len(nothing) == 1
+
+
+def test_the_table_says_which_settings_ran_the_first_pass_only(bpe_sm, tmp_path, capsys):  # noqa: F811
+    from skipsearch.api.engine_search import EngineSearched
+    from skipsearch.cli.optimize import _print_engine
+
+    sm, _ = bpe_sm
+    passes = (_result({"plain": 100.0, "ngram a": 110.0, "ngram b": 101.0}), _result({"plain": 90.0, "ngram a": 99.0}))
+    ranked = ls.rank(passes)
+    run = ls.engine_run(passes, ranked, version="v", hardware="h", workload="w")
+    profile = with_engine_run(_profile(sm, "ngram", min_n=3, max_n=3), run)
+    _print_engine(EngineSearched(profile, tmp_path / "p.yaml", run, ranked, "verdict"), replace=False)
+    lines = {line.split()[0] + " " + line.split()[1]: line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("ngram")}
+    assert lines["ngram b"].endswith("[first pass only: it could not ship]") and "101.0 " in lines["ngram b"]
+    assert "first pass only" not in lines["ngram a"] and "110.0/99.0" in lines["ngram a"]

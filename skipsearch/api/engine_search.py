@@ -184,7 +184,8 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
     shallow = ls.shallow_drafts(source, ids, greedy)
     passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
                                 checkpoint=checkpoint, profiles=exports, runs=s.runs, on_setting=on_setting,
-                                shallow=shallow, reference=greedy if lg.target_type(sm) == "f32" else None)
+                                shallow=shallow, reference=greedy if lg.target_type(sm) == "f32" else None,
+                                margin=s.margin)
     if passes and passes[-1].unavailable:
         raise ConfigError(passes[-1].unavailable)
     if not passes or passes[0].setting(lp.PLAIN) is None or passes[0].setting(lp.PLAIN).error:

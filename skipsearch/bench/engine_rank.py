@@ -74,8 +74,13 @@ def rank(passes: Sequence[Sequence[Timed]]) -> tuple[Ranked, ...]:
         identical = min((r.identical for r in runs if r is not None), default=0)
         out.append(Ranked(name, first.kind, first.flags, first.draft, speedups, rates, identical, first.prompts,
                           error, first.draft_layers))
-    plain_first = [r for r in out if r.kind == PLAIN]
-    rest = sorted((r for r in out if r.kind != PLAIN), key=lambda r: (not r.clean, -(r.worst or 0.0)))
+    return ordered(out)
+
+
+def ordered(rows: Sequence[Ranked]) -> tuple[Ranked, ...]:
+    """Plain first, then the clean settings fastest first (by their worse pass), then the rest."""
+    plain_first = [r for r in rows if r.kind == PLAIN]
+    rest = sorted((r for r in rows if r.kind != PLAIN), key=lambda r: (not r.clean, -(r.worst or 0.0)))
     return (*plain_first, *rest)
 
 
@@ -93,4 +98,4 @@ def ratio(ranked: Sequence[Ranked], name: str) -> float:
     return round(r.worst, 4) if r is not None and r.clean and r.worst is not None else 0.0
 
 
-__all__ = ["MARGIN", "PLAIN", "Ranked", "Timed", "choose", "rank", "ratio"]
+__all__ = ["MARGIN", "PLAIN", "Ranked", "Timed", "choose", "ordered", "rank", "ratio"]

@@ -16,6 +16,9 @@ to drop chosen by CLaSp's dynamic program (``methods/clasp_dynamic/dp.py``) on t
 A setting ships only if it stayed identical on every prompt of every pass and beat plain by ``margin`` (3%) in
 every pass, its speedup being the worse pass's ratio of its tokens/s (prefill included: a draft model prefills too)
 to plain's in the same pass. Where none does, plain ships, and the record says what was fastest and by how much.
+So a setting that differed, failed or fell short of the margin in one pass can no longer ship: with ``margin``
+given, later passes time only plain and the settings still in reach (``in_reach``), and the others keep their
+first pass's figure (``rank``).
 """
 
 from __future__ import annotations
@@ -50,11 +53,29 @@ def _flags(setting: lp.Setting) -> tuple[str, ...]:
     return tuple(DRAFT_GGUF if a.endswith(".gguf") else a for a in setting.args)
 
 
+def _timed(r: lp.SettingResult, prompts: int) -> er.Timed:
+    return er.Timed(r.setting.name, r.setting.kind, _flags(r.setting), _draft_of(r.setting), r.throughput,
+                    r.identical, prompts, r.error, r.setting.draft_layers)
+
+
 def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
-    """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next."""
-    return er.rank([[er.Timed(r.setting.name, r.setting.kind, _flags(r.setting), _draft_of(r.setting), r.throughput,
-                              r.identical, p.prompts, r.error, r.setting.draft_layers) for r in p.settings]
-                     for p in passes])
+    """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next. A
+    setting the later passes left out (``in_reach``: it could no longer ship) keeps its first pass's figure."""
+    ranked = er.rank([[_timed(r, p.prompts) for r in p.settings] for p in passes])
+    later = {r.setting.name for p in passes[1:] for r in p.settings}
+    if len(passes) < 2 or not later:
+        return ranked
+    alone = {r.name: r for r in er.rank([[_timed(r, passes[0].prompts) for r in passes[0].settings]])}
+    return er.ordered([alone[r.name] if r.name not in later and r.kind != lp.PLAIN else r for r in ranked])
+
+
+def in_reach(result: lp.LlamaCppResult, margin: float) -> set[str]:
+    """The settings of a pass that can still ship: plain, and each that ran every prompt identically to the
+    reference at ``margin`` times plain's tokens/s or more (a setting ships on its worse pass)."""
+    plain = result.setting(lp.PLAIN)
+    base = plain.throughput if plain is not None and not plain.error else None
+    return {lp.PLAIN} | {r.setting.name for r in result.settings
+                         if r.setting.kind != lp.PLAIN and base and r.ok and (r.throughput or 0.0) >= margin * base}
 
 
 def shallow_drafts(sm, prompt_ids: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *,
@@ -132,23 +153,25 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                     names: Collection[str] | None = None, concurrency: int = 1,
                     reference: Sequence[Sequence[int]] | None = None,
                     on_setting: Callable[[int, str, int, int], None] | None = None,
-                    shallow: Sequence[lg.Shallow] = (),
+                    shallow: Sequence[lg.Shallow] = (), margin: float | None = None,
                     ) -> tuple[lp.LlamaCppResult, ...]:
     """``runs`` passes of the whole grid (each shallow self-draft of ``shallow`` too, and each profile's export) on
     ``prompt_ids``, odd passes reversed;
     ``names`` keeps only the grid settings it names, ``concurrency`` C > 1 runs each with C requests in flight,
     ``reference`` is what outputs are checked against (default: HF greedy's for an F32 target, else the first
-    pass's plain decoding). ``on_setting(pass, name, index, total)`` opens each setting. A pass that could not run
-    (its ``unavailable``) ends the search with it."""
+    pass's plain decoding). ``on_setting(pass, name, index, total)`` opens each setting. With ``margin``, a pass
+    after the first times only plain and what is still ``in_reach`` after the passes before it (the exports too),
+    and none is run where nothing is. A pass that could not run (its ``unavailable``) ends the search with it."""
     passes: list[lp.LlamaCppResult] = []
     if reference is None and lg.target_type(sm) == "f32":
         from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
+    exports = list(profiles)
     for i in range(runs):
         step = (lambda name, j, n, i=i: on_setting(i, name, j, n)) if on_setting else None
         result = lp.llamacpp_rows(sm, prompt_ids, max_new_tokens=max_new_tokens, threads=threads, server=server,
-                                  reference=reference, checkpoint=checkpoint, profiles=profiles, drafts=drafts,
+                                  reference=reference, checkpoint=checkpoint, profiles=exports, drafts=drafts,
                                   n_max=n_max, ngram_n=ngram_n, kinds=KINDS, cache=cache, names=names,
                                   start_timeout=start_timeout, reverse=i % 2 == 1, concurrency=concurrency,
                                   on_setting=step, shallow=shallow)
@@ -162,8 +185,15 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
             if plain is None or plain.error:
                 break
             reference = [c.tokens for c in plain.completions]
+        if margin is not None:  # what can no longer ship is not timed again
+            reach = in_reach(result, margin)
+            names = reach if names is None else set(names) & reach
+            exports = [(label, p) for label, p in exports if f"{lp.EXPORT} {label}" in reach]
+            if names == {lp.PLAIN} and not exports:
+                break
     return tuple(passes)
 
 
 __all__ = ["DRAFTS", "KINDS", "MARGIN", "NGRAM_N", "N_MAX", "RUNS", "SHALLOW", "SHALLOW_DRAFT", "Ranked",
-           "at_concurrency", "choose", "engine_run", "rank", "search_llamacpp", "server_version", "shallow_drafts"]
+           "at_concurrency", "choose", "engine_run", "in_reach", "rank", "search_llamacpp", "server_version",
+           "shallow_drafts"]

@@ -239,11 +239,13 @@ def _print_engine(found, *, replace: bool) -> None:
         if found.by_level:
             typer.echo(f"{level} request{'s' if level > 1 else ''} in flight:")
         typer.echo(f"{'setting':<34} {'tokens/s per pass':<22} {'vs plain (worse pass)':<22} identical")
+        passes = max((len(r.tokens_per_s) for r in ranked), default=0)
         for r in ranked:
             rates = "/".join(f"{v:.1f}" for v in r.tokens_per_s) or "-"
             worst = f"{r.worst:.3f}x" if r.worst is not None else "-"
+            once = not r.error and 0 < len(r.tokens_per_s) < passes  # out of reach after the first pass
             typer.echo(f"{r.name:<34} {rates:<22} {worst:<22} {r.identical}/{r.prompts}"
-                       + (f"  [{r.error}]" if r.error else ""))
+                       + (f"  [{r.error}]" if r.error else "  [first pass only: it could not ship]" if once else ""))
     save_profile_kept(found.profile, found.path, replace=replace)
     typer.echo(f"{found.verdict}\nwrote {found.path}")
 
