@@ -447,3 +447,13 @@ def test_the_table_says_which_settings_ran_the_first_pass_only(bpe_sm, tmp_path,
              if line.startswith("ngram")}
     assert lines["ngram b"].endswith("[first pass only: it could not ship]") and "101.0 " in lines["ngram b"]
     assert "first pass only" not in lines["ngram a"] and "110.0/99.0" in lines["ngram a"]
+
+
+def test_over_three_passes_a_setting_keeps_the_figures_of_the_passes_it_ran():
+    passes = (_result({"plain": 100.0, "ngram a": 110.0, "ngram b": 108.0}),
+              _result({"plain": 100.0, "ngram a": 112.0, "ngram b": 102.0}),  # b falls short: left out of pass 3
+              _result({"plain": 100.0, "ngram a": 109.0}))
+    by = {r.name: r for r in ls.rank(passes)}
+    assert by["ngram a"].speedups == pytest.approx((1.10, 1.12, 1.09)) and by["ngram a"].clean
+    assert by["ngram b"].speedups == pytest.approx((1.08, 1.02)) and by["ngram b"].error is None
+    assert ls.choose(ls.rank(passes))[0].name == "ngram a"

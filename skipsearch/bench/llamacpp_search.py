@@ -60,13 +60,18 @@ def _timed(r: lp.SettingResult, prompts: int) -> er.Timed:
 
 def rank(passes: Sequence[lp.LlamaCppResult]) -> tuple[Ranked, ...]:
     """Every setting that ran in the first pass, over every pass, plain first; the fastest clean setting next. A
-    setting the later passes left out (``in_reach``: it could no longer ship) keeps its first pass's figure."""
-    ranked = er.rank([[_timed(r, p.prompts) for r in p.settings] for p in passes])
-    later = {r.setting.name for p in passes[1:] for r in p.settings}
-    if len(passes) < 2 or not later:
+    setting the later passes left out (``in_reach``: it could no longer ship) keeps the figures of the passes it
+    ran."""
+    timed = [[_timed(r, p.prompts) for r in p.settings] for p in passes]
+    ranked = er.rank(timed)
+    ran = [{t.name for t in p} for p in timed]
+    leading = {r.name: next((k for k, names in enumerate(ran) if r.name not in names), len(ran)) for r in ranked}
+    cut = {k for name, k in leading.items() if 0 < k < len(ran)}  # the passes a setting ran before it was left out
+    if not cut:
         return ranked
-    alone = {r.name: r for r in er.rank([[_timed(r, passes[0].prompts) for r in passes[0].settings]])}
-    return er.ordered([alone[r.name] if r.name not in later and r.kind != lp.PLAIN else r for r in ranked])
+    through = {k: {r.name: r for r in er.rank(timed[:k])} for k in cut}
+    return er.ordered([through[leading[r.name]][r.name] if 0 < leading[r.name] < len(ran) and r.kind != lp.PLAIN
+                       else r for r in ranked])
 
 
 def in_reach(result: lp.LlamaCppResult, margin: float) -> set[str]:
