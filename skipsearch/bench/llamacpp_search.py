@@ -17,8 +17,8 @@ A setting ships only if it stayed identical on every prompt of every pass and be
 every pass, its speedup being the worse pass's ratio of its tokens/s (prefill included: a draft model prefills too)
 to plain's in the same pass. Where none does, plain ships, and the record says what was fastest and by how much.
 So a setting that differed, failed or fell short of the margin in one pass can no longer ship: with ``margin``
-given, later passes time only plain and the settings still in reach (``in_reach``), and the others keep their
-first pass's figure (``rank``).
+given, later passes time only plain and the settings still in reach (``in_reach``), and the others keep the
+figures of the passes they ran (``rank``).
 """
 
 from __future__ import annotations
