@@ -104,6 +104,32 @@ def batch_one_note(profile: Profile, engine: str) -> tuple[str, ...]:
             f"draft length per batch size ({profile.schedule.describe()}) is not exported",)
 
 
+# what a model directory carries besides its weights and config, copied from the checkpoint when present
+BESIDE = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+          "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+
+
+def write_model_dir(directory: Path, state: dict, config: dict, checkpoint: Path) -> None:
+    """A Hugging Face model directory an engine loads as a draft model: ``state`` as ``model.safetensors`` and
+    ``config`` as ``config.json`` (each written whole, then renamed into place), and the checkpoint's tokenizer
+    files beside them (``BESIDE``)."""
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from skipsearch.files.yamlio import write_atomic
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / "model.safetensors.tmp"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    tmp.replace(directory / "model.safetensors")
+    write_atomic(directory / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    for name in BESIDE:
+        if (Path(checkpoint) / name).is_file():
+            shutil.copyfile(Path(checkpoint) / name, directory / name)
+
+
 def write_text(directory: Path, name: str, text: str) -> str:
     """One file of an export, written atomically; returns its name relative to ``directory``."""
     from skipsearch.files.yamlio import write_atomic

@@ -15,13 +15,11 @@ Norms and the embedding stay as the model has them. compressed-tensors is an opt
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from skipsearch.config import ConfigError
 from skipsearch.export import shapes as sh
-from skipsearch.export.base import Gap, plain
-from skipsearch.export.shallow import BESIDE
+from skipsearch.export.base import Gap, plain, write_model_dir
 from skipsearch.profile import Profile
 
 # scheme -> (bits, compressed-tensors strategy, group size)
@@ -126,9 +124,7 @@ def write_draft_checkpoint(directory: Path, sm, checkpoint: Path, *, scheme: str
     """Write ``sm``'s weights (loaded from ``checkpoint``) into ``directory`` as a compressed-tensors draft model;
     returns what the manifest records about it."""
     import torch
-    from safetensors.torch import save_file
 
-    from skipsearch.files.yamlio import write_atomic
 
     pack_to_int32, _, QuantizationConfig, QuantizationScheme, quantize, calculate_qparams = _library()
     args = quantization_args(scheme)
@@ -164,18 +160,11 @@ def write_draft_checkpoint(directory: Path, sm, checkpoint: Path, *, scheme: str
             quantized += 1
     if not quantized:
         raise ConfigError("the draft quantizes no linear layer (every sublayer is kept at full precision)")
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / "model.safetensors.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    tmp.replace(directory / "model.safetensors")
     qcfg = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
                               format=FORMAT, quantization_status="compressed", ignore=ignore)
     config = hf.config.to_dict()
     config["quantization_config"] = json.loads(qcfg.model_dump_json(exclude_none=False))
-    write_atomic(directory / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name in BESIDE:
-        if (Path(checkpoint) / name).is_file():
-            shutil.copyfile(Path(checkpoint) / name, directory / name)
+    write_model_dir(directory, state, config, checkpoint)
     return {"format": f"compressed-tensors {FORMAT}", "scheme": scheme, "bits": bits, "strategy": strategy,
             "group_size": group, "quantized_linears": quantized, "ignored": ignore}
 

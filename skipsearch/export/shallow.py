@@ -5,17 +5,12 @@ checkpoint for vLLM's ``draft_model``: ``write_shallow_checkpoint``). A skipped 
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from skipsearch.config import ConfigError
 
-# what a model directory carries besides its weights and config, copied from the checkpoint when present
-BESIDE = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-          "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
@@ -36,9 +31,7 @@ def write_shallow_checkpoint(directory: Path, sm, checkpoint: Path, layers: Sequ
     ``layers``, renumbered 0.., as a Hugging Face checkpoint in the model's own dtype (``config.json`` with
     ``num_hidden_layers`` and any per-layer list cut to match, ``model.safetensors``); returns what a manifest
     records about it."""
-    from safetensors.torch import save_file
-
-    from skipsearch.files.yamlio import write_atomic
+    from skipsearch.export.base import write_model_dir
 
     kept = shallow_layers(layers, sm.num_layers)
     renumber = {source: i for i, source in enumerate(kept)}
@@ -60,16 +53,9 @@ def write_shallow_checkpoint(directory: Path, sm, checkpoint: Path, layers: Sequ
     for key, value in list(config.items()):  # per-layer settings (layer_types, ...) follow the kept layers
         if isinstance(value, list) and len(value) == sm.num_layers and key.startswith("layer"):
             config[key] = [value[i] for i in kept]
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / "model.safetensors.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    tmp.replace(directory / "model.safetensors")
-    write_atomic(directory / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name in BESIDE:
-        if (Path(checkpoint) / name).is_file():
-            shutil.copyfile(Path(checkpoint) / name, directory / name)
+    write_model_dir(directory, state, config, checkpoint)
     return {"format": "safetensors", "dtype": str(sm.dtype).removeprefix("torch."), "layers": list(kept),
             "of": sm.num_layers}
 
 
-__all__ = ["BESIDE", "shallow_layers", "write_shallow_checkpoint"]
+__all__ = ["shallow_layers", "write_shallow_checkpoint"]
