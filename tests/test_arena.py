@@ -142,3 +142,123 @@ def test_the_draft_copy_and_the_block_copy_are_each_one_block(tiny_sm):
         mods = [m for part in parts for m in _stand_ins(part)]
         assert mods
         assert len(_storages(mods)) == 1
+
+
+# ---- a block kept in a file for later processes (``KEEP_FROM`` bytes and more) ----
+
+@pytest.fixture
+def kept(tmp_path, monkeypatch):
+    """Every block kept, in a cache of its own; files taken as mapping on huge pages unless a test says otherwise
+    (whether this test folder's filesystem does is not what these tests check)."""
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(arena, "KEEP_FROM", 0)
+    monkeypatch.setattr(arena, "_huge", lambda block: True)
+    return tmp_path / "graphs" / "arenas"
+
+
+def _packed_outputs(x: torch.Tensor) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A fresh module's outputs before and after ``pack``."""
+    module = _model(F32PanelLinear.from_linear, bias=True)
+    with torch.no_grad():
+        before = module(x)
+        arena.pack([module])
+        return module, before, module(x)
+
+
+def _no_fresh_block(monkeypatch):
+    def fresh(nbytes):
+        raise AssertionError("a fresh block was made where the kept file should have been mapped")
+
+    monkeypatch.setattr(arena, "hugepage_bytes", fresh)
+
+
+def test_a_block_is_kept_and_a_later_pack_maps_it(kept, monkeypatch):
+    x = torch.randn(3, 64)
+    _, before, first = _packed_outputs(x)
+    files = list(kept.glob("*.bin"))
+    assert len(files) == 1 and not list(kept.glob("*.tmp"))
+    _no_fresh_block(monkeypatch)
+    module, before2, second = _packed_outputs(x)
+    assert torch.equal(first, before) and torch.equal(second, before2) and torch.equal(second, first)
+    block = bytes(files[0].read_bytes())
+    q = module[0].q_proj.packed
+    assert q.untyped_storage().nbytes() == len(block)  # every buffer views the one mapped file
+    mods = _stand_ins(module)
+    assert len(_storages(mods)) == 1
+
+
+@pytest.mark.parametrize("damage", ["other bytes", "truncated", "empty"])
+def test_a_kept_file_that_does_not_hold_the_block_is_not_used_and_is_written_again(kept, monkeypatch, damage):
+    x = torch.randn(3, 64)
+    _packed_outputs(x)
+    (path,) = kept.glob("*.bin")
+    good = path.read_bytes()
+    if damage == "other bytes":
+        bad = bytearray(good)
+        bad[len(bad) // 2] ^= 0xFF
+        path.write_bytes(bytes(bad))
+    else:
+        path.write_bytes(good[: len(good) // 2] if damage == "truncated" else b"")
+    _, before, after = _packed_outputs(x)
+    assert torch.equal(after, before)
+    assert path.read_bytes() == good  # kept again, whole
+
+
+def test_where_files_map_on_small_pages_the_fresh_block_is_used_and_none_is_kept(kept, monkeypatch):
+    monkeypatch.setattr(arena, "_huge", lambda block: False)
+    x = torch.randn(3, 64)
+    _, before, after = _packed_outputs(x)
+    assert torch.equal(after, before)
+    assert not list(kept.glob("*.bin"))  # written once, found on small pages, removed
+    assert (kept / arena._SMALL_PAGES).exists()
+    written = []
+    monkeypatch.setattr(arena, "_keep", lambda *a: written.append(a))
+    _, before, after = _packed_outputs(x)
+    assert torch.equal(after, before) and not written
+
+
+def test_a_block_that_cannot_be_written_is_used_as_it_is(kept, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(arena.tempfile, "mkstemp", full)
+    x = torch.randn(3, 64)
+    _, before, after = _packed_outputs(x)
+    assert torch.equal(after, before)
+    assert not list(kept.glob("*"))
+
+
+def test_an_interrupted_write_leaves_no_file(kept, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arena.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _packed_outputs(torch.randn(3, 64))
+    assert not list(kept.glob("*"))
+
+
+def test_a_block_no_process_used_for_weeks_goes_when_another_is_kept(kept):
+    import os
+    import time
+
+    kept.mkdir(parents=True)
+    old, recent, stray = kept / "old.bin", kept / "recent.bin", kept / "x.tmp"
+    for path in (old, recent, stray):
+        path.write_bytes(b"0" * 64)
+    weeks = time.time() - (arena.KEPT_DAYS + 1) * 86400
+    os.utime(old, (weeks, weeks))
+    os.utime(stray, (weeks, weeks))
+    _packed_outputs(torch.randn(3, 64))
+    assert not old.exists() and not stray.exists() and recent.exists()
+    assert len(list(kept.glob("*.bin"))) == 2
+
+
+def test_the_cache_command_lists_and_clears_the_kept_blocks(kept):
+    from skipsearch.kernels import graphs
+
+    _packed_outputs(torch.randn(3, 64))
+    listed = [c for c in graphs.caches() if c.path == str(kept)]
+    assert len(listed) == 1 and listed[0].files == 1 and listed[0].bytes > 0
+    graphs.clear()
+    assert not kept.exists()

@@ -1,4 +1,5 @@
-"""``skipsearch cache``: the compiled graphs this machine keeps (``kernels/graphs.py``), and clearing them."""
+"""``skipsearch cache``: the compiled graphs this machine keeps (``kernels/graphs.py``), with its kept packed weights
+(``kernels/lowbit/arena.py``), and clearing them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import typer
 
 def cache_command(
     clear: Annotated[bool, typer.Option("--clear", help="Remove every kept folder; the next compiled decode "
-                                                        "compiles its graphs again.")] = False,
+                                                        "compiles its graphs and packs its weights again.")] = False,
 ) -> None:
-    """The compiled graphs kept on disk (one folder per torch version, thread count and CPU), or --clear them."""
+    """The compiled graphs kept on disk (one folder per torch version, thread count and CPU, and one of packed
+    weights), or --clear them."""
     from skipsearch.kernels import graphs
 
     kept = graphs.caches()

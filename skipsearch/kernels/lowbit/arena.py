@@ -9,13 +9,29 @@ wherever the allocator put them. Nothing is computed differently: the bytes are 
 
 Where the OS has no huge pages (or ``madvise`` refuses), the mapping is used as it is; where there is no anonymous
 ``mmap`` (not Linux or macOS), the block is one ``torch.empty``.
+
+A block of ``KEEP_FROM`` bytes or more is kept for later processes, in a file under ``kept_folder()``. Fresh huge
+pages cost their first touch: 0.7-0.9 s for the 560 MB of smollm2-135m's fp32 panels on the Zen 5 of
+``studies/startup-cpu.md`` (the kernel finds and zeroes 2 MiB pages), against 13 ms to map the same bytes from a
+kept file whose page cache holds large folios, which Linux then maps as huge pages too (ext4 and XFS on recent
+kernels), streamed as fast. A kept file is used only where its bytes equal, byte for byte, the block this process
+would build (the stand-ins are built first either way), so a stale, foreign or damaged file costs a rewrite, never
+a wrong output. Where files map on small pages, none is kept: the fresh block is the faster one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import hashlib
+import logging
 import mmap
+import os
+import shutil
+import tempfile
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -24,6 +40,13 @@ from skipsearch.kernels.lowbit.modules import LowbitLinear
 
 HUGE = 2 << 20  # x86-64's transparent huge page: the block starts on one
 ALIGN = 64  # each tensor starts on a cache line
+KEEP_FROM = 64 << 20  # a block this large or larger is kept in a file for later processes (a smaller one's fresh
+# huge pages cost milliseconds)
+KEPT_DAYS = 14  # a kept block no process used for this long is removed when another is kept
+_FORMAT = 1  # in every kept file's name: a new layout of the block reads no old file
+_SMALL_PAGES = "small-pages"  # the folder's mark where its files map on small pages
+
+_log = logging.getLogger(__name__)
 
 
 def hugepage_bytes(nbytes: int) -> torch.Tensor:
@@ -44,12 +67,14 @@ def hugepage_bytes(nbytes: int) -> torch.Tensor:
 
 
 def pack(modules: Iterable[nn.Module]) -> int:
-    """Move every buffer of the stand-ins (``LowbitLinear``) under ``modules`` into one block (``hugepage_bytes``),
-    in the order given, then each module's own. A storage shared by several buffers (siblings' whole buffers and
-    their slices, ``siblings.py``) moves once, and its views stay views of it: one new tensor for each view, so
-    siblings still hold one whole-buffer object, and a compiled graph still runs their one product. Each storage is
-    freed as soon as it has moved, so the copy is held twice only one storage at a time. Returns the bytes moved;
-    0 where there is nothing to move or the stand-ins are not on the CPU."""
+    """Move every buffer of the stand-ins (``LowbitLinear``) under ``modules`` into one block, in the order given,
+    then each module's own. The block is this machine's kept file of the same bytes where one maps as huge pages
+    (``_kept_block``), else fresh memory asked for as huge pages (``hugepage_bytes``), which is then kept for later
+    processes (``_keep``). A storage shared by several buffers (siblings' whole buffers and their slices,
+    ``siblings.py``) moves once, and its views stay views of it: one new tensor for each view, so siblings still
+    hold one whole-buffer object, and a compiled graph still runs their one product. Each storage is freed as soon
+    as it has moved, so the copy is held twice only one storage at a time. Returns the bytes moved; 0 where there
+    is nothing to move or the stand-ins are not on the CPU."""
     owners = [m for top in modules for m in top.modules() if isinstance(m, LowbitLinear)]
     views: dict[int, list[tuple[nn.Module, str, torch.Tensor]]] = {}  # a storage -> the buffers over it
     for m in owners:
@@ -60,12 +85,18 @@ def pack(modules: Iterable[nn.Module]) -> int:
                 views.setdefault(t.untyped_storage().data_ptr(), []).append((m, name, t))
     if not views:
         return 0
-    total = sum(_padded(ts[0][2].untyped_storage().nbytes()) for ts in views.values())
-    block, at = hugepage_bytes(total), 0
-    for key in list(views):
-        buffers = views.pop(key)
-        storage = buffers[0][2].untyped_storage()
-        block[at:at + storage.nbytes()].copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+    sources: list[torch.Tensor | None] = [_bytes(ts[0][2].untyped_storage()) for ts in views.values()]
+    total = sum(_padded(s.numel()) for s in sources)
+    kept = _name(sources, total) if total >= KEEP_FROM else None
+    block, keep = _kept_block(sources, kept) if kept else (None, False)
+    fresh = block is None
+    if fresh:
+        block = hugepage_bytes(total)
+    at = 0
+    for i, key in enumerate(list(views)):
+        buffers, source, sources[i] = views.pop(key), sources[i], None
+        if fresh:
+            block[at:at + source.numel()].copy_(source)
         new: dict[tuple, torch.Tensor] = {}
         for m, name, t in buffers:
             shape = (t.dtype, t.size(), t.stride(), t.storage_offset())
@@ -73,10 +104,165 @@ def pack(modules: Iterable[nn.Module]) -> int:
                 new[shape] = block.view(t.dtype).as_strided(t.size(), t.stride(),
                                                             at // t.element_size() + t.storage_offset())
             m._buffers[name] = new[shape]
-        at += _padded(storage.nbytes())
-        del buffers, storage, t  # the old storage goes now, not with the last one
+        at += _padded(source.numel())
+        del buffers, source, t  # the old storage goes now, not with the last one
+    if keep:
+        _keep(block, kept)
     return total
 
 
 def _padded(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
+
+
+def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+def kept_folder() -> Path:
+    """Where this machine keeps blocks for later processes: beside the kept graphs (``skipsearch cache`` lists and
+    clears it)."""
+    from skipsearch.kernels.graphs import graphs_root
+
+    return graphs_root() / "arenas"
+
+
+def _name(sources: list[torch.Tensor], total: int) -> str:
+    """The kept file's name for a block of ``sources``: their sizes and 16 samples of each one's bytes. A name says
+    where to look, not what is there: a file's bytes are compared in full before it is used (``_kept_block``)."""
+    digest = hashlib.sha256(f"arena {_FORMAT} {total}".encode())
+    for s in sources:
+        n = s.numel()
+        digest.update(n.to_bytes(8, "little"))
+        for i in range(16):
+            digest.update(s[n * i // 16:][:64].numpy().tobytes())
+    return digest.hexdigest()[:32] + ".bin"
+
+
+def _kept_block(sources: list[torch.Tensor], name: str) -> tuple[torch.Tensor | None, bool]:
+    """The kept file ``name`` mapped as the block, where it holds exactly ``sources``' bytes at their places and
+    maps as huge pages; else None, with whether the fresh block should be kept: yes where there is no such file or
+    it holds other bytes, no where files here map on small pages (``_SMALL_PAGES``) or this one does now (a page
+    cache evicted and read again in small folios: the fresh block streams faster, and this file may map whole
+    again later)."""
+    folder = kept_folder()
+    try:
+        if (folder / _SMALL_PAGES).exists():
+            return None, False
+    except OSError:  # a folder this process cannot read: nothing kept here
+        return None, False
+    path = folder / name
+    block = _mapped(path, sum(_padded(s.numel()) for s in sources))
+    if block is None:
+        return None, True
+    if not _holds(block, sources):
+        _log.info("the kept weights %s hold other bytes than this model's: kept again", path)
+        return None, True
+    if not _huge(block):
+        return None, False
+    with contextlib.suppress(OSError):
+        os.utime(path)  # used: not forgotten (``_forget_old``)
+    return block, False
+
+
+def _mapped(path: Path, size: int, *, reread: bool = False) -> torch.Tensor | None:
+    """``path``'s bytes mapped copy-on-write and asked for as huge pages before the first touch (the page cache then
+    reads them in 2 MiB folios), where the file is ``size`` bytes; None where it is not, cannot be read, or there
+    are no file mappings here. ``reread`` first drops the file's page cache (written by small folios as memory
+    allowed: 68% of a fresh 540 MB file mapped huge on the Zen 5, 99.8% once read back this way)."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != size:
+                return None
+            if reread and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            buf = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError, AttributeError):  # none yet, unreadable, or no file mappings here
+        return None
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            buf.madvise(mmap.MADV_HUGEPAGE)
+    return torch.frombuffer(buf, dtype=torch.uint8)
+
+
+def _holds(block: torch.Tensor, sources: list[torch.Tensor]) -> bool:
+    """Whether ``block`` holds each of ``sources``' bytes at its place (compared 8 bytes at a time where they
+    divide: about 20 ms for 540 MB on two cores)."""
+    at = 0
+    for s in sources:
+        n, part = s.numel(), block[at:at + s.numel()]
+        if n % 8 == 0:
+            part, s = part.view(torch.int64), s.view(torch.int64)
+        if not torch.equal(part, s):
+            return False
+        at += _padded(n)
+    return True
+
+
+def _huge(block: torch.Tensor) -> bool:
+    """Whether nine tenths of ``block``'s file mapping or more is mapped as huge pages (``FilePmdMapped`` in Linux's
+    ``/proc/self/smaps``); False where that cannot be read."""
+    start, inside = block.data_ptr(), False
+    try:
+        text = Path("/proc/self/smaps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    for line in text.splitlines():
+        head = line.split(maxsplit=1)[0] if line.strip() else ""
+        if "-" in head and ":" not in head:
+            lo, _, hi = head.partition("-")
+            inside = int(lo, 16) <= start < int(hi, 16)
+        elif inside and head == "FilePmdMapped:":
+            return int(line.split()[1]) * 1024 >= block.numel() * 0.9
+    return False
+
+
+def _small_pages(folder: Path, path: Path) -> None:
+    """Files here map on small pages: remove ``path`` and mark the folder, so that no process keeps a block again
+    (``skipsearch cache --clear`` removes the mark with the folder)."""
+    _log.info("kept weights map on small pages on this filesystem; blocks are no longer kept in %s", folder)
+    with contextlib.suppress(OSError):
+        path.unlink()
+        (folder / _SMALL_PAGES).touch()
+
+
+def _keep(block: torch.Tensor, name: str) -> None:
+    """Write ``block`` to the kept file ``name`` (a temporary file renamed into place, so a reader sees a whole file
+    or none), where the disk keeps a fifth of itself free after it; then read it back into a page cache of 2 MiB
+    folios, map it as a later process will, and mark the folder where it maps on small pages. Blocks not used for
+    ``KEPT_DAYS`` go first. A failure to write leaves nothing behind and is not an error: the block in use is the
+    fresh one."""
+    folder = kept_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _forget_old(folder)
+        usage = shutil.disk_usage(folder)
+        if usage.free - block.numel() < usage.total // 5:
+            return
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(memoryview(block.numpy()))
+                f.flush()
+                os.fsync(f.fileno())  # written back: its page cache can be dropped and read again in 2 MiB folios
+            os.replace(tmp, folder / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        _log.debug("could not keep the weights' block in %s: %s", folder, exc)
+        return
+    kept = _mapped(folder / name, block.numel(), reread=True)
+    if kept is None or not _holds(kept, [block]) or not _huge(kept):
+        _small_pages(folder, folder / name)
+
+
+def _forget_old(folder: Path) -> None:
+    """Remove the kept blocks no process has used for ``KEPT_DAYS``, and temporary files a killed writer left."""
+    now = time.time()
+    for path in folder.iterdir():
+        with contextlib.suppress(OSError):
+            age = now - path.stat().st_mtime
+            if (path.suffix == ".bin" and age > KEPT_DAYS * 86400) or (path.suffix == ".tmp" and age > 3600):
+                path.unlink()
