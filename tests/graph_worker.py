@@ -1,9 +1,10 @@
 """One process that decodes on the ``panel`` kernel, for tests/test_graph_cache.py: its compiled graphs come from
 (or go to) the kept-graph cache under $SKIPSEARCH_CACHE.
 
-Usage: python -m tests.graph_worker THREADS CAPACITY [EDIT]
+Usage: python -m tests.graph_worker THREADS CAPACITY [EDIT [aside]]
 Builds the tiny Llama of tests/conftest.py (with EDIT, its LM head moved by that much noise: other weights, the
-same shapes), runs plain
+same shapes; with ``aside``, the int8 draft's graph built by a child first, as a search's drafts are:
+``methods.precision.build_drafts_aside``), runs plain
 steps, an 8-token verify block and a compiled int8 draft on ``panel-c4``, and prints one JSON line: the tokens
 decoded with the draft, HF greedy's, the precompiled calls loaded or built, and
 dynamo's graphs and inductor's and AOTAutograd's cache counters."""
@@ -16,7 +17,7 @@ import sys
 import torch
 
 
-def main(threads: int, capacity: int, edit: float) -> None:
+def main(threads: int, capacity: int, edit: float, aside: bool = False) -> None:
     from torch._dynamo.utils import counters
 
     from skipsearch import methods
@@ -33,6 +34,10 @@ def main(threads: int, capacity: int, edit: float) -> None:
             head = sm.hf.lm_head.weight
             head.add_(edit * torch.randn(head.shape, generator=torch.Generator().manual_seed(11)))
     sm.use_kernel("panel-c4", capacity=capacity)
+    if aside:
+        from skipsearch.methods.precision import build_drafts_aside
+
+        build_drafts_aside(sm, ("int8",))
     m = methods.get("precision")
     cfg = DraftConfig(max_draft_tokens=3, exit=NO_EXIT)
     drafter = methods.build_drafter(m.candidate(cfg, m.parse({"scheme": "int8"}, draft=cfg, num_layers=4)), sm)
@@ -49,4 +54,5 @@ def main(threads: int, capacity: int, edit: float) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)
+    main(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else 0.0,
+         len(sys.argv) > 4 and sys.argv[4] == "aside")

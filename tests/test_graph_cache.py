@@ -100,6 +100,16 @@ def test_another_capacity_bucket_builds_calls_of_its_own_beside_the_first(built,
     assert again["calls"] == {"loaded": 3} and again["tokens"] == first["tokens"]
 
 
+def test_a_precision_draft_built_aside_is_the_one_its_decode_loads(built, tmp_path):
+    """A search's precision drafts are built by children of the process, side by side, before any is timed
+    (``methods.precision.build_drafts_aside``): the draft's decode then loads that child's call (the draft's graph
+    counted as built aside, none built by the process) and decodes what it decoded when the process built it."""
+    cache, (first, _) = built
+    run, _ = _worker(_copy(cache, tmp_path), 1, 1100, 0.0, "aside")  # another capacity bucket: all built anew
+    assert run["calls"] == {"built": 3, "aside": 3}  # the step, the block and the draft: all three by children
+    assert run["tokens"] == run["plain"] == run["reference"] == first["tokens"]
+
+
 def test_graphs_read_the_weights_they_are_given(built, tmp_path):
     """Edited weights of the same shapes load the same graphs (the weights are inputs, not frozen constants) and
     decode what HF greedy decodes with those weights, not what the first weights gave."""
@@ -200,6 +210,33 @@ def test_a_build_aside_that_fails_or_hangs_leaves_the_call_to_the_process(monkey
     assert not precompiled._ASIDE and not path.exists()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped: no child left behind
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="builds aside need fork and 2 cores")
+def test_nothing_is_timed_while_a_child_builds_a_call(monkeypatch, tmp_path):
+    """The harness waits for every call a child is building before its first timed call (``settle_aside``), and
+    the call's first ``Call.of`` still learns that a child built it."""
+    import time
+
+    from skipsearch.engine.harness import time_interleaved
+    from skipsearch.kernels import precompiled
+
+    model, args = _aside_args()
+
+    def saves_later(path, *_):
+        time.sleep(1.0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"a call")
+
+    monkeypatch.setattr(precompiled, "_build", saves_later)  # the child runs it: forked after this
+    path = precompiled._path(tmp_path, model, args, "draft:sdpa", {})
+    precompiled.build_aside(tmp_path, model, args, "draft:sdpa", {})
+    assert path in precompiled._ASIDE and not path.exists()
+    seen = []
+    time_interleaved({"call": lambda: seen.append(path.is_file())}, rounds=2, warmup=1)
+    assert seen == [True, True, True] and not precompiled._ASIDE
+    assert precompiled._await(path) is True  # built aside, as Call.of counts it
+    assert precompiled._await(path) is False  # and only once
 
 
 def test_a_calls_name_tells_apart_what_its_dropped_model_guards_checked():

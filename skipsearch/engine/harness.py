@@ -30,6 +30,9 @@ rules:
 7. A method's time is the median over repeats per prompt, summed over prompts (``method_seconds``);
    a speedup is the baseline's time over the method's.
 
+Both wait, before anything else, for any compiled graph a child of this process is still building beside it
+(``kernels/precompiled.settle_aside``): a build on the other core would slow whatever ran first.
+
 ``time_interleaved`` applies rules 2, 3 and 5 to micro-timings (one forward, one sublayer), which
 the cost model samples round robin and summarises by medians.
 """
@@ -45,6 +48,7 @@ import torch
 from skipsearch.config import ConfigError
 from skipsearch.engine import timing
 from skipsearch.engine.decoding import Drafter, generate
+from skipsearch.kernels.precompiled import settle_aside
 from skipsearch.memory import memory_probe
 from skipsearch.model.skippable import SkippableModel
 
@@ -163,6 +167,7 @@ def run_rounds(
         raise ConfigError("a timed run needs at least one method and one prompt")
     if (reference is not None or strict) and reference not in names:
         raise ConfigError(f"the reference method must be one of {', '.join(names)}, got {reference}")
+    settle_aside()
     probe = memory_probe(device)
     # 1. warm up, untimed, every method on the first prompt
     for m in methods:
@@ -291,6 +296,7 @@ def time_interleaved(
     ``warmup`` untimed calls of each; summarise with ``Timing.median``, which the cost model uses."""
     if rounds < 1 or not calls:
         raise ConfigError("time_interleaved needs at least one call and one round")
+    settle_aside()
     names = list(calls)
     for name in names:
         for _ in range(warmup):

@@ -106,6 +106,11 @@ class KernelRunner(Protocol):
     def forward_one(self, ids: Any, start: int) -> Any:
         """One token ``ids`` [1] at ``start`` through the model as it stands (a draft's): logits [1, V]."""
 
+    def draft_aside(self) -> None:
+        """Inside ``drafting``: have a child of this process build the one-token graph of the model as it stands (a
+        draft's) while this one goes on, where the kernel keeps its calls (``kernels/precompiled.build_aside``);
+        the draft's first step then loads it. Nothing otherwise."""
+
     def drafting(self) -> AbstractContextManager[None]:
         """Held while a draft model's steps run (``SkippableModel.compiled_draft``): what they run in, set up once
         for all of them (``panel``: every attention switched to its packed one)."""

@@ -204,6 +204,18 @@ class CompiledBlocks:
         args = (ids, positions, self._sm.cache_kwargs(self.cache if cache is None else cache), mask)
         precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=False), self._settings)
 
+    def draft_aside(self) -> None:
+        import torch
+
+        if self._models is None:
+            return
+        with torch.inference_mode():  # as ``_run`` hands a draft's step its inputs
+            ids = torch.zeros(1, 1, dtype=torch.long, device=self._sm.device)
+            positions = torch.ones(1, 1, dtype=torch.long, device=self._sm.device)
+        model = self._models[id(self._module)]
+        args = (ids, positions, self._sm.cache_kwargs(self.cache), None)
+        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=True), self._settings)
+
     def fits(self, kernel: Kernel, capacity: int) -> bool:
         # a padded last block writes up to chunk - 1 positions past the sequence: the cache holds them too
         return self.kernel == kernel and self.capacity >= capacity + kernel.chunk

@@ -33,10 +33,12 @@ writes a temporary file and renames it), so two processes building the same call
 A first build on a machine of more than one core builds calls side by side (``build_aside``): forked children build
 and save calls (the one-token step, the verify block) while this process builds another (a draft's), and the
 first call of a child's file waits for it, then loads it. A C++ compile runs on one core, so two builds take
-about as long as one (``studies/startup-cpu.md``). A child that fails leaves no file, and this process builds the
-call itself; one that outlives ``ASIDE_SECONDS`` is stopped first. The child runs nothing but the build (no
-graph, no thread pool of its own), and its output goes nowhere: what it built is checked where it is loaded. A
-call dynamo cannot capture whole (a graph break) is not precompiled: the caller falls back to ``torch.compile``.
+about as long as one (``studies/startup-cpu.md``); so do a search's precision drafts (the kernel's
+``draft_aside``), each about one core's work. Nothing is timed while a child builds: ``settle_aside`` waits for
+them first. A child that fails leaves no file, and this process builds the call itself; one that outlives
+``ASIDE_SECONDS`` is stopped first. The child runs nothing but the build (no graph, no thread pool of its own), and
+its output goes nowhere: what it built is checked where it is loaded. A call dynamo cannot capture whole (a graph
+break) is not precompiled: the caller falls back to ``torch.compile``.
 A saved call runs skipsearch's own operators through the dispatcher, so they are loaded before any call is (a
 dispatcher call of an operator nobody registered ends the process). No torch at import.
 """
@@ -67,6 +69,7 @@ _CLEARING: set[Path] = set()  # graph folders a failed build had cleared (Call.o
 COUNTS: Counter = Counter()
 ASIDE_SECONDS = 900.0  # the longest a child's build is waited for; a first build of one call takes 1-3 minutes
 _ASIDE: dict[Path, int] = {}  # a call's file -> the pid of the child of this process building it
+_SETTLED: dict[Path, bool] = {}  # a call's file -> whether its child built it, waited for before its first Call.of
 # guards that name an object or a function by identity: a later process has other objects, so they cannot be saved
 _IDENTITY = frozenset({"ID_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE"})
 
@@ -249,8 +252,17 @@ def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> 
     _ASIDE[path] = pid
 
 
+def settle_aside() -> None:
+    """Wait for every child still building a call (``build_aside``): nothing is timed while a build runs beside it
+    (``engine/harness`` calls this before it times anything). Each call's first ``Call.of`` then loads it."""
+    for path in list(_ASIDE):
+        _SETTLED[path] = _await(path)
+
+
 def _await(path: Path) -> bool:
     """Wait for the child building ``path``, if any (stopped after ``ASIDE_SECONDS``): whether it built the call."""
+    if path in _SETTLED:
+        return _SETTLED.pop(path)
     pid = _ASIDE.pop(path, None)
     if pid is None:
         return False
@@ -459,5 +471,5 @@ def _build(path: Path, model, args: tuple, settings: dict):
     return fn
 
 
-__all__ = ["ASIDE_SECONDS", "COUNTS", "Call", "build_aside", "cache_shape", "entry_key", "logits", "stop_aside",
-           "structure"]
+__all__ = ["ASIDE_SECONDS", "COUNTS", "Call", "build_aside", "cache_shape", "entry_key", "logits", "settle_aside",
+           "stop_aside", "structure"]

@@ -261,6 +261,13 @@ class SkippableModel:
         finally:
             self._compile_draft = before
 
+    def draft_aside(self) -> None:
+        """Inside ``compiled_draft``: have the compiled kernel build this draft's one-token graph in a child process
+        while this one goes on (``KernelRunner.draft_aside``), so that several drafts' builds run side by side;
+        the draft's first compiled step loads it. Nothing without a compiled kernel."""
+        if self._runner is not None and self._compile_draft:
+            self._runner.draft_aside()
+
     def _runs_compiled(self, cache, start: int, tokens: int) -> str | None:
         """Which compiled graph runs this forward, if any: "full" (the kernel's blocks: the full model, after the
         prompt) or "draft" (a one-token step of a draft model inside ``compiled_draft``)."""

@@ -75,6 +75,21 @@ def measure_scheme(sm, context, scheme: str, *, repeats: int = 9) -> SchemeCost:
     return measure_stand_ins(sm, context, quantized_copy(sm, scheme), repeats=repeats, compiled_whole=True)
 
 
+def build_drafts_aside(sm, schemes) -> None:
+    """Each scheme's whole-model draft (what ``measure_scheme`` times compiled: every sublayer and the head in the
+    scheme) built in a child of this process (``SkippableModel.draft_aside``), all side by side, where the kernel is
+    compiled; nothing elsewhere."""
+    if not sm.kernel.compiled:
+        return
+    from skipsearch.methods.precision.copy import quantized_copy
+
+    every = tuple(range(sm.num_layers))
+    for scheme in schemes:
+        copy = quantized_copy(sm, scheme)
+        with sm.substituted(**copy.stand_ins(every, every)), sm.draft_head(copy.head), sm.compiled_draft():
+            sm.draft_aside()
+
+
 def draft_ratio(cost: SchemeCost, config: DraftConfig, params: PrecisionParams, num_layers: int, *,
                 saving: float | None = None) -> float:
     """c of a candidate: its draft step over the decoder's unit (one plain step through the kernel that verifies),

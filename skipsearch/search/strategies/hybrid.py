@@ -82,13 +82,14 @@ class HybridStrategy(GridStrategy):
         return {"n_range": ranges, "k": list(self.space.max_draft_tokens), "fallback": fallbacks}
 
     def prepare(self, sm, calibration, *, say: Callable[[str], None]) -> None:
-        from skipsearch.methods.precision import check_scheme
+        from skipsearch.methods.precision import build_drafts_aside, check_scheme
 
         for scheme in self.schemes:  # a precision fallback the device cannot run is refused before any trial
             try:
                 check_scheme(scheme, sm.device)
             except ConfigError as e:
                 raise ConfigError(f"{e} (hybrid's precision fallbacks: --schemes)") from None
+        build_drafts_aside(sm, self.schemes)  # the surrogate times each compiled: built side by side, now
         self._vocab = sm.vocab_size
         data = [*calibration.prompts, *calibration.continuations]
         self._heads = {v: LayerSkipParams.trimmed(frequent_tokens(data, v, self._vocab))

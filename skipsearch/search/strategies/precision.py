@@ -17,7 +17,7 @@ from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, Exit
 from skipsearch.methods import Method
 from skipsearch.methods.layer_skip import LayerSkipParams, frequent_tokens
 from skipsearch.methods.precision import METHOD as PRECISION
-from skipsearch.methods.precision import SCHEMES, PrecisionParams, check_scheme
+from skipsearch.methods.precision import SCHEMES, PrecisionParams, build_drafts_aside, check_scheme
 from skipsearch.search.space import SearchSpace
 from skipsearch.search.strategies._base import Option
 from skipsearch.search.strategies._grid import GridStrategy
@@ -69,6 +69,7 @@ class PrecisionStrategy(GridStrategy):
 
     def prepare(self, sm, calibration, *, say: Callable[[str], None]) -> None:
         check_runnable(self.schemes, sm.device)
+        build_drafts_aside(sm, self.schemes)  # the surrogate times each compiled: built side by side, now
         vocab = sm.vocab_size
         data = [*calibration.prompts, *calibration.continuations]
         self._heads = {v: LayerSkipParams.trimmed(frequent_tokens(data, v, vocab)) if v < vocab else LayerSkipParams()
