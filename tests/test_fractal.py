@@ -392,7 +392,9 @@ def test_search_times_the_grid_and_ships_a_valid_profile(sm, monkeypatch, tmp_pa
     points = {(c.param("n"), c.param("w")) for c in (r.candidate for r in result.timed)}
     assert points == {(1, 1), (1, 3), (2, 1), (2, 3)}  # the whole grid, timed once each; the budget capped to it
     assert result.summary.trials_total == 4 and result.profile.search.budget == 4
-    best = result.timed[0]
+    # the best timing that was not flagged under load is the one that ships (shipping.verdict): on a loaded machine
+    # (the suite's other worker) the fastest timing may be flagged
+    best = next((r for r in result.timed if not r.measurement.notes), result.timed[0])
     prof = result.profile
     assert prof.method == "fractal" and prof.search.strategy == "fractal" and prof.search.objective == "timed"
     params = _params(prof)

@@ -25,14 +25,19 @@ def calibration_prompts(dataset: str, *, n_prompts: int, seed: int = 0, split: s
 
 
 def calibrate_on(sm: SkippableModel, *, dataset: str = "mtbench", n_prompts: int = 8, max_new_tokens: int = 64,
-                 seed: int = 0, split: str = SPLIT, say: Callable[[str], None] | None = None) -> Calibration:
+                 seed: int = 0, split: str = SPLIT, say: Callable[[str], None] | None = None,
+                 kernel: str | None = None) -> Calibration:
     """The calibration of ``sm`` on ``n_prompts`` prompts of ``dataset``'s ``split``, each continued greedily
-    for ``max_new_tokens`` tokens; ``say`` hears one line before the model runs."""
+    for ``max_new_tokens`` tokens; ``say`` hears one line before the model runs. With ``kernel`` (a search's), that
+    kernel is built first, for the longest prompt and ``max_new_tokens`` more, and the continuations are decoded
+    on it, as every later decode of the search is: on ``panel-c8`` 13 ms a token here against 36 eagerly (Zen 5)."""
     prompts = calibration_prompts(dataset, n_prompts=n_prompts, seed=seed, split=split)
     # a prompt that cannot fit the model's context is refused in one line, before the model runs (one far too long
     # by its length alone, before any is tokenized)
     ids = encode_all_within(sm.tokenizer, prompts, context=context_of(sm.hf.config), max_new_tokens=max_new_tokens,
                             encode=encode_prompt)
+    if kernel is not None:
+        sm.use_kernel(kernel, capacity=max(map(len, ids)) + max_new_tokens)
     if say is not None:
         say(f"calibrating on {len(prompts)} prompts from {dataset} ({split} split) x {max_new_tokens} tokens")
     return calibrate(sm, ids, max_new_tokens=max_new_tokens)

@@ -1,7 +1,8 @@
 """``skipsearch optimize`` as a library function: search, time a shortlist, write a profile.
 
 Stages:
-1. calibrate: the full model's greedy continuations of the calibration prompts (calib split);
+1. calibrate: the full model's greedy continuations of the calibration prompts (calib split), decoded on the
+   search's kernel, built first;
    the strategy learns what it needs from the model (``Strategy.prepare``: CLaSp's DP);
 2. search: the strategy proposes candidates, the method's surrogate scores them (or the timer, with
    objective "timed"); every trial is an Optuna trial, asked and told through the public API;
@@ -189,10 +190,10 @@ def optimize(
         say(f"{strategy.name}'s grid has {most} points: budget {budget} lowered to that")
         budget = most
 
+    # the kernel every timing and the cost model run through, sized for the longest calibration sequence, built
+    # first: the calibration decodes on it
     cal = calibrate_on(sm, dataset=s.dataset, n_prompts=s.n_prompts, max_new_tokens=s.max_new_tokens, seed=s.seed,
-                       say=say)
-    # the kernel every timing and the cost model run through, sized for the longest calibration sequence
-    sm.use_kernel(s.kernel, capacity=max(map(len, cal.prompts)) + s.max_new_tokens)
+                       say=say, kernel=s.kernel)
     objective = ModelObjective(sm, cal, repeats=s.repeats)
     search_kind = "timed" if objective_kind == "timed" else "surrogate"
     interrupted, machine = False, machine_key(str(sm.device))
