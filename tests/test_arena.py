@@ -152,7 +152,7 @@ def kept(tmp_path, monkeypatch):
     (whether this test folder's filesystem does is not what these tests check)."""
     monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path))
     monkeypatch.setattr(arena, "KEEP_FROM", 0)
-    monkeypatch.setattr(arena, "_huge", lambda block: True)
+    monkeypatch.setattr(arena, "_huge_share", lambda block: 1.0)
     return tmp_path / "graphs" / "arenas"
 
 
@@ -205,7 +205,7 @@ def test_a_kept_file_that_does_not_hold_the_block_is_not_used_and_is_written_aga
 
 
 def test_where_files_map_on_small_pages_the_fresh_block_is_used_and_none_is_kept(kept, monkeypatch):
-    monkeypatch.setattr(arena, "_huge", lambda block: False)
+    monkeypatch.setattr(arena, "_huge_share", lambda block: 0.0)
     x = torch.randn(3, 64)
     _, before, after = _packed_outputs(x)
     assert torch.equal(after, before)
@@ -215,6 +215,33 @@ def test_where_files_map_on_small_pages_the_fresh_block_is_used_and_none_is_kept
     monkeypatch.setattr(arena, "_keep", lambda *a: written.append(a))
     _, before, after = _packed_outputs(x)
     assert torch.equal(after, before) and not written
+
+
+def test_a_kept_file_mapped_partly_huge_is_read_again_once_and_used_where_it_then_maps_huge(kept, monkeypatch):
+    x = torch.randn(3, 64)
+    _packed_outputs(x)
+    assert len(list(kept.glob("*.bin"))) == 1
+    shares, rereads = [0.5, 1.0], []  # half of it on small pages, then whole once its page cache is read again
+    monkeypatch.setattr(arena, "_huge_share", lambda block: shares.pop(0))
+    mapped = arena._mapped
+    monkeypatch.setattr(arena, "_mapped", lambda path, size, reread=False: rereads.append(reread) or
+                        mapped(path, size, reread=reread))
+    _no_fresh_block(monkeypatch)
+    _, before, after = _packed_outputs(x)
+    assert torch.equal(after, before) and rereads == [False, True] and not shares
+
+
+def test_a_kept_file_that_stays_partly_huge_is_not_used_now_but_stays_for_later(kept, monkeypatch):
+    x = torch.randn(3, 64)
+    _packed_outputs(x)
+    (path,) = kept.glob("*.bin")
+    good = path.read_bytes()
+    monkeypatch.setattr(arena, "_huge_share", lambda block: 0.5)  # memory fragmented: half of it on small pages
+    written = []
+    monkeypatch.setattr(arena, "_keep", lambda *a: written.append(a))
+    _, before, after = _packed_outputs(x)
+    assert torch.equal(after, before) and not written  # the fresh block, and nothing written over the file
+    assert path.read_bytes() == good and not (kept / arena._SMALL_PAGES).exists()
 
 
 def test_a_block_that_cannot_be_written_is_used_as_it_is(kept, monkeypatch):

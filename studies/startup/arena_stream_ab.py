@@ -30,7 +30,8 @@ def linears(model):
 
 def where(model) -> str:
     block = torch.empty(0, dtype=torch.uint8).set_(linears(model)[0].packed.untyped_storage())
-    return "a file mapped as huge pages" if arena._huge(block) else "anonymous memory"
+    share = arena._huge_share(block)
+    return f"a file, {share:.1%} of it mapped as huge pages" if share else "anonymous memory"
 
 
 inputs = {id(m): torch.randn(1, m.in_features) for m in linears(mapped)}
