@@ -204,6 +204,43 @@ def test_a_kept_file_that_does_not_hold_the_block_is_not_used_and_is_written_aga
     assert path.read_bytes() == good  # kept again, whole
 
 
+def _files_map_huge(folder: Path) -> bool:
+    """Whether a file in ``folder``, read through a mapping asked for as huge pages, maps any of them here (a probe
+    of this filesystem and kernel, independent of ``pack``)."""
+    import os
+
+    path = folder / "probe.bin"
+    with path.open("wb") as f:
+        f.write(os.urandom(8 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    block = arena._mapped(path, 8 << 20, reread=True)
+    try:
+        if block is None:
+            return False
+        block.view(torch.int64).sum()  # reads every page, which the share counts
+        return arena._huge_share(block) > 0
+    finally:
+        del block
+        path.unlink()
+
+
+def test_a_large_fresh_block_is_kept_unmarked_where_files_map_huge(tmp_path, monkeypatch):
+    """The first process's own check of what it wrote reads the file through before it counts its huge pages: a
+    check of an untouched mapping counted none and marked every folder small-pages on a fresh machine."""
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path))
+    folder = tmp_path / "graphs" / "arenas"
+    folder.mkdir(parents=True)
+    if not _files_map_huge(folder):
+        pytest.skip("files here do not map as huge pages")
+    monkeypatch.setattr(arena, "KEEP_FROM", 0)
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(1024, 4096)).eval()  # 16 MB of panels: eight huge pages
+    swap_linears(module, F32PanelLinear.from_linear)
+    arena.pack([module])
+    assert len(list(folder.glob("*.bin"))) == 1 and not (folder / arena._SMALL_PAGES).exists()
+
+
 def test_where_files_map_on_small_pages_the_fresh_block_is_used_and_none_is_kept(kept, monkeypatch):
     monkeypatch.setattr(arena, "_huge_share", lambda block: 0.0)
     x = torch.randn(3, 64)

@@ -89,7 +89,7 @@ def pack(modules: Iterable[nn.Module]) -> int:
     sources: list[torch.Tensor | None] = [_bytes(ts[0][2].untyped_storage()) for ts in views.values()]
     total = sum(_padded(s.numel()) for s in sources)
     kept = _name(sources, total) if total >= KEEP_FROM else None
-    block, keep = _kept_block(sources, kept) if kept else (None, False)
+    block, keep = _kept_block(sources, total, kept) if kept else (None, False)
     fresh = block is None
     if fresh:
         block = hugepage_bytes(total)
@@ -140,7 +140,7 @@ def _name(sources: list[torch.Tensor], total: int) -> str:
     return digest.hexdigest()[:32] + ".bin"
 
 
-def _kept_block(sources: list[torch.Tensor], name: str) -> tuple[torch.Tensor | None, bool]:
+def _kept_block(sources: list[torch.Tensor], total: int, name: str) -> tuple[torch.Tensor | None, bool]:
     """The kept file ``name`` mapped as the block, where it holds exactly ``sources``' bytes at their places and
     nine tenths of it or more maps as huge pages; else None, with whether the fresh block should be kept: yes where
     there is no such file or it holds other bytes, no where files here map on small pages (``_SMALL_PAGES``) or
@@ -155,21 +155,18 @@ def _kept_block(sources: list[torch.Tensor], name: str) -> tuple[torch.Tensor | 
     except OSError:  # a folder this process cannot read: nothing kept here
         return None, False
     path = folder / name
-    block = _mapped(path, sum(_padded(s.numel()) for s in sources))
-    if block is None:
-        return None, True
-    if not _holds(block, sources):
-        _log.info("the kept weights %s hold other bytes than this model's: kept again", path)
-        return None, True
-    if _huge_share(block) < HUGE_SHARE:
-        size = block.numel()
-        del block  # unmapped, so that its page cache can be dropped
-        block = _mapped(path, size, reread=True)
-        if block is None or not _holds(block, sources) or _huge_share(block) < HUGE_SHARE:
-            return None, False
-    with contextlib.suppress(OSError):
-        os.utime(path)  # used: not forgotten (``_forget_old``)
-    return block, False
+    for reread in (False, True):
+        block = _mapped(path, total, reread=reread)
+        if block is None or not _holds(block, sources):  # _holds reads every page: the share below counts them
+            if block is not None and not reread:
+                _log.info("the kept weights %s hold other bytes than this model's: kept again", path)
+            return None, not reread
+        if _huge_share(block) >= HUGE_SHARE:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # used: not forgotten (``_forget_old``)
+            return block, False
+        del block  # unmapped, so that its page cache can be dropped and read again
+    return None, False
 
 
 def _mapped(path: Path, size: int, *, reread: bool = False) -> torch.Tensor | None:
@@ -261,8 +258,10 @@ def _keep(block: torch.Tensor, name: str) -> None:
         _log.debug("could not keep the weights' block in %s: %s", folder, exc)
         return
     kept = _mapped(folder / name, block.numel(), reread=True)
-    if kept is None or _huge_share(kept) == 0.0:  # no file mappings here, or none on huge pages: a property of this
-        _small_pages(folder, folder / name)  # filesystem and kernel (a share between is memory's state, for now)
+    # no file mappings here, or none of it on huge pages once read through (``_holds`` touches every page, which
+    # the share counts): a property of this filesystem and kernel (a share between is memory's state, for now)
+    if kept is None or (_holds(kept, [block]) and _huge_share(kept) == 0.0):
+        _small_pages(folder, folder / name)
 
 
 def _forget_old(folder: Path) -> None:
