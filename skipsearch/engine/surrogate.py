@@ -24,7 +24,7 @@ Methods import this module, never ``objective``: it sits below both.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +74,16 @@ def _one_step(sm: SkippableModel, token: torch.Tensor, n: int, cache, skip: Draf
     sm.crop(cache, n)
 
 
+@contextlib.contextmanager
+def whole_draft(sm: SkippableModel, copy) -> Iterator[None]:
+    """``sm`` as the whole-model draft in ``copy``'s scheme (every attention, MLP and the head ``copy``'s stand-ins),
+    its one-token steps compiled (``compiled_draft``): what ``measure_stand_ins`` times as ``whole``, and what a
+    search builds beside the process before it (``methods.precision.build_drafts_aside``)."""
+    every = tuple(range(sm.num_layers))
+    with sm.substituted(**copy.stand_ins(every, every)), sm.draft_head(copy.head), sm.compiled_draft():
+        yield
+
+
 def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = 9,
                       compiled_whole: bool = False) -> SchemeCost:
     """Time one-token steps of the full model, with every attention / MLP / the head replaced by ``copy``'s
@@ -101,7 +111,7 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
         calls["unit"] = lambda: _one_step(sm, token, n, kcache, None)
         if compiled_whole:
             def whole() -> None:
-                with sm.substituted(**copy.stand_ins(every, every)), sm.draft_head(copy.head), sm.compiled_draft():
+                with whole_draft(sm, copy):
                     _one_step(sm, token, n, kcache, None)
             calls["whole"] = whole
     med = {k: t.median for k, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
@@ -423,4 +433,4 @@ def replan_skip_set(traces: Sequence[Trace], skip: tuple, costs: CostModel, *, k
 
 __all__ = ["EXIT_RULES", "K_VALUES", "Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "aligned",
            "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_stand_ins",
-           "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets"]
+           "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets", "whole_draft"]

@@ -90,11 +90,10 @@ def build_drafts_aside(sm, schemes) -> None:
     children of this process, side by side, before the first is needed: each build is about one core's work (20 s
     of wall time and 22 s of CPU for smollm2-135m's int8 draft on a Zen 5, ``studies/startup-cpu.md``), so on two
     cores a search's int8 and int4 drafts build in about the time of one. Nothing is timed until they are done
-    (``engine/harness``); where the kernel is not compiled, or keeps them already, nothing happens."""
+    (``engine/harness``); where the kernel is not compiled, or keeps them already, nothing happens. Each scheme's
+    copy is built here, which refuses one the device has no kernel for in one line."""
     from skipsearch.methods.precision.surrogate import build_drafts_aside as build
 
-    for scheme in schemes:
-        check_scheme(scheme, sm.device)
     build(sm, schemes)
 
 
@@ -104,6 +103,8 @@ def measure_scheme_costs(sm, context, schemes, *, repeats: int = 9):
     by side first (``build_drafts_aside``)."""
     from skipsearch.methods.precision.surrogate import measure_scheme
 
+    for scheme in schemes:  # every scheme refused before any is timed
+        check_scheme(scheme, sm.device)
     build_drafts_aside(sm, schemes)
     return tuple(measure_scheme(sm, context, scheme, repeats=repeats) for scheme in schemes)
 

@@ -12,7 +12,7 @@ import weakref
 from dataclasses import dataclass, replace
 
 from skipsearch.config import Candidate, DraftConfig
-from skipsearch.engine.surrogate import SchemeCost, measure_stand_ins
+from skipsearch.engine.surrogate import SchemeCost, measure_stand_ins, whole_draft
 from skipsearch.methods.precision.params import PrecisionParams
 
 
@@ -83,10 +83,8 @@ def build_drafts_aside(sm, schemes) -> None:
         return
     from skipsearch.methods.precision.copy import quantized_copy
 
-    every = tuple(range(sm.num_layers))
     for scheme in schemes:
-        copy = quantized_copy(sm, scheme)
-        with sm.substituted(**copy.stand_ins(every, every)), sm.draft_head(copy.head), sm.compiled_draft():
+        with whole_draft(sm, quantized_copy(sm, scheme)):
             sm.draft_aside()
 
 
