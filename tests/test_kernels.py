@@ -2,7 +2,8 @@
 exactly what HF greedy decodes, compile once and never again while decoding, and a kernel the machine cannot
 run is refused in one line before any model loads. Every registered kernel parses its own names and no other's.
 
-One compiled tiny model is shared by the module (inductor compiles for tens of seconds even at this size)."""
+One compiled tiny model is shared by the module (inductor compiles for tens of seconds even at this size), built
+without max-autotune; one test builds the kernel with its own settings."""
 
 from __future__ import annotations
 
@@ -26,8 +27,17 @@ PROMPTS = ([5, 9, 2], [7, 1, 1, 8, 3, 12, 40], [3] * 11 + [17, 4])  # three leng
 def compiled():
     if not static_cache_supported():  # transformers 4.x: the kernel is refused (test_an_old_transformers_...)
         pytest.skip(f"the compiled kernel needs transformers 5's StaticCache layers, not {transformers.__version__}")
+    from skipsearch.kernels import inductor
+
     sm = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
-    sm.use_kernel("inductor", capacity=64)
+    # without max-autotune, which times C++ product candidates for every new shape (two thirds of this module's time
+    # on 2 cores) and only picks which products the graphs call: what these tests assert does not depend on it. A
+    # runner keeps the settings it was built with, later graphs included. The kernel's own settings are built and
+    # checked by test_a_kernel_built_again_in_the_same_process_runs_on_its_own_cache[inductor-c4] and test_export
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(inductor._SETTINGS, "max_autotune", False)
+        sm.use_kernel("inductor", capacity=64)
+    assert sm._runner._settings["max_autotune"] is False
     return sm
 
 
@@ -372,9 +382,13 @@ def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_pat
         load_costs(path)
 
 
-def test_bench_runs_our_rows_on_the_kernel_beside_hf_compiled_greedy(compiled):
+def test_bench_runs_our_rows_on_the_kernel_beside_hf_compiled_greedy(compiled, monkeypatch):
     from skipsearch import bench as bn
     from skipsearch.data import Prompt
+    from skipsearch.kernels import inductor
+
+    # the peer compiles under the kernel's settings: as the fixture, without max-autotune (which picks products only)
+    monkeypatch.setitem(inductor._SETTINGS, "max_autotune", False)
 
     class Chars:  # one id per character: enough of a tokenizer for encode_prompt
         eos_token_id, chat_template = None, None
