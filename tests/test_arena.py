@@ -319,10 +319,17 @@ def test_a_block_no_process_used_for_weeks_goes_when_another_is_kept(kept):
 
 
 def test_the_cache_command_lists_and_clears_the_kept_blocks(kept):
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
     from skipsearch.kernels import graphs
 
     _packed_outputs(torch.randn(3, 64))
     listed = [c for c in graphs.caches() if c.path == str(kept)]
     assert len(listed) == 1 and listed[0].files == 1 and listed[0].bytes > 0
+    line = [row for row in CliRunner().invoke(app, ["cache"]).output.splitlines() if row.startswith(str(kept))]
+    assert len(line) == 1 and line[0].endswith("(packed weights, mapped by later processes)"), line
+    (kept / arena._SMALL_PAGES).touch()  # this filesystem maps kept files on small pages: the line says none is kept
+    assert "(packed weights: none kept, files map on small pages" in CliRunner().invoke(app, ["cache"]).output
     graphs.clear()
     assert not kept.exists()

@@ -15,6 +15,7 @@ def cache_command(
     """The compiled graphs kept on disk (one folder per torch version, thread count and CPU, and one of packed
     weights), or --clear them."""
     from skipsearch.kernels import graphs
+    from skipsearch.kernels.lowbit.arena import kept_folder, kept_note
 
     kept = graphs.caches()
     if clear:
@@ -26,6 +27,7 @@ def cache_command(
     if not kept:
         typer.echo(f"no compiled graphs kept yet (they go to {graphs.graphs_root()})")
         return
+    weights = kept_folder()
     for c in kept:
-        mark = "  (this machine)" if c.here else ""
+        mark = "  (this machine)" if c.here else f"  ({kept_note(weights)})" if c.path == str(weights) else ""
         typer.echo(f"{c.path}  {c.files} files  {c.bytes / 1e6:.1f} MB  written {graphs.age(c)} ago{mark}")

@@ -128,6 +128,14 @@ def kept_folder() -> Path:
     return graphs_root() / "arenas"
 
 
+def kept_note(folder: Path) -> str:
+    """What ``folder`` (``kept_folder()``) holds, for ``skipsearch cache``: packed weights, or the mark that kept files
+    map on small pages here, so none is kept."""
+    if (folder / _SMALL_PAGES).exists():
+        return "packed weights: none kept, files map on small pages on this filesystem"
+    return "packed weights, mapped by later processes"
+
+
 def _name(sources: list[torch.Tensor], total: int) -> str:
     """The kept file's name for a block of ``sources``: their sizes and 16 samples of each one's bytes. A name says
     where to look, not what is there: a file's bytes are compared in full before it is used (``_kept_block``)."""
