@@ -193,28 +193,26 @@ class CompiledBlocks:
         self._seconds += time.perf_counter() - self._began
         self.graph_bytes = max(0, self._memory.current() - self._held)
 
-    def _aside(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None, mask=None) -> None:
+    def _aside(self, ids: torch.Tensor, positions: torch.Tensor, *, cache=None, mask=None,
+               draft: bool = False) -> None:
         """Have a child of this process build the precompiled call of the full model over ``ids`` [B, T] at
-        ``positions`` (on ``cache`` with ``mask``: a batch's) while this one builds another
-        (``precompiled.build_aside``); nothing where calls are not precompiled."""
+        ``positions`` (on ``cache`` with ``mask``: a batch's), or with ``draft`` the model as it stands (a draft's
+        one-token step), while this one builds another (``precompiled.build_aside``); nothing where calls are not
+        precompiled."""
         if self._models is None:
             return
-        module = self._step_module if ids.numel() == 1 else self._rows_module
+        module = self._module if draft else self._step_module if ids.numel() == 1 else self._rows_module
         model = self._models[id(module)]
         args = (ids, positions, self._sm.cache_kwargs(self.cache if cache is None else cache), mask)
-        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=False), self._settings)
+        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=draft), self._settings)
 
     def draft_aside(self) -> None:
         import torch
 
-        if self._models is None:
-            return
         with torch.inference_mode():  # as ``_run`` hands a draft's step its inputs
             ids = torch.zeros(1, 1, dtype=torch.long, device=self._sm.device)
             positions = torch.ones(1, 1, dtype=torch.long, device=self._sm.device)
-        model = self._models[id(self._module)]
-        args = (ids, positions, self._sm.cache_kwargs(self.cache), None)
-        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=True), self._settings)
+        self._aside(ids, positions, draft=True)
 
     def fits(self, kernel: Kernel, capacity: int) -> bool:
         # a padded last block writes up to chunk - 1 positions past the sequence: the cache holds them too
