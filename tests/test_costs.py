@@ -261,6 +261,46 @@ def test_measured_on_a_tiny_model_with_the_objectives_measurement(tmp_path):
         check_costs_for(back, make_tiny_model(num_layers=4), source="tiny.yaml")
 
 
+def _split_apart(monkeypatch, times: int) -> list[int]:
+    """surrogate.measure_costs whose first ``times`` timings put 10 steps in one layer's attention, as one
+    descheduled sample in a median of few does; the samples each timing took come back in the list."""
+    from skipsearch.engine import surrogate
+
+    real, samples = surrogate.measure_costs, []
+
+    def timed(sm, context, **kwargs):
+        cm = real(sm, context, **kwargs)
+        samples.append(kwargs["repeats"])
+        return dataclasses.replace(cm, attn_seconds=10 * cm.step_seconds) if len(samples) <= times else cm
+
+    monkeypatch.setattr(surrogate, "measure_costs", timed)
+    return samples
+
+
+def test_costs_whose_sublayers_do_not_fit_the_step_are_timed_again_with_more_samples(monkeypatch, tmp_path):
+    sm = make_tiny_model(num_layers=3)
+    samples = _split_apart(monkeypatch, times=1)
+    with work_clock(sm):
+        cp = measure_cost_profile(sm, list(range(1, 20)), repeats=1, verify_sizes=(1, 2))
+    assert samples == [1, 3] and cp.run.repeats == 3  # the file says how many samples its costs took
+    assert cp.costs.attn_seconds < cp.costs.step_seconds
+    check_costs_for(load_costs(save_costs(cp, tmp_path / "c.yaml")), sm, source="c.yaml")
+
+
+def test_costs_that_never_fit_the_step_end_in_one_line_and_write_nothing(tiny_checkpoint, monkeypatch, tmp_path):
+    samples = _split_apart(monkeypatch, times=3)
+    out = tmp_path / "c.yaml"
+    result = runner.invoke(app, ["costs", "--model", str(tiny_checkpoint), "--device", "cpu", "--samples", "1",
+                                 "--max-new-tokens", "4", "--out", str(out)])
+    # exit 2 and one error line, after the loading notice and a line for each timing taken again
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert [ln for ln in lines if ln.startswith("error: ")] == lines[-1:], result.stderr
+    assert "in each of 3 timings: is something else running?" in lines[-1]
+    assert sum("timing again with" in ln for ln in lines) == 2
+    assert samples == [1, 3, 7] and not out.exists()
+
+
 def test_cli_refuses_a_cost_file_for_another_model_in_one_line(tmp_path):
     """plan --profile with a cost file measured on a 4-layer model, for a 30-layer profile: exit 2, one line."""
     other = save_costs(synthetic(num_layers=4, name="tiny"), tmp_path / "tiny.yaml")

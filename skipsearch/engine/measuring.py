@@ -21,9 +21,11 @@ from skipsearch.files.cost_profile import (
     CostProfile,
     CostRun,
     check_costs_model,
+    check_costs_whole,
     costs_from_model,
 )
-from skipsearch.files.costs import BatchCosts, BatchedCosts
+from skipsearch.files.costs import BatchCosts, BatchedCosts, CostModel
+from skipsearch.files.errors import CostsError
 from skipsearch.hardware import Environment
 from skipsearch.kernels import EAGER, REGISTRY, Kernel, check_kernel, parse_kernel
 from skipsearch.model.target import NATIVE
@@ -74,12 +76,11 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
 
     from skipsearch.engine import timing
     from skipsearch.engine.harness import time_interleaved
-    from skipsearch.engine.surrogate import measure_costs
 
     t0 = timing.now(sm.device)
     if sm.kernel.compiled:
         check_kernel_agrees(sm, context)
-    cm = measure_costs(sm, context, verify_sizes=verify_sizes, repeats=repeats)
+    cm, repeats = _measured_whole(sm, context, verify_sizes=verify_sizes, repeats=repeats)  # repeats: as timed
     hidden = torch.zeros(1, 1, sm.hf.config.hidden_size, dtype=sm.dtype, device=sm.device)  # [1, 1, H]
 
     def head() -> None:
@@ -97,6 +98,28 @@ def measure_cost_profile(sm: SkippableModel, context: Sequence[int], *, repeats:
                     seconds=round(timing.now(sm.device) - t0, 1), command=command),
         kernel=kernel_of(sm),
     )
+
+
+def _measured_whole(sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int], repeats: int,
+                    tries: int = 3) -> tuple[CostModel, int]:
+    """``surrogate.measure_costs`` and the samples it took: timed again with more rounds (2n + 1) while its
+    sublayers do not fit the step they split (``check_costs_whole``, the check every cost file passes). One
+    descheduled sample among few carries a median: a busy machine once split a step 12.5 times over, and the save
+    refused the file after minutes of timing. Still apart after ``tries`` timings is a one-line CostsError."""
+    from skipsearch.engine.surrogate import measure_costs
+
+    for attempt in range(1, tries + 1):
+        cm = measure_costs(sm, context, verify_sizes=verify_sizes, repeats=repeats)
+        try:
+            check_costs_whole(costs_from_model(cm), sm.num_layers, source=f"the costs timed on {sm.name}")
+            return cm, repeats
+        except CostsError as exc:
+            problem = exc
+        if attempt < tries:
+            repeats = 2 * repeats + 1
+            _log.warning("%s: timing again with %d samples", problem, repeats)
+    raise CostsError(f"{problem}, in each of {tries} timings: is something else running? Time again on an idle "
+                     "machine, or with more --samples")
 
 
 def measure_batched(sm: SkippableModel, context: Sequence[int], batch_sizes: Sequence[int], *, repeats: int = 9,
