@@ -81,6 +81,22 @@ def test_int8_op_matches_the_reference_product(isa, with_bias):
             _check(y, x, dequantize_int8(q, scale), bias)
 
 
+def test_each_row_of_an_int8_block_has_the_bits_of_that_row_alone(isa):
+    """A verify block's rows are one-token steps' rows, bit for bit, on a unit that sums each row in k order
+    whatever chunk of rows it runs in (AVX2, scalar); K 200 is several prefetch distances. AVX-512 keeps a second
+    accumulator set below 4 rows."""
+    if isa == "avx512":
+        pytest.skip("avx512 sums 1-3 rows in two sets (even and odd k), 4-8 in one")
+    gen = torch.Generator().manual_seed(4)
+    for n, k in (*SHAPES8, (40, 200)):
+        q = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
+        w, s = pack_int8(q, torch.rand(n, generator=gen) * 0.01 + 1e-4)
+        x = torch.randn(13, k, generator=gen)  # 13: a K = 12 draft's verify, a group of 8 rows and one of 5
+        block = torch.ops.skipsearch.int8_wo_linear(x, w, s, None, n)
+        for m in range(13):
+            assert torch.equal(block[m], torch.ops.skipsearch.int8_wo_linear(x[m:m + 1], w, s, None, n)[0]), (n, k, m)
+
+
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_int4_op_matches_the_reference_product(isa, with_bias):
     gen = torch.Generator().manual_seed(1)
