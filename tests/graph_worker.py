@@ -7,11 +7,12 @@ same shapes; with ``aside``, the int8 draft's graph built by a child first, as a
 ``methods.precision.build_drafts_aside``), runs plain
 steps, an 8-token verify block and a compiled int8 draft on ``panel-c4``, and prints one JSON line: the tokens
 decoded with the draft, HF greedy's, the precompiled calls loaded or built, and
-dynamo's graphs and inductor's and AOTAutograd's cache counters."""
+dynamo's graphs and inductor's and AOTAutograd's cache counters. skipsearch's notices go to stderr, as the CLI's."""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import torch
@@ -27,6 +28,9 @@ def main(threads: int, capacity: int, edit: float, aside: bool = False) -> None:
     from tests.conftest import make_tiny_model
 
     torch.set_num_threads(threads)  # after conftest, which sets its own
+    log = logging.getLogger("skipsearch")
+    log.addHandler(logging.StreamHandler(sys.stderr))
+    log.setLevel(logging.INFO)
 
     sm = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
     if edit:

@@ -37,6 +37,11 @@ def _notices(err: str) -> list[str]:
     return [line for line in err.splitlines() if "could not be read" in line]
 
 
+def _step_end(err: str) -> str:
+    """The kernel step's last line on stderr (its end: what it did and its seconds)."""
+    return [line for line in err.splitlines() if " graphs " in line and " ... " in line][-1]
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A cache filled by two processes that compiled the same graphs at once, and what each decoded."""
@@ -75,6 +80,8 @@ def test_a_later_process_loads_every_graph_and_compiles_none(built, tmp_path):
     assert run["fx"] == {} and run["aot"] == {} and run["dynamo"] == 0
     assert run["tokens"] == run["plain"] == run["reference"] == first["tokens"]
     assert not _notices(err)
+    step = _step_end(err)
+    assert step.startswith("loading panel-c4 graphs (kept on this machine") and "built" not in step.split(" ... ")[1]
 
 
 def test_a_capacity_in_the_same_bucket_loads_and_another_thread_count_compiles_its_own(built, tmp_path):
@@ -91,11 +98,13 @@ def test_another_capacity_bucket_builds_calls_of_its_own_beside_the_first(built,
     files, and the first bucket's still load after it, neither built over the other."""
     cache, (first, _) = built
     copy = _copy(cache, tmp_path)
-    other, _ = _worker(copy, 1, 1100)
+    other, err = _worker(copy, 1, 1100)
     assert graphs.bucket(1100 + 4) != graphs.bucket(CAPACITY + 4)
     # the step and the block were built beside the process by two children of it (precompiled.build_aside), the
     # draft's graph by the process itself, and all three decode what they decoded the first time
     assert other["calls"] == {"built": 3, "aside": 2} and other["tokens"] == first["tokens"]
+    # the step had said it loads kept graphs: it ends saying it built them (the draft's is built after it)
+    assert _step_end(err).endswith(": 2 of 2 graphs built (none kept for these shapes and versions)"), err[-2000:]
     again, _ = _worker(copy, 1, CAPACITY)
     assert again["calls"] == {"loaded": 3} and again["tokens"] == first["tokens"]
 

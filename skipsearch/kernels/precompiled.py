@@ -222,6 +222,17 @@ def _path(folder: Path, model, args: tuple, role: str, settings: dict) -> Path:
     return folder / FOLDER / f"{entry_key(model, role, shapes, settings)}.bin"
 
 
+def built_note(before: Counter) -> str:
+    """What the end of a step that was to load kept calls adds where this process built some instead (``COUNTS``
+    since ``before``, a copy): none was kept for these shapes (another capacity bucket, a draft not decoded here
+    before) or for this skipsearch, torch and transformers. "" where none was built."""
+    built = COUNTS["built"] - before["built"]
+    if not built:
+        return ""
+    loaded = COUNTS["loaded"] - before["loaded"]
+    return f": {built} of {built + loaded} graphs built (none kept for these shapes and versions)"
+
+
 def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> None:
     """Start building the call ``Call.of`` would build for these arguments in a forked child of this process, where
     its file is missing, none is being built already, and this machine has a core to spare: the caller goes on
@@ -471,5 +482,5 @@ def _build(path: Path, model, args: tuple, settings: dict):
     return fn
 
 
-__all__ = ["ASIDE_SECONDS", "COUNTS", "Call", "build_aside", "cache_shape", "entry_key", "logits", "settle_aside",
-           "stop_aside", "structure"]
+__all__ = ["ASIDE_SECONDS", "COUNTS", "Call", "build_aside", "built_note", "cache_shape", "entry_key", "logits",
+           "settle_aside", "stop_aside", "structure"]

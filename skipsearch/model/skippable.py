@@ -27,7 +27,16 @@ from torch import nn
 from skipsearch import kv_cache
 from skipsearch.checkpoints import ModelError, arch_fingerprint, state_fingerprint
 from skipsearch.config import ConfigError, DraftConfig
-from skipsearch.kernels import EAGER, Kernel, KernelReport, KernelRunner, check_kernel, graphs, parse_kernel
+from skipsearch.kernels import (
+    EAGER,
+    Kernel,
+    KernelReport,
+    KernelRunner,
+    check_kernel,
+    graphs,
+    parse_kernel,
+    precompiled,
+)
 from skipsearch.kv_cache import LayerFrame, PrefixKV
 from skipsearch.model.placement import Placement
 from skipsearch.model.stand_ins import SkippedLayer, SkippedSublayer, SubsetHead
@@ -216,13 +225,16 @@ class SkippableModel:
         step = graphs.building(kernel.label, keeps=kernel.spec.keeps_graphs) if kernel.compiled else ""
         if kernel.compiled:
             _log.info("%s ...", step, extra={"step": "start"})
+        before = precompiled.COUNTS.copy()
         self._runner = kernel.spec.build(self, kernel, capacity)  # None: eager, this adapter's own forwards
         if self._runner is not None:
             if warm is not None:
                 warm()  # where it fails, the block's first call waits for its build; none outlives the process
             self._runner.settle()
             seconds = self._runner.report().compile_seconds
-            _log.info("%s ... %.0f s", step, seconds, extra={"step": "end"})
+            # a step that said it loads kept graphs says so where it built some instead (minutes, not seconds)
+            built = precompiled.built_note(before) if step.startswith("loading") else ""
+            _log.info("%s ... %.0f s%s", step, seconds, built, extra={"step": "end"})
             if kernel.spec.keeps_graphs:
                 graphs.record(kernel.label, seconds)
 
