@@ -47,6 +47,34 @@ def test_each_file_kind_reports_its_problems_as_its_own_one_line_error(tmp_path)
         costs.load_costs(tmp_path / "missing.yaml")
 
 
+def test_a_file_of_one_kind_given_as_another_is_named_for_what_it_is(tmp_path):
+    """A cost file given as --profile, a profile given as --costs, an export's manifest given as either: one line
+    that says what the file is and where it goes, before any other check of it."""
+    from conftest import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    shipped, cost_file = "profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml", "costs/cpu-float32.yaml"
+    exported = CliRunner().invoke(app, ["export", "--profile", shipped, "--engine", "hf", "--out", str(tmp_path / "e")])
+    assert exported.exit_code == 0, exported.output
+    manifest = tmp_path / "e" / "export.yaml"
+    assert targets.document_kind(yamlio.read_yaml(manifest, "m")) == targets.EXPORT  # its costs key notwithstanding
+    for path, fragment in ((cost_file, "this is a skipsearch cost file, not a skipsearch profile: cost files"),
+                           (manifest, "this is a skipsearch export's manifest, not a skipsearch profile: the profile "
+                                      "it exported is profile.yaml beside it")):
+        with pytest.raises(ProfileError, match="this is a skipsearch"):
+            profile.load_profile(path)
+        assert_one_line_error(CliRunner().invoke(app, ["decode", "--profile", str(path), "--prompt", "hi"]), fragment)
+    for path, fragment in ((shipped, "this is a skipsearch profile, not a skipsearch cost file: draft profiles go "
+                                     "to --profile"),
+                           (manifest, "this is a skipsearch export's manifest, not a skipsearch cost file")):
+        with pytest.raises(CostsError, match="this is a skipsearch"):
+            costs.load_costs(path)
+        assert_one_line_error(CliRunner().invoke(app, ["plan", "profile", "--profile", shipped, "--costs", str(path)]),
+                              fragment)
+
+
 # -- the one overwrite rule (skipsearch.files.targets) -------------------------------------------------------------
 def _kinds_written_by_their_writers(tmp_path):
     """One file (or export directory) of each kind, written by its own writer where the writer needs no model."""

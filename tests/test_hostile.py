@@ -318,7 +318,7 @@ COSTS_INPUTS = [
     ("named-pipe", _fifo, "not a regular file"),
     ("half-written", _file(COSTS[: len(COSTS) // 2] + "  verify_ratio: [1.0, 1."), "malformed YAML"),
     ("empty", _file(""), "empty"),
-    ("a-profile-not-costs", _file(GOOD), "unknown top-level key 'method'"),
+    ("a-profile-not-costs", _file(GOOD), "this is a skipsearch profile, not a skipsearch cost file"),
     ("negative-seconds", _file(_costs_edit(lambda r: r["costs"].update(mlp_seconds=-1.0))),
      "costs.mlp_seconds must be a finite number of seconds >= 0"),
     ("nan-step", _file(_costs_edit(lambda r: r["costs"].update(step_seconds=float("nan")))), "costs.step_seconds"),

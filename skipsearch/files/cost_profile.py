@@ -41,6 +41,7 @@ from skipsearch.files.costs import (
     roofline_to_dict,
 )
 from skipsearch.files.errors import CostsError, ProfileError
+from skipsearch.files.targets import COSTS, misplaced
 from skipsearch.files.yamlio import Dumper, plain, read_yaml, section, write_atomic
 from skipsearch.hardware import Environment
 from skipsearch.kernels import parse_kernel
@@ -233,6 +234,8 @@ def cost_profile_from_dict(raw: Any, *, source: str = "<costs>") -> CostProfile:
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise _err(source, f"expected a YAML mapping at the top level, got {got}")
+    if problem := misplaced(raw, COSTS):  # a draft profile or an export's manifest, given as a cost file
+        raise _err(source, problem)
     version = raw.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version not in READABLE_VERSIONS:
         raise _err(source, "missing required key schema_version" if version is None else

@@ -61,12 +61,34 @@ def kind_of(path: str | os.PathLike) -> str | None:
         raw = read_yaml(path, str(path))
     except OneLineError:
         return None
+    return document_kind(raw)
+
+
+def document_kind(raw: object) -> str | None:
+    """The kind of a parsed skipsearch YAML document, from its top-level keys: a profile, an export's manifest
+    (``export.yaml``, whose ``costs`` key names a cost file) or a cost file; None: none of them."""
     if isinstance(raw, dict) and "schema_version" in raw:
         if "method" in raw or "draft" in raw:
             return PROFILE
+        if "engine" in raw and "setting" in raw:
+            return EXPORT
         if "costs" in raw:
             return COSTS
     return None
+
+
+_INSTEAD = {PROFILE: "draft profiles go to --profile", COSTS: "cost files (`skipsearch costs` writes them) go to "
+            "--costs", EXPORT: "the profile it exported is profile.yaml beside it"}
+
+
+def misplaced(raw: object, want: str) -> str | None:
+    """Where a parsed document is plainly another kind than ``want`` (a cost file read as a profile), the one-line
+    problem to raise, naming what it is and where it goes; else None (the reader's own checks go on)."""
+    kind = document_kind(raw)
+    if kind is None or kind == want:
+        return None
+    what = f"{NOUNS[EXPORT]}'s manifest" if kind == EXPORT else NOUNS[kind]
+    return f"this is a {what}, not a {NOUNS[want]}: {_INSTEAD[kind]}"
 
 
 def check_target(path: str | os.PathLike, kind: str, *, replace: bool = False, flag: str = "--force") -> Path:

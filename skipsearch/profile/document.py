@@ -22,7 +22,7 @@ from skipsearch.files.costs import COSTS_KEY, planned_costs_from_dict
 from skipsearch.files.engine_runs import ENGINES_KEY, EngineRun, engine_run_to_dict, engine_runs_from_dict
 from skipsearch.files.errors import ProfileError
 from skipsearch.files.schedule import Schedule, schedule_from_dict, schedule_to_dict
-from skipsearch.files.targets import PROFILE, PROFILE_HEADER, check_target
+from skipsearch.files.targets import PROFILE, PROFILE_HEADER, check_target, misplaced
 from skipsearch.files.yamlio import MAX_BYTES, build, coerce, read_yaml, section, write_atomic
 from skipsearch.files.yamlio import Dumper as _Dumper
 from skipsearch.files.yamlio import plain as _plain
@@ -193,6 +193,8 @@ def _read_yaml(path: str | os.PathLike, source: str) -> Any:
 
 def profile_from_dict(raw: Any, *, source: str = "<profile>") -> Profile:
     """Validate a parsed profile of any known schema version and build a Profile."""
+    if problem := misplaced(raw, PROFILE):  # a cost file or an export's manifest, given as a profile
+        raise _err(source, problem)
     raw = upgrade(raw, source=source)
     for key in raw:
         if key not in _TOP_KEYS:
