@@ -60,6 +60,8 @@ def test_a_file_of_one_kind_given_as_another_is_named_for_what_it_is(tmp_path):
     assert exported.exit_code == 0, exported.output
     manifest = tmp_path / "e" / "export.yaml"
     assert targets.document_kind(yamlio.read_yaml(manifest, "m")) == targets.EXPORT  # its costs key notwithstanding
+    with pytest.raises(TargetError, match="holds a skipsearch export, not a skipsearch cost file"):
+        targets.check_target(manifest, targets.COSTS, replace=True)  # costs --out export.yaml --force: never
     for path, fragment in ((cost_file, "this is a skipsearch cost file, not a skipsearch profile: cost files"),
                            (manifest, "this is a skipsearch export's manifest, not a skipsearch profile: the profile "
                                       "it exported is profile.yaml beside it")):
