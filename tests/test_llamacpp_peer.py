@@ -6,6 +6,7 @@ included. One test runs a real llama-server, when one is found, and checks its g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import stat
@@ -208,7 +209,13 @@ def test_the_fastest_identical_speculative_setting_is_chosen_and_a_differing_one
     text = "\n".join(report.markdown_lines(res, labels=["mt:1", "he:2"], baseline_tokens_per_s=100.0))
     assert "| ngram 3/4 (chosen) |" in text and "DIFFERS (prompt he:2, token 5)" in text
     assert "FAILED: ngram 3/8: llama-server exited" in text and "no (output differs)" in text
-    assert "best ngram 3/4" in report.summary_line(res) and "draft q4_0 n=8" in report.summary_line(res)
+    summary = report.summary_line(res)  # the terminal's line: what differs, and what failed and why
+    assert "best ngram 3/4" in summary and "differs: draft q4_0 n=8" in summary
+    assert summary.endswith("; ngram 3/8 failed: llama-server exited")
+    server_died = [_done(n, k, 1.0, error=f"{n}: llama-server exited (status 3): boom")
+                   for n, k in (("plain", lp.PLAIN), ("export a", lp.EXPORT))]  # one reason, said once
+    assert report.summary_line(dataclasses.replace(res, settings=tuple(server_died), best=None)) == \
+        "llama.cpp (server timings): plain, export a failed: llama-server exited (status 3): boom"
     assert lp.first_difference([1, 2, 3], [1, 2, 3]) is None and lp.first_difference([1, 9], [1, 2]) == 1
     assert lp.first_difference([1, 2], [1, 2, 3]) == 2  # stopped early
 

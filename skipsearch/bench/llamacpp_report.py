@@ -39,7 +39,7 @@ def summary_line(result: LlamaCppResult) -> str:
     if result.unavailable:
         return result.unavailable
     plain = next((r for r in result.settings if r.setting.kind == PLAIN), None)
-    parts = [] if plain is None else [f"plain {_f(plain.tokens_per_s, 1)} tokens/s"]
+    parts = [] if plain is None or plain.error is not None else [f"plain {_f(plain.tokens_per_s, 1)} tokens/s"]
     best = result.setting(result.best) if result.best else None
     grid = [r for r in result.settings if r.setting.kind not in (PLAIN, EXPORT)]
     if best is not None:
@@ -49,9 +49,14 @@ def summary_line(result: LlamaCppResult) -> str:
     for r in result.settings:  # each profile's export, as `export --engine llama.cpp` writes it
         if r.setting.kind == EXPORT and r.ok:
             parts.append(f"{r.setting.name} {_f(r.tokens_per_s, 1)} tokens/s ({r.setting.flags})")
-    bad = [r.setting.name for r in result.settings if not r.ok]
-    if bad:
-        parts.append(f"differs or failed: {', '.join(bad)}")
+    differs = [r.setting.name for r in result.settings if r.error is None and not r.ok]
+    if differs:
+        parts.append(f"differs: {', '.join(differs)}")
+    failed: dict[str, list[str]] = {}  # why -> the settings that failed so (a server that never starts: all of them)
+    for r in result.settings:
+        if r.error is not None:
+            failed.setdefault(r.error.removeprefix(f"{r.setting.name}: "), []).append(r.setting.name)
+    parts += [f"{', '.join(names)} failed: {why}" for why, names in failed.items()]
     return f"{FAMILY} (server timings): " + "; ".join(parts)
 
 
