@@ -223,7 +223,8 @@ def test_the_fastest_identical_speculative_setting_is_chosen_and_a_differing_one
 # -- the whole grid, against a stand-in server -------------------------------------------------------------
 # A stand-in llama-server: answers /health and /completion on --host/--port. Its output is a function of the
 # prompt, except that settings with a draft model change token 1 (so they differ from the reference) while they
-# report the fastest timings; $FAKE_FAIL names a spec type it refuses to start with. It logs each request.
+# report the fastest timings; $FAKE_FAIL names a spec type it refuses to start with ($FAKE_DEAD: every setting,
+# plain too). It logs each request.
 FAKE = textwrap.dedent('''\
     import json, os, sys
     from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -231,7 +232,7 @@ FAKE = textwrap.dedent('''\
     flag = lambda name, default=None: argv[argv.index(name) + 1] if name in argv else default
     spec = flag("--spec-type", "")
     fail = os.environ.get("FAKE_FAIL")
-    if fail and fail in spec:
+    if os.environ.get("FAKE_DEAD") or fail and fail in spec:
         print("error: invalid argument: " + spec, file=sys.stderr)
         sys.exit(1)
     class Handler(BaseHTTPRequestHandler):
@@ -361,6 +362,19 @@ def test_the_whole_grid_runs_and_a_faster_differing_setting_is_not_chosen(fake_s
     doc = report.result_to_dict(res)
     assert json.loads(json.dumps(doc)) == doc and doc["best"] == res.best
     assert doc["settings"][1]["differs_at"] == [1, 1]
+
+
+def test_a_server_that_cannot_decode_plainly_runs_no_other_setting(fake_server, bpe_sm, tmp_path, monkeypatch):
+    """Plain decoding is the baseline every setting is measured against; a server that fails it (here it exits at
+    start; one that hangs waits out start_timeout) would fail every setting as slowly, so the grid stops there."""
+    sm, ckpt = bpe_sm
+    monkeypatch.setenv("FAKE_DEAD", "1")
+    res = lp.llamacpp_rows(sm, [[3, 4, 5]], max_new_tokens=4, threads=1, server=str(fake_server),
+                           reference=_reference([[3, 4, 5]], 4), checkpoint=ckpt, drafts=("q8_0",), n_max=(2,),
+                           cache=tmp_path / "cache", start_timeout=60)
+    assert [r.setting.name for r in res.settings] == ["plain"] and res.best is None
+    assert "llama-server exited (status 1): error: invalid argument" in res.settings[0].error
+    assert report.summary_line(res).startswith("llama.cpp (server timings): plain failed: llama-server exited")
 
 
 def test_only_the_kinds_asked_for_run(fake_server, bpe_sm, tmp_path):

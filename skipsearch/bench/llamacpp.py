@@ -430,9 +430,13 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                                        threads=threads, context=context, log=Path(tmp) / f"server-{i}.log",
                                        start_timeout=start_timeout, request_timeout=request_timeout,
                                        concurrency=concurrency))
+            if s.kind == PLAIN and not reverse and results[-1].error:
+                # no baseline, and a server that cannot decode plainly (it dies at start, or never answers within
+                # start_timeout) would fail every setting after it as slowly: its one error says why
+                break
             if not same_model and s.kind == PLAIN and not reverse:
                 reference = [c.tokens for c in results[-1].completions]
-                if results[-1].error or len(reference) != len(prompt_ids):
+                if len(reference) != len(prompt_ids):
                     break  # nothing to check the others against
                 results[-1] = replace(results[-1], differs_at=(None,) * len(reference))
     results += failed
