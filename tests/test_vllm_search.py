@@ -303,3 +303,23 @@ def test_bench_s_vllm_peer_serves_plain_and_each_profile_s_vllm_setting_against_
     monkeypatch.delenv("SKIPSEARCH_VLLM_PYTHON", raising=False)
     gone = vb.bench_vllm(sm, vb.VllmPlan(), ids, reference, max_new_tokens=4, threads=1)
     assert gone.unavailable.startswith("vllm: vLLM is not installed here") and "\n" not in gone.unavailable
+
+
+def test_bench_s_vllm_peer_stops_at_a_server_that_cannot_decode_plainly(bpe_sm, tmp_path, monkeypatch):  # noqa: F811
+    """A vLLM that dies at start fails plain decoding, the baseline; every profile's export would fail after it as
+    slowly (a server that hangs waits out its start timeout each time), so the peer stops there, saying why."""
+    from skipsearch.bench import vllm_bench as vb
+
+    sm, ckpt = bpe_sm
+    monkeypatch.setattr("skipsearch.checkpoints.ensure_embedded", lambda name: ckpt)
+    monkeypatch.setattr(vs, "server_version", lambda python: "vllm stand-in")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'RuntimeError: no CPU backend' >&2\nexit 4\n")
+    python.chmod(0o755)
+    ids = [[5, 9, 12, 5, 9]]
+    result = vb.bench_vllm(sm, vb.VllmPlan(python=str(python), log_dir=str(tmp_path / "logs")), ids, [[1, 2, 3, 4]],
+                           max_new_tokens=4, threads=1, profiles=[("own.yaml", _profile(sm, "ngram", min_n=3,
+                                                                                           max_n=4))])
+    assert result.rows == () and [name for name, _ in result.errors] == ["plain"]
+    assert "no CPU backend" in result.errors[0][1] and "\n" not in result.errors[0][1]
+    assert vb.summary_line(result) == f"vllm (vllm stand-in, client wall time): plain failed: {result.errors[0][1]}"

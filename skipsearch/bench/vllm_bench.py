@@ -115,6 +115,8 @@ def bench_vllm(sm, plan: VllmPlan, prompt_ids: Sequence[Sequence[int]], referenc
                                         threads=plan.threads or threads, memory_fraction=0.25))
             except ServerError as e:
                 errors.append((name, str(e)))
+                if name == PLAIN:  # no baseline, and a server that cannot decode plainly fails every export as slowly
+                    break
     return VllmResult(python=python, version=server_version(python), rows=tuple(rows), errors=tuple(errors),
                       notes=tuple(notes), threads=plan.threads or threads, max_new_tokens=max_new_tokens,
                       sources={name: source for name, _, source in settings})

@@ -89,7 +89,7 @@ def search_vllm(python: str | Path, model_dir: str | Path, prompt_ids: Sequence[
                 on_setting: Callable[[int, str, int, int], None] | None = None) -> tuple[tuple[Served, ...], ...]:
     """``runs`` passes over ``settings`` (``grid``), odd passes reversed with plain last; each setting one server,
     timed at every concurrency of ``levels``. A setting whose server fails is kept with its error; a pass whose
-    plain decoding fails ends the search with it."""
+    plain decoding fails ends the search with it (run first, it ends the pass there too)."""
     passes = []
     for i in range(runs):
         order = list(settings) if i % 2 == 0 else [*[s for s in settings[::-1] if s[1] != er.PLAIN],
@@ -105,6 +105,8 @@ def search_vllm(python: str | Path, model_dir: str | Path, prompt_ids: Sequence[
                 served.append(Served(name, kind, config, rows))
             except ServerError as e:
                 served.append(Served(name, kind, config, error=f"{name}: {e}"))
+                if kind == er.PLAIN:  # plain first: a server that cannot decode plainly fails every setting as slowly
+                    break
         if on_setting:
             on_setting(i, "", len(order), len(order))
         passes.append(tuple(served))
