@@ -91,20 +91,30 @@ def ensure_embedded(name: str) -> Path:
         if importlib.util.find_spec(needed) is None:
             raise ModelError(f"model '{name}' needs '{needed}' to read its GGUF: pip install {needed}")
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    def unwritable(exc: OSError) -> ModelError:
+        return ModelError(f"cannot write model '{name}' converted under {target.parent}: {exc.strerror or exc}; set "
+                          "SKIPSEARCH_CACHE to a writable folder with room for it")
 
-    with _gguf_read_once():
-        gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
-    plain = type(gguf_model)(gguf_model.config)  # dequantised floats: its config.json must not say GGUF
-    plain.load_state_dict(gguf_model.state_dict())
-    plain.generation_config = gguf_model.generation_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:  # where the converted model goes, before its minute of conversion
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    except OSError as exc:
+        raise unwritable(exc) from None
     try:
-        plain.save_pretrained(tmp)
-        _drop_quantization_config(tmp / "config.json")
-        tokenizer.save_pretrained(tmp)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        with _gguf_read_once():
+            gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
+        plain = type(gguf_model)(gguf_model.config)  # dequantised floats: its config.json must not say GGUF
+        plain.load_state_dict(gguf_model.state_dict())
+        plain.generation_config = gguf_model.generation_config
+        try:
+            plain.save_pretrained(tmp)
+            _drop_quantization_config(tmp / "config.json")
+            tokenizer.save_pretrained(tmp)
+        except OSError as exc:  # a full disk
+            raise unwritable(exc) from None
         if _complete(target):  # another process (a second worker, a parallel test) converted it meanwhile
             return target
         if target.exists():  # a half cache left by an older version

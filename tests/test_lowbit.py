@@ -288,7 +288,7 @@ def test_a_failed_build_is_one_config_error_line(tmp_path):
     assert lines[0].startswith("the int8/int4 weight-only CPU kernels cannot be built here: /bin/false failed: ")
 
 
-def test_refusals_without_a_build(monkeypatch):
+def test_refusals_without_a_build(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "_STATE", {})
     monkeypatch.setattr(build.platform, "machine", lambda: "aarch64")
     with pytest.raises(ConfigError, match="x86-64 CPUs, and this one is aarch64"):
@@ -297,6 +297,12 @@ def test_refusals_without_a_build(monkeypatch):
     monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     with pytest.raises(ConfigError, match=r"no C\+\+ compiler"):
+        check_lowbit()
+    monkeypatch.setattr(build, "_STATE", {})  # a cache that cannot hold the build: a file where its folder goes
+    monkeypatch.setenv("CXX", sys.executable)  # a program that exists: the folder is refused before any compile
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(build, "build_dir", lambda: tmp_path / "a-file" / "build")
+    with pytest.raises(ConfigError, match="cannot write its build folder .*: Not a directory; set SKIPSEARCH_CACHE"):
         check_lowbit()
     log = "Error building extension 'x':\n[1/2] c++ -c lowbit.cpp\nlowbit.cpp:3:1: error: 'foo' does not name a type\n"
     assert build.first_error(log) == "lowbit.cpp:3:1: error: 'foo' does not name a type"

@@ -400,6 +400,19 @@ def test_a_cached_gguf_quantization_config_is_dropped(dirs, tmp_path, monkeypatc
     assert sorted(p.name for p in target.iterdir() if p.name.startswith(".")) == []  # no temporary left
 
 
+def test_a_cache_that_cannot_hold_the_converted_model_is_one_line_before_the_conversion(tmp_path, monkeypatch):
+    """$SKIPSEARCH_CACHE naming a file (or a folder that cannot be written): one ModelError line naming the variable,
+    before the GGUF is read (a conversion is a minute on 2 cores), with nothing written."""
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path / "a-file"))
+    monkeypatch.setattr(checkpoints, "_gguf_read_once", lambda: pytest.fail("the GGUF was read"))
+    with pytest.raises(ModelError) as info:
+        checkpoints.ensure_embedded("smollm2-135m")
+    assert str(info.value) == (f"cannot write model 'smollm2-135m' converted under {tmp_path / 'a-file' / 'models'}: "
+                               "Not a directory; set SKIPSEARCH_CACHE to a writable folder with room for it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_the_converted_default_model_has_no_quantization_config(real_sm):
     config = json.loads((checkpoints.cache_dir() / "models" / "smollm2-135m" / "config.json").read_text())
     assert "quantization_config" not in config

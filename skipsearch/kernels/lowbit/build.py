@@ -101,7 +101,11 @@ def _load() -> None:
     if not cpp_extension.is_ninja_available():
         raise _refuse("torch builds extensions with ninja, which is not installed (pip install ninja)")
     directory = build_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refuse(f"cannot write its build folder {directory}: {exc.strerror or exc}; set SKIPSEARCH_CACHE to "
+                      "a writable folder") from None
     try:
         cpp_extension.load(NAME, [str(s) for s in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
                            build_directory=str(directory), is_python_module=False, verbose=False)
