@@ -1,6 +1,6 @@
 """``python -m skipsearch`` and the ``skipsearch`` console script.
 
-Ctrl-C at any moment is ``interrupted`` on stderr and exit 130, with no traceback: while the CLI's own
+Ctrl-C (or SIGTERM) at any moment is ``interrupted`` on stderr and exit 130, with no traceback: while the CLI's own
 modules (torch, transformers, optuna: seconds) import, inside a command (its handlers write what was
 finished first), inside native code that turns it into another error (a command's bad-input line is then
 ``interrupted``), and where it lands in a finalizer, which Python would otherwise swallow
@@ -45,10 +45,11 @@ def _import_app():
 def main() -> None:
     import signal
 
-    from skipsearch.interrupts import raise_interrupt
+    from skipsearch.interrupts import INTERRUPTS, raise_interrupt
 
     sys.unraisablehook = _interrupt_again
-    signal.signal(signal.SIGINT, raise_interrupt)  # Python's own, that also records it (interrupts.interrupt_seen)
+    for sig in INTERRUPTS:  # Ctrl-C, and SIGTERM taken as it: Python's own handler, that also records it
+        signal.signal(sig, raise_interrupt)
     try:
         app = _import_app()
         app()

@@ -782,9 +782,10 @@ class Done:
     still_running: bool  # the command was still at work when the signal came (not finished, not failed)
 
 
-def _run(argv: list[str], *, at: float, after_start: bool, cwd: Path) -> Done:
+def _run(argv: list[str], *, at: float, after_start: bool, cwd: Path, sig: int = signal.SIGINT) -> Done:
     """Run ``skipsearch argv``; Ctrl-C it ``at`` seconds after it started (``after_start``: after its first line
-    of output, so that the signal lands in its work however slowly the machine imports), as a terminal sends it."""
+    of output, so that the signal lands in its work however slowly the machine imports), as a terminal sends it
+    (``sig``: or SIGTERM, as ``timeout`` or a scheduler sends it)."""
     proc = subprocess.Popen([sys.executable, "-m", "skipsearch", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=cwd,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -804,7 +805,7 @@ def _run(argv: list[str], *, at: float, after_start: bool, cwd: Path) -> Done:
         first.wait(timeout=600)
     time.sleep(at)
     still = proc.poll() is None
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     try:
         proc.wait(timeout=180)
     except subprocess.TimeoutExpired:
@@ -837,6 +838,7 @@ INTERRUPTED = ["optimize", "bench", "costs", "plan-tracing", "decode-many"]
 EARLIER_REPORT = "# skipsearch bench: an earlier report\n"
 EARLIER_JSON = '{"format": "skipsearch-bench", "earlier": true}\n'
 AT = [(1.0, False), (5.0, True), (15.0, True)]  # seconds; from the start, or from the command's first output
+TERMINATED = ["optimize", "decode-many"]  # also sent SIGTERM, 5 s after their first output
 
 
 @pytest.fixture(scope="module")
@@ -882,7 +884,13 @@ def interrupted(tmp_path_factory, tiny):
             elif kind == "report":
                 (folder / "target.md").write_text(EARLIER_REPORT)
                 (folder / "target.json").write_text(EARLIER_JSON)
-            jobs[f"{name}-{at:g}s"] = (argv, at, after_start, folder)
+            jobs[f"{name}-{at:g}s"] = (argv, at, after_start, folder, signal.SIGINT)
+        if name in TERMINATED:
+            folder = base / f"{name}-sigterm"
+            folder.mkdir()
+            (folder / "tiny.yaml").write_text(_tiny_profile(tiny))
+            (folder / "target.yaml").write_text(_tiny_profile(tiny))
+            jobs[f"{name}-sigterm"] = (argv, 5.0, True, folder, signal.SIGTERM)
     # two workers on one study: two searches started together on a new study, and a third, of another strategy,
     # while the study exists
     two = base / "two-workers"
@@ -891,8 +899,8 @@ def interrupted(tmp_path_factory, tiny):
               "--n-prompts", "1", "--max-new-tokens", "8", "--dataset", "humaneval", "--study", "study"]
     results = {}
     with ThreadPoolExecutor(max_workers=len(jobs) + 2) as pool:  # all at once: most of the time is waiting
-        futures = {case: pool.submit(_run, argv, at=at, after_start=after, cwd=folder)
-                   for case, (argv, at, after, folder) in jobs.items()}
+        futures = {case: pool.submit(_run, argv, at=at, after_start=after, cwd=folder, sig=sig)
+                   for case, (argv, at, after, folder, sig) in jobs.items()}
         workers = [pool.submit(subprocess.run, [sys.executable, "-m", "skipsearch", *worker, "--out", f"w{i}.yaml"],
                                capture_output=True, text=True, env=ENV, cwd=two, timeout=900) for i in range(2)]
         for case, f in futures.items():
@@ -938,6 +946,45 @@ def test_ctrl_c_is_exit_130_without_a_traceback_and_loses_nothing(interrupted, c
         stdout.write_text(done.stdout)
         _whole(stdout, "jsonl")  # every result written before Ctrl-C is whole
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]  # no writer left its temporary file
+
+
+@pytest.mark.parametrize("name", TERMINATED)
+def test_sigterm_is_taken_as_ctrl_c(interrupted, name):
+    """SIGTERM (``timeout``, a scheduler stopping the job): what Ctrl-C does, not an end on the spot that keeps
+    nothing and leaves whatever the command started running."""
+    done, folder = interrupted[f"{name}-sigterm"]
+    assert done.still_running, f"{name}: the command had ended before SIGTERM: {done.stderr[-2000:]}"
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr[-3000:]
+    assert [ln for ln in done.stderr.splitlines() if ln.strip()][-1].startswith("interrupted"), done.stderr[-2000:]
+    if name == "optimize":
+        _whole(folder / "target.yaml", "profile")
+    else:
+        (folder / "stdout.jsonl").write_text(done.stdout)
+        _whole(folder / "stdout.jsonl", "jsonl")
+
+
+def test_a_compile_forked_beside_a_process_dies_with_it_however_it_dies(tmp_path):
+    """``interrupts.die_with_parent``: a process that forked a child (as ``precompiled.build_aside`` does) and is
+    then killed outright, SIGKILL, which runs no clean-up: the child goes with it (Linux), not on compiling."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the kernel's parent-death signal is Linux's")
+    code = ("import os, sys, time\nfrom skipsearch.interrupts import die_with_parent\nparent = os.getpid()\n"
+            "pid = os.fork()\nif pid == 0:\n    die_with_parent(parent)\n    time.sleep(120)\n    os._exit(0)\n"
+            "print(pid, flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=ENV)
+    child = int(proc.stdout.readline())
+    time.sleep(0.5)  # the child has set its signal by now (it is fine either way: it checks its parent after)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        stat = Path(f"/proc/{child}/stat").read_text() if Path(f"/proc/{child}/stat").exists() else ""
+        if stat.split(")")[-1].split()[:1] == ["Z"]:
+            break  # gone, waiting only for init to reap it
+        time.sleep(0.1)
+    stat = Path(f"/proc/{child}/stat")
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z", "the child outlived its parent"
 
 
 def test_two_workers_on_one_study_both_finish_and_a_third_of_another_strategy_is_one_line(interrupted):

@@ -58,6 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from skipsearch.config import ConfigError
+from skipsearch.interrupts import die_with_parent
 from skipsearch.kernels import graphs
 
 _log = logging.getLogger(__name__)
@@ -240,10 +241,12 @@ def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> 
     path = _path(folder, model, args, role, settings)
     if path.is_file() or path in _ASIDE or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: build, save, and leave without running anything of the parent's at exit
         code = 1
         try:
+            die_with_parent(parent)  # a parent killed outright (SIGKILL) leaves no compile running
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
