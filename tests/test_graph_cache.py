@@ -156,6 +156,38 @@ def test_the_cache_command_lists_and_clears_the_kept_folders(built, tmp_path, mo
     assert "no compiled graphs kept yet" in CliRunner().invoke(app, ["cache"]).output
 
 
+def test_the_cache_command_lists_every_kept_folder_and_clears_beyond_the_graphs_only_with_all(tmp_path, monkeypatch):
+    """Beside the compiled graphs, the converted models, the C++ builds and the llama.cpp GGUFs (gigabytes for a
+    real model) are listed with what each is; --clear leaves them, --clear --all removes them too, a models folder
+    that links elsewhere is unlinked with its target kept, and a folder that is not skipsearch's is never touched."""
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+
+    root, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    for folder in (root / "graphs" / "torch-x-cpu-2t", root / "lowbit" / "torch-x", root / "llama.cpp" / "m",
+                   root / "mine", elsewhere / "smollm2-135m"):
+        folder.mkdir(parents=True)
+        (folder / "f.bin").write_bytes(b"x" * 1000)
+    (root / "models").symlink_to(elsewhere)  # as a test setup or a user shares one copy of the models
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(root))
+    listed = CliRunner().invoke(app, ["cache"])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.splitlines()
+    assert [ln.split("  ")[0] for ln in lines] == [str(root / p) for p in ("graphs/torch-x-cpu-2t", "models", "lowbit",
+                                                                           "llama.cpp")]
+    assert lines[1].endswith("1 files  0.0 MB  written 0 s ago  (converted models: converting one again takes a "
+                             "minute)") and "(GGUFs the llama.cpp peer serves" in lines[3]
+    assert CliRunner().invoke(app, ["cache", "--all"]).exit_code == 2  # --all only with --clear
+    cleared = CliRunner().invoke(app, ["cache", "--clear"])
+    assert cleared.output.startswith("removed 1 folder (0.0 MB)")
+    assert sorted(p.name for p in root.iterdir()) == ["graphs", "llama.cpp", "lowbit", "mine", "models"]
+    everything = CliRunner().invoke(app, ["cache", "--clear", "--all"])
+    assert everything.output.startswith("removed 3 folders (0.0 MB)"), everything.output
+    assert sorted(p.name for p in root.iterdir()) == ["graphs", "mine"]  # graphs/: the root of what --clear empties
+    assert (elsewhere / "smollm2-135m" / "f.bin").is_file() and (root / "mine" / "f.bin").is_file()
+
+
 def test_the_notice_keeps_what_building_cost_after_a_process_that_only_loaded(monkeypatch, tmp_path):
     import torch
 
@@ -323,18 +355,23 @@ def test_the_vector_isa_check_runs_once_per_machine_folder(tmp_path, monkeypatch
     def run(isas):
         calls.clear()
         monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", isas)
-        monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
+        inductor_config.cpp.vec_isa_ok = None  # not monkeypatch: its undo deletes a key of torch's config proxy
         graphs._known_isa(tmp_path)
         return inductor_config.cpp.vec_isa_ok
 
-    record = tmp_path / "vec-isa.txt"
-    assert run(Isas(["avx2"], ["avx2"])) is True and calls == [None, True] and record.read_text() == "avx2\n"
-    assert run(Isas(["avx2"], ["avx2"])) is True and calls == [True]  # a later process: no check
-    record.write_text("avx512\n")  # another CPU's record in this folder, or the flags changed
-    assert run(Isas(["avx2"], ["avx2"])) is True and calls == [True, None, True] and record.read_text() == "avx2\n"
-    # the flags list an ISA that fails its check: every process checks, and nothing is recorded
-    assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and not record.exists()
-    assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and calls == [None, True]
+    before = inductor_config.cpp.vec_isa_ok
+    try:
+        record = tmp_path / "vec-isa.txt"
+        assert run(Isas(["avx2"], ["avx2"])) is True and calls == [None, True] and record.read_text() == "avx2\n"
+        assert run(Isas(["avx2"], ["avx2"])) is True and calls == [True]  # a later process: no check
+        record.write_text("avx512\n")  # another CPU's record in this folder, or the flags changed
+        assert run(Isas(["avx2"], ["avx2"])) is True and calls == [True, None, True] and \
+            record.read_text() == "avx2\n"
+        # the flags list an ISA that fails its check: every process checks, and nothing is recorded
+        assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and not record.exists()
+        assert run(Isas(["avx512", "avx2"], ["avx2"])) is None and calls == [None, True]
+    finally:
+        inductor_config.cpp.vec_isa_ok = before  # what this process had: later tests compile under it
 
 
 def test_a_build_that_trips_on_a_bad_entry_of_the_folder_clears_it_once_then_falls_back(tmp_path, monkeypatch):

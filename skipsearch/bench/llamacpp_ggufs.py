@@ -44,7 +44,7 @@ class Shallow:
 
 def gguf_cache(sm, *, cache: str | os.PathLike | None = None) -> Path:
     """Where ``sm``'s GGUFs live: under skipsearch's cache, keyed by the weights' fingerprint."""
-    from skipsearch.checkpoints import cache_dir
+    from skipsearch.kept import cache_dir
 
     root = Path(cache) if cache is not None else cache_dir() / "llama.cpp"
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(sm.name)).name)[:60] or "model"

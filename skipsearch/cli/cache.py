@@ -1,5 +1,6 @@
-"""``skipsearch cache``: the compiled graphs this machine keeps (``kernels/graphs.py``), with its kept packed weights
-(``kernels/lowbit/arena.py``), and clearing them."""
+"""``skipsearch cache``: what this machine keeps under the cache root (``skipsearch.kept``): the compiled graphs
+(``kernels/graphs.py``) with the kept packed weights (``kernels/lowbit/arena.py``), the converted models, the builds
+of the C++ products and the llama.cpp peer's GGUFs; and clearing them."""
 
 from __future__ import annotations
 
@@ -9,25 +10,35 @@ import typer
 
 
 def cache_command(
-    clear: Annotated[bool, typer.Option("--clear", help="Remove every kept folder; the next compiled decode "
-                                                        "compiles its graphs and packs its weights again.")] = False,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the compiled graphs and packed weights; the next "
+                                                        "compiled decode compiles its graphs and packs its weights "
+                                                        "again.")] = False,
+    everything: Annotated[bool, typer.Option("--all", help="With --clear: remove everything listed, the converted "
+                                                           "models, C++ builds and GGUFs too.")] = False,
 ) -> None:
-    """The compiled graphs kept on disk (one folder per torch version, thread count and CPU, and one of packed
-    weights), or --clear them."""
+    """What skipsearch keeps on disk: compiled graphs (one folder per torch version, thread count and CPU), packed
+    weights, converted models, C++ builds and GGUFs; or --clear them."""
+    from skipsearch import kept
     from skipsearch.kernels import graphs
     from skipsearch.kernels.lowbit.arena import kept_folder, kept_note
 
-    kept = graphs.caches()
+    compiled, others = graphs.caches(), kept.folders()
+    if everything and not clear:
+        raise typer.BadParameter("--all goes with --clear", param_hint="--all")
     if clear:
-        graphs.clear(kept)
-        total = sum(c.bytes for c in kept)
-        typer.echo(f"removed {len(kept)} folder{'s' if len(kept) != 1 else ''} ({total / 1e6:.1f} MB) under "
-                   f"{graphs.graphs_root().parent}")
+        graphs.clear(compiled)
+        removed = [*((c.path, c.bytes) for c in compiled), *((str(f.path), f.bytes) for f in others if everything)]
+        for f in others if everything else ():
+            kept.remove(f.path)
+        typer.echo(f"removed {len(removed)} folder{'s' if len(removed) != 1 else ''} "
+                   f"({sum(size for _, size in removed) / 1e6:.1f} MB) under {kept.cache_dir()}")
         return
-    if not kept:
+    if not compiled:
         typer.echo(f"no compiled graphs kept yet (they go to {graphs.graphs_root()})")
-        return
     weights = kept_folder()
-    for c in kept:
+    for c in compiled:
         mark = "  (this machine)" if c.here else f"  ({kept_note(weights)})" if c.path == str(weights) else ""
-        typer.echo(f"{c.path}  {c.files} files  {c.bytes / 1e6:.1f} MB  written {graphs.age(c)} ago{mark}")
+        typer.echo(f"{c.path}  {c.files} files  {c.bytes / 1e6:.1f} MB  written {kept.age(c.modified)} ago{mark}")
+    for f in others:
+        typer.echo(f"{f.path}  {f.files} files  {f.bytes / 1e6:.1f} MB  written {kept.age(f.modified)} ago  "
+                   f"({kept.FOLDERS[f.path.name]})")

@@ -71,7 +71,8 @@ def served_model(profile: Profile) -> Served:
     import importlib.util
     import os
 
-    from skipsearch.checkpoints import ALIASES, EMBEDDED, cache_dir
+    from skipsearch.checkpoints import ALIASES, EMBEDDED
+    from skipsearch.kept import cache_dir
 
     name = profile.model.name
     if name.lower() in EMBEDDED:

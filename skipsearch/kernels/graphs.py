@@ -26,7 +26,6 @@ import logging
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +38,13 @@ T = TypeVar("T")
 
 CAPACITY_STEP = 1024  # a kept graph's KV cache holds a multiple of this many positions: decode, costs and a
 # search of ordinary prompts share one graph, where an exact capacity would compile one per prompt length
-_FOLDERS = ("graphs", "inductor")  # under the cache root: this layout's, and the one before it (cleared too)
+FOLDERS = ("graphs", "inductor")  # under the cache root: this layout's, and the one before it (cleared too)
 
 
 def graphs_root() -> Path:
-    from skipsearch.checkpoints import cache_dir
+    from skipsearch.kept import cache_dir
 
-    return cache_dir() / _FOLDERS[0]
+    return cache_dir() / FOLDERS[0]
 
 
 def graphs_dir(threads: int) -> Path:
@@ -317,7 +316,7 @@ class GraphCache:
 
 def caches() -> tuple[GraphCache, ...]:
     """Every kept-graph folder under the cache root, this machine's first."""
-    from skipsearch.checkpoints import cache_dir
+    from skipsearch.kept import cache_dir, usage
 
     try:
         from skipsearch.hardware import cpu_signature
@@ -326,16 +325,14 @@ def caches() -> tuple[GraphCache, ...]:
     except Exception:  # listing never fails on a probe
         signature = "?"
     found = []
-    for top in _FOLDERS:
+    for top in FOLDERS:
         root = cache_dir() / top
         if not root.is_dir():
             continue
         for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-            files = [p for p in folder.rglob("*") if p.is_file()]
-            stats = [p.stat() for p in files]
-            found.append(GraphCache(str(folder), len(files), sum(s.st_size for s in stats),
-                                    max((s.st_mtime for s in stats), default=0.0),
-                                    top == _FOLDERS[0] and folder.name.endswith(signature)))
+            held = usage(folder)
+            found.append(GraphCache(str(folder), held.files, held.bytes, held.modified,
+                                    top == FOLDERS[0] and folder.name.endswith(signature)))
     return tuple(sorted(found, key=lambda c: (not c.here, c.path)))
 
 
@@ -347,14 +344,5 @@ def clear(selected: tuple[GraphCache, ...] | None = None) -> tuple[GraphCache, .
     return gone
 
 
-def age(cache: GraphCache) -> str:
-    """How long ago its newest file was written, for people: ``3 min``, ``2 h``, ``5 d``."""
-    seconds = max(0.0, time.time() - cache.modified)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit}"
-    return f"{seconds:.0f} s"
-
-
-__all__ = ["CAPACITY_STEP", "GraphCache", "age", "bucket", "building", "caches", "clear", "graphs_dir",
+__all__ = ["CAPACITY_STEP", "FOLDERS", "GraphCache", "bucket", "building", "caches", "clear", "graphs_dir",
            "graphs_root", "names_entry", "record", "recovering", "unreadable", "use"]

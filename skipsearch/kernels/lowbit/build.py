@@ -51,7 +51,7 @@ def build_dir() -> Path:
     """Where this torch, CPU, compiler and source build (``~/.cache/skipsearch/lowbit/torch-<v>-<hash>``)."""
     import torch
 
-    from skipsearch.checkpoints import cache_dir
+    from skipsearch.kept import cache_dir
 
     key = hashlib.sha256("\n".join((cpu_flags(), compiler(), " ".join(CFLAGS + LDFLAGS),
                                     *(hashlib.sha256(s.read_bytes()).hexdigest() for s in SOURCES))).encode()
