@@ -54,8 +54,25 @@ def main() -> None:
         app = _import_app()
         app()
     except KeyboardInterrupt:
+        _taken()
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+
+
+def _taken() -> None:
+    """The interrupt is taken: as the process exits, nothing delivers it again. A re-delivery ``_interrupt_again``
+    had pending, or one it would set for a finalizer the exit runs, would otherwise end the exit by SIGINT after the
+    ``interrupted`` line (seen under heavy load), not with exit 130."""
+    import signal
+
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.unraisablehook = _quiet_interrupts
+
+
+def _quiet_interrupts(unraisable) -> None:
+    if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
 
 
 if __name__ == "__main__":

@@ -954,7 +954,9 @@ def test_sigterm_is_taken_as_ctrl_c(interrupted, name):
     nothing and leaves whatever the command started running."""
     done, folder = interrupted[f"{name}-sigterm"]
     assert done.still_running, f"{name}: the command had ended before SIGTERM: {done.stderr[-2000:]}"
-    assert done.returncode == 130, done.stderr[-3000:]
+    # 130, or an end by SIGINT after the "interrupted" line, as for Ctrl-C above: a KeyboardInterrupt re-delivered
+    # from a finalizer (__main__._interrupt_again) as the process exits; a shell reports both as 130
+    assert done.returncode in (130, -signal.SIGINT), done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr[-3000:]
     assert [ln for ln in done.stderr.splitlines() if ln.strip()][-1].startswith("interrupted"), done.stderr[-2000:]
     if name == "optimize":
