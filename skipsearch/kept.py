@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# the folders under the cache root besides the compiled graphs' (``kernels.graphs.FOLDERS``), and what each holds
+# the folders under the cache root besides the compiled graphs' (``kernels.graphs.caches``), and what each holds
 FOLDERS = {
     "models": "converted models: converting one again takes a minute",
     "lowbit": "builds of skipsearch's C++ products, one per source, torch and CPU: built again in a minute",

@@ -26,12 +26,12 @@ def cache_command(
     if everything and not clear:
         raise typer.BadParameter("--all goes with --clear", param_hint="--all")
     if clear:
+        dropped = others if everything else ()
         graphs.clear(compiled)
-        removed = [*((c.path, c.bytes) for c in compiled), *((str(f.path), f.bytes) for f in others if everything)]
-        for f in others if everything else ():
+        for f in dropped:
             kept.remove(f.path)
-        typer.echo(f"removed {len(removed)} folder{'s' if len(removed) != 1 else ''} "
-                   f"({sum(size for _, size in removed) / 1e6:.1f} MB) under {kept.cache_dir()}")
+        count, size = len(compiled) + len(dropped), sum(c.bytes for c in compiled) + sum(f.bytes for f in dropped)
+        typer.echo(f"removed {count} folder{'s' if count != 1 else ''} ({size / 1e6:.1f} MB) under {kept.cache_dir()}")
         return
     if not compiled:
         typer.echo(f"no compiled graphs kept yet (they go to {graphs.graphs_root()})")

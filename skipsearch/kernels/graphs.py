@@ -38,13 +38,13 @@ T = TypeVar("T")
 
 CAPACITY_STEP = 1024  # a kept graph's KV cache holds a multiple of this many positions: decode, costs and a
 # search of ordinary prompts share one graph, where an exact capacity would compile one per prompt length
-FOLDERS = ("graphs", "inductor")  # under the cache root: this layout's, and the one before it (cleared too)
+_FOLDERS = ("graphs", "inductor")  # under the cache root: this layout's, and the one before it (cleared too)
 
 
 def graphs_root() -> Path:
     from skipsearch.kept import cache_dir
 
-    return cache_dir() / FOLDERS[0]
+    return cache_dir() / _FOLDERS[0]
 
 
 def graphs_dir(threads: int) -> Path:
@@ -325,24 +325,26 @@ def caches() -> tuple[GraphCache, ...]:
     except Exception:  # listing never fails on a probe
         signature = "?"
     found = []
-    for top in FOLDERS:
+    for top in _FOLDERS:
         root = cache_dir() / top
         if not root.is_dir():
             continue
         for folder in sorted(p for p in root.iterdir() if p.is_dir()):
             held = usage(folder)
             found.append(GraphCache(str(folder), held.files, held.bytes, held.modified,
-                                    top == FOLDERS[0] and folder.name.endswith(signature)))
+                                    top == _FOLDERS[0] and folder.name.endswith(signature)))
     return tuple(sorted(found, key=lambda c: (not c.here, c.path)))
 
 
 def clear(selected: tuple[GraphCache, ...] | None = None) -> tuple[GraphCache, ...]:
     """Remove ``selected`` folders (default: every one ``caches()`` lists) and return what was removed."""
+    from skipsearch.kept import remove
+
     gone = caches() if selected is None else selected
     for cache in gone:
-        shutil.rmtree(cache.path, ignore_errors=True)
+        remove(Path(cache.path))
     return gone
 
 
-__all__ = ["CAPACITY_STEP", "FOLDERS", "GraphCache", "bucket", "building", "caches", "clear", "graphs_dir",
+__all__ = ["CAPACITY_STEP", "GraphCache", "bucket", "building", "caches", "clear", "graphs_dir",
            "graphs_root", "names_entry", "record", "recovering", "unreadable", "use"]
