@@ -122,6 +122,24 @@ def _interrupted_run(setup: str, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV, timeout=300)
 
 
+def test_a_finished_command_exits_without_the_collector_and_its_file_is_whole(tmp_path):
+    # Python's exit runs its cycle collector over every object torch and transformers made (about a second);
+    # main freezes them as it leaves, so the exit handlers that still run see a frozen heap, and the file the
+    # command wrote is whole
+    from test_replan import free_costs, write_lookup_profile
+
+    src = write_lookup_profile(tmp_path / "p.yaml")
+    costs = save_costs(free_costs(), tmp_path / "free.yaml")
+    out = tmp_path / "planned.yaml"
+    done = _interrupted_run("""
+        import atexit, gc, sys
+        atexit.register(lambda: print("frozen", gc.get_freeze_count() > 0, file=sys.stderr))
+    """, "plan", "profile", "--profile", str(src), "--costs", str(costs), "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.strip().endswith("frozen True")
+    assert load_profile(out).method == load_profile(src).method
+
+
 @pytest.mark.parametrize("module", ["torch", "skipsearch.cli", "optuna"])
 def test_ctrl_c_while_the_cli_imports_is_exit_130_without_a_traceback(module):
     done = _interrupted_run(f"""
