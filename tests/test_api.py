@@ -16,6 +16,21 @@ def _profile(method: str, draft: DraftConfig, layers: int = 4) -> Profile:
     return Profile(model=ModelRef("tiny", layers), method=method, draft=draft)
 
 
+def test_every_name_of_the_api_resolves_from_the_module_it_names_and_only_when_used():
+    import subprocess
+    import sys
+
+    assert sorted(api.__all__) == sorted(api._HOME)  # the list users read, and where each name is imported from
+    for name in api.__all__:
+        assert getattr(api, name) is getattr(__import__(api._HOME[name], fromlist=[name]), name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        api.no_such_name  # noqa: B018
+    # the decode API alone imports neither the search's study storage nor SQLAlchemy
+    code = ("import sys; from skipsearch import api; api.decode_prompts; print(sorted(m for m in "
+            "('sqlalchemy', 'skipsearch.api.search', 'skipsearch.search.study') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
 def test_no_profile_means_plain_decoding(tiny_sm):
     assert api.drafter_factory(None, tiny_sm)() is None
 
