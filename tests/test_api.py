@@ -25,6 +25,10 @@ def test_every_name_of_the_api_resolves_from_the_module_it_names_and_only_when_u
         assert getattr(api, name) is getattr(__import__(api._HOME[name], fromlist=[name]), name)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         api.no_such_name  # noqa: B018
+    # and its modules, as attributes of the package before anything imported them
+    code = "from skipsearch import api; print(api.costs.__name__, api.planning.plan_given.__module__)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout == "skipsearch.api.costs skipsearch.api.planning\n"
     # the decode API alone imports neither the search's study storage nor SQLAlchemy
     code = ("import sys; from skipsearch import api; api.decode_prompts; print(sorted(m for m in "
             "('sqlalchemy', 'skipsearch.api.search', 'skipsearch.search.study') if m in sys.modules))")

@@ -68,8 +68,13 @@ __all__ = ["BenchOptions", "BenchRun", "Decoded", "DecodedBatch", "EngineSearchS
 
 def __getattr__(name: str):
     module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if module is None:  # a module of the package (``api.costs``), imported as a name is
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later reads find it here, and a test's monkeypatch of it holds
     return value
