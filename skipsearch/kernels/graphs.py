@@ -263,13 +263,19 @@ def building(label: str, *, keeps: bool) -> str:
     and how long building them took (what a build costs again where they no longer fit)."""
     if not keeps:
         return f"compiling {label} graphs (every process compiles this kernel: minutes)"
-    import torch
-
-    last = _builds(graphs_dir(torch.get_num_threads())).get(label)
+    last = last_build(label)
     if last is None:
         return (f"compiling {label} graphs (the first time on this machine and thread count: minutes; later "
                 "processes load them)")
     return f"loading {label} graphs (kept on this machine; building them took {last:.0f} s)"
+
+
+def last_build(label: str) -> float | None:
+    """Seconds ``label``'s graphs took to build on this machine at this thread count, where they were built and kept
+    here before (a later process is to load them); None where they never were."""
+    import torch
+
+    return _builds(graphs_dir(torch.get_num_threads())).get(label)
 
 
 def record(label: str, seconds: float) -> None:

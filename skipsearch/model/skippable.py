@@ -223,6 +223,7 @@ class SkippableModel:
         check_kernel(kernel, self.device.type)
         # a step of a minute or more: the CLI shows it on stderr with the seconds it is taking (its "step" marks)
         step = graphs.building(kernel.label, keeps=kernel.spec.keeps_graphs) if kernel.compiled else ""
+        loads = kernel.compiled and kernel.spec.keeps_graphs and graphs.last_build(kernel.label) is not None
         if kernel.compiled:
             _log.info("%s ...", step, extra={"step": "start"})
         before = precompiled.COUNTS.copy()
@@ -233,7 +234,7 @@ class SkippableModel:
             self._runner.settle()
             seconds = self._runner.report().compile_seconds
             # a step that said it loads kept graphs says so where it built some instead (minutes, not seconds)
-            built = precompiled.built_note(before) if step.startswith("loading") else ""
+            built = precompiled.built_note(before) if loads else ""
             _log.info("%s ... %.0f s%s", step, seconds, built, extra={"step": "end"})
             if kernel.spec.keeps_graphs:
                 graphs.record(kernel.label, seconds)
