@@ -100,6 +100,21 @@ def quiet_optional_kernels() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _after_interrupt(record: logging.LogRecord) -> bool:
+    """False for a library's log record of an error raised while an interrupt was being handled: the clean-up
+    complaints that follow Ctrl-C, which the CLI reports itself (``interrupted``, exit 130). SQLAlchemy logs one,
+    with a traceback, when Ctrl-C lands inside a query: it closes the connection, then cannot close the cursor
+    ("Error closing cursor ... Cannot operate on a closed database"). Installed on Python's last-resort handler,
+    which prints the records of loggers that have no handler of their own; every other record passes."""
+    error, seen = record.exc_info[1] if record.exc_info else None, set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return False
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return True
+
+
 def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
     """Send every warning to ``echo`` as one ``warning:`` line, by the rules above (replaces
     ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message."""
@@ -120,6 +135,8 @@ def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> Non
 
     warnings.showwarning = show
     _ROUTED["verbose"] = verbose
+    if logging.lastResort is not None and _after_interrupt not in logging.lastResort.filters:
+        logging.lastResort.addFilter(_after_interrupt)
     if not verbose:
         quiet_optional_kernels()
     route_library_logs()  # where transformers is loaded already

@@ -141,3 +141,32 @@ def test_a_transformers_deprecation_stays_off_the_terminal_unless_verbose(tiny_c
     assert len(notices) == 1, verbose.stderr
     assert notices[0].startswith("warning: `past_key_values` is deprecated")
     assert notices[0].endswith("(from transformers; shown by --verbose)")
+
+
+def test_a_librarys_clean_up_error_after_ctrl_c_is_not_printed_and_other_errors_are():
+    # Ctrl-C inside one of SQLAlchemy's queries (seen in test_hostile's interrupted search): it closes the
+    # connection, cannot close the cursor, and logs that with a traceback through Python's last-resort handler,
+    # after which the CLI says `interrupted`. That record is dropped; a record of any other error still prints. In
+    # a process of its own, as the CLI's: pytest's log capture would take the records first.
+    script = textwrap.dedent("""
+        import logging, sqlite3
+        from skipsearch.notices import route_warnings
+
+        route_warnings(lambda text: None)
+        log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")  # no handler of its own, as in the CLI
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        except sqlite3.ProgrammingError:
+            log.error("Error closing cursor after Ctrl-C", exc_info=True)
+        try:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        except sqlite3.ProgrammingError:
+            log.error("Error closing cursor", exc_info=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("Error closing cursor\nTraceback") and "closed database" in done.stderr
+    assert "after Ctrl-C" not in done.stderr and "KeyboardInterrupt" not in done.stderr
