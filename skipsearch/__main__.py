@@ -42,17 +42,23 @@ def _import_app():
     return app
 
 
-def main() -> None:
+def collect_less() -> None:
+    """The cycle collector's youngest generation collected every 10,000 net allocations, not 700: importing torch and
+    transformers and loading a model allocate millions of objects that live as long as the process, and at 700 the
+    collector ran about 1,600 times over them, 1.4 s of a warm 6.9 s ``decode`` (Zen 5, 2 cores;
+    studies/startup-cpu.md). Cyclic garbage waits a little longer; reference counting frees the rest as always.
+    Called first by ``main``, and by the test suite's ``conftest.py``."""
     import gc
+
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
+
+
+def main() -> None:
     import signal
 
     from skipsearch.interrupts import INTERRUPTS, raise_interrupt
 
-    # The cycle collector's youngest generation is collected every 10,000 net allocations, not 700: importing
-    # torch and transformers and loading a model allocate millions of objects that live as long as the process,
-    # and at 700 the collector ran about 1,600 times over them, 1.4 s of a warm 6.9 s ``decode`` (Zen 5, 2 cores;
-    # studies/startup-cpu.md). Cyclic garbage waits a little longer; reference counting frees the rest as always.
-    gc.set_threshold(10_000, *gc.get_threshold()[1:])
+    collect_less()
     sys.unraisablehook = _interrupt_again
     for sig in INTERRUPTS:  # Ctrl-C, and SIGTERM taken as it: Python's own handler, that also records it
         signal.signal(sig, raise_interrupt)

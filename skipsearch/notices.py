@@ -117,7 +117,8 @@ def _after_interrupt(record: logging.LogRecord) -> bool:
 
 def route_warnings(echo: Callable[[str], None], *, verbose: bool = False) -> None:
     """Send every warning to ``echo`` as one ``warning:`` line, by the rules above (replaces
-    ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message."""
+    ``warnings.showwarning`` for the process). A deprecation is shown once per distinct message. A library's log
+    record of an error raised while an interrupt was handled is dropped (``_after_interrupt``)."""
     seen: set[tuple[type, str]] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:

@@ -3,14 +3,15 @@ default model (slow, marked ``model``), plus the offline prompt sets encoded for
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 
 import pytest
 
-# The collector as the CLI's main sets it (skipsearch/__main__.py), before torch's objects are made: at Python's
-# default it spent 22-26 s of each worker's 15 minutes (Zen 5) passing over objects that live as long as the worker.
-gc.set_threshold(10_000, *gc.get_threshold()[1:])
+from skipsearch.__main__ import collect_less  # the package's own init imports no torch
+
+# The collector as the CLI's main sets it, before torch's objects are made: at Python's default it spent 22-26 s
+# of each worker's 15 minutes (Zen 5) passing over objects that live as long as the worker.
+collect_less()
 
 import torch  # noqa: E402
 

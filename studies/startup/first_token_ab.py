@@ -1,6 +1,7 @@
 """Seconds from a warm ``decode``'s start to the first byte on its stdout (its first token) and to its exit, the tree
 before a change (OLD, a worktree of the commit before it, with its own cache folder OLD_CACHE: skipsearch's C++
 extension is built from each tree's own source paths) and this tree, alternated, ROUNDS times each; run it alone.
+(``first_token_ab.sh``, which earlier rounds ran, times the whole process of a one-token decode, its exit included.)
 
     OLD=/tmp/wt_head OLD_CACHE=/tmp/cache_old .venv/bin/python studies/startup/first_token_ab.py 5
 """
