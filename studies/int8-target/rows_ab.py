@@ -4,7 +4,8 @@
     .venv/bin/python studies/int8-target/rows_ab.py --isa avx2 [--threads 2 --rounds 15]
 
 One step's products as the compiled step calls them (q, k, v as one product; gate and up as one; o, down; the LM
-head) through ``skipsearch::int8_wo_linear``, smollm2-135m's shapes, random weights, each layer's its own tensors
+head) through ``skipsearch::int8_wo_linear`` (``--weights fp32``: the fp32 panels' ``f32_panel_linear``, the ``panel``
+kernel's), smollm2-135m's shapes, random weights, each layer's its own tensors
 (a step streams them all from memory). Each row count is one call of ``harness.time_interleaved`` (the project's
 one timer: every row count once a round, order rotated, medians). ``--isa`` picks the compiled vector unit
 (``lowbit.use_isa``), so an AVX-512 machine can time its AVX2 path too. Prints one JSON line. Run it from two trees
@@ -26,11 +27,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 13])
     p.add_argument("--label", default="")
+    p.add_argument("--weights", choices=("int8", "fp32"), default="int8",
+                   help="the int8 target's products, or the fp32 panels the panel kernel runs")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from skipsearch.engine.harness import time_interleaved
     from skipsearch.kernels.lowbit import check_lowbit, isas, use_isa
-    from skipsearch.kernels.lowbit.quant import pack_int8, quantize_int8
+    from skipsearch.kernels.lowbit.quant import pack_f32, pack_int8, quantize_int8
 
     check_lowbit()
     if a.isa:
@@ -39,18 +42,24 @@ def main() -> None:
     shapes = [(hidden + 2 * kv, hidden), (hidden, hidden), (2 * mlp, hidden), (hidden, mlp)] * layers
     shapes.append((vocab, hidden))
     torch.manual_seed(0)
-    weights = [(*pack_int8(*quantize_int8(torch.randn(n, k) * 0.02)), n, k) for n, k in shapes]
+    if a.weights == "int8":
+        weights = [(*pack_int8(*quantize_int8(torch.randn(n, k) * 0.02)), n, k) for n, k in shapes]
+    else:
+        weights = [(pack_f32(torch.randn(n, k) * 0.02), None, n, k) for n, k in shapes]
     xs = {m: {k: torch.randn(m, k) for k in (hidden, mlp)} for m in a.rows}
 
     def step(m: int):
         def run() -> None:
             with torch.inference_mode():
                 for w, s, n, k in weights:
-                    torch.ops.skipsearch.int8_wo_linear(xs[m][k], w, s, None, n)
+                    if s is None:
+                        torch.ops.skipsearch.f32_panel_linear(xs[m][k], w, None, n)
+                    else:
+                        torch.ops.skipsearch.int8_wo_linear(xs[m][k], w, s, None, n)
         return run
 
     med = {m: t.median * 1000 for m, t in time_interleaved({m: step(m) for m in a.rows}, rounds=a.rounds).items()}
-    print(json.dumps({"label": a.label, "isa": a.isa or isas()[0], "threads": a.threads,
+    print(json.dumps({"label": a.label, "isa": a.isa or isas()[0], "weights": a.weights, "threads": a.threads,
                       "ms": {str(m): round(v, 3) for m, v in med.items()},
                       "vs_one_row": {str(m): round(v / med[a.rows[0]], 3) for m, v in med.items()}}))
 
