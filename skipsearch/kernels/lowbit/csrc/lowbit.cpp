@@ -74,7 +74,7 @@ struct Avx2 {
   static constexpr const char* name = "avx2";
   // 16 ymm registers: 4 blocks x 2 rows of accumulators; or, for int8 weights from 3 rows (HALF), a panel's two
   // halves one after the other with 2 blocks x up to 6 rows, so a verify block of 8 rows converts each weight twice,
-  // not four times (fp32 panels, which convert nothing, ran 4% slower that way on a Zen 4's AVX2 path)
+  // not four times (fp32 panels, which convert nothing, ran 3-7% slower that way from 4 rows on a Zen 4's AVX2 path)
   static constexpr int MR8 = 6, MRF = 2, MR4 = 2, SETS = 1, HALF = 3;
   static inline F zero() { return _mm256_setzero_ps(); }
   static inline F bcast(const float* p) { return _mm256_broadcast_ss(p); }
