@@ -47,9 +47,9 @@ struct Scalar {
   using F = float;
   static constexpr int W = 1;
   static constexpr const char* name = "scalar";
-  // rows per chunk (int8, fp32, int4), accumulator sets, rows from which an int8 panel runs in two halves (more
-  // than any chunk: never)
-  static constexpr int MR8 = 4, MRF = 4, MR4 = 4, SETS = 1, HALF = 9;
+  // rows per chunk (int8, fp32, int4), accumulator sets. MRF is also the rows one pass over a whole panel holds: an
+  // int8 chunk of more rows runs the panel in two halves (Rows::dense)
+  static constexpr int MR8 = 4, MRF = 4, MR4 = 4, SETS = 1;
   static inline F zero() { return 0.f; }
   static inline F bcast(const float* p) { return *p; }
   static inline F set1(float v) { return v; }
@@ -72,10 +72,10 @@ struct Avx2 {
   using F = __m256;
   static constexpr int W = 8;
   static constexpr const char* name = "avx2";
-  // 16 ymm registers: 4 blocks x 2 rows of accumulators; or, for int8 weights from 3 rows (HALF), a panel's two
+  // 16 ymm registers: 4 blocks x 2 rows of accumulators; or, for int8 weights from 3 rows (MRF + 1), a panel's two
   // halves one after the other with 2 blocks x up to 6 rows, so a verify block of 8 rows converts each weight twice,
   // not four times (fp32 panels, which convert nothing, ran 3-7% slower that way from 4 rows on a Zen 4's AVX2 path)
-  static constexpr int MR8 = 6, MRF = 2, MR4 = 2, SETS = 1, HALF = 3;
+  static constexpr int MR8 = 6, MRF = 2, MR4 = 2, SETS = 1;
   static inline F zero() { return _mm256_setzero_ps(); }
   static inline F bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static inline F set1(float v) { return _mm256_set1_ps(v); }
@@ -105,7 +105,7 @@ struct Avx512 {
   // 32 zmm registers. int8 and fp32: 2 blocks x MR rows of accumulators, in 2 sets (even/odd k: four
   // independent FMA chains even for one row) below 4 rows, in one set from 4 rows (8 rows: 16 accumulators, so
   // a verify block of 8 streams its panel once). int4: 2 blocks x 2 sets x MR rows.
-  static constexpr int MR8 = 8, MRF = 8, MR4 = 5, SETS = 2, HALF = 9;
+  static constexpr int MR8 = 8, MRF = 8, MR4 = 5, SETS = 2;
   static inline F zero() { return _mm512_setzero_ps(); }
   static inline F bcast(const float* p) { return _mm512_set1_ps(*p); }
   static inline F set1(float v) { return _mm512_set1_ps(v); }
@@ -247,9 +247,9 @@ struct Rows {
   template <class T>
   static void dense(int mr, const float* x, int64_t ldx, const T* w, int64_t K, float* out) {
     using Fn = void (*)(const float*, int64_t, const T*, int64_t, float*);
-    // int8 weights from V::HALF rows: the panel in two halves
+    // int8 weights in more rows than one pass over the whole panel holds (V::MRF): the panel in two halves
     static constexpr Fn table[] = {
-        &dense_panel<V, R, T, (std::is_same_v<T, int8_t> && R >= V::HALF ? P / V::W / 2 : P / V::W)>...};
+        &dense_panel<V, R, T, (std::is_same_v<T, int8_t> && R > V::MRF ? P / V::W / 2 : P / V::W)>...};
     table[mr - 1](x, ldx, w, K, out);
   }
   static void int4(int mr, const float* x, int64_t ldx, const uint8_t* w, const float* sc, int64_t K, int64_t g,
