@@ -8,7 +8,9 @@ head) through ``skipsearch::int8_wo_linear`` (``--weights fp32``: the fp32 panel
 kernel's), smollm2-135m's shapes, random weights, each layer's its own tensors
 (a step streams them all from memory). Each row count is one call of ``harness.time_interleaved`` (the project's
 one timer: every row count once a round, order rotated, medians). ``--isa`` picks the compiled vector unit
-(``lowbit.use_isa``), so an AVX-512 machine can time its AVX2 path too. Prints one JSON line. Run it from two trees
+(``lowbit.use_isa``), so an AVX-512 machine can time its AVX2 path too; ``--weights dq8`` or ``dq4`` times the
+precision drafts' int8 and int4 products with int8 activations instead (``skipsearch::int8_dq_linear``,
+``int4_dq_linear``: VNNI where the CPU has it, whatever ``--isa`` says). Prints one JSON line. Run it from two trees
 (``ab.sh`` beside it) to compare two builds of the kernel.
 """
 
@@ -27,13 +29,21 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 13])
     p.add_argument("--label", default="")
-    p.add_argument("--weights", choices=("int8", "fp32"), default="int8",
-                   help="the int8 target's products, or the fp32 panels the panel kernel runs")
+    p.add_argument("--weights", choices=("int8", "fp32", "dq8", "dq4"), default="int8",
+                   help="the int8 target's products, the fp32 panels the panel kernel runs, or the precision drafts' "
+                        "int8 / int4 products with int8 activations")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from skipsearch.engine.harness import time_interleaved
     from skipsearch.kernels.lowbit import check_lowbit, isas, use_isa
-    from skipsearch.kernels.lowbit.quant import pack_f32, pack_int8, quantize_int8
+    from skipsearch.kernels.lowbit.quant import (
+        pack_f32,
+        pack_int4_vnni,
+        pack_int8,
+        pack_int8_vnni,
+        quantize_int4,
+        quantize_int8,
+    )
 
     check_lowbit()
     if a.isa:
@@ -42,20 +52,19 @@ def main() -> None:
     shapes = [(hidden + 2 * kv, hidden), (hidden, hidden), (2 * mlp, hidden), (hidden, mlp)] * layers
     shapes.append((vocab, hidden))
     torch.manual_seed(0)
-    if a.weights == "int8":
-        weights = [(*pack_int8(*quantize_int8(torch.randn(n, k) * 0.02)), n, k) for n, k in shapes]
-    else:
-        weights = [(pack_f32(torch.randn(n, k) * 0.02), None, n, k) for n, k in shapes]
+    ops = torch.ops.skipsearch
+    op, pack = {"int8": (ops.int8_wo_linear, lambda w: pack_int8(*quantize_int8(w))),
+                "fp32": (lambda x, w, s, b, n: ops.f32_panel_linear(x, w, b, n), lambda w: (pack_f32(w), None)),
+                "dq8": (ops.int8_dq_linear, lambda w: pack_int8_vnni(*quantize_int8(w))),
+                "dq4": (ops.int4_dq_linear, lambda w: pack_int4_vnni(*quantize_int4(w, 32)))}[a.weights]
+    weights = [(*pack(torch.randn(n, k) * 0.02), n, k) for n, k in shapes]
     xs = {m: {k: torch.randn(m, k) for k in (hidden, mlp)} for m in a.rows}
 
     def step(m: int):
         def run() -> None:
             with torch.inference_mode():
                 for w, s, n, k in weights:
-                    if s is None:
-                        torch.ops.skipsearch.f32_panel_linear(xs[m][k], w, None, n)
-                    else:
-                        torch.ops.skipsearch.int8_wo_linear(xs[m][k], w, s, None, n)
+                    op(xs[m][k], w, s, None, n)
         return run
 
     med = {m: t.median * 1000 for m, t in time_interleaved({m: step(m) for m in a.rows}, rounds=a.rounds).items()}

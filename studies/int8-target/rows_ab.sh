@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The int8 product at 1-13 rows on one vector unit, two builds of the kernel alternating process by process:
-#   [ROWS="1 2 4 8 13"] bash studies/int8-target/rows_ab.sh OLD_TREE NEW_TREE [ISA] [ROUNDS] [WEIGHTS: int8 or fp32]
+#   [ROWS="1 2 4 8 13"] bash studies/int8-target/rows_ab.sh OLD_TREE NEW_TREE [ISA] [ROUNDS] [WEIGHTS: int8, fp32,
+#                                                                                         dq8 or dq4]
 # Each tree is a checkout with .venv beside it (a worktree: git worktree add /tmp/wt-tile 475d3cc, then
 # git -C /tmp/wt-tile apply studies/int8-target/avx2-tile.patch, which applies to that commit, before the AVX2 product
 # ran in halves). Each build is compiled before the first timing.
