@@ -127,14 +127,6 @@ struct Avx512 {
 };
 #endif
 
-// Where a prefetch of the weights ahead brings them: fp32 panels into L2 (a hint of 2: prefetcht1), int8 ones into
-// L1 (3: prefetcht0). fp32 streams four bytes a weight past its FMAs; with its lines requested into L1, the fp32
-// products of a step over smollm2-135m's linears ran 6-10% slower at one row on a Zen 4's AVX-512 path and 17-21%
-// on its AVX2 path (5-18% at 2-8 rows). The int8 product, which converts each weight before its FMA, ran 4-7% slower
-// from 4 rows with L2 (studies/int8-target.md, section 14). Where a line lands changes no sum.
-template <class T>
-constexpr int kLocality = std::is_same_v<T, float> ? 2 : 3;
-
 // ---- micro-kernels: MR rows x one panel, all of K; out[m * P + j] = the panel's sums ------------------------
 // One weight per element, int8 (converted; its scale is applied in the epilogue) or fp32 (as stored). ``NBP``
 // vector blocks of the panel's columns at a time: all of them (one pass over K), or half (two passes, each with
@@ -160,7 +152,7 @@ void dense_panel(const float* x, int64_t ldx, const T* w, int64_t K, float* out)
       if (h == 0) {  // a later pass finds the panel in cache
         const char* ahead = reinterpret_cast<const char*>(w + k * P) + PREFETCH_BYTES;
 #pragma GCC unroll 64
-        for (int l = 0; l < int(S * P * sizeof(T)); l += 64) __builtin_prefetch(ahead + l, 0, kLocality<T>);
+        for (int l = 0; l < int(S * P * sizeof(T)); l += 64) __builtin_prefetch(ahead + l);
       }
 #pragma GCC unroll 64
       for (int s = 0; s < S; ++s) {
