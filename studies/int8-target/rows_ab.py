@@ -11,7 +11,7 @@ one timer: every row count once a round, order rotated, medians). ``--isa`` pick
 (``lowbit.use_isa``), so an AVX-512 machine can time its AVX2 path too; ``--weights dq8`` or ``dq4`` times the
 precision drafts' int8 and int4 products with int8 activations instead (``skipsearch::int8_dq_linear``,
 ``int4_dq_linear``: VNNI where the CPU has it, whatever ``--isa`` says). Prints one JSON line. Run it from two trees
-(``ab.sh`` beside it) to compare two builds of the kernel.
+(``rows_ab.sh`` beside it) to compare two builds of the kernel.
 """
 
 from __future__ import annotations
