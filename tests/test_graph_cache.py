@@ -458,3 +458,39 @@ def test_a_replayed_call_skips_the_bytecode_only_where_two_runs_agree():
         ids, positions = torch.tensor([3.0]), torch.tensor([1 if step < 3 else step])
         assert torch.equal(replay(loaded, model, (ids, positions, {"cache": None}, None)), ids * 2 + positions)
     assert ran == {"bytecode": 5, "graph": 5}
+
+
+def test_a_precompiled_call_refuses_arguments_of_another_shape_after_its_first_run(tmp_path):
+    """The kernel's C++ wrapper no longer checks its inputs' sizes at every call (``panel.SETTINGS``): a call's
+    first run checks dynamo's guards, and every later run checks its own tensors' shapes, strides and dtypes against
+    that run's. Arguments of another shape raise; the same shapes, new values, run (and replay)."""
+    import pytest
+    import torch
+
+    from skipsearch.kernels import panel, precompiled
+
+    assert panel.SETTINGS["size_asserts"] is False
+    loaded, model, ran = _recorded()
+
+    class Checked:  # the loaded call's guard check, as torch's precompiled function has it
+        fn, _artifacts = loaded.fn, loaded._artifacts
+
+        def __call__(self, *args):
+            return loaded(*args)
+
+        def guard_check(self, *args):
+            return True
+
+        def disable_guard_check(self):
+            pass
+
+    call = precompiled.Call(Checked(), build=lambda: None, settings={}, path=tmp_path / "call")
+    for step in range(4):
+        ids, positions = torch.tensor([float(step)]), torch.tensor([1.0])
+        assert torch.equal(call(model, ids, positions, {"cache": None}, None), ids * 2 + positions)
+    assert ran["graph"] == 4
+    with pytest.raises(RuntimeError, match="called with"):
+        call(model, torch.tensor([1.0, 2.0]), torch.tensor([1.0]), {"cache": None}, None)
+    with pytest.raises(RuntimeError, match="called with"):
+        call(model, torch.tensor([1]), torch.tensor([1.0]), {"cache": None}, None)  # another dtype
+    assert ran["graph"] == 4

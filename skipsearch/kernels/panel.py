@@ -72,9 +72,13 @@ ATTENTION = "skipsearch_packed_gqa"  # the name the attention below is registere
 # on top of inductor's own (kernels/inductor.py): a C++ wrapper, built apart from the kernels and unoptimised (the
 # kernels at -O3), and no frozen weights, so that inductor's FX graph and AOTAutograd caches keep every graph for the
 # next process (kernels/graphs.py); nothing here needs freezing, since every linear of the full model runs the panel
-# product, which reads the weights as they are
+# product, which reads the weights as they are. No size asserts: the wrapper checked every input's shape and strides
+# at every call (smollm2-135m's step has 548 inputs, its weights among them, and each check built a string and a
+# stringstream), about 0.3 ms of a 6 ms int8 step on a Zen 4 (studies/int8-target.md, section 15). A kept call's
+# first run checks dynamo's guards on its inputs, and every later run its own tensors' shapes, strides and dtypes
+# (precompiled.Call); the weights and the cache are the objects that first run read.
 SETTINGS = {"cpp_wrapper": True, "freezing": False, "cpp_wrapper_build_separate": True,
-            "aot_inductor.compile_wrapper_opt_level": "Og"}
+            "aot_inductor.compile_wrapper_opt_level": "Og", "size_asserts": False}
 
 
 def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,

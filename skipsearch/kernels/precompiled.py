@@ -312,8 +312,10 @@ atexit.register(stop_aside)  # no child outlives this process (a child leaves by
 class Call:
     """One precompiled call of ``logits`` on ``model`` for one role and shape, kept in ``folder``: loaded from its
     file, else built and saved. Its first run checks dynamo's saved guards against the arguments (a loaded call
-    that fails them is built again); later runs skip the check, as the caller's own key already tells its calls
-    apart. ``None`` from ``of`` where dynamo cannot capture the call whole.
+    that fails them is built again); later runs skip that check, as the caller's own key already tells its calls
+    apart, and check only their own tensors' shapes, strides and dtypes against the first run's (the `panel`
+    kernel's C++ wrapper does not assert its inputs'). ``None`` from ``of`` where dynamo cannot capture the call
+    whole.
 
     Later runs skip dynamo's bytecode too, where two recorded runs allow it (``_Replay``): the caller keeps one call
     per model whose objects its graph reads, and per cache."""
@@ -322,6 +324,7 @@ class Call:
         self._fn, self._build, self._checked, self._settings = fn, build, False, settings
         self.path = path  # its file
         self._replay = _Replay()
+        self._signature: tuple | None = None  # its own tensors' shapes, strides and dtypes, as its first run had them
 
     @classmethod
     def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
@@ -356,8 +359,20 @@ class Call:
                     self._fn = self._build()
                 self._fn.disable_guard_check()
                 self._checked = True
+                self._signature = _signature(args)
                 return self._fn(model, *args)
+        if _signature(args) != self._signature:  # what inductor's size asserts would catch: they are off (panel.py)
+            raise RuntimeError(f"precompiled call {self.path.name} was checked for arguments {self._signature} and "
+                               f"called with {_signature(args)}: its caller's key must tell such calls apart")
         return self._replay(self._fn, model, args)
+
+
+def _signature(args: tuple) -> tuple:
+    """The shapes, strides and dtypes of a call's own tensors (its ids, positions and mask): what its graph was
+    checked for on its first run. A microsecond or two, where the C++ wrapper's asserts of every input took 0.3 ms."""
+    import torch
+
+    return tuple((a.shape, a.stride(), a.dtype) for a in args if isinstance(a, torch.Tensor))
 
 
 class _Replay:
