@@ -1,0 +1,80 @@
+"""inductor's input and output size asserts in the `panel` kernel's C++ wrapper, on (as shipped before) and off,
+in one process: the same target loaded twice, one copy's graphs built under the kernel's settings with
+``size_asserts`` as given, their plain loops interleaved prompt by prompt with the order rotated. Prints each side's
+step (ms a token after the first, prefill excluded), the ratio, and whether both decoded the same tokens.
+
+    .venv/bin/python studies/int8-target/asserts_ab.py --precision int8 --kernel panel-c2     (alone on the machine)
+    .venv/bin/python studies/int8-target/asserts_ab.py --precision native --kernel panel-c8
+    .venv/bin/python studies/int8-target/asserts_ab.py --precision native --kernel panel-c8 \
+        --profile profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml
+
+With ``--profile``, both sides decode with that profile's drafts (their graphs built under the side's settings too)
+and the figure is the decode's time a token after the first.
+
+A side whose graphs are not kept yet builds them first (minutes, once per machine): nothing is timed until both
+sides are warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import warnings
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--precision", default="int8")
+    p.add_argument("--kernel", default="panel-c2")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", default=None, help="decode with this profile's drafts (default: plain)")
+    a = p.parse_args()
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(a.threads)
+    from skipsearch.api.decode import drafter_factory
+    from skipsearch.data import encode_prompt, load_prompts
+    from skipsearch.engine.decoding import generate
+    from skipsearch.kernels import panel
+    from skipsearch.model.loader import load_model
+    from skipsearch.profile import load_profile
+
+    shipped = dict(panel.SETTINGS)
+    sides = {}
+    for name, asserts in (("asserts on", True), ("asserts off", False)):
+        panel.SETTINGS = {**shipped, "size_asserts": asserts}
+        sm = load_model("smollm2-135m", device="cpu", dtype="float32", precision=a.precision)
+        sm.use_kernel(a.kernel, capacity=1024)
+        sides[name] = (sm, drafter_factory(load_profile(a.profile), sm) if a.profile else (lambda: None))
+        sides[name][1]()  # the drafts' copies made (and their graphs built) under this side's settings
+    panel.SETTINGS = shipped
+    prompts = [encode_prompt(sides["asserts on"][0].tokenizer, q) for q in
+               load_prompts("mtbench,humaneval", split="heldout", n=a.prompts, seed=0)]
+    for sm, drafters in sides.values():  # warm-up: every graph loaded or built, the replays recorded
+        generate(sm, prompts[0], drafter=drafters(), max_new_tokens=16)
+    steps: dict[str, list[float]] = {k: [] for k in sides}
+    tokens: dict[str, list] = {k: [] for k in sides}
+    for r in range(a.rounds):
+        for i, ids in enumerate(prompts):
+            order = list(sides) if (r + i) % 2 == 0 else list(reversed(sides))
+            for name in order:
+                sm, drafters = sides[name]
+                s = (res := generate(sm, ids, drafter=drafters(), max_new_tokens=a.tokens)).stats
+                steps[name].append((s.seconds - s.prefill_seconds) / (s.new_tokens - 1))
+                if r == 0:
+                    tokens[name].append(list(res.token_ids))
+    med = {k: statistics.median(v) * 1e3 for k, v in steps.items()}
+    print(json.dumps({"precision": a.precision, "kernel": a.kernel, "profile": a.profile, "threads": a.threads,
+                      "prompts": a.prompts, "tokens": a.tokens, "rounds": a.rounds,
+                      "step_ms": {k: round(v, 3) for k, v in med.items()},
+                      "off_over_on": round(med["asserts off"] / med["asserts on"], 3),
+                      "same_tokens": sum(x == y for x, y in zip(*tokens.values(), strict=True))}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
