@@ -37,9 +37,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
+    from step import interleaved_steps  # this folder's one interleaved loop
+
     from skipsearch.api.decode import drafter_factory
     from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.engine.decoding import generate
     from skipsearch.kernels import panel
     from skipsearch.model.loader import load_model
     from skipsearch.profile import load_profile
@@ -55,19 +56,7 @@ def main() -> None:
     panel.SETTINGS = shipped
     prompts = [encode_prompt(sides["asserts on"][0].tokenizer, q) for q in
                load_prompts("mtbench,humaneval", split="heldout", n=a.prompts, seed=0)]
-    for sm, drafters in sides.values():  # warm-up: every graph loaded or built, the replays recorded
-        generate(sm, prompts[0], drafter=drafters(), max_new_tokens=16)
-    steps: dict[str, list[float]] = {k: [] for k in sides}
-    tokens: dict[str, list] = {k: [] for k in sides}
-    for r in range(a.rounds):
-        for i, ids in enumerate(prompts):
-            order = list(sides) if (r + i) % 2 == 0 else list(reversed(sides))
-            for name in order:
-                sm, drafters = sides[name]
-                s = (res := generate(sm, ids, drafter=drafters(), max_new_tokens=a.tokens)).stats
-                steps[name].append((s.seconds - s.prefill_seconds) / (s.new_tokens - 1))
-                if r == 0:
-                    tokens[name].append(list(res.token_ids))
+    steps, tokens = interleaved_steps(sides, prompts, rounds=a.rounds, tokens=a.tokens, warmup=16)
     med = {k: statistics.median(v) * 1e3 for k, v in steps.items()}
     print(json.dumps({"precision": a.precision, "kernel": a.kernel, "profile": a.profile, "threads": a.threads,
                       "prompts": a.prompts, "tokens": a.tokens, "rounds": a.rounds,

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step import bandwidth, streamed_bytes  # noqa: E402  (the int8 study's own measures)
+from step import bandwidth, interleaved_steps, streamed_bytes  # noqa: E402  (the int8 study's own measures)
 
 
 def torchao_reference(checkpoint_name: str, prompts: list, tokens: int) -> list[list[int]]:
@@ -54,7 +54,6 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(a.threads)
     from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.engine.decoding import generate
     from skipsearch.model.loader import load_model
 
     targets = {}
@@ -64,19 +63,8 @@ def main() -> None:
         targets[precision] = sm
     prompts = [encode_prompt(targets["int8"].tokenizer, q) for q in
                load_prompts("mtbench,humaneval", split="heldout", n=a.prompts, seed=0)]
-    for sm in targets.values():  # warm-up
-        generate(sm, prompts[0], max_new_tokens=8)
-    steps: dict[str, list[float]] = {k: [] for k in targets}
-    outputs: dict[str, list] = {k: [] for k in targets}
-    for r in range(a.rounds):
-        for i, ids in enumerate(prompts):
-            order = list(targets) if (r + i) % 2 == 0 else list(reversed(targets))
-            for name in order:
-                res = generate(targets[name], ids, max_new_tokens=a.tokens)
-                s = res.stats
-                steps[name].append((s.seconds - s.prefill_seconds) / (s.new_tokens - 1))
-                if r == 0:
-                    outputs[name].append(list(res.token_ids))
+    steps, outputs = interleaved_steps({k: (sm, None) for k, sm in targets.items()}, prompts, rounds=a.rounds,
+                                       tokens=a.tokens)
     gbs = bandwidth()
     out = {"kernel": a.kernel, "threads": a.threads, "bandwidth_gb_s": round(gbs, 2), "prompts": len(prompts),
            "tokens": a.tokens, "rounds": a.rounds}

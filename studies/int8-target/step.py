@@ -46,6 +46,33 @@ def streamed_bytes(sm) -> int:
     return total
 
 
+def interleaved_steps(sides: dict, prompts: list, *, rounds: int, tokens: int, warmup: int = 8):
+    """Each side's plain decoding (or a profile's, where a side gives its drafters) of every prompt, the sides
+    alternating prompt by prompt, their order reversed every other prompt and round, ``rounds`` times, after one
+    untimed decode of the first prompt each. ``sides``: name -> (model, drafters: a callable giving a fresh drafter,
+    or None for plain decoding). Returns name -> [seconds a token after the first, prefill excluded, per decode], and
+    name -> [the first round's token ids per prompt]. The study scripts' one loop; nothing else may run meanwhile."""
+    from skipsearch.engine.decoding import generate
+
+    def decode(name: str, ids: list, n: int):
+        sm, drafters = sides[name]
+        return generate(sm, ids, drafter=drafters() if drafters else None, max_new_tokens=n)
+
+    for name in sides:
+        decode(name, prompts[0], warmup)
+    steps: dict[str, list[float]] = {k: [] for k in sides}
+    outputs: dict[str, list] = {k: [] for k in sides}
+    for r in range(rounds):
+        for i, ids in enumerate(prompts):
+            for name in list(sides) if (r + i) % 2 == 0 else list(reversed(sides)):
+                res = decode(name, ids, tokens)
+                s = res.stats
+                steps[name].append((s.seconds - s.prefill_seconds) / (s.new_tokens - 1))
+                if r == 0:
+                    outputs[name].append(list(res.token_ids))
+    return steps, outputs
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--kernel", default="panel-c8")
@@ -56,7 +83,6 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from skipsearch.data import encode_prompt, load_prompts
-    from skipsearch.engine.decoding import generate
     from skipsearch.model.loader import load_model
 
     targets = {}
@@ -68,19 +94,9 @@ def main() -> None:
         targets[precision] = (sm, built)
     prompts = [encode_prompt(targets["native"][0].tokenizer, q) for q in
                load_prompts("mtbench,humaneval", split="heldout", n=a.prompts, seed=0)]
-    for sm, _ in targets.values():  # warm-up
-        generate(sm, prompts[0], max_new_tokens=8)
-    rates: dict[str, list[float]] = {k: [] for k in targets}
-    outputs: dict[str, list] = {k: [] for k in targets}
-    for r in range(a.rounds):
-        for i, ids in enumerate(prompts):
-            order = list(targets) if (r + i) % 2 == 0 else list(reversed(targets))
-            for name in order:
-                res = generate(targets[name][0], ids, max_new_tokens=a.tokens)
-                s = res.stats
-                rates[name].append((s.new_tokens - 1) / (s.seconds - s.prefill_seconds))
-                if r == 0:
-                    outputs[name].append(res.token_ids)
+    steps, outputs = interleaved_steps({k: (sm, None) for k, (sm, _) in targets.items()}, prompts,
+                                       rounds=a.rounds, tokens=a.tokens)
+    rates = {k: [1 / x for x in v] for k, v in steps.items()}
     gbs = bandwidth()
     out = {"kernel": a.kernel, "threads": a.threads, "bandwidth_gb_s": round(gbs, 2), "prompts": len(prompts),
            "tokens": a.tokens, "rounds": a.rounds}

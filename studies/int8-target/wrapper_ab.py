@@ -12,9 +12,9 @@ import sys
 import time
 
 import torch
+from step import interleaved_steps  # this folder's one interleaved loop
 
 from skipsearch.data import encode_prompt, load_prompts
-from skipsearch.engine.decoding import generate
 from skipsearch.kernels import panel
 from skipsearch.model.loader import load_model
 
@@ -31,19 +31,8 @@ for level in LEVELS:
     models[level] = sm
 prompts = [encode_prompt(models[LEVELS[0]].tokenizer, q)
            for q in load_prompts("mtbench,humaneval", split="heldout", n=4, seed=0)]
-for sm in models.values():
-    generate(sm, prompts[0], max_new_tokens=8)
-rates = {k: [] for k in models}
-outs = {k: [] for k in models}
-for r in range(4):
-    for i, ids in enumerate(prompts):
-        order = list(models) if (r + i) % 2 == 0 else list(reversed(models))
-        for k in order:
-            res = generate(models[k], ids, max_new_tokens=96)
-            s = res.stats
-            rates[k].append(1000 * (s.seconds - s.prefill_seconds) / (s.new_tokens - 1))
-            if r == 0:
-                outs[k].append(res.token_ids)
+steps, outs = interleaved_steps({k: (sm, None) for k, sm in models.items()}, prompts, rounds=4, tokens=96)
+rates = {k: [1000 * x for x in v] for k, v in steps.items()}
 print(json.dumps({"threads": torch.get_num_threads(), "precision": precision,
                   "step_ms_median": {k: round(statistics.median(v), 3) for k, v in rates.items()},
                   "step_ms_min": {k: round(min(v), 3) for k, v in rates.items()},
