@@ -244,6 +244,26 @@ def test_the_layer_reader_places_modules_in_their_folders():
     assert _room("skipsearch.methods.fractal.drafter") == "methods" and _room("skipsearch") == "ground"
 
 
+# The sizes issue 61 set for a room you can read (docs/development.md, "Style"): a module over them is split where a
+# name explains a part, as kernels/call_key.py and model/stack.py were.
+MODULE_LINES, FUNCTION_LINES = 500, 80
+
+
+def test_no_module_is_over_500_lines_and_no_function_over_80():
+    long_modules, long_functions = [], []
+    for name, path in sorted(module_names().items()):
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            long_modules.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    long_functions.append(f"{name}.{node.name}: {lines} lines")
+    assert not long_modules, f"modules over {MODULE_LINES} lines: {long_modules}"
+    assert not long_functions, f"functions over {FUNCTION_LINES} lines: {long_functions}"
+
+
 # A method's internals are its own: outside methods/, code imports the registry (skipsearch.methods), the shared
 # base and summary, and a method's package or module (its face), never a module inside a method's package. The
 # exceptions, each with its reason; like KNOWN, the list only shrinks.
