@@ -339,6 +339,48 @@ def test_cli_decodes_a_dynamic_profile_on_the_real_model(real_sm, tmp_path):
     assert dict(map(tuple, row["stats"]["drafter_stats"]))["dp_runs"] >= 1
 
 
+@pytest.mark.parametrize("command", ["decode", "bench"])
+def test_a_dynamic_profile_on_a_compiled_kernel_is_one_line_before_the_model_loads(tmp_path, monkeypatch, command):
+    # its drafter reads every verify pass's hidden states and runs single layers on a cache that grows: a compiled
+    # kernel's StaticCache gave a traceback mid-decode (forward_hidden's hooks saw nothing, then a shape mismatch)
+    from typer.testing import CliRunner
+
+    from skipsearch.cli import app
+    from skipsearch.model import loader
+    from tests.conftest import assert_one_line_error
+
+    def loaded(*args, **kwargs):
+        pytest.fail("the model loaded")
+
+    monkeypatch.setattr(loader, "load_model", loaded)  # bench's, imported where it runs
+    monkeypatch.setattr("skipsearch.api.loading.load_model", loaded)  # decode's
+    for where in ("skipsearch.api.loading", "skipsearch.api.benchmark"):  # a machine without a C++ compiler too
+        monkeypatch.setattr(f"{where}.check_kernel", lambda *args, **kwargs: None)
+    prof = Profile(model=ModelRef(name="smollm2-135m", num_layers=30), method="clasp-dynamic",
+                   draft=DraftConfig(skip_attn=(20,), max_draft_tokens=2),
+                   method_params=DynamicParams(num_skips=4, loi=2).to_pairs())
+    path = str(save_profile(prof, tmp_path / "dyn.yaml"))
+    args = (["decode", "--profile", path, "--prompt", "def fib(n):"] if command == "decode" else
+            ["bench", "--profiles", path, "--peers", "hf-greedy", "--n-prompts", "1", "--sweep-prompts", "0"])
+    result = CliRunner().invoke(app, [*args, "--kernel", "panel-c8"])
+    assert_one_line_error(result, "clasp-dynamic draft reads the hidden states of every verify pass")
+    assert "--kernel eager" in result.stderr
+
+
+def test_a_searchs_dynamic_companion_records_eager_where_the_search_ran_a_compiled_kernel():
+    from skipsearch.config import Candidate
+    from skipsearch.search.optimize import _companion_profiles
+    from skipsearch.search.strategies import Companion
+
+    static = Profile(model=ModelRef(name="tiny", num_layers=8), method="layer-skip",
+                     draft=DraftConfig(skip_attn=(2,), max_draft_tokens=2), kernel="panel-c8")
+    dynamic = CLASP_DYNAMIC.candidate(static.draft, DynamicParams(num_skips=2, loi=3))
+    (suffix, companion), = _companion_profiles(static, [Companion("-dynamic", dynamic, "notes")])
+    assert suffix == "-dynamic" and companion.method == "clasp-dynamic" and companion.kernel is None
+    same = Candidate("layer-skip", static.draft)  # a companion that runs beside the kernel keeps it
+    assert _companion_profiles(static, [Companion("-x", same, "")])[0][1].kernel == "panel-c8"
+
+
 def test_optimize_warm_start_with_a_bad_profile_is_one_line_before_the_model_loads(tmp_path):
     from typer.testing import CliRunner
 

@@ -89,6 +89,52 @@ def test_a_block_agrees_with_eager_forwards(panel):
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
 
 
+def _ran(module, run) -> bool:
+    """Whether ``run()`` called ``module``'s forward."""
+    seen = []
+    handle = module.register_forward_hook(lambda *args: seen.append(True))
+    try:
+        run()
+    finally:
+        handle.remove()
+    return bool(seen)
+
+
+def test_a_prompt_runs_eagerly_on_the_kernels_copy_and_agrees_with_the_model(panel, monkeypatch):
+    from skipsearch.model import skippable
+
+    copy = panel._runner.prompt_model
+    assert copy is panel._runner._rows_module._orig_mod  # the panel copy: its products and its attention
+    prompt = torch.tensor([4, 8, 15, 16, 23, 42, 7])
+    cache = panel.decode_cache(20)
+    before = graphs_made()
+    assert _ran(copy.model.embed_tokens, lambda: panel.forward(prompt, start=0, cache=cache))
+    assert graphs_made() == before  # eagerly: nothing compiled
+    fast = panel.forward(torch.tensor([9]), start=7, cache=cache)  # the next step reads the prompt's keys
+    with panel.eager():  # the model itself, on the same cache
+        panel.crop(cache, 0)
+        ran_model = _ran(panel.hf.model.embed_tokens, lambda: panel.forward(prompt, start=0, cache=cache))
+        slow = panel.forward(torch.tensor([9]), start=7, cache=cache)
+    assert ran_model and torch.equal(fast.argmax(-1), slow.argmax(-1))
+    assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+    # a prompt longer than PROMPT_ROWS runs on the model itself
+    monkeypatch.setattr(skippable, "PROMPT_ROWS", 6)
+    cache = panel.decode_cache(20)
+    assert not _ran(copy.model.embed_tokens, lambda: panel.forward(prompt, start=0, cache=cache))
+
+
+def test_forward_hidden_on_the_kernels_cache_reads_the_models_own_layers(panel):
+    # its hooks are on the model's own modules, which neither the kernel's graphs nor its copy run: it runs eagerly
+    cache = panel.decode_cache(20)
+    panel.forward(torch.tensor([4, 8, 15, 16]), start=0, cache=cache)
+    logits, hidden = panel.forward_hidden(torch.tensor([23, 42, 7]), start=4, cache=cache)
+    assert hidden.shape == (panel.num_layers + 1, 3, panel.hf.config.hidden_size)
+    panel.crop(cache, 4)
+    with panel.eager():
+        again = panel.forward(torch.tensor([23, 42, 7]), start=4, cache=cache)
+    assert torch.equal(logits, again)
+
+
 def test_a_compiled_draft_step_runs_on_packed_attention_and_agrees_with_the_eager_draft(panel, monkeypatch):
     import contextlib
 

@@ -17,6 +17,7 @@ from skipsearch.config import ConfigError
 from skipsearch.data import load_prompts
 from skipsearch.files.targets import BENCH_JSON, BENCH_REPORT, PROFILE, check_target
 from skipsearch.kernels import check_kernel, choose_kernel
+from skipsearch.methods import check_kernel_fits
 from skipsearch.model.placement import choose_placement
 from skipsearch.model.target import NATIVE, check_precision
 from skipsearch.profile import Profile, check_model, load_profile
@@ -95,9 +96,8 @@ def bench_profiles(
     if len(names) > 1 or (o.model is not None and names and o.model not in names):
         raise ModelError(f"the profiles are for {', '.join(sorted(names))}; bench one model at a time")
     peers = list(dict.fromkeys(p.strip() for p in o.peers.split(",") if p.strip()))
-    for p in peers:
-        if p not in bn.PEERS and p not in (lb.PEER, vb.PEER):
-            raise ConfigError(f"unknown peer '{p}': use {', '.join((*bn.PEERS, lb.PEER, vb.PEER))}")
+    if (bad := next((p for p in peers if p not in (*bn.PEERS, lb.PEER, vb.PEER)), None)) is not None:
+        raise ConfigError(f"unknown peer '{bad}': use {', '.join((*bn.PEERS, lb.PEER, vb.PEER))}")
     llama = None
     if lb.PEER in peers:  # not an HF contender: it runs after the timed rounds (bench.llamacpp_bench)
         llama = lb.LlamaPlan(server=o.llama_server, settings=lb.parse_settings(o.llama_settings),
@@ -129,8 +129,9 @@ def bench_profiles(
     # 2. the model, and the profiles checked against it
     if o.threads:
         torch.set_num_threads(o.threads)
-    for path, prof in profs:  # before the model loads: a profile for another target is refused in one line
-        check_model(prof, precision=precision, source=path)
+    for path, prof in profs:  # before the model loads: a profile for another target, or a draft that cannot run
+        check_model(prof, precision=precision, source=path)  # beside a compiled kernel, is refused in one line
+        check_kernel_fits(prof.candidate, kernel, source=path)
     sm = load_model(name, device=o.device, dtype=dtype, precision=precision)
     for path, prof in profs:
         check_model(prof, num_layers=sm.num_layers, fingerprint=sm.fingerprint, force=o.force, source=path)

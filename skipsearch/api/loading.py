@@ -55,7 +55,10 @@ def open_model(
     placement = choose_placement(device, dtype or "auto", profile=prof.model.dtype if prof is not None else None)
     if method is not None and method.check_device is not None:  # e.g. fp8 on a CPU: refused before loading
         method.check_device(prof.candidate, placement.device)
-    check_kernel(choose_kernel(kernel, prof.kernel if prof is not None else None), placement.device)
+    chosen = choose_kernel(kernel, prof.kernel if prof is not None else None)
+    check_kernel(chosen, placement.device)
+    if prof is not None:  # a draft that cannot run beside a compiled kernel (CLaSp's dynamic DP): refused here
+        methods.check_kernel_fits(prof.candidate, chosen, source=profile)
     draft_bits = method.draft_weight_bits(prof.candidate) if method and method.draft_weight_bits else None
     if precision != NATIVE:
         check_precision(precision, device=placement.device, dtype=placement.dtype)

@@ -86,6 +86,9 @@ class KernelRunner(Protocol):
 
     kernel: Kernel
     cache: Any  # the KV cache its forwards run on (``SkippableModel.decode_cache`` hands it out)
+    # the model a prompt (at position 0, on ``cache``) runs through eagerly: a copy of its own that shares the
+    # model's weights (``panel``'s, on its products), or None: the adapter's own model
+    prompt_model: Any
     graph_bytes: int  # what its last compile added to memory (frozen weights included): a new batch size's estimate
 
     def fits(self, kernel: Kernel, capacity: int) -> bool:

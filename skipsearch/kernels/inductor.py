@@ -9,7 +9,8 @@ rest as one token where it is one token, else as a block padded to ``chunk``. So
 length and the cost timing share them, and nothing recompiles while decoding (the shapes are fixed: the two
 graphs and the cache's capacity). ``inductor-c1`` compiles the one graph. The prompt (any length) and every
 partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend the full
-model's KV exactly as they do on a DynamicCache. Batches (``batch_cache``, ``forward_rows``) get two graphs of their
+model's KV exactly as they do on a DynamicCache; a kernel that hands it a ``prompt_model`` (``panel``: its own copy)
+has the prompt run through that. Batches (``batch_cache``, ``forward_rows``) get two graphs of their
 own per batch size, [B, 1] and [B, chunk], on a row cache (``kv_cache.row_cache``), compiled on that size's first
 batch; each graph freezes its own copy of the weights, so every batch size served costs that memory again
 (``graph_bytes``: what the last compile added to the process, the batched memory check's estimate for the next).
@@ -117,14 +118,14 @@ class CompiledBlocks:
     """The inductor kernel: the whole HF model compiled for one token and for one block of ``kernel.chunk``
     tokens on one StaticCache of ``capacity`` positions (freezing + max-autotune), run block by block. Another
     kernel may hand it copies of the model (sharing its weights) for the one-token steps (``step_model``) and for
-    forwards over more than one row (``rows_model``), inductor settings of its own (``settings``) and a context its
-    draft steps run in (``draft_context``): ``panel``.
+    forwards over more than one row (``rows_model``), the model a prompt runs through eagerly (``prompt_model``),
+    inductor settings of its own (``settings``) and a context its draft steps run in (``draft_context``): ``panel``.
 
     Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
     that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
 
     def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int, step_model=None, rows_model=None,
-                 settings: dict | None = None,
+                 prompt_model=None, settings: dict | None = None,
                  draft_context: Callable[[], contextlib.AbstractContextManager] | None = None,
                  precompile: bool = False, copy_out: bool = False) -> None:
         import torch
@@ -150,6 +151,7 @@ class CompiledBlocks:
         # copy of the model that shares its weights (``panel``'s); by default both run the model itself
         self._step_module = self._module if step_model is None else torch.compile(step_model, dynamic=False)
         self._rows_module = self._module if rows_model is None else torch.compile(rows_model, dynamic=False)
+        self.prompt_model = prompt_model  # what a prompt runs through eagerly (None: the adapter's own model)
         # with ``precompile``, one-sequence calls run precompiled (``kernels/precompiled.py``: dynamo's trace kept too)
         self._models = {id(self._module): sm.hf, id(self._step_module): sm.hf if step_model is None else step_model,
                         id(self._rows_module): sm.hf if rows_model is None else rows_model} if precompile else None

@@ -171,12 +171,13 @@ def shared_copy(hf, *, panels: bool):
 
 
 def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
-    """inductor's runner on one copy of the model on panel products (steps, blocks and batches alike), with a
-    C++ wrapper and drafts on packed attention, its cache a multiple of ``graphs.CAPACITY_STEP`` positions:
-    minutes the first time on a machine, seconds in every later process (``kernels/graphs.py``)."""
+    """inductor's runner on one copy of the model on panel products (steps, blocks and batches alike, and the
+    prompt, eagerly), with a C++ wrapper and drafts on packed attention, its cache a multiple of
+    ``graphs.CAPACITY_STEP`` positions: minutes the first time on a machine, seconds in every later process
+    (``kernels/graphs.py``)."""
     panels = shared_copy(sm.hf, panels=True)
     return CompiledBlocks(sm, kernel, capacity=graphs.bucket(capacity + kernel.chunk), step_model=panels,
-                          rows_model=panels, settings=SETTINGS,
+                          rows_model=panels, prompt_model=panels, settings=SETTINGS,
                           draft_context=lambda: packed_attention(sm),  # the attention shared_copy registered
                           precompile=True)
 

@@ -30,6 +30,7 @@ from skipsearch.methods.base import (
     build_drafter,
     candidate_for,
     check_batchable,
+    check_kernel_fits,
     check_keys,
     check_target,
     choice_param,
@@ -51,8 +52,8 @@ from skipsearch.methods.base import (
 
 __all__ = ["PLAIN", "REGISTRY", "DraftModel", "Keeping", "Kept", "Lookup", "Method", "Params", "ParamsError",
            "Record", "Replanned", "Replanning", "Setting", "Speculation", "Traced", "Tracing", "batch_drafter",
-           "batch_methods", "build_drafter", "candidate_for", "check_batchable", "check_keys", "check_target",
-           "choice_param", "copies_weights", "get",
+           "batch_methods", "build_drafter", "candidate_for", "check_batchable", "check_keys", "check_kernel_fits",
+           "check_target", "choice_param", "copies_weights", "get",
            "int_param", "is_plain", "layers_param", "measure_scheme_costs", "names", "record_keys", "record_reader",
            "register", "replan_schemes", "scheme_draft", "scheme_method", "setting_of", "unregister"]
 

@@ -47,6 +47,7 @@ from skipsearch.model.target import NATIVE
 if TYPE_CHECKING:
     from skipsearch.engine.decoding import Drafter
     from skipsearch.engine.draft import BatchDrafter
+    from skipsearch.kernels import Kernel
     from skipsearch.model.skippable import SkippableModel
 
 
@@ -277,6 +278,7 @@ class Method:
     # given. Not a lookup (it reads the tokens), CLaSp (its DP reads the verify pass, which only the engine hands
     # it) or hierarchical (its K is m·(n+1), fixed by its params).
     drafts_alone: bool = False
+    compiled_kernels: bool = True  # its drafter runs beside a compiled kernel's StaticCache (not CLaSp's dynamic DP)
     traces: Tracing | None = None  # a traced draft's hooks (see Tracing); None: where it drafts it can only be timed
     # (candidate, model) -> a fresh BatchDrafter for one batch (engine.batched, greedy); None: it cannot batch
     batch_drafter: Callable[[Candidate, SkippableModel], BatchDrafter] | None = None
@@ -402,6 +404,14 @@ def check_target(candidate: Candidate, precision: str, *, source: str = "the pro
         raise ConfigError(f"{source}: its {candidate.method} draft copies the model's fp32 weights (a trimmed head, "
                           f"fractal's compressed layers), which the {precision} target does not keep: the "
                           f"{precision} target drafts with lookups, its own layers and copies of its int8 weights")
+
+
+def check_kernel_fits(candidate: Candidate, kernel: Kernel, *, source: str = "the profile") -> None:
+    """One ConfigError line, before the model loads, where ``candidate`` cannot draft beside ``kernel``."""
+    if kernel.compiled and not candidate.is_autoregressive and not get(candidate.method).compiled_kernels:
+        raise ConfigError(f"{source}: its {candidate.method} draft reads the hidden states of every verify pass and "
+                          f"runs single layers on a cache that grows, which the compiled kernel {kernel.label} does "
+                          "not give: decode it with --kernel eager")
 
 
 def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:

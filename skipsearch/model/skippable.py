@@ -49,6 +49,11 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "SkippableModel"]
 # Decoder stacks whose layers are (input_layernorm, self_attn, post_attention_layernorm, mlp)
 # around two residual adds. Skipping a sublayer there means adding zero to the residual.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+# The longest prompt that runs through a compiled kernel's own copy of the model (``panel``'s: its products and its
+# attention, which builds an additive bias of the prompt's rows by the cache's positions, 4 bytes each). A
+# prompt's forward there took 0.4-0.96 of the model's own (MKL's products, SDPA) from 16 to 3,000 tokens
+# (studies/prompt-cpu.md); a longer one runs on the model itself.
+PROMPT_ROWS = 1024
 
 
 class SkippableModel(StackParts):
@@ -283,10 +288,15 @@ class SkippableModel(StackParts):
 
     def _runs_compiled(self, cache, start: int, tokens: int) -> str | None:
         """Which compiled graph runs this forward, if any: "full" (the kernel's blocks: the full model, after the
-        prompt) or "draft" (a one-token step of a draft model inside ``compiled_draft``)."""
-        if self._runner is None or cache is not self._runner.cache or start == 0:
+        prompt) or "draft" (a one-token step of a draft model inside ``compiled_draft``); or "prompt": the full
+        model's prompt, eagerly, through the kernel's own copy of the model (``KernelRunner.prompt_model``) where
+        it has one and the prompt is at most ``PROMPT_ROWS`` tokens."""
+        if self._runner is None or cache is not self._runner.cache:
             return None
         full_model = not self._drafting and not self._partial
+        if start == 0:
+            copy = getattr(self._runner, "prompt_model", None) is not None
+            return "prompt" if full_model and copy and tokens <= PROMPT_ROWS else None
         if full_model:
             return "full"
         if self._compile_draft and tokens == 1 and not self._eager_only:
@@ -299,7 +309,7 @@ class SkippableModel(StackParts):
 
         Returns logits [T, V] (or [1, V] with ``last_only``, which skips the LM head elsewhere).
         On the compiled kernel's cache the full model runs its compiled blocks (the prompt, at ``start`` 0,
-        and every partial model run eagerly).
+        and every partial model run eagerly; the prompt through the kernel's own copy where it has one).
         """
         ids = token_ids.view(1, -1).to(self.device)  # [1, T]
         graph = self._runs_compiled(cache, start, ids.shape[1])
@@ -309,7 +319,7 @@ class SkippableModel(StackParts):
         if graph == "draft":
             return self._runner.forward_one(ids[0], start)  # [1, V]
         positions = torch.arange(start, start + ids.shape[1], device=self.device).unsqueeze(0)  # [1, T]
-        out = self.hf(
+        out = (self._runner.prompt_model if graph == "prompt" else self.hf)(
             input_ids=ids,
             position_ids=positions,
             **self.cache_kwargs(cache),
@@ -374,7 +384,9 @@ class SkippableModel(StackParts):
 
         ``hidden[0]`` is what enters layer 0 (the embeddings), ``hidden[i + 1]`` what leaves layer i,
         *before* the final norm (HF's ``output_hidden_states`` puts the normed state last instead).
-        Read with forward hooks that live only for this call, so no other forward pays for them.
+        Read with forward hooks that live only for this call, so no other forward pays for them. The hooks are on
+        this model's own modules, so the forward runs eagerly here, on a compiled kernel's cache too: its graphs
+        run a copy of the model (``panel``) or a trace without the hooks, and would leave them empty.
         """
         captured: list[torch.Tensor] = []
 
@@ -384,7 +396,8 @@ class SkippableModel(StackParts):
         modules = [self.hf.get_input_embeddings(), *self.layers]
         handles = [m.register_forward_hook(keep) for m in modules]
         try:
-            logits = self.forward(token_ids, start=start, cache=cache)
+            with self.eager():
+                logits = self.forward(token_ids, start=start, cache=cache)
         finally:
             for h in handles:
                 h.remove()

@@ -160,6 +160,18 @@ def build_strategy(space: SearchSpace, s: SearchSettings, *,
     return strategy, objective
 
 
+def _companion_profiles(profile: Profile, companions) -> tuple[tuple[str, Profile], ...]:
+    """The companions' profiles (file-name suffix, profile): the shipped one's, with the companion's candidate and
+    notes, never timed here; on eager where their draft cannot run beside the search's compiled kernel (CLaSp's
+    dynamic DP: ``Method.compiled_kernels``)."""
+    device = profile.measured.device if profile.measured else None
+    return tuple((c.suffix, replace(profile, method=c.candidate.method, draft=c.candidate.draft,
+                                    method_params=c.candidate.params,
+                                    kernel=profile.kernel if methods.get(c.candidate.method).compiled_kernels else None,
+                                    measured=Measured(device=device, source="optimize", notes=c.notes)))
+                 for c in companions)
+
+
 def optimize(
     sm: SkippableModel,
     settings: SearchSettings,
@@ -225,12 +237,7 @@ def optimize(
             objective=objective_kind, seed=s.seed,
         ),
     )
-    # the companions' profiles: the shipped one's, with the companion's candidate and notes, never timed here
-    device = profile.measured.device if profile.measured else None
-    companions = tuple((c.suffix, replace(profile, method=c.candidate.method, draft=c.candidate.draft,
-                                          method_params=c.candidate.params,
-                                          measured=Measured(device=device, source="optimize", notes=c.notes)))
-                       for c in shipped.companions)
+    companions = _companion_profiles(profile, shipped.companions)
     if not shipped.interrupted:  # what re-planning for another device needs: traces and costs (device_replan)
         from skipsearch.search.replan import keep_portable_all
 

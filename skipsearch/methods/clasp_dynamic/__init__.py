@@ -39,6 +39,7 @@ METHOD = Method(
     strategy="clasp",
     record=RECORD,
     replan=replan,
+    compiled_kernels=False,
 )
 
 
