@@ -17,27 +17,19 @@ sides are warm.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import warnings
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--precision", default="int8")
-    p.add_argument("--kernel", default="panel-c2")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--tokens", type=int, default=96)
-    p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--profile", default=None, help="decode with this profile's drafts (default: plain)")
-    a = p.parse_args()
+    from step import ab_options, interleaved_steps  # this folder's options and its one interleaved loop
+
+    a = ab_options()
     warnings.filterwarnings("ignore")
     import torch
 
     torch.set_num_threads(a.threads)
-    from step import interleaved_steps  # this folder's one interleaved loop
 
     from skipsearch.api.decode import drafter_factory
     from skipsearch.data import encode_prompt, load_prompts

@@ -46,6 +46,20 @@ def streamed_bytes(sm) -> int:
     return total
 
 
+def ab_options(precision: str = "int8", kernel: str = "panel-c2") -> argparse.Namespace:
+    """The options of this folder's in-process A/B scripts (``asserts_ab.py``, ``argmax_ab.py``): the target's
+    precision, the kernel, threads, tokens, prompts, rounds, and a profile whose drafts both sides decode with."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--precision", default=precision)
+    p.add_argument("--kernel", default=kernel)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", default=None, help="decode with this profile's drafts (default: plain)")
+    return p.parse_args()
+
+
 def interleaved_steps(sides: dict, prompts: list, *, rounds: int, tokens: int, warmup: int = 8):
     """Each side's plain decoding (or a profile's, where a side gives its drafters) of every prompt, the sides
     alternating prompt by prompt, their order reversed every other prompt and round, ``rounds`` times, after one
