@@ -123,6 +123,21 @@ def test_hf_generate_runs_the_profiles_compiled_kernel_built_once(tmp_path):
         _generate(model, PROMPT, max_new_tokens=4, skipsearch_kernel="cuda-graphs", **run)
 
 
+def test_hf_generate_refuses_a_draft_that_cannot_run_beside_the_compiled_kernel_before_building_it(tmp_path):
+    # CLaSp's dynamic drafter reads every verify pass's hidden states: on a compiled kernel it failed mid-decode
+    model = tiny_llama(seed=5)
+    sm = SkippableModel(model, None, name="tiny")
+    cand = methods.get("clasp-dynamic").example(sm.num_layers)
+    hf.write(tmp_path, Profile(model=ModelRef.of(sm), method=cand.method, draft=cand.draft,
+                               method_params=cand.params, kernel="inductor-c4"))
+    run = dict(custom_generate=str(tmp_path), trust_remote_code=True)
+    with pytest.raises(ConfigError, match='not give: decode it with skipsearch_kernel="eager"') as e:
+        _generate(model, PROMPT, max_new_tokens=8, **run)
+    assert "\n" not in str(e.value) and "clasp-dynamic draft reads the hidden states" in str(e.value)
+    assert torch.equal(_generate(model, PROMPT, max_new_tokens=8, skipsearch_kernel="eager", **run),
+                       _generate(model, PROMPT, max_new_tokens=8))
+
+
 def test_a_kernel_the_device_cannot_run_says_how_to_ask_generate_for_eager():
     from skipsearch.kernels import Kernel, check_kernel
 

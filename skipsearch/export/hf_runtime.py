@@ -169,6 +169,7 @@ def _use_profile_kernel(sm: SkippableModel, profile: Profile, kernel_name: str |
     try:
         kernel = choose_kernel(kernel_name, profile.kernel)
         check_kernel(kernel, sm.device.type, instead='skipsearch_kernel="eager"')
+        methods.check_kernel_fits(profile.candidate, kernel, instead='skipsearch_kernel="eager"')
     except ConfigError as e:
         raise ConfigError(f"custom_generate: {e}") from None
     if not kernel.compiled:

@@ -406,12 +406,13 @@ def check_target(candidate: Candidate, precision: str, *, source: str = "the pro
                           f"{precision} target drafts with lookups, its own layers and copies of its int8 weights")
 
 
-def check_kernel_fits(candidate: Candidate, kernel: Kernel, *, source: str = "the profile") -> None:
-    """One ConfigError line, before the model loads, where ``candidate`` cannot draft beside ``kernel``."""
+def check_kernel_fits(candidate: Candidate, kernel: Kernel, *, source: str = "the profile",
+                      instead: str = "--kernel eager") -> None:
+    """One ConfigError line where ``candidate`` cannot draft beside ``kernel`` (``instead``: asking for eager)."""
     if kernel.compiled and not candidate.is_autoregressive and not get(candidate.method).compiled_kernels:
         raise ConfigError(f"{source}: its {candidate.method} draft reads the hidden states of every verify pass and "
                           f"runs single layers on a cache that grows, which the compiled kernel {kernel.label} does "
-                          "not give: decode it with --kernel eager")
+                          f"not give: decode it with {instead}")
 
 
 def build_drafter(candidate: Candidate, sm: SkippableModel) -> Drafter | None:

@@ -295,7 +295,7 @@ class SkippableModel(StackParts):
             return None
         full_model = not self._drafting and not self._partial
         if start == 0:
-            copy = getattr(self._runner, "prompt_model", None) is not None
+            copy = self._runner.prompt_model is not None
             return "prompt" if full_model and copy and tokens <= PROMPT_ROWS else None
         if full_model:
             return "full"
