@@ -89,6 +89,31 @@ def test_a_block_agrees_with_eager_forwards(panel):
     assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
 
 
+def test_a_block_runs_as_many_rows_as_it_has_tokens_on_one_kept_call(panel):
+    """A forward of 2 or 3 tokens on `panel-c4` runs 2 or 3 rows, not a block padded to 4: the block's call is
+    compiled once for every width from 2 to 4 and kept in one file, each width's call is run with its own ids,
+    nothing compiles for a width not run before, and each agrees with eager forwards."""
+    runner = panel._runner
+    cache = panel.decode_cache(30)
+    panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
+    before = graphs_made()
+    for n in (3, 2, 4):
+        ids = torch.tensor([42, 7, 9, 11][:n])
+        fast = panel.forward(ids, start=5, cache=cache)
+        panel.crop(cache, 5)
+        with panel.eager():
+            slow = panel.forward(ids, start=5, cache=cache)
+        panel.crop(cache, 5)
+        assert torch.equal(fast.argmax(-1), slow.argmax(-1))
+        assert torch.allclose(fast, slow, atol=1e-4, rtol=1e-4)
+    assert graphs_made() == before  # the width-4 graph, built with the kernel, serves 2 and 3
+    blocks = {key[1]: call for key, call in runner._calls.items()
+              if key[0] is runner._rows_module and key[2] is runner.cache and key[3]}  # no mask: not a batch's
+    assert {(1, 2), (1, 3), (1, 4)} <= set(blocks) and None not in blocks.values()
+    assert all(blocks[(1, n)]._signature[0][0] == (1, n) for n in (2, 3, 4))  # each ran its own width
+    assert len({call.path for call in blocks.values()}) == 1
+
+
 def _ran(module, run) -> bool:
     """Whether ``run()`` called ``module``'s forward."""
     seen = []
@@ -355,7 +380,8 @@ def test_the_kernels_own_calls_replay_their_graph_without_dynamos_bytecode(panel
     panel.forward(torch.tensor([4, 8, 15, 16, 23]), start=0, cache=cache)
     for _ in range(3):  # each call three times: checked, then recorded twice
         panel.forward(torch.tensor([42]), start=5, cache=cache)
-        panel.forward(torch.tensor([42, 7, 9, 11]), start=5, cache=cache)
+        for n in (2, 3, 4):  # a block of each width: one graph, passed its width (a number) too
+            panel.forward(torch.tensor([42, 7, 9, 11][:n]), start=5, cache=cache)
         generate_batch(panel, batch, max_new_tokens=12)
     drafters = {scheme: methods.build_drafter(_precision(3, scheme), panel) for scheme in ("int8", "int4")}
     for drafter in drafters.values():
@@ -366,7 +392,7 @@ def test_the_kernels_own_calls_replay_their_graph_without_dynamos_bytecode(panel
     assert own and sum(call._replay._run is not None for call in drafts) >= 2  # this test's two, at least
     assert not any(call._replay._off for call in drafts)
     replaying = {tuple(key[1]) for key, call in own.items() if call._replay._run is not None}
-    assert replaying >= {(1, 1), (1, 4), (len(batch), 1)}, replaying  # a batch's block ran only in its build
+    assert replaying >= {(1, 1), (1, 2), (1, 3), (1, 4), (len(batch), 1)}, replaying  # a batch's block: its build
     assert not any(call._replay._off for call in own.values())
 
     def bytecode(*args, **kwargs):

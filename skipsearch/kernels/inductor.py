@@ -7,7 +7,9 @@ of the full model that the decoder runs after the prompt: a one-token forward (a
 nothing drafted) runs the one-token graph, and a forward over k tokens runs k // chunk blocks plus its rest, the
 rest as one token where it is one token, else as a block padded to ``chunk``. So plain steps, verifies of any
 length and the cost timing share them, and nothing recompiles while decoding (the shapes are fixed: the two
-graphs and the cache's capacity). ``inductor-c1`` compiles the one graph. The prompt (any length) and every
+graphs and the cache's capacity). ``inductor-c1`` compiles the one graph. A kernel that asks for ``exact_rows``
+(``panel``) has its block graph compiled once for every width from 2 to ``chunk`` instead, so the rest runs as
+many rows as it has tokens. The prompt (any length) and every
 partial-model forward (a draft's) run eagerly on the same StaticCache, so drafts read and extend the full
 model's KV exactly as they do on a DynamicCache; a kernel that hands it a ``prompt_model`` (``panel``: its own copy)
 has the prompt run through that. Batches (``batch_cache``, ``forward_rows``) get two graphs of their
@@ -19,7 +21,10 @@ Why a one-token graph beside the block: a one-token step through a padded 4-toke
 about 1.4 one-token steps on the Zen 1 EPYC measured in ``studies/compiled-step-smollm2-cpu.md``, and HF's own
 compiled greedy runs one-token graphs. Why a block of ``chunk`` tokens and not one graph per verify length: each
 graph costs two to four minutes of compilation per thread count on that machine (a minute on a Zen 4), and
-longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``).
+longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``). ``panel``'s products cost
+about a row's arithmetic more for every row, so there one graph covers every width (``exact_rows``): its build
+takes about a third longer than a block of one width, and a verify of 2 tokens of the int8 target costs 1.11
+one-token steps on a Zen 4 where a padded 8-token block cost 2.70 (``studies/verify-widths-cpu.md``).
 
 Compilation happens once per process and thread count (the generated code has the thread count baked in).
 Inductor's on-disk caches live in this machine's folder of ``kernels/graphs.py`` (C++ kernels and autotuning
@@ -100,12 +105,13 @@ def inductor_settings() -> Iterator[None]:
         yield
 
 
-def _blocks(T: int, C: int) -> Iterator[tuple[int, int, int]]:
+def _blocks(T: int, C: int, exact: bool = False) -> Iterator[tuple[int, int, int]]:
     """How a forward of ``T`` tokens runs on blocks of ``C``: per block its offset, its tokens and the graph's width
-    (a lone token runs the one-token graph, unpadded; any other rest a block padded to ``C``)."""
+    (a lone token runs the one-token graph, unpadded; any other rest a block padded to ``C``, or with ``exact``, a
+    block of its own width: the kernel's block graph covers every width from 2 to ``C``)."""
     for b in range(0, T, C):
         n = min(C, T - b)
-        yield b, n, 1 if n == 1 else C
+        yield b, n, n if n == 1 or exact else C
 
 
 def _rewind(cache, length: int) -> None:
@@ -121,13 +127,17 @@ class CompiledBlocks:
     forwards over more than one row (``rows_model``), the model a prompt runs through eagerly (``prompt_model``),
     inductor settings of its own (``settings``) and a context its draft steps run in (``draft_context``): ``panel``.
 
+    With ``exact_rows`` (and ``precompile``), a one-sequence forward's block runs as many rows as it has tokens:
+    its call is compiled once for every width from 2 to the block's (``precompiled.Call``'s ``rows``), so a verify
+    of 3 tokens costs 3 rows of products, not 8. Batches keep blocks of one width.
+
     Holds real state (the compiled module, the cache, the counters), hence a class. It is the only place
     that compiles; the adapter routes full-model forwards on ``cache`` here (a ``KernelRunner``)."""
 
     def __init__(self, sm: Adapter, kernel: Kernel, *, capacity: int, step_model=None, rows_model=None,
                  prompt_model=None, settings: dict | None = None,
                  draft_context: Callable[[], contextlib.AbstractContextManager] | None = None,
-                 precompile: bool = False, copy_out: bool = False) -> None:
+                 precompile: bool = False, copy_out: bool = False, exact_rows: bool = False) -> None:
         import torch
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -156,6 +166,9 @@ class CompiledBlocks:
         self._models = {id(self._module): sm.hf, id(self._step_module): sm.hf if step_model is None else step_model,
                         id(self._rows_module): sm.hf if rows_model is None else rows_model} if precompile else None
         self._calls: dict[tuple, precompiled.Call | None] = {}  # call key -> its precompiled call (None: refused)
+        # the widths a one-sequence block's call covers (None: the block's own); their calls share the loaded graph
+        self._widths = (2, kernel.chunk) if exact_rows and precompile and kernel.chunk > 2 else None
+        self._shared: dict = {}  # a call's file -> its loaded graph, for the calls of every width it covers
         self._reused: set[tuple] = set()  # calls (``_call_key``) whose graph ran again without compiling
         self._graphs_before, self._threads = counters["stats"]["unique_graphs"], threads
         self._memory = memory_probe(sm.device)
@@ -206,7 +219,15 @@ class CompiledBlocks:
         module = self._module if draft else self._step_module if ids.numel() == 1 else self._rows_module
         model = self._models[id(module)]
         args = (ids, positions, self._sm.cache_kwargs(self.cache if cache is None else cache), mask)
-        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=draft), self._settings)
+        precompiled.build_aside(self._cache_dir, model, args, _role(model, draft=draft), self._settings,
+                                self._rows_of(module, args))
+
+    def _rows_of(self, module, args: tuple) -> tuple[int, int] | None:
+        """The widths one precompiled call covers (``exact_rows``): a one-sequence block's (no mask: not a batch's)
+        on the kernel's copy; None for any other call, whose shape is its own."""
+        ids, mask = args[0], args[3]
+        one_block = module is self._rows_module and module is not self._module and mask is None
+        return self._widths if one_block and ids.shape[-1] > 1 else None
 
     def draft_aside(self) -> None:
         import torch
@@ -257,7 +278,7 @@ class CompiledBlocks:
                               f"{self.capacity - C} positions")
         out, padded = [], False
         _rewind(self.cache, start)  # each block then ends where the next starts; only the last may be padded
-        for b, n, width in _blocks(T, C):
+        for b, n, width in _blocks(T, C, exact=self._widths is not None):
             padded = n < width
             block = ids[b:b + n]  # [n]
             if padded:  # its KV lands past the sequence, masked by position and rewound below
@@ -385,13 +406,15 @@ class CompiledBlocks:
         # a call replays its graph (precompiled._Replay): ``key`` tells apart every model whose objects its graph
         # reads (the kernel's private copies never change; a draft is keyed by its stand-ins and head)
         call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, _role(model, draft),
-                                                      self._settings)
+                                                      self._settings, rows=self._rows_of(module, args),
+                                                      shared=self._shared)
         return None if call is None else call(model, *args)
 
     def _forget(self) -> None:
         """After ``graphs.recovering`` cleared the folder: nothing this process loaded or ran stands."""
         self._reused.clear()
         self._calls.clear()
+        self._shared.clear()
 
     def _call_key(self, module, ids: torch.Tensor, cache, mask, draft: bool) -> tuple:
         """What picks a compiled call's graph: the module, the input's shape, the cache, whether a mask comes, and,

@@ -30,8 +30,10 @@ outside its matrix products:
   and inlines the wrapper's handle and pointer helpers, which ``-O0`` calls one by one: the int8 target's step
   5.09 -> 4.71 ms, the fp32 step 9.53 -> 9.29 ms (``studies/int8-target.md``, section 8).
 
-Same graphs, cache and rules as ``inductor`` (``kernels/inductor.py``): one-token steps and blocks of ``chunk``
-tokens, compiled once per machine, nothing recompiled while decoding; the cache holds a multiple of
+Same graphs, cache and rules as ``inductor`` (``kernels/inductor.py``): one-token steps and blocks of up to ``chunk``
+tokens, compiled once per machine, nothing recompiled while decoding. The block's graph covers every width from 2
+to ``chunk`` (``exact_rows``): a product costs about a row's arithmetic more for each row, so a verify of 3 tokens
+runs 3 rows, not 8 (``studies/verify-widths-cpu.md``). The cache holds a multiple of
 ``graphs.CAPACITY_STEP`` positions, so sequences of every ordinary length share the graphs. Both run one copy of
 the HF model that shares every parameter with it (it adds its packed weights: the model's linear weights again),
 so the model the drafts and the prompt run is untouched. The products agree with ``nn.Linear`` up to the order of
@@ -179,7 +181,7 @@ def build(sm: Adapter, kernel: Kernel, capacity: int) -> CompiledBlocks:
     return CompiledBlocks(sm, kernel, capacity=graphs.bucket(capacity + kernel.chunk), step_model=panels,
                           rows_model=panels, prompt_model=panels, settings=SETTINGS,
                           draft_context=lambda: packed_attention(sm),  # the attention shared_copy registered
-                          precompile=True)
+                          precompile=True, exact_rows=True)
 
 
 KERNEL = KernelSpec(

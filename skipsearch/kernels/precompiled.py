@@ -70,6 +70,7 @@ COUNTS: Counter = Counter()
 ASIDE_SECONDS = 900.0  # the longest a child's build is waited for; a first build of one call takes 1-3 minutes
 _ASIDE: dict[Path, int] = {}  # a call's file -> the pid of the child of this process building it
 _SETTLED: dict[Path, bool] = {}  # a call's file -> whether its child built it, waited for before its first Call.of
+Rows = tuple[int, int] | None  # the row counts one call covers (its ids' last dimension), or None: its shape alone
 # guards that name an object or a function by identity: a later process has other objects, so they cannot be saved
 _IDENTITY = frozenset({"ID_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE"})
 
@@ -96,11 +97,15 @@ def _savable(entries) -> list[bool]:
                  or e.name == "model" or e.name.startswith(_MODEL)) for e in entries]
 
 
-def _path(folder: Path, model, args: tuple, role: str, settings: dict) -> Path:
+def _path(folder: Path, model, args: tuple, role: str, settings: dict, rows: Rows = None) -> Path:
     """Where the call of ``logits`` on ``model`` over ``args`` (ids, positions, the cache's keyword, the mask or
-    None) for ``role`` is kept."""
+    None) for ``role`` is kept; with ``rows``, the one call of every row count in that range."""
     ids, positions, cache, mask = args
-    shapes = (tuple(ids.shape), tuple(positions.shape), None if mask is None else tuple(mask.shape),
+
+    def shape(t) -> tuple:
+        return tuple(t.shape) if rows is None else (*t.shape[:-1], f"{rows[0]}..{rows[1]}")
+
+    shapes = (shape(ids), shape(positions), None if mask is None else tuple(mask.shape),
               *(cache_shape(c) for c in cache.values()))
     return folder / FOLDER / f"{entry_key(model, role, shapes, settings)}.bin"
 
@@ -116,11 +121,11 @@ def built_note(before: Counter) -> str:
     return f": {built} of {built + loaded} graphs built (none kept for these shapes and versions)"
 
 
-def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> None:
+def build_aside(folder: Path, model, args: tuple, role: str, settings: dict, rows: Rows = None) -> None:
     """Start building the call ``Call.of`` would build for these arguments in a forked child of this process, where
     its file is missing, none is being built already, and this machine has a core to spare: the caller goes on
     to build another call meanwhile, and the first ``Call.of`` of this one waits for the child."""
-    path = _path(folder, model, args, role, settings)
+    path = _path(folder, model, args, role, settings, rows)
     if path.is_file() or path in _ASIDE or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return
     parent = os.getpid()
@@ -141,7 +146,7 @@ def build_aside(folder: Path, model, args: tuple, role: str, settings: dict) -> 
 
             inductor_config.compile_threads = 1  # no pool of compile workers: the parent's are not the child's
             with torch.inference_mode():
-                _build(path, model, args, settings)
+                _build(path, model, args, settings, rows)
             code = 0
         finally:
             os._exit(code)
@@ -200,22 +205,30 @@ class Call:
     whole.
 
     Later runs skip dynamo's bytecode too, where two recorded runs allow it (``_Replay``): the caller keeps one call
-    per model whose objects its graph reads, and per cache."""
+    per model whose objects its graph reads, and per cache.
 
-    def __init__(self, fn, build: Callable[[], object], settings: dict, path: Path) -> None:
+    With ``rows`` (a range of row counts, say 2 to 8), the graph is compiled once for every count in that range (the
+    ids' and positions' last dimension dynamic) and kept in one file; each count still gets a ``Call`` of its own
+    (its own first check, signature and replay), which shares the loaded graph through the caller's ``shared``
+    (file -> loaded call): a verify of 3 tokens then runs 3 rows, not a block padded to 8."""
+
+    def __init__(self, fn, build: Callable[[], object], settings: dict, path: Path, rows: Rows = None) -> None:
         self._fn, self._build, self._checked, self._settings = fn, build, False, settings
         self.path = path  # its file
-        self._replay = _Replay()
+        self._replay = _Replay(sized=rows is not None)
         self._signature: tuple | None = None  # its own tensors' shapes, strides and dtypes, as its first run had them
 
     @classmethod
-    def of(cls, folder: Path, model, args: tuple, role: str, settings: dict) -> Call | None:
-        path = _path(folder, model, args, role, settings)
-        aside = _await(path)
+    def of(cls, folder: Path, model, args: tuple, role: str, settings: dict, *, rows: Rows = None,
+           shared: dict | None = None) -> Call | None:
+        path = _path(folder, model, args, role, settings, rows)
 
         def build():
-            return _build(path, model, args, settings)
+            return _build(path, model, args, settings, rows)
 
+        if shared is not None and path in shared:  # another row count of the same call: its graph is loaded
+            return cls(shared[path], build, settings, path, rows)
+        aside = _await(path)
         fn = _load(path, folder, settings, aside=aside)
         if fn is None:
             try:
@@ -229,7 +242,9 @@ class Call:
                 COUNTS["refused"] += 1
                 _log.debug("call %s not precompiled (%s: %s); torch.compile runs it", role, type(exc).__name__, exc)
                 return None
-        return cls(fn, build, settings, path)
+        if shared is not None:
+            shared[path] = fn
+        return cls(fn, build, settings, path, rows)
 
     def __call__(self, model, *args):
         if not self._checked:
@@ -272,10 +287,13 @@ class _Replay:
 
     RECORDS = 2
 
-    def __init__(self) -> None:
+    def __init__(self, *, sized: bool = False) -> None:
         self._seen: list[tuple] = []  # (inputs, slots, output index) of each recorded run
         self._run: Callable | None = None
         self._off = False
+        # a call of a graph compiled for a range of row counts (``Call``'s ``rows``) is passed its row count too, a
+        # number equal to its ids' last dimension, which a ``Call`` of one row count fixes
+        self._sized = sized
 
     def __call__(self, fn, model, args: tuple):
         if self._run is not None:
@@ -307,8 +325,13 @@ class _Replay:
         own = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]  # ids, positions, the mask
         inputs, out = seen.get("inputs"), seen.get("out")
         at = next((k for k, x in enumerate(out) if x is result), None) if isinstance(out, (list, tuple)) else None
+        rows = args[0].shape[-1] if self._sized else None  # the one number a call of a row range may be passed
+
+        def known(x) -> bool:  # a tensor (identity tells it), or the call's row count
+            return isinstance(x, torch.Tensor) or (rows is not None and type(x) is int and x == rows)
+
         if (inputs is None or seen["kwargs"] or at is None  # not one plain call whose output it returns
-                or not all(isinstance(x, torch.Tensor) for x in inputs)):  # a number, which identity cannot tell
+                or not all(known(x) for x in inputs)):  # another number, which identity cannot tell
             self._off = True
             return result
         slots = tuple((k, i) for k, x in enumerate(inputs) for i, a in own if x is a)
@@ -322,7 +345,8 @@ class _Replay:
         (first, slots, at), *others = self._seen
         mine = {k for k, _ in slots}
         same = all(len(inputs) == len(first) and s == slots and a == at
-                   and all(x is y for k, (x, y) in enumerate(zip(inputs, first, strict=True)) if k not in mine)
+                   and all(x is y or (type(x) is int and x == y)  # a row count: equal, not the same object
+                           for k, (x, y) in enumerate(zip(inputs, first, strict=True)) if k not in mine)
                    for inputs, s, a in others)
         self._seen = []
         if not same or not slots:
@@ -366,14 +390,19 @@ def _load(path: Path, folder: Path, settings: dict, *, aside: bool = False):
     return fn
 
 
-def _build(path: Path, model, args: tuple, settings: dict):
-    """Capture, compile and save the call (dynamo's precompile, under inductor's ``settings``)."""
+def _build(path: Path, model, args: tuple, settings: dict, rows: Rows = None):
+    """Capture, compile and save the call (dynamo's precompile, under inductor's ``settings``); with ``rows``, for
+    every row count in that range (the ids' and positions' last dimension marked dynamic within it)."""
     import torch
     import torch._inductor.config as inductor_config
 
     from skipsearch.kv_cache import unguarded
 
-    compiled = torch.compile(logits, fullgraph=True, dynamic=False, options={"guard_filter_fn": _savable})
+    if rows is not None:
+        for tensor in args[:2]:
+            torch._dynamo.mark_dynamic(tensor, tensor.dim() - 1, min=rows[0], max=rows[1])
+    compiled = torch.compile(logits, fullgraph=True, dynamic=None if rows else False,
+                             options={"guard_filter_fn": _savable})
     with inductor_config.patch(settings), unguarded(*args[2].values()):
         fn = compiled.aot_compile(((model, *args), {}))
     path.parent.mkdir(parents=True, exist_ok=True)
