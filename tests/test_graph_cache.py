@@ -383,7 +383,7 @@ def test_a_build_that_trips_on_a_bad_entry_of_the_folder_clears_it_once_then_fal
     folder = tmp_path / "graphs"
     folder.mkdir()
 
-    def failing(path, model, args, settings):
+    def failing(path, model, args, settings, rows=None):
         raise RuntimeError(f"Failed to import {folder / 'c5' / 'cc5e.py'}")
 
     monkeypatch.setattr(precompiled, "_path", lambda folder, *a: folder / "calls" / "x.bin")

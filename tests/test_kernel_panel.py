@@ -114,6 +114,32 @@ def test_a_block_runs_as_many_rows_as_it_has_tokens_on_one_kept_call(panel):
     assert len({call.path for call in blocks.values()}) == 1
 
 
+def test_a_model_that_cannot_be_traced_for_a_range_of_widths_pads_its_blocks_as_before(monkeypatch):
+    """Where the block's call cannot be precompiled for every width (dynamo refuses the model's code for a range of
+    row counts), the kernel goes back to blocks of its own width, padded, through torch.compile: one block graph,
+    not one per width, and the same tokens as HF greedy."""
+    from torch._dynamo.utils import counters
+
+    from skipsearch.kernels import precompiled
+
+    real = precompiled.Call.of.__func__
+
+    def refusing(cls, *args, rows=None, **kwargs):
+        return None if rows is not None else real(cls, *args, rows=rows, **kwargs)
+
+    monkeypatch.setattr(precompiled.Call, "of", classmethod(refusing))
+    sm = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
+    sm.use_kernel("panel-c4", capacity=64)
+    runner = sm._runner
+    assert runner._widths is None  # the block's first call (its build) was refused
+    before = counters["stats"]["unique_graphs"]
+    skip = DraftConfig(skip_attn=(1,), skip_mlp=(2,), max_draft_tokens=2, exit=NO_EXIT)  # verifies of 3 tokens
+    for prompt in PROMPTS:
+        assert generate(sm, prompt, config=skip, max_new_tokens=16).token_ids == hf_generate(sm, prompt,
+                                                                                              max_new_tokens=16)
+    assert counters["stats"]["unique_graphs"] == before  # the padded block's graph, built with the kernel
+
+
 def _ran(module, run) -> bool:
     """Whether ``run()`` called ``module``'s forward."""
     seen = []

@@ -23,8 +23,8 @@ compiled greedy runs one-token graphs. Why a block of ``chunk`` tokens and not o
 graph costs two to four minutes of compilation per thread count on that machine (a minute on a Zen 4), and
 longer blocks fall off the templates' fast path (``studies/kernels-smollm2-cpu.md``). ``panel``'s products cost
 about a row's arithmetic more for every row, so there one graph covers every width (``exact_rows``): its build
-takes about a third longer than a block of one width, and a verify of 2 tokens of the int8 target costs 1.11
-one-token steps on a Zen 4 where a padded 8-token block cost 2.70 (``studies/verify-widths-cpu.md``).
+takes about a third longer than a block of one width, and a verify of 2 tokens of the int8 target costs 1.3
+one-token steps on a Zen 4 where a padded 8-token block cost 3 (``studies/verify-widths-cpu.md``).
 
 Compilation happens once per process and thread count (the generated code has the thread count baked in).
 Inductor's on-disk caches live in this machine's folder of ``kernels/graphs.py`` (C++ kernels and autotuning
@@ -405,9 +405,11 @@ class CompiledBlocks:
         model = self._models[id(module)]
         # a call replays its graph (precompiled._Replay): ``key`` tells apart every model whose objects its graph
         # reads (the kernel's private copies never change; a draft is keyed by its stand-ins and head)
+        rows = self._rows_of(module, args)
         call = self._calls[key] = precompiled.Call.of(self._cache_dir, model, args, _role(model, draft),
-                                                      self._settings, rows=self._rows_of(module, args),
-                                                      shared=self._shared)
+                                                      self._settings, rows=rows, shared=self._shared)
+        if call is None and rows is not None:  # a model dynamo cannot trace for a range of widths: from here on,
+            self._widths = None  # blocks of the kernel's own width, padded (torch.compile would build one per width)
         return None if call is None else call(model, *args)
 
     def _forget(self) -> None:
