@@ -44,17 +44,10 @@ def widths(sides: dict, C: int, *, start: int = 200, reps: int = 30) -> dict:
     return {name: {w: round(statistics.median(v) * 1e3, 3) for w, v in per.items()} for name, per in times.items()}
 
 
-def main() -> None:
-    from step import ab_options, interleaved_steps  # this folder's options and its one interleaved loop
-
-    a = ab_options(kernel="panel-c8")
-    warnings.filterwarnings("ignore")
-    import torch
-
-    torch.set_num_threads(a.threads)
-
+def padded_and_own(a) -> dict:
+    """The two sides of ``a`` (``step.ab_options``): name -> (the target on ``a.kernel``, its drafters), one side's
+    blocks padded to the kernel's block (before this change), the other's of their own width (as shipped)."""
     from skipsearch.api.decode import drafter_factory
-    from skipsearch.data import encode_prompt, load_prompts
     from skipsearch.kernels import inductor, panel
     from skipsearch.model.loader import load_model
     from skipsearch.profile import load_profile
@@ -72,6 +65,21 @@ def main() -> None:
         sides[name] = (sm, drafter_factory(load_profile(a.profile), sm) if a.profile else (lambda: None))
         sides[name][1]()  # the drafts' copies made (and their graphs built) on this side's kernel
     panel.CompiledBlocks = shipped
+    return sides
+
+
+def main() -> None:
+    from step import ab_options, interleaved_steps  # this folder's options and its one interleaved loop
+
+    a = ab_options(kernel="panel-c8")
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(a.threads)
+
+    from skipsearch.data import encode_prompt, load_prompts
+
+    sides = padded_and_own(a)
     C = sides["padded"][0].kernel.chunk
     with torch.inference_mode():
         cost = widths(sides, C)
