@@ -4,7 +4,7 @@ Ctrl-C (or SIGTERM) at any moment is ``interrupted`` on stderr and exit 130, wit
 modules (torch, transformers, optuna: seconds) import, inside a command (its handlers write what was
 finished first), inside native code that turns it into another error (a command's bad-input line is then
 ``interrupted``), and where it lands in a finalizer, which Python would otherwise swallow
-("Exception ignored in ...") and run on.
+("Exception ignored in ...") and run on, the command's last moments included.
 """
 
 import sys
@@ -64,13 +64,27 @@ def main() -> None:
         signal.signal(sig, raise_interrupt)
     try:
         app = _import_app()
-        app()
+        try:
+            app()
+        finally:
+            _deliver_pending()
     except KeyboardInterrupt:
         _taken()
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     finally:
         _leaving()
+
+
+def _deliver_pending() -> None:
+    """A Ctrl-C that landed in a finalizer waits 10 ms for its re-delivery (``_interrupt_again``). A command that ended
+    meanwhile ends interrupted all the same: otherwise it would exit with the timer armed, and the timer's signal,
+    whose handler Python's exit resets, would kill the process (exit -14) or the interrupt be lost (exit 0)."""
+    import signal
+
+    if hasattr(signal, "getitimer") and signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise KeyboardInterrupt
 
 
 def _leaving() -> None:
@@ -81,6 +95,7 @@ def _leaving() -> None:
     their finalizers, and the standard streams are flushed as always."""
     import gc
 
+    sys.unraisablehook = _quiet_interrupts  # a Ctrl-C in a finalizer from here on: the command is over, let it exit
     gc.freeze()
 
 

@@ -190,6 +190,26 @@ def test_ctrl_c_landing_in_a_finalizer_still_stops_the_run():
     assert "Traceback" not in done.stderr and "went on" not in done.stderr
 
 
+def test_ctrl_c_landing_in_a_finalizer_as_the_command_ends_is_still_exit_130():
+    """The same, where the command ends before the interrupt is delivered again (10 ms later): it must not end with
+    exit 0 as if nothing happened, nor be killed by the re-delivery's timer signal as the interpreter exits (exit -14,
+    seen once in the suite, when a Ctrl-C landed in `skipsearch methods`)."""
+    done = _interrupted_run("""
+        import skipsearch.cli.describe as describe
+        class Finalizer:
+            def __del__(self):
+                raise KeyboardInterrupt
+        def ends_at_once(path):
+            x = Finalizer()
+            del x
+            raise SystemExit(0)
+        describe.load_profile = ends_at_once
+    """, "profile", "validate", "x.yaml")
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.strip().splitlines()[-1] == "interrupted", done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
 # -- studies and cost files checked against the model, before it loads ------------------------------------------
 def test_rerank_of_a_study_made_for_another_model_is_refused_before_the_model_loads(tiny_checkpoint, tmp_path,
                                                                                      monkeypatch):

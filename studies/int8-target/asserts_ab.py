@@ -18,12 +18,11 @@ sides are warm.
 from __future__ import annotations
 
 import json
-import statistics
 import warnings
 
 
 def main() -> None:
-    from step import ab_options, interleaved_steps  # this folder's options and its one interleaved loop
+    from step import ab_options, loaded_side, timed_ab  # this folder's options, sides and one interleaved loop
 
     a = ab_options()
     warnings.filterwarnings("ignore")
@@ -31,30 +30,20 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
 
-    from skipsearch.api.decode import drafter_factory
-    from skipsearch.data import encode_prompt, load_prompts
     from skipsearch.kernels import panel
-    from skipsearch.model.loader import load_model
-    from skipsearch.profile import load_profile
 
     shipped = dict(panel.SETTINGS)
     sides = {}
     for name, asserts in (("asserts on", True), ("asserts off", False)):
         panel.SETTINGS = {**shipped, "size_asserts": asserts}
-        sm = load_model("smollm2-135m", device="cpu", dtype="float32", precision=a.precision)
-        sm.use_kernel(a.kernel, capacity=1024)
-        sides[name] = (sm, drafter_factory(load_profile(a.profile), sm) if a.profile else (lambda: None))
-        sides[name][1]()  # the drafts' copies made (and their graphs built) under this side's settings
+        sides[name] = loaded_side(a)  # its graphs, and its drafts', built under this side's settings
     panel.SETTINGS = shipped
-    prompts = [encode_prompt(sides["asserts on"][0].tokenizer, q) for q in
-               load_prompts("mtbench,humaneval", split="heldout", n=a.prompts, seed=0)]
-    steps, tokens = interleaved_steps(sides, prompts, rounds=a.rounds, tokens=a.tokens, warmup=16)
-    med = {k: statistics.median(v) * 1e3 for k, v in steps.items()}
+    med, same = timed_ab(sides, a)
     print(json.dumps({"precision": a.precision, "kernel": a.kernel, "profile": a.profile, "threads": a.threads,
                       "prompts": a.prompts, "tokens": a.tokens, "rounds": a.rounds,
                       "step_ms": {k: round(v, 3) for k, v in med.items()},
                       "off_over_on": round(med["asserts off"] / med["asserts on"], 3),
-                      "same_tokens": sum(x == y for x, y in zip(*tokens.values(), strict=True))}, indent=1))
+                      "same_tokens": same}, indent=1))
 
 
 if __name__ == "__main__":

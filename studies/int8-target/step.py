@@ -60,6 +60,34 @@ def ab_options(precision: str = "int8", kernel: str = "panel-c2") -> argparse.Na
     return p.parse_args()
 
 
+def loaded_side(a: argparse.Namespace) -> tuple:
+    """One side of an in-process A/B (``ab_options``): the target on ``a.kernel``, loaded under whatever the caller
+    has patched meanwhile, and a callable giving a fresh drafter (a profile's; None for plain decoding), called once
+    here so that the drafts' copies are made and their graphs built under the same patch."""
+    from skipsearch.api.decode import drafter_factory
+    from skipsearch.model.loader import load_model
+    from skipsearch.profile import load_profile
+
+    sm = load_model("smollm2-135m", device="cpu", dtype="float32", precision=a.precision)
+    sm.use_kernel(a.kernel, capacity=1024)
+    drafters = drafter_factory(load_profile(a.profile), sm) if a.profile else (lambda: None)
+    drafters()
+    return sm, drafters
+
+
+def timed_ab(sides: dict, a: argparse.Namespace) -> tuple[dict, int]:
+    """``interleaved_steps`` over ``a.prompts`` held-out prompts (as bench draws them) after a 16-token warm-up:
+    each side's median ms a token, and on how many prompts the sides decoded the same tokens."""
+    from skipsearch.data import encode_prompt, load_prompts
+
+    tokenizer = next(iter(sides.values()))[0].tokenizer
+    prompts = [encode_prompt(tokenizer, q) for q in load_prompts("mtbench,humaneval", split="heldout", n=a.prompts,
+                                                                 seed=0)]
+    steps, tokens = interleaved_steps(sides, prompts, rounds=a.rounds, tokens=a.tokens, warmup=16)
+    med = {k: statistics.median(v) * 1e3 for k, v in steps.items()}
+    return med, sum(x == y for x, y in zip(*tokens.values(), strict=True))
+
+
 def interleaved_steps(sides: dict, prompts: list, *, rounds: int, tokens: int, warmup: int = 8):
     """Each side's plain decoding (or a profile's, where a side gives its drafters) of every prompt, the sides
     alternating prompt by prompt, their order reversed every other prompt and round, ``rounds`` times, after one

@@ -47,10 +47,9 @@ def widths(sides: dict, C: int, *, start: int = 200, reps: int = 30) -> dict:
 def padded_and_own(a) -> dict:
     """The two sides of ``a`` (``step.ab_options``): name -> (the target on ``a.kernel``, its drafters), one side's
     blocks padded to the kernel's block (before this change), the other's of their own width (as shipped)."""
-    from skipsearch.api.decode import drafter_factory
+    from step import loaded_side
+
     from skipsearch.kernels import inductor, panel
-    from skipsearch.model.loader import load_model
-    from skipsearch.profile import load_profile
 
     class Padded(inductor.CompiledBlocks):  # the block's width alone, shorter blocks padded (before this change)
         def __init__(self, *args, **kwargs):
@@ -60,16 +59,13 @@ def padded_and_own(a) -> dict:
     sides = {}
     for name, blocks in (("padded", Padded), ("own width", shipped)):
         panel.CompiledBlocks = blocks
-        sm = load_model("smollm2-135m", device="cpu", dtype="float32", precision=a.precision)
-        sm.use_kernel(a.kernel, capacity=1024)
-        sides[name] = (sm, drafter_factory(load_profile(a.profile), sm) if a.profile else (lambda: None))
-        sides[name][1]()  # the drafts' copies made (and their graphs built) on this side's kernel
+        sides[name] = loaded_side(a)  # its graphs, and its drafts', built on this side's kernel
     panel.CompiledBlocks = shipped
     return sides
 
 
 def main() -> None:
-    from step import ab_options, interleaved_steps  # this folder's options and its one interleaved loop
+    from step import ab_options, timed_ab  # this folder's options and its one interleaved loop
 
     a = ab_options(kernel="panel-c8")
     warnings.filterwarnings("ignore")
@@ -77,23 +73,18 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
 
-    from skipsearch.data import encode_prompt, load_prompts
-
     sides = padded_and_own(a)
     C = sides["padded"][0].kernel.chunk
     with torch.inference_mode():
         cost = widths(sides, C)
-    prompts = [encode_prompt(sides["padded"][0].tokenizer, q) for q in
-               load_prompts("mtbench,humaneval", split="heldout", n=a.prompts, seed=0)]
-    steps, tokens = interleaved_steps(sides, prompts, rounds=a.rounds, tokens=a.tokens, warmup=16)
-    med = {k: statistics.median(v) * 1e3 for k, v in steps.items()}
+    med, same = timed_ab(sides, a)
     print(json.dumps({"precision": a.precision, "kernel": a.kernel, "profile": a.profile, "threads": a.threads,
                       "forward_ms": cost,
                       "v": {name: {w: round(ms / per[1], 2) for w, ms in per.items()} for name, per in cost.items()},
                       "prompts": a.prompts, "tokens": a.tokens, "rounds": a.rounds,
                       "ms_a_token": {k: round(v, 3) for k, v in med.items()},
                       "own_over_padded": round(med["own width"] / med["padded"], 3),
-                      "same_tokens": sum(x == y for x, y in zip(*tokens.values(), strict=True))}, indent=1))
+                      "same_tokens": same}, indent=1))
 
 
 if __name__ == "__main__":
