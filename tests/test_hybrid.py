@@ -71,6 +71,8 @@ def test_greedy_equals_hf_greedy_on_the_tiny_model(tiny_sm, name):
         # every cycle looks up; a miss goes to the fallback; each source's tokens add up to the engine's
         assert report["fallback_cycles"] == (report["lookups"] - report["lookup_hits"] if name != NONE else 0)
         assert report["ngram_drafted"] + report["fallback_drafted"] == s.drafted_tokens
+        # the draft model's forwards are the fallback's alone: a looked-up token takes none (bench's draft ms/forward)
+        assert s.draft_steps == report["fallback_drafted"]
         assert report["ngram_accepted"] + report["fallback_accepted"] == s.accepted_tokens  # no EOS here
         # each source's time is counted where it ran: the lookup every cycle, the fallback only on a miss
         assert report["ngram_seconds"] > 0 and (report["fallback_seconds"] > 0) == (report["fallback_cycles"] > 0)

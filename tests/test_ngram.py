@@ -113,6 +113,7 @@ def test_greedy_equals_hf_greedy_on_the_tiny_model(tiny_sm, min_n, max_n, k):
         assert result.token_ids == hf_generate(tiny_sm, prompt, max_new_tokens=40)
         drafted += result.stats.drafted_tokens
         accepted += result.stats.accepted_tokens
+        assert result.stats.draft_steps == 0  # a lookup runs no draft model, whatever it drafted
     assert accepted > 0 and drafted > accepted  # lookups hit, and some were rejected
 
 

@@ -201,10 +201,11 @@ class _Tally:
         self.emitted: list[int] = []
 
     def cycle(self, *, drafted: int, accepted: int, emitted: int, draft_seconds: float,
-              verify_seconds: float) -> None:
-        """One draft + verify cycle: ``drafted`` tokens proposed (one draft step each), ``accepted`` of them kept by
-        the verifier, ``emitted`` output. Accepted drafts past a cut EOS are not output, so not in tau either."""
-        self.draft_steps += drafted
+              verify_seconds: float, draft_steps: int) -> None:
+        """One draft + verify cycle: ``drafted`` tokens proposed in ``draft_steps`` forwards of a draft model
+        (``Draft.steps``: none for a lookup), ``accepted`` of them kept by the verifier, ``emitted`` output. Accepted
+        drafts past a cut EOS are not output, so not in tau either."""
+        self.draft_steps += draft_steps
         self.verify_steps += 1
         self.drafted += drafted
         self.accepted += min(accepted, emitted)
@@ -333,7 +334,7 @@ def generate(
         if on_tokens:
             on_tokens(new)
         tally.cycle(drafted=k, accepted=a, emitted=len(new), draft_seconds=t1 - t0,
-                    verify_seconds=timing.now(device) - t1)
+                    verify_seconds=timing.now(device) - t1, draft_steps=draft.steps)
         # 5. a drafter that re-plans from the verify pass sees the last kept token's hidden states
         if wants_hidden and len(out) < max_new_tokens and pending not in eos:
             drafter.verified(sm, cache, hidden=hidden[:, a], position=n - 1)

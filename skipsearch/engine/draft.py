@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 class Draft:
     tokens: tuple[int, ...]
     probs: torch.Tensor | None  # q for each drafted token: [k, V], processed; None when greedy
+    # the draft model's forwards this draft took (DecodeStats.draft_steps): None, one a token (a model that drafts
+    # token by token); 0 for tokens read from the text so far (prompt lookup), which run no model
+    forwards: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.tokens) if self.forwards is None else self.forwards
 
 
 class Drafter:

@@ -134,7 +134,7 @@ class NgramDrafter(Drafter):
         self.hits += bool(tokens)
         probs = None if sampling.greedy or not tokens else one_hot_probs(tokens, sm)  # q = δ_d: [k, V]
         self.seconds += timing.now(sm.device) - t0
-        return Draft(tokens, probs)
+        return Draft(tokens, probs, forwards=0)  # looked up: no model ran
 
     def observe(self, drafted: int, accepted: int) -> None:
         # nothing adapts (the index already holds every verified token); counted for the report
