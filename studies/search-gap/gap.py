@@ -21,7 +21,7 @@ import torch
 def replayed(profile, params: dict) -> dict:
     """The surrogate's view: every calibration sequence replayed by the engine's rules from the records alone."""
     from skipsearch.methods import ngram
-    from skipsearch.methods.hybrid.replan import LookupThenFallback
+    from skipsearch.methods.hybrid import recorded_cycles
     from skipsearch.methods.precision.record import precision_from_dict
 
     extra = dict(profile.measured.extra)
@@ -29,13 +29,7 @@ def replayed(profile, params: dict) -> dict:
     traces = precision_from_dict(extra["precision_traces"]).decoded()
     k = profile.draft.max_draft_tokens
     fallback = replace(profile.draft, max_draft_tokens=int(params.get("fallback_k", k)))
-    cycles, by_fallback = [], 0
-    for seq, tr in zip(rec.positions(), traces, strict=True):
-        n = len(seq) + 1
-        propose = LookupThenFallback(ngram.recorded_lookup(seq, k, n), "precision", fallback,
-                                     tr if tr.matches else None, n)
-        cycles += ngram.replay_cycles((), range(n), max_new_tokens=rec.max_new_tokens, propose=propose)
-        by_fallback += propose.fallback_drafted
+    cycles, by_fallback = recorded_cycles(rec, k, fallback=fallback, traces=traces, source="precision")
     drafted = sum(c[1] for c in cycles)
     return {"sequences": len(traces), "cycles": len(cycles), "tokens": sum(c[3] for c in cycles),
             "tau": sum(c[3] for c in cycles) / len(cycles), "drafted": drafted,

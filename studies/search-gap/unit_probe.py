@@ -25,20 +25,17 @@ def main() -> None:
     cm = surrogate.measure_costs(sm, context)
     print(f"cost model: unit {cm.step_seconds * 1e3:.2f} ms, v(1..9) "
           f"{', '.join(f'{v:.3f}' for v in cm.verify_ratio)}")
-    cache, n = surrogate._kernel_cache(sm, context, 16), len(context)
-
-    def once(k: int) -> None:  # what measure_costs times for v(k): k rows, every row's argmax read back, cropped
-        sm.forward(torch.tensor((list(context) * k)[:k]), start=n, cache=cache).argmax(-1).tolist()
-        sm.crop(cache, n)
-
-    for k in (1, 2, 7, 8):
+    cache = surrogate._kernel_cache(sm, context, 16)
+    # the very calls measure_costs times for v(k): k rows, every row's argmax read back, cropped
+    calls = {k: surrogate._verify_call(sm, context, k, cache, None) for k in (1, 2, 7, 8)}
+    for once in calls.values():
         for _ in range(3):
-            once(k)
-    seconds: dict[int, list[float]] = {1: [], 2: [], 7: [], 8: []}
+            once()
+    seconds: dict[int, list[float]] = {k: [] for k in calls}
     for _ in range(15):
         for k, runs in seconds.items():
             t = time.perf_counter()
-            once(k)
+            calls[k]()
             runs.append(time.perf_counter() - t)
     med = {k: statistics.median(v) * 1e3 for k, v in seconds.items()}
     print("the same forwards in a loop, median ms: " + ", ".join(f"k={k} {v:.2f}" for k, v in med.items())

@@ -46,12 +46,13 @@ from skipsearch.methods.hybrid.replan import (
     _predict,
     _replan_schemes,
     keep,
+    recorded_cycles,
     replan,
     replay_recorded,
 )
 
 __all__ = ["METHOD", "NONE", "RECORD", "HybridBatchDrafter", "HybridDrafter", "HybridParams", "LookupThenFallback",
-           "fallbacks", "keep", "replan", "replay_recorded"]
+           "fallbacks", "keep", "recorded_cycles", "replan", "replay_recorded"]
 
 
 # -- as serving engines' settings -------------------------------------------------------------------------------

@@ -133,12 +133,11 @@ def keep(k: Keeping) -> Kept:
 RECORD = Record(formats=((LOOKUP_KEY, lookup_from_dict),), build=keep)
 
 
-def replay_recorded(rec: LookupRecord, k: int, costs, *, fallback: DraftConfig | None = None,
-                    traces=(), c: float = 0.0, source: str = "fallback"):
-    """Prompt lookup with K = ``k`` replayed cycle by cycle from the record by the engine's rules
-    (ngram.replay_cycles), and, on a miss, the ``fallback`` draft (e.g. a precision draft) walked over ``traces``
-    (one per recorded sequence) by LookupThenFallback, charged ``c`` per draft token: exact in acceptance; each
-    cycle pays v(drafted + 1)."""
+def recorded_cycles(rec: LookupRecord, k: int, *, fallback: DraftConfig | None = None, traces=(),
+                    source: str = "fallback") -> tuple[list[tuple[str, int, int, int]], int]:
+    """Every recorded sequence's cycles (ngram.replay_cycles: source, drafted, accepted, emitted) with prompt lookup
+    at K = ``k`` and, on a miss, the ``fallback`` draft walked over ``traces`` (one per recorded sequence) by
+    LookupThenFallback; and how many tokens the fallback drafted."""
     if not 1 <= k <= rec.max_k:
         raise ConfigError(f"K {k} is outside what the lookup record covers (1..{rec.max_k})")
     seqs = rec.positions()
@@ -150,6 +149,15 @@ def replay_recorded(rec: LookupRecord, k: int, costs, *, fallback: DraftConfig |
                                      fallback, tr if tr is not None and tr.matches else None, n)
         cycles += replay_cycles((), range(n), max_new_tokens=rec.max_new_tokens, propose=propose)
         drafted += propose.fallback_drafted
+    return cycles, drafted
+
+
+def replay_recorded(rec: LookupRecord, k: int, costs, *, fallback: DraftConfig | None = None,
+                    traces=(), c: float = 0.0, source: str = "fallback"):
+    """Prompt lookup with K = ``k`` replayed cycle by cycle from the record by the engine's rules
+    (``recorded_cycles``), and, on a miss, the ``fallback`` draft (e.g. a precision draft) walked over ``traces``,
+    charged ``c`` per draft token: exact in acceptance; each cycle pays v(drafted + 1)."""
+    cycles, drafted = recorded_cycles(rec, k, fallback=fallback, traces=traces, source=source)
     if fallback is None:
         return cycle_measurement(cycles, verify=costs.verify)
     matches = [m for tr in traces for m in tr.matches]
