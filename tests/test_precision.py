@@ -22,7 +22,9 @@ from skipsearch.config import NO_EXIT, Candidate, ConfigError, DraftConfig, Exit
 from skipsearch.engine.decoding import generate, hf_generate
 from skipsearch.engine.surrogate import calibrate
 from skipsearch.methods import ParamsError
+from skipsearch.methods.layer_skip import LayerSkipParams, encode_ids, subset_sha256
 from skipsearch.methods.precision import METHOD, PrecisionParams, check_scheme
+from skipsearch.methods.precision.surrogate import head_saving
 from skipsearch.profile import ModelRef, Profile, save_profile
 from skipsearch.search.objective import ModelObjective
 from skipsearch.search.space import SearchSpace
@@ -142,6 +144,39 @@ def test_surrogate_acceptance_is_the_decoders_at_k1(tiny):
             drafted, accepted = drafted + stats.drafted_tokens, accepted + stats.accepted_tokens
         assert predicted.acceptance_rate == pytest.approx(accepted / drafted, abs=1e-12), scheme
         assert 0 < predicted.cost_ratio < float("inf")  # c: measured scheme costs (their size is the bench's business)
+
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_searchs_repeats_multiply_the_rounds_of_every_cost_it_times(tiny, monkeypatch, repeats):
+    """``optimize --repeats N`` steadies the cost model as it steadies the timings: the full step, the verify
+    curve, the scheme's stand-ins and a trimmed draft head (a precision draft's, a layer-skip draft's) are each
+    timed in N times the surrogate's 9 rounds."""
+    from skipsearch.engine import harness, surrogate
+    from skipsearch.methods.layer_skip import surrogate as layer_skip_surrogate
+
+    seen, timed_by = [], harness.time_interleaved
+
+    def counting(calls, *, rounds, **kw):
+        seen.append((tuple(sorted(calls)), rounds))
+        return timed_by(calls, rounds=rounds, **kw)
+
+    monkeypatch.setattr(surrogate, "time_interleaved", counting)
+    monkeypatch.setattr(harness, "time_interleaved", counting)
+    monkeypatch.setattr(layer_skip_surrogate, "time_interleaved", counting)
+    objective = ModelObjective(tiny, calibrate(tiny, PROMPTS, max_new_tokens=8), repeats=repeats)
+    ids = list(range(0, 64, 2))  # a trimmed draft head: its saving is timed on its own
+    head = PrecisionParams(scheme="int4", quant_head=True, vocab_subset=len(ids), vocab_ids=encode_ids(ids),
+                           vocab_sha256=subset_sha256(ids))
+    with work_clock(tiny):
+        objective.predict(_candidate("int4", k=2))
+        head_saving(objective, head)
+        objective.predict(Candidate("layer-skip", DraftConfig(skip_attn=(1,), max_draft_tokens=2),
+                                    LayerSkipParams.trimmed(ids[:16]).to_pairs()))
+    timed = [names for names, _ in seen]
+    assert any("v1" in names for names in timed) and any("q_attn" in names for names in timed)
+    assert timed.count(("full", "trimmed")) == 2
+    assert {rounds for _, rounds in seen} == {surrogate.COST_ROUNDS * repeats}
 
 
 def test_params_refuse_a_sublayer_in_two_roles_and_unknown_schemes():

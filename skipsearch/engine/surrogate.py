@@ -36,6 +36,12 @@ from skipsearch.files.costs import CostModel, DraftCost, SchemeCosts
 from skipsearch.measure import Measurement
 from skipsearch.model.skippable import SkippableModel
 
+# Rounds of every cost the surrogate times (``harness.time_interleaved``), a search's ``repeats`` times over: a
+# machine's memory bandwidth can swing from one second to the next (23-43 GB/s on a shared Zen 4,
+# studies/search-gap.md), and a one-token step with it, so the ratios of a few seconds' rounds swing too; more
+# rounds sample more of the swing.
+COST_ROUNDS = 9
+
 
 @dataclass(frozen=True)
 class SchemeCost:
@@ -84,7 +90,7 @@ def whole_draft(sm: SkippableModel, copy) -> Iterator[None]:
         yield
 
 
-def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = 9,
+def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repeats: int = COST_ROUNDS,
                       compiled_whole: bool = False) -> SchemeCost:
     """Time one-token steps of the full model, with every attention / MLP / the head replaced by ``copy``'s
     stand-ins (``copy.scheme``, ``copy.stand_ins(attn_layers, mlp_layers)``, ``copy.head``), and with every
@@ -193,7 +199,8 @@ def _verify_call(sm: SkippableModel, context: Sequence[int], k: int, cache,
 
 
 def measure_costs(
-    sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9), repeats: int = 9,
+    sm: SkippableModel, context: Sequence[int], *, verify_sizes: Sequence[int] = (1, 2, 3, 4, 6, 9),
+    repeats: int = COST_ROUNDS,
     extra: Mapping[str, DraftConfig] | None = None, extra_verify_sizes: Mapping[str, Sequence[int]] | None = None,
 ) -> CostModel:
     """Time the sublayers and the verify curve at ``context``'s length, with the one timer.
@@ -431,6 +438,6 @@ def replan_skip_set(traces: Sequence[Trace], skip: tuple, costs: CostModel, *, k
     return best[1], best[0]
 
 
-__all__ = ["EXIT_RULES", "K_VALUES", "Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost", "aligned",
-           "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_stand_ins",
+__all__ = ["COST_ROUNDS", "EXIT_RULES", "K_VALUES", "Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost",
+           "aligned", "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_stand_ins",
            "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets", "whole_draft"]

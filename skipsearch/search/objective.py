@@ -26,7 +26,7 @@ from skipsearch.engine.harness import (
     ours_autoregressive,
     run_rounds,
 )
-from skipsearch.engine.surrogate import Calibration, CostModel, full_cache, measure_costs
+from skipsearch.engine.surrogate import COST_ROUNDS, Calibration, CostModel, full_cache, measure_costs
 from skipsearch.engine.surrogate import replay_all as replay_all  # noqa: F401 (old import path, until callers move)
 from skipsearch.engine.surrogate import trace as trace  # noqa: F401 (old import path, until callers move)
 from skipsearch.measure import Kind, Measurement
@@ -48,10 +48,17 @@ class ModelObjective:
         self._full: list | None = None  # full-model KV per calibration sequence, built once
 
     @property
+    def cost_rounds(self) -> int:
+        """Rounds of every cost the surrogates time here: ``repeats`` times the surrogate's own
+        (``surrogate.COST_ROUNDS``), so that raising a search's repeats on a machine whose timings swing steadies
+        its cost model as it steadies its timings."""
+        return COST_ROUNDS * self.repeats
+
+    @property
     def costs(self) -> CostModel:
         """The cost model, measured on first use (a few seconds on a small CPU model)."""
         if self._costs is None:
-            self._costs = measure_costs(self.sm, self.cal.cost_context)
+            self._costs = measure_costs(self.sm, self.cal.cost_context, repeats=self.cost_rounds)
         return self._costs
 
     @property

@@ -74,7 +74,8 @@ def draft_costs(objective, params: LayerSkipParams):
             return once
 
         calls = {"full": step(None), "trimmed": step(subset_head(sm, params))}
-        med = {k: t.median for k, t in time_interleaved(calls, rounds=9, device=sm.device, warmup=3).items()}
+        timed = time_interleaved(calls, rounds=objective.cost_rounds, device=sm.device, warmup=3)
+        med = {k: t.median for k, t in timed.items()}
         memo.savings[params.vocab_sha256] = max(med["full"] - med["trimmed"], 0.0)
     return replace(costs, fixed_seconds=max(costs.fixed_seconds - memo.savings[params.vocab_sha256], 0.0))
 

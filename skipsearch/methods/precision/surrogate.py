@@ -61,8 +61,9 @@ def head_saving(objective, params: PrecisionParams) -> float:
                 sm.crop(cache, n)
             return once
 
-        med = {k: t.median for k, t in time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=9,
-                                                         device=sm.device, warmup=3).items()}
+        timed = time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=objective.cost_rounds,
+                                 device=sm.device, warmup=3)
+        med = {k: t.median for k, t in timed.items()}
         memo.head_savings[key] = med["full"] - med["trimmed"]
     return memo.head_savings[key]
 
@@ -119,7 +120,7 @@ def priced(base, c: float):
 def scheme_cost(objective, scheme: str) -> SchemeCost:
     memo = _memo(objective)
     if scheme not in memo.costs:
-        memo.costs[scheme] = measure_scheme(objective.sm, _context(objective), scheme)
+        memo.costs[scheme] = measure_scheme(objective.sm, _context(objective), scheme, repeats=objective.cost_rounds)
     return memo.costs[scheme]
 
 
