@@ -60,7 +60,7 @@ def optimize(
     max_new_tokens: options.MaxNewTokens = options.MAX_NEW_TOKENS,
     objective: options.Objective = "auto",
     shortlist: Shortlist = 5,
-    repeats: options.SearchRepeats = options.REPEATS,
+    repeats: options.Repeats = options.REPEATS,
     max_k: MaxK = 8,
     max_skip_ratio: MaxSkipRatio = 0.5,
     protect_ends: ProtectEnds = True,

@@ -135,11 +135,9 @@ MaxNewTokens = Annotated[int, typer.Option(callback=_positive, help="Tokens deco
 NPrompts = Annotated[int, typer.Option(callback=_positive, help="Prompts drawn from --dataset (by --seed; >= 1).")]
 Dataset = Annotated[str, typer.Option(
     help="Prompts: mtbench, humaneval (comma-separate to mix them), a .jsonl/.json/.csv/.parquet file, hf:...")]
-Repeats = Annotated[int, typer.Option(callback=_positive, help="Timed runs per prompt (the median is kept; >= 1).")]
-SearchRepeats = Annotated[int, typer.Option(
-    "--repeats", callback=_positive,
-    help="Timed runs per prompt (the median is kept; >= 1), and this many times the surrogate's 9 rounds of every "
-         "cost it times: raise it on a machine whose timings swing.")]
+Repeats = Annotated[int, typer.Option(
+    callback=_positive, help="Timed runs per prompt (the median is kept; >= 1); optimize also times each cost its "
+                             "surrogate uses in 9 x this many rounds. Raise it on a machine whose timings swing.")]
 Seed = Annotated[int, typer.Option(help="Seed of every random choice: which prompts are drawn, the search's "
                                         "proposals, sampling (recorded in what is written).")]
 Device = Annotated[str, typer.Option(help="auto (CUDA if available, a model too large for one GPU spread over "
@@ -238,6 +236,6 @@ def renamed(old: str, new: str) -> None:
 
 __all__ = ["DATASET", "DEVICE", "DTYPE", "KERNEL", "MAX_NEW_TOKENS", "N_PROMPTS", "OWN", "REPEATS", "SEED", "SPLIT",
            "TARGET_PRECISION", "CostsKernel", "DType", "Dataset", "Device", "Engine", "Json", "JsonOut", "Kernel",
-           "MaxNewTokens", "Model", "NPrompts", "Objective", "Repeats", "Report", "SearchRepeats", "Seed", "Split",
-           "Storage", "StudyName", "TargetPrecision", "Threads", "choice", "in_panel", "kernel_values",
-           "reject_fastest", "renamed"]
+           "MaxNewTokens", "Model", "NPrompts", "Objective", "Repeats", "Report", "Seed", "Split", "Storage",
+           "StudyName", "TargetPrecision", "Threads", "choice", "in_panel", "kernel_values", "reject_fastest",
+           "renamed"]

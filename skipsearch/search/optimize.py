@@ -77,7 +77,7 @@ class SearchSettings:
     # auto: two-stage where the strategy's method has a surrogate, else timed.
     objective: str = "auto"
     shortlist: int = 5
-    repeats: int = 1  # timed runs per prompt (median); raise where timing noise demands it
+    repeats: int = 1  # timed runs per prompt (median) and 9 x repeats rounds a surrogate cost; raise on a noisy host
     seed: int = 0
     # the space, sized by the model's depth (``space_for``); ``space`` replaces these knobs where given
     max_k: int = 8

@@ -1,0 +1,64 @@
+"""The shipped hybrid profile's predicted speedup, on this objective's own calibration (8 prompts x 96 tokens), under
+cost models timed in 9 and in 45 rounds, alternated in one process with the real decode of the same prompts (our
+plain loop against the profile's drafter, decode time only, outputs checked identical). Alone on the machine.
+
+    PYTHONPATH=. .venv/bin/python studies/search-gap/predict_ab.py 3
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _common import setup, spread
+
+PROFILE = "profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml"
+
+
+def main() -> None:
+    from skipsearch.api.decode import drafter_factory
+    from skipsearch.engine import surrogate
+    from skipsearch.engine.decoding import generate
+    from skipsearch.methods.precision import surrogate as precision
+    from skipsearch.profile import load_profile
+    from skipsearch.search.objective import ModelObjective
+
+    profile = load_profile(PROFILE)
+    sm, prompts, _ = setup()
+    cal = surrogate.calibrate(sm, prompts, max_new_tokens=96)
+    objective = ModelObjective(sm, cal)
+    drafters = drafter_factory(profile, sm)
+    generate(sm, prompts[0], drafter=drafters(), max_new_tokens=16)
+
+    def predict(rounds: int) -> float:
+        objective._costs = surrogate.measure_costs(sm, cal.cost_context, repeats=rounds)
+        memo = precision._memo(objective)
+        memo.costs.clear()
+        memo.costs["int8"] = precision.measure_scheme(sm, precision._context(objective), "int8", repeats=rounds)
+        memo.head_savings.clear()
+        return objective.predict(profile.candidate).speedup
+
+    def real() -> float:
+        plain = spec = 0.0
+        plain_tokens = spec_tokens = 0
+        for ids in prompts:
+            a = generate(sm, ids, max_new_tokens=96)
+            b = generate(sm, ids, drafter=drafters(), max_new_tokens=96)
+            assert a.token_ids == b.token_ids
+            plain += a.stats.seconds - a.stats.prefill_seconds
+            plain_tokens += len(a.token_ids) - 1
+            spec += b.stats.seconds - b.stats.prefill_seconds
+            spec_tokens += len(b.token_ids) - 1
+        return (plain / plain_tokens) / (spec / spec_tokens)
+
+    out: dict = {9: [], 45: [], "real": []}
+    for _ in range(int(sys.argv[1])):
+        for what in (9, 45, "real", 9):
+            v = real() if what == "real" else predict(what)
+            out[what].append(v)
+            print(what, round(v, 3), flush=True)
+    for k, v in out.items():
+        print(spread(f"{k}:", v))
+
+
+if __name__ == "__main__":
+    main()
