@@ -146,7 +146,6 @@ def test_surrogate_acceptance_is_the_decoders_at_k1(tiny):
         assert 0 < predicted.cost_ratio < float("inf")  # c: measured scheme costs (their size is the bench's business)
 
 
-
 @pytest.mark.parametrize("repeats", [1, 3])
 def test_a_searchs_repeats_multiply_the_rounds_of_every_cost_it_times(tiny, monkeypatch, repeats):
     """``optimize --repeats N`` steadies the cost model as it steadies the timings: the full step, the verify

@@ -37,7 +37,7 @@ from skipsearch.measure import Measurement
 from skipsearch.model.skippable import SkippableModel
 
 # Rounds of every cost the surrogate times (``harness.time_interleaved``), a search's ``repeats`` times over: a
-# machine's memory bandwidth can swing from one second to the next (23-43 GB/s on a shared Zen 4,
+# machine's memory bandwidth can swing from one second to the next (19-43 GB/s on a shared Zen 4,
 # studies/search-gap.md), and a one-token step with it, so the ratios of a few seconds' rounds swing too; more
 # rounds sample more of the swing.
 COST_ROUNDS = 9
