@@ -152,7 +152,6 @@ def test_a_searchs_repeats_multiply_the_rounds_of_every_cost_it_times(tiny, monk
     curve, the scheme's stand-ins and a trimmed draft head (a precision draft's, a layer-skip draft's) are each
     timed in N times the surrogate's 9 rounds."""
     from skipsearch.engine import harness, surrogate
-    from skipsearch.methods.layer_skip import surrogate as layer_skip_surrogate
 
     seen, timed_by = [], harness.time_interleaved
 
@@ -162,7 +161,6 @@ def test_a_searchs_repeats_multiply_the_rounds_of_every_cost_it_times(tiny, monk
 
     monkeypatch.setattr(surrogate, "time_interleaved", counting)
     monkeypatch.setattr(harness, "time_interleaved", counting)
-    monkeypatch.setattr(layer_skip_surrogate, "time_interleaved", counting)
     objective = ModelObjective(tiny, calibrate(tiny, PROMPTS, max_new_tokens=8), repeats=repeats)
     ids = list(range(0, 64, 2))  # a trimmed draft head: its saving is timed on its own
     head = PrecisionParams(scheme="int4", quant_head=True, vocab_subset=len(ids), vocab_ids=encode_ids(ids),
@@ -176,6 +174,16 @@ def test_a_searchs_repeats_multiply_the_rounds_of_every_cost_it_times(tiny, monk
     assert any("v1" in names for names in timed) and any("q_attn" in names for names in timed)
     assert timed.count(("full", "trimmed")) == 2
     assert {rounds for _, rounds in seen} == {surrogate.COST_ROUNDS * repeats}
+
+
+def test_the_repeats_help_names_the_surrogates_own_rounds():
+    """``--repeats``' help tells a user how many rounds each cost is timed in: the figure the surrogate uses."""
+    from typing import get_args
+
+    from skipsearch.cli.options import Repeats
+    from skipsearch.engine.surrogate import COST_ROUNDS
+
+    assert f"in {COST_ROUNDS} x this many rounds" in get_args(Repeats)[1].help
 
 
 def test_params_refuse_a_sublayer_in_two_roles_and_unknown_schemes():

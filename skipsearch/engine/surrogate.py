@@ -133,6 +133,24 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
     )
 
 
+def measure_head_saving(sm: SkippableModel, context: Sequence[int], head, *, repeats: int = COST_ROUNDS) -> float:
+    """Seconds a draft ``head`` (a trimmed or quantized LM head) saves a one-token step against the full head: the
+    two steps run eagerly on a DynamicCache at ``context``'s length, interleaved by the one harness, medians.
+    Negative where the head saves nothing and the noise says so: the caller decides whether to clip it."""
+    cache = sm.new_cache()
+    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+    n, token = len(context), torch.tensor([context[-1]])
+
+    def step(h):
+        def once():
+            with sm.draft_head(h):
+                _one_step(sm, token, n, cache, None)
+        return once
+
+    timed = time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=repeats, device=sm.device, warmup=3)
+    return timed["full"].median - timed["trimmed"].median
+
+
 def _kernel_cache(sm: SkippableModel, context: Sequence[int], extra: int):
     """The kernel's decode cache holding ``context`` (prefilled eagerly, as the decoder does), room for ``extra``."""
     kcache = sm.decode_cache(len(context) + extra)
@@ -439,5 +457,6 @@ def replan_skip_set(traces: Sequence[Trace], skip: tuple, costs: CostModel, *, k
 
 
 __all__ = ["COST_ROUNDS", "EXIT_RULES", "K_VALUES", "Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost",
-           "aligned", "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_stand_ins",
+           "aligned", "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_head_saving",
+           "measure_stand_ins",
            "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets", "whole_draft"]

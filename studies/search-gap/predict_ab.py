@@ -33,7 +33,7 @@ def main() -> None:
         objective._costs = surrogate.measure_costs(sm, cal.cost_context, repeats=rounds)
         memo = precision._memo(objective)
         memo.costs.clear()
-        memo.costs["int8"] = precision.measure_scheme(sm, precision._context(objective), "int8", repeats=rounds)
+        memo.costs["int8"] = precision.measure_scheme(sm, cal.cost_context, "int8", repeats=rounds)
         memo.head_savings.clear()
         return objective.predict(profile.candidate).speedup
 

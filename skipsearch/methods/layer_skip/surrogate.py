@@ -8,12 +8,9 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, replace
 
-import torch
-
 from skipsearch.config import Candidate, DraftConfig
 from skipsearch.engine import timing
-from skipsearch.engine.harness import time_interleaved
-from skipsearch.engine.surrogate import replay_all, trace
+from skipsearch.engine.surrogate import measure_head_saving, replay_all, trace
 from skipsearch.measure import Measurement
 from skipsearch.methods.layer_skip.drafter import subset_head
 from skipsearch.methods.layer_skip.params import LayerSkipParams
@@ -53,30 +50,17 @@ def draft_traces(objective, config: DraftConfig, params: LayerSkipParams = Layer
 def draft_costs(objective, params: LayerSkipParams):
     """The objective's cost model, with the draft step's fixed part less what ``params``' trimmed head saves.
 
-    The saving is timed once per subset: a one-token step of the full model with the full head and with
-    the trimmed one, interleaved by the one harness (medians), as ``measure_costs`` times its parts."""
+    The saving is timed once per subset (``surrogate.measure_head_saving``: a one-token step of the full model with
+    the full head and with the trimmed one, interleaved by the one harness, medians), and never priced below 0."""
     costs = objective.costs
     if params.vocab_sha256 is None:
         return costs
     memo = _memo(objective)
     if params.vocab_sha256 not in memo.savings:
-        sm, cal = objective.sm, objective.cal
-        context = cal.cost_context
-        cache = sm.new_cache()
-        sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-        n, token = len(context), torch.tensor([context[-1]])
-
-        def step(head):
-            def once():  # one draft-style step: last-position logits only
-                with sm.draft_head(head):
-                    sm.forward(token, start=n, cache=cache, last_only=True)
-                sm.crop(cache, n)
-            return once
-
-        calls = {"full": step(None), "trimmed": step(subset_head(sm, params))}
-        timed = time_interleaved(calls, rounds=objective.cost_rounds, device=sm.device, warmup=3)
-        med = {k: t.median for k, t in timed.items()}
-        memo.savings[params.vocab_sha256] = max(med["full"] - med["trimmed"], 0.0)
+        sm = objective.sm
+        saving = measure_head_saving(sm, objective.cal.cost_context, subset_head(sm, params),
+                                     repeats=objective.cost_rounds)
+        memo.savings[params.vocab_sha256] = max(saving, 0.0)
     return replace(costs, fixed_seconds=max(costs.fixed_seconds - memo.savings[params.vocab_sha256], 0.0))
 
 

@@ -12,7 +12,7 @@ import weakref
 from dataclasses import dataclass, replace
 
 from skipsearch.config import Candidate, DraftConfig
-from skipsearch.engine.surrogate import SchemeCost, measure_stand_ins, whole_draft
+from skipsearch.engine.surrogate import SchemeCost, measure_head_saving, measure_stand_ins, whole_draft
 from skipsearch.methods.precision.params import PrecisionParams
 
 
@@ -30,41 +30,20 @@ def _memo(objective) -> _Memo:
     return _MEMOS.setdefault(objective, _Memo({}, {}, {}))
 
 
-def _context(objective):
-    cal = objective.cal
-    return cal.prompts[0] + cal.continuations[0][: cal.max_new_tokens // 2]
-
-
 def head_saving(objective, params: PrecisionParams) -> float:
     """Seconds the candidate's draft head saves a step against the full head: the scheme's head from its
-    scheme cost; a trimmed head timed once per subset against the full head (interleaved, medians)."""
+    scheme cost; a trimmed head timed once per subset against the full head (``surrogate.measure_head_saving``)."""
     if params.vocab_sha256 is None:
         return scheme_cost(objective, params.scheme).head_saving_seconds if params.quant_head else 0.0
     memo = _memo(objective)
     key = (params.scheme, params.quant_head, params.vocab_sha256)
     if key not in memo.head_savings:
-        import torch
-
-        from skipsearch.engine.harness import time_interleaved
         from skipsearch.methods.precision.copy import draft_head, quantized_copy
 
-        sm, context = objective.sm, _context(objective)
+        sm = objective.sm
         head = draft_head(sm, quantized_copy(sm, params.scheme), params)
-        cache = sm.new_cache()
-        sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-        n, token = len(context), torch.tensor([context[-1]])
-
-        def step(h):
-            def once():
-                with sm.draft_head(h):
-                    sm.forward(token, start=n, cache=cache, last_only=True)
-                sm.crop(cache, n)
-            return once
-
-        timed = time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=objective.cost_rounds,
-                                 device=sm.device, warmup=3)
-        med = {k: t.median for k, t in timed.items()}
-        memo.head_savings[key] = med["full"] - med["trimmed"]
+        memo.head_savings[key] = measure_head_saving(sm, objective.cal.cost_context, head,
+                                                     repeats=objective.cost_rounds)
     return memo.head_savings[key]
 
 
@@ -120,7 +99,8 @@ def priced(base, c: float):
 def scheme_cost(objective, scheme: str) -> SchemeCost:
     memo = _memo(objective)
     if scheme not in memo.costs:
-        memo.costs[scheme] = measure_scheme(objective.sm, _context(objective), scheme, repeats=objective.cost_rounds)
+        memo.costs[scheme] = measure_scheme(objective.sm, objective.cal.cost_context, scheme,
+                                            repeats=objective.cost_rounds)
     return memo.costs[scheme]
 
 
