@@ -25,3 +25,39 @@ def spread(label: str, xs) -> str:
 
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
     return f"{label} n={len(xs)} mean {statistics.mean(xs):.3f} sd {sd:.3f} min {min(xs):.3f} max {max(xs):.3f}"
+
+
+def real_speedup(sm, prompts, drafters, max_new_tokens: int = 96) -> float:
+    """A profile's real decode over our plain loop on ``prompts``: each prompt decoded plainly, then with a fresh
+    drafter from ``drafters``, outputs checked identical; decode time a token (prefill excluded), summed."""
+    from skipsearch.engine.decoding import generate
+
+    plain = spec = 0.0
+    plain_tokens = spec_tokens = 0
+    for ids in prompts:
+        a = generate(sm, ids, max_new_tokens=max_new_tokens)
+        b = generate(sm, ids, drafter=drafters(), max_new_tokens=max_new_tokens)
+        assert a.token_ids == b.token_ids
+        plain += a.stats.seconds - a.stats.prefill_seconds
+        plain_tokens += len(a.token_ids) - 1
+        spec += b.stats.seconds - b.stats.prefill_seconds
+        spec_tokens += len(b.token_ids) - 1
+    return (plain / plain_tokens) / (spec / spec_tokens)
+
+
+def shipped_hybrid(path: str = "profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml"):
+    """What the prediction scripts share: ``setup()``, the profile at ``path``, the search's objective on the 8
+    calibration prompts x 96 tokens, and a factory of the profile's drafters, warmed by one short decode.
+    Returns (sm, prompts, profile, objective, drafters)."""
+    from skipsearch.api.decode import drafter_factory
+    from skipsearch.engine.decoding import generate
+    from skipsearch.engine.surrogate import calibrate
+    from skipsearch.profile import load_profile
+    from skipsearch.search.objective import ModelObjective
+
+    profile = load_profile(path)
+    sm, prompts, _ = setup()
+    objective = ModelObjective(sm, calibrate(sm, prompts, max_new_tokens=96))
+    drafters = drafter_factory(profile, sm)
+    generate(sm, prompts[0], drafter=drafters(), max_new_tokens=16)
+    return sm, prompts, profile, objective, drafters

@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import sys
 
-from _common import setup, spread
+from _common import real_speedup, shipped_hybrid, spread
 
 PROFILE = "profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml"
 
 
 def main() -> None:
-    from skipsearch.api.decode import drafter_factory
     from skipsearch.engine import surrogate
-    from skipsearch.engine.decoding import generate
     from skipsearch.methods.precision import surrogate as precision
-    from skipsearch.profile import load_profile
-    from skipsearch.search.objective import ModelObjective
 
-    profile = load_profile(PROFILE)
-    sm, prompts, _ = setup()
-    cal = surrogate.calibrate(sm, prompts, max_new_tokens=96)
-    objective = ModelObjective(sm, cal)
-    drafters = drafter_factory(profile, sm)
-    generate(sm, prompts[0], drafter=drafters(), max_new_tokens=16)
+    sm, prompts, profile, objective, drafters = shipped_hybrid(PROFILE)
+    cal = objective.cal
 
     def predict(rounds: int) -> float:
         objective._costs = surrogate.measure_costs(sm, cal.cost_context, repeats=rounds)
@@ -38,17 +30,7 @@ def main() -> None:
         return objective.predict(profile.candidate).speedup
 
     def real() -> float:
-        plain = spec = 0.0
-        plain_tokens = spec_tokens = 0
-        for ids in prompts:
-            a = generate(sm, ids, max_new_tokens=96)
-            b = generate(sm, ids, drafter=drafters(), max_new_tokens=96)
-            assert a.token_ids == b.token_ids
-            plain += a.stats.seconds - a.stats.prefill_seconds
-            plain_tokens += len(a.token_ids) - 1
-            spec += b.stats.seconds - b.stats.prefill_seconds
-            spec_tokens += len(b.token_ids) - 1
-        return (plain / plain_tokens) / (spec / spec_tokens)
+        return real_speedup(sm, prompts, drafters)
 
     out: dict = {9: [], 45: [], "real": []}
     for _ in range(int(sys.argv[1])):
