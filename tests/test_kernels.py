@@ -368,33 +368,6 @@ def test_the_verify_curve_is_timed_at_each_blocks_edges(compiled, monkeypatch):
     assert surrogate.timed_verify_sizes((2, 6), 16) == [1, 2, 6]  # no edge below the largest size
 
 
-def test_the_kernels_calls_rotate_apart_from_the_eager_steps(compiled, monkeypatch):
-    """The decode loop runs a lookup's or a compiled draft's cycles with no eager step between its compiled calls,
-    and the cost model times them so: on a compiled kernel the unit, the verify curve and a compiled whole draft
-    rotate on their own, after the eager parts; on the eager kernel every call rotates with the parts, as before."""
-    from skipsearch.engine import surrogate
-    from skipsearch.methods.precision.copy import quantized_copy
-
-    rotations = []
-    timer = surrogate.time_interleaved
-
-    def spy(calls, **kwargs):
-        rotations.append(set(calls))
-        return timer(calls, **kwargs)
-
-    monkeypatch.setattr(surrogate, "time_interleaved", spy)
-    context = tuple(range(3, 23))
-    surrogate.measure_costs(compiled, context, verify_sizes=(2,), repeats=1)
-    surrogate.measure_stand_ins(compiled, context, quantized_copy(compiled, "fp16"), repeats=1, compiled_whole=True)
-    parts = {"full", "no_attn", "no_mlp"}
-    assert rotations == [parts, {"v1", "v2"}, parts | {"q_attn", "q_mlp", "q_head"}, {"unit", "whole"}]
-    rotations.clear()
-    eager = make_tiny_model(vocab_size=64, num_layers=4, seed=3)
-    surrogate.measure_costs(eager, context, verify_sizes=(2,), repeats=1)
-    surrogate.measure_stand_ins(eager, context, quantized_copy(eager, "fp16"), repeats=1, compiled_whole=True)
-    assert rotations == [parts | {"v1", "v2"}, parts | {"q_attn", "q_mlp", "q_head"}]
-
-
 def test_an_eager_cost_file_of_version_1_still_reads_as_the_eager_kernel(tmp_path):
     from skipsearch.files.cost_profile import load_costs
 

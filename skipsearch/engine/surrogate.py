@@ -95,10 +95,9 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
     """Time one-token steps of the full model, with every attention / MLP / the head replaced by ``copy``'s
     stand-ins (``copy.scheme``, ``copy.stand_ins(attn_layers, mlp_layers)``, ``copy.head``), and with every
     attention / MLP skipped, interleaved by the one harness; medians. These run eagerly on a DynamicCache, so
-    their differences split a step into its parts. On a compiled kernel a rotation of its own (``_medians``) then
-    times the decoder's unit (a plain step through the kernel) and, with ``compiled_whole`` (a draft that
-    ``compiled_draft`` runs, as precision's), the whole-model draft in the scheme as the decoder runs it: compiled,
-    on the kernel's cache."""
+    their differences split a step into its parts. On a compiled kernel the same rounds also time the decoder's
+    unit (a plain step through the kernel) and, with ``compiled_whole`` (a draft that ``compiled_draft`` runs,
+    as precision's), the whole-model draft in the scheme as the decoder runs it: compiled, on the kernel's cache."""
     every = tuple(range(sm.num_layers))
     cache = sm.new_cache()
     sm.forward(torch.tensor(list(context)), start=0, cache=cache)
@@ -112,16 +111,16 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
 
     calls = {"full": step(), "q_attn": step(attn=every), "q_mlp": step(mlp=every), "q_head": step(head=True),
              "no_attn": step(skip=DraftConfig(skip_attn=every)), "no_mlp": step(skip=DraftConfig(skip_mlp=every))}
-    kernel_calls = {}
-    if sm.kernel.compiled:
+    compiled = sm.kernel.compiled
+    if compiled:
         kcache = _kernel_cache(sm, context, 2)
-        kernel_calls["unit"] = lambda: _one_step(sm, token, n, kcache, None)
+        calls["unit"] = lambda: _one_step(sm, token, n, kcache, None)
         if compiled_whole:
             def whole() -> None:
                 with whole_draft(sm, copy):
                     _one_step(sm, token, n, kcache, None)
-            kernel_calls["whole"] = whole
-    med = _medians(sm, calls, kernel_calls, repeats)
+            calls["whole"] = whole
+    med = {k: t.median for k, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
     L = sm.num_layers
     return SchemeCost(
         copy.scheme, med["full"],
@@ -150,21 +149,6 @@ def measure_head_saving(sm: SkippableModel, context: Sequence[int], head, *, rep
 
     timed = time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=repeats, device=sm.device, warmup=3)
     return timed["full"].median - timed["trimmed"].median
-
-
-def _medians(sm: SkippableModel, calls: Mapping[str, Callable[[], None]],
-             kernel_calls: Mapping[str, Callable[[], None]], rounds: int) -> dict[str, float]:
-    """Median seconds of every call, timed by the one harness (rotated rounds, three untimed calls each first: they
-    pay allocation and dispatch set-up). ``kernel_calls``, the calls through a compiled kernel, rotate on their own
-    after ``calls`` (the eager ones), as the decode loop runs them for a lookup or a compiled draft. On a shared Zen 4
-    host, with eager steps in their rotation they never reached the host's faster state in 20 measurements (alone
-    they did in 9), and there the one-token step is faster against a verify block: v(8) read 1.27 units against
-    1.47 (studies/search-gap.md, forty-seventh round)."""
-    med = {name: t.median for name, t in time_interleaved(calls, rounds=rounds, device=sm.device, warmup=3).items()}
-    if kernel_calls:
-        timed = time_interleaved(kernel_calls, rounds=rounds, device=sm.device, warmup=3)
-        med.update({name: t.median for name, t in timed.items()})
-    return med
 
 
 def _kernel_cache(sm: SkippableModel, context: Sequence[int], extra: int):
@@ -243,8 +227,7 @@ def measure_costs(
     ``repeats`` times over, and summarised by its median: interleaving spreads machine drift and
     contention evenly over all of them, so the *ratios* the model is built from hold even on a busy
     machine, and the median is the typical cost the decoder will pay (a minimum would flatter the
-    draft, which runs many small forwards). On a compiled kernel the unit and the verify curve, which run
-    through it, rotate on their own after the eager parts (``_medians``), as the decode loop runs them.
+    draft, which runs many small forwards).
     v(k) is measured at ``verify_sizes`` (and, on a compiled kernel, at the edges of its blocks:
     ``timed_verify_sizes``) and interpolated linearly between them, kept
     non-decreasing. It is not affine: on CPU a one-token forward runs matrix-vector kernels and
@@ -278,13 +261,12 @@ def measure_costs(
 
     calls = {"full": step(None), "no_attn": step(DraftConfig(skip_attn=every)),
              "no_mlp": step(DraftConfig(skip_mlp=every))}
-    kernel_calls = {f"v{k}": verify(k) for k in verify_sizes}
-    if not compiled:  # one kernel: the verify curve rotates among the parts, in the order it always had
-        calls, kernel_calls = {**calls, **kernel_calls}, {}
+    calls.update({f"v{k}": verify(k) for k in verify_sizes})
     for name, config in extra.items():
         calls[f"extra {name} 1"] = step(config)
         calls.update({f"extra {name} {k}": verify(k, config) for k in extra_sizes[name] if k > 1})
-    med = _medians(sm, calls, kernel_calls, repeats)
+    # three untimed calls each first: they pay allocation and dispatch set-up
+    med = {name: t.median for name, t in time_interleaved(calls, rounds=repeats, device=sm.device, warmup=3).items()}
     full = med["full"]
     attn = max(full - med["no_attn"], 0.0) / L
     mlp = max(full - med["no_mlp"], 0.0) / L
