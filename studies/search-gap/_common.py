@@ -61,3 +61,38 @@ def shipped_hybrid(path: str = "profiles/smollm2-135m/cpu-float32-mixed-zen5-pan
     drafters = drafter_factory(profile, sm)
     generate(sm, prompts[0], drafter=drafters(), max_new_tokens=16)
     return sm, prompts, profile, objective, drafters
+
+
+def alternate(reps: int, sides: dict) -> None:
+    """Call each of ``sides`` (name -> a call returning (speedup, v(7), c); "real" the real decode, the rest
+    predictions) in turn, ``reps`` times, printing each result, then each side's spread and every prediction's mean
+    over the real decode's mean."""
+    import statistics
+
+    out: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
+    for _ in range(reps):
+        for name, call in sides.items():
+            v = call()
+            out[name].append(v)
+            print(f"{name:12s} speedup {v[0]:.3f}  v(7) {v[1]:.3f}  c {v[2]:.3f}", flush=True)
+    for name, vs in out.items():
+        print(spread(f"{name:12s} speedup", [v[0] for v in vs]))
+        if name != "real":
+            print(spread(f"{name:12s} v(7)   ", [v[1] for v in vs]))
+            print(spread(f"{name:12s} c      ", [v[2] for v in vs]))
+    real = statistics.mean(v[0] for v in out["real"])
+    print("prediction over the real decode, mean:",
+          {name: round(statistics.mean(v[0] for v in out[name]) / real, 3) for name in out if name != "real"})
+
+
+def predict_with(objective, candidate, costs, scheme_cost) -> float:
+    """The objective's predicted speedup for ``candidate`` with ``costs`` as its cost model and ``scheme_cost`` as
+    the int8 scheme's costs (what a search would have measured in their place)."""
+    from skipsearch.methods.precision import surrogate as precision
+
+    objective._costs = costs
+    memo = precision._memo(objective)
+    memo.costs.clear()
+    memo.costs["int8"] = scheme_cost
+    memo.head_savings.clear()
+    return objective.predict(candidate).speedup

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from _common import real_speedup, shipped_hybrid, spread
+from _common import predict_with, real_speedup, shipped_hybrid, spread
 
 PROFILE = "profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml"
 
@@ -22,12 +22,8 @@ def main() -> None:
     cal = objective.cal
 
     def predict(rounds: int) -> float:
-        objective._costs = surrogate.measure_costs(sm, cal.cost_context, repeats=rounds)
-        memo = precision._memo(objective)
-        memo.costs.clear()
-        memo.costs["int8"] = precision.measure_scheme(sm, cal.cost_context, "int8", repeats=rounds)
-        memo.head_savings.clear()
-        return objective.predict(profile.candidate).speedup
+        return predict_with(objective, profile.candidate, surrogate.measure_costs(sm, cal.cost_context, repeats=rounds),
+                            precision.measure_scheme(sm, cal.cost_context, "int8", repeats=rounds))
 
     def real() -> float:
         return real_speedup(sm, prompts, drafters)

@@ -13,12 +13,11 @@ only, outputs checked identical):
 
 from __future__ import annotations
 
-import statistics
 import sys
 from dataclasses import replace
 
 import torch
-from _common import real_speedup, shipped_hybrid, spread
+from _common import alternate, predict_with, real_speedup, shipped_hybrid
 
 PROFILE = "profiles/smollm2-135m/cpu-float32-mixed-zen5-panel-c8.yaml"
 
@@ -52,30 +51,10 @@ def main(reps: int = 3, rounds: int = 25) -> None:
             unit = med["v1"]
             cm = replace(cm, step_seconds=unit, verify_ratio=surrogate._curve(sizes, lambda k: med[f"v{k}"], unit))
             sc = replace(sc, unit_seconds=med["unit"], whole_seconds=med["whole"])
-        objective._costs = cm
-        memo = precision._memo(objective)
-        memo.costs.clear()
-        memo.costs["int8"] = sc
-        memo.head_savings.clear()
-        return objective.predict(profile.candidate).speedup, cm.verify(7), sc.whole_seconds / sc.unit
+        return predict_with(objective, profile.candidate, cm, sc), cm.verify(7), sc.whole_seconds / sc.unit
 
-    def real() -> tuple[float, float, float]:
-        return real_speedup(sm, prompts, drafters), float("nan"), float("nan")
-
-    out: dict[str, list[tuple[float, float, float]]] = {"rotated": [], "kernel only": [], "real": []}
-    for _ in range(reps):
-        for what in ("rotated", "kernel only", "real"):
-            v = real() if what == "real" else predict(what == "kernel only")
-            out[what].append(v)
-            print(f"{what:12s} speedup {v[0]:.3f}  v(7) {v[1]:.3f}  c {v[2]:.3f}", flush=True)
-    for what, vs in out.items():
-        print(spread(f"{what:12s} speedup", [v[0] for v in vs]))
-        if what != "real":
-            print(spread(f"{what:12s} v(7)   ", [v[1] for v in vs]))
-            print(spread(f"{what:12s} c      ", [v[2] for v in vs]))
-    print("prediction over the real decode, mean:",
-          {w: round(statistics.mean(v[0] for v in out[w]) / statistics.mean(v[0] for v in out["real"]), 3)
-           for w in ("rotated", "kernel only")})
+    alternate(reps, {"rotated": lambda: predict(False), "kernel only": lambda: predict(True),
+                     "real": lambda: (real_speedup(sm, prompts, drafters), float("nan"), float("nan"))})
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ the change was reverted in the same round (studies/search-gap.md). Alone on the 
 
 from __future__ import annotations
 
-import statistics
 import sys
 
-from _common import real_speedup, shipped_hybrid, spread
+from _common import alternate, predict_with, real_speedup, shipped_hybrid
 
 
 def main(reps: int = 3, rounds: int = 9) -> None:
@@ -34,30 +33,10 @@ def main(reps: int = 3, rounds: int = 9) -> None:
             sc = precision.measure_scheme(sm, context, "int8", repeats=rounds)
         finally:
             surrogate._medians = apart
-        objective._costs = cm
-        memo = precision._memo(objective)
-        memo.costs.clear()
-        memo.costs["int8"] = sc
-        memo.head_savings.clear()
-        return objective.predict(profile.candidate).speedup, cm.verify(7), sc.whole_seconds / sc.unit
+        return predict_with(objective, profile.candidate, cm, sc), cm.verify(7), sc.whole_seconds / sc.unit
 
-    out: dict[str, list[tuple[float, float, float]]] = {"one rotation": [], "apart": [], "real": []}
-    for _ in range(reps):
-        for what in ("one rotation", "apart", "real"):
-            if what == "real":
-                v = (real_speedup(sm, prompts, drafters), float("nan"), float("nan"))
-            else:
-                v = predict(what == "one rotation")
-            out[what].append(v)
-            print(f"{what:12s} speedup {v[0]:.3f}  v(7) {v[1]:.3f}  c {v[2]:.3f}", flush=True)
-    for what, vs in out.items():
-        print(spread(f"{what:12s} speedup", [v[0] for v in vs]))
-        if what != "real":
-            print(spread(f"{what:12s} v(7)   ", [v[1] for v in vs]))
-            print(spread(f"{what:12s} c      ", [v[2] for v in vs]))
-    real = statistics.mean(v[0] for v in out["real"])
-    print("prediction over the real decode, mean:",
-          {w: round(statistics.mean(v[0] for v in out[w]) / real, 3) for w in ("one rotation", "apart")})
+    alternate(reps, {"one rotation": lambda: predict(True), "apart": lambda: predict(False),
+                     "real": lambda: (real_speedup(sm, prompts, drafters), float("nan"), float("nan"))})
 
 
 if __name__ == "__main__":
