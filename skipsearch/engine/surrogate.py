@@ -99,8 +99,7 @@ def measure_stand_ins(sm: SkippableModel, context: Sequence[int], copy, *, repea
     unit (a plain step through the kernel) and, with ``compiled_whole`` (a draft that ``compiled_draft`` runs,
     as precision's), the whole-model draft in the scheme as the decoder runs it: compiled, on the kernel's cache."""
     every = tuple(range(sm.num_layers))
-    cache = sm.new_cache()
-    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+    cache = full_cache(sm, context, ())
     n, token = len(context), torch.tensor([context[-1]])
 
     def step(*, attn=(), mlp=(), head=False, skip: DraftConfig | None = None):
@@ -137,17 +136,16 @@ def measure_head_saving(sm: SkippableModel, context: Sequence[int], head, *, rep
     """Seconds a draft ``head`` (a trimmed or quantized LM head) saves a one-token step against the full head: the
     two steps run eagerly on a DynamicCache at ``context``'s length, interleaved by the one harness, medians.
     Negative where the head saves nothing and the noise says so: the caller decides whether to clip it."""
-    cache = sm.new_cache()
-    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
-    n, token = len(context), torch.tensor([context[-1]])
+    step = _step_call(sm, context, full_cache(sm, context, ()), None)
 
-    def step(h):
+    def with_head(h):
         def once():
             with sm.draft_head(h):
-                _one_step(sm, token, n, cache, None)
+                step()
         return once
 
-    timed = time_interleaved({"full": step(None), "trimmed": step(head)}, rounds=repeats, device=sm.device, warmup=3)
+    timed = time_interleaved({"full": with_head(None), "trimmed": with_head(head)}, rounds=repeats, device=sm.device,
+                             warmup=3)
     return timed["full"].median - timed["trimmed"].median
 
 
@@ -245,8 +243,7 @@ def measure_costs(
     unknown = set(extra_verify_sizes or {}) - set(extra)
     if unknown:
         raise ConfigError(f"extra_verify_sizes names configs not in extra: {', '.join(sorted(unknown))}")
-    cache = sm.new_cache()
-    sm.forward(torch.tensor(list(context)), start=0, cache=cache)
+    cache = full_cache(sm, context, ())
     L = sm.num_layers
     every = tuple(range(L))
     # the parts (full, no_attn, no_mlp and the extra drafts) run eagerly on a DynamicCache; the verify curve and the
@@ -458,5 +455,4 @@ def replan_skip_set(traces: Sequence[Trace], skip: tuple, costs: CostModel, *, k
 
 __all__ = ["COST_ROUNDS", "EXIT_RULES", "K_VALUES", "Calibration", "CostModel", "DraftCost", "Replay", "SchemeCost",
            "aligned", "calibrate", "draft_block", "full_cache", "interpolate", "measure_costs", "measure_head_saving",
-           "measure_stand_ins",
-           "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets", "whole_draft"]
+           "measure_stand_ins", "replan_skip_set", "replay", "replay_all", "trace", "trace_skip_sets", "whole_draft"]
