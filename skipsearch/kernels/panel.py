@@ -11,6 +11,11 @@ outside its matrix products:
   (``studies/startup-cpu.md``). The step runs the panel product anyway, since with no frozen weights in any graph
   inductor's caches keep every graph for the next process (``kernels/graphs.py``): a later process loads them in
   seconds where each used to compile for minutes.
+- **The weights in the fewest bytes that give them back.** A linear whose fp32 weights are a GGUF's blocks (every
+  linear of smollm2-135m, converted from a Q4_1 file; its head from the file's Q8_0 embedding) is held as those
+  blocks, and its product decodes each weight in registers and sums as the fp32 panels' product does, in the same
+  order: the same output bit for bit, 96 MB a step for smollm2-135m in place of 540 (``kernels/lowbit/exact.py``).
+  A weight that no block format gives back exactly (a bf16 or fp32 checkpoint) stays fp32 panels.
 - **Attention without copies.** The model has fewer key/value heads than query heads (grouped-query attention).
   HF's SDPA path, when compiled, copies every key and value head across its group over the whole static cache
   (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so
@@ -153,13 +158,14 @@ def _set_attention(config, name: str) -> None:
 
 def shared_copy(hf, *, panels: bool):
     """A copy of the HF model that shares its parameters and buffers and runs ``packed_gqa_attention``; with
-    ``panels``, every ``nn.Linear`` (the LM head too) swapped for an ``F32PanelLinear`` of the same weights, their
-    packed weights in one block of huge pages (``kernels/lowbit/arena.py``)."""
+    ``panels``, every ``nn.Linear`` (the LM head too) swapped for a stand-in of the same weights
+    (``exact_panel_linear``: their exact blocks, else fp32 panels), their packed weights in one block of huge pages
+    (``kernels/lowbit/arena.py``)."""
     import copy
 
     from skipsearch.kernels.lowbit.arena import pack
     from skipsearch.kernels.lowbit.convert import swap_linears
-    from skipsearch.kernels.lowbit.modules import F32PanelLinear
+    from skipsearch.kernels.lowbit.exact import exact_panel_linear
 
     shared = {id(t): t for t in (*hf.parameters(), *hf.buffers())}
     out = copy.deepcopy(hf, memo=shared)
@@ -167,7 +173,7 @@ def shared_copy(hf, *, panels: bool):
         _register_attention()
         out.set_attn_implementation(ATTENTION)
     if panels:
-        swap_linears(out, F32PanelLinear.from_linear)
+        swap_linears(out, exact_panel_linear)
         pack([out])  # its packed weights in one huge-page block, in the forward's order (kernels/lowbit/arena.py)
     return out
 

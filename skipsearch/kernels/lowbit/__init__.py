@@ -15,7 +15,9 @@ These kernels stream each packed weight byte once for all rows (``csrc/lowbit.cp
   VNNI dot products (``csrc/dq.cpp``); ``lowbit_linear`` picks them where ``int8_activations()`` (the CPU has
   AVX-512 VNNI), the weight-only ones elsewhere;
 - ``F32PanelLinear``: a Linear's own fp32 weights in the same panels (``skipsearch::f32_panel_linear``), for the
-  ``panel`` kernel's verify blocks: the product streams the weights once for all rows, as the low-bit ones do.
+  ``panel`` kernel's verify blocks: the product streams the weights once for all rows, as the low-bit ones do;
+- ``exact_panel_linear``: the same, as the GGUF blocks (Q4_1, Q8_0) a converted model's fp32 weights are, where
+  decoding them gives back every bit (``exact.py``): the fp32 panel product's output bit for bit, in fewer bytes.
 - ``arena.pack``: a copy's stand-ins' packed weights moved into one block of memory asked for as huge pages, in
   the order its forward reads them (the precision drafts' copies, the ``panel`` kernel's block copy).
 
@@ -29,7 +31,7 @@ import importlib
 _WHERE = {
     "check_lowbit": "build", "isas": "build", "use_isa": "build",
     "has_vnni": "build", "dq_paths": "build", "use_dq_path": "build",
-    "Int8WoLinear": "modules", "Int4WoLinear": "modules", "F32PanelLinear": "modules",
+    "Int8WoLinear": "modules", "Int4WoLinear": "modules", "F32PanelLinear": "modules", "exact_panel_linear": "exact",
     "Int8DqLinear": "modules", "Int4DqLinear": "modules", "int8_activations": "convert",
     "quantize_int8": "quant", "quantize_int4": "quant", "dequantize_int8": "quant", "dequantize_int4": "quant",
     "lowbit_linear": "convert", "lowbit_linears": "convert", "lowbit_model": "convert",

@@ -143,6 +143,14 @@ def _register_fakes() -> None:
     def _(x, w, bias, n):
         return x.new_empty((*x.shape[:-1], n))
 
+    @torch.library.register_fake("skipsearch::q4_1_panel_linear")
+    def _(x, codes, dm, bias, n):
+        return x.new_empty((*x.shape[:-1], n))
+
+    @torch.library.register_fake("skipsearch::q8_0_panel_linear")
+    def _(x, codes, d, bias, n):
+        return x.new_empty((*x.shape[:-1], n))
+
     @torch.library.register_fake("skipsearch::int8_dq_linear")
     def _(x, w, scale, bias, n):
         return x.new_empty((*x.shape[:-1], n))

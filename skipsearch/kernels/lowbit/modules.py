@@ -90,7 +90,7 @@ class LowbitLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _bias_of(linear: nn.Linear) -> torch.Tensor | None:
+def bias_of(linear: nn.Linear) -> torch.Tensor | None:
     return None if linear.bias is None else linear.bias.detach().float().clone()
 
 
@@ -111,7 +111,7 @@ class Int8WoLinear(LowbitLinear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear):
-        return cls(*quantize_int8(linear.weight), _bias_of(linear))
+        return cls(*quantize_int8(linear.weight), bias_of(linear))
 
     @staticmethod
     def _run(x, w, scale, bias, n):
@@ -132,7 +132,7 @@ class F32PanelLinear(LowbitLinear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> F32PanelLinear:
-        return cls(linear.weight, _bias_of(linear))
+        return cls(linear.weight, bias_of(linear))
 
     @staticmethod
     def _run(x, w, bias, n):
@@ -158,7 +158,7 @@ class Int4WoLinear(LowbitLinear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int = GROUP):
-        return cls(*quantize_int4(linear.weight, group_size), _bias_of(linear))
+        return cls(*quantize_int4(linear.weight, group_size), bias_of(linear))
 
     @staticmethod
     def _run(x, w, scales, bias, n):

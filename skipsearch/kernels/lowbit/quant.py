@@ -57,7 +57,7 @@ def dequantize_int4(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return (q.float().reshape(n, groups, k // groups) * scales[..., None]).reshape(n, k)
 
 
-def _panels(t: torch.Tensor, fill: float | int) -> torch.Tensor:
+def panels(t: torch.Tensor, fill: float | int) -> torch.Tensor:
     """[N, ...] -> [ceil(N / 32), 32, ...], the last panel filled with ``fill``."""
     n = t.shape[0]
     pad = -n % PANEL
@@ -68,38 +68,38 @@ def _panels(t: torch.Tensor, fill: float | int) -> torch.Tensor:
 
 def pack_int8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K], scale [N]) -> (w [panels, K, 32] int8, scale [panels * 32] fp32)."""
-    w = _panels(q, 0).transpose(1, 2).contiguous()  # [P, K, 32]
-    return w, _panels(scale.float(), 0.0).reshape(-1).contiguous()
+    w = panels(q, 0).transpose(1, 2).contiguous()  # [P, K, 32]
+    return w, panels(scale.float(), 0.0).reshape(-1).contiguous()
 
 
 def pack_f32(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` [N, K] -> [panels, K, 32] fp32, as the int8 layout with the weights themselves (no scale)."""
-    return _panels(weight.detach().float(), 0.0).transpose(1, 2).contiguous()
+    return panels(weight.detach().float(), 0.0).transpose(1, 2).contiguous()
 
 
 def pack_int4(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K] in [-8, 7], scales [N, G]) -> (w [panels, K / 2, 32] uint8: the low nibble holds even k and
     the high one odd k, each q + 8; scales [panels, G, 32] fp32)."""
-    u = (_panels(q, 0).to(torch.int16) + 8).to(torch.uint8).transpose(1, 2)  # [P, K, 32], 0..15
+    u = (panels(q, 0).to(torch.int16) + 8).to(torch.uint8).transpose(1, 2)  # [P, K, 32], 0..15
     w = (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous()  # [P, K/2, 32]
-    return w, _panels(scales.float(), 1.0).transpose(1, 2).contiguous()  # [P, G, 32]
+    return w, panels(scales.float(), 1.0).transpose(1, 2).contiguous()  # [P, G, 32]
 
 
 def pack_int8_vnni(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K], scale [N]) -> (w [panels, K / 4, 128] uint8, scale [panels * 32] fp32) for ``int8_dq_linear``
     (``csrc/dq.cpp``): step t of a panel holds columns 0..31, each as its four inputs 4t..4t+3, stored q + 128."""
-    u = (_panels(q, 0).to(torch.int16) + 128).to(torch.uint8)  # [P, 32, K]
+    u = (panels(q, 0).to(torch.int16) + 128).to(torch.uint8)  # [P, 32, K]
     p, _, k = u.shape
     w = u.reshape(p, PANEL, k // 4, 4).permute(0, 2, 1, 3).reshape(p, k // 4, 4 * PANEL).contiguous()
-    return w, _panels(scale.float(), 0.0).reshape(-1).contiguous()
+    return w, panels(scale.float(), 0.0).reshape(-1).contiguous()
 
 
 def pack_int4_vnni(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K] in [-8, 7], scales [N, G]) -> (w [panels, K / 8, 128] uint8, scales [panels, G, 32] fp32) for
     ``int4_dq_linear`` (``csrc/dq.cpp``): step t of a panel holds columns 0..31, each as four bytes whose low
     nibbles are inputs 8t..8t+3 and high nibbles 8t+4..8t+7, each q + 8."""
-    u = (_panels(q, 0).to(torch.int16) + 8).to(torch.uint8)  # [P, 32, K], 0..15
+    u = (panels(q, 0).to(torch.int16) + 8).to(torch.uint8)  # [P, 32, K], 0..15
     p, _, k = u.shape
     u = u.reshape(p, PANEL, k // 8, 2, 4)
     w = (u[:, :, :, 0] | (u[:, :, :, 1] << 4)).permute(0, 2, 1, 3).reshape(p, k // 8, 4 * PANEL).contiguous()
-    return w, _panels(scales.float(), 1.0).transpose(1, 2).contiguous()
+    return w, panels(scales.float(), 1.0).transpose(1, 2).contiguous()

@@ -18,6 +18,15 @@
 // re-reads the panel from L1/L2, not from memory. Accumulation is in fp32. An int4 weight is dequantized as
 // fma(q + 8, s, -8 s), which rounds once, exactly as (q * s) does: the products use the same fp32 weights
 // as dequantize-then-matmul, only the order of the sums differs.
+//
+// Exact block codes (coded_panel: the panel kernel's products where a layer's fp32 weights are a GGUF's blocks, as
+// smollm2-135m's, converted from a Q4_1 GGUF, are): the same fp32 weights, decoded in registers, in groups of G = 32
+// inputs (a GGUF block). d and m are fp16, so each decode rounds at most once and gives back the stored fp32 weight
+// bit for bit (the packing checks it), and the sums run as dense_panel's for fp32 panels, in the same order: the
+// output equals f32_panel_linear's bit for bit, streaming 5 (q4_1) or 8.5 (q8_0) bits a weight, not 32.
+//   q4_1:  codes[panel][k][16]        uint8: byte i holds column i (low nibble) and column i + 16 (high), q in 0..15
+//          dm[panel][g][2][32]        fp16: d, then m; w = d q + m (d q is exact: 11 bits by 4)
+//   q8_0:  codes[panel][k][32]        int8 q; d[panel][g][32] fp16; w = d q (exact: 11 bits by 8)
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -65,6 +74,8 @@ struct Scalar {
     lo = static_cast<float>(*p & 15);
     hi = static_cast<float>(*p >> 4);
   }
+  static inline F nibble(const uint8_t* p, int hi) { return static_cast<float>((*p >> (4 * hi)) & 15); }
+  static inline F h(const uint16_t* p) { return static_cast<float>(c10::Half(*p, c10::Half::from_bits())); }
 };
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -93,6 +104,19 @@ struct Avx2 {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+  }
+  static inline F nibble(const uint8_t* p, int hi) {  // 8 bytes' low or high nibbles
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtepi32_ps(hi ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(15)));
+  }
+  static inline F h(const uint16_t* p) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+    alignas(32) float f[8];
+    for (int i = 0; i < 8; ++i) f[i] = static_cast<float>(c10::Half(p[i], c10::Half::from_bits()));
+    return _mm256_load_ps(f);
+#endif
   }
 };
 #endif
@@ -123,6 +147,13 @@ struct Avx512 {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
     hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+  }
+  static inline F nibble(const uint8_t* p, int hi) {  // 16 bytes' low or high nibbles
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtepi32_ps(hi ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(15)));
+  }
+  static inline F h(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 };
 #endif
@@ -241,6 +272,88 @@ void int4_panel(const float* x, int64_t ldx, const uint8_t* w, const float* scal
     }
 }
 
+// ---- exact block codes: one panel's weights decoded as dense_panel's fp32 panels hold them -----------------------
+constexpr int G = 32;  // inputs per block (a GGUF block)
+
+struct Q41 {  // w = d q + m
+  const uint8_t* codes;  // this panel's [K][16]
+  const uint16_t* dm;    // this panel's [K / G][2][P]
+  static constexpr int CODE_BYTES = P / 2;  // a k's codes
+  template <class V>
+  inline void group(int64_t g, typename V::F* d, typename V::F* m) const {
+    for (int b = 0; b < P / V::W; ++b) {
+      d[b] = V::h(dm + g * 2 * P + b * V::W);
+      m[b] = V::h(dm + g * 2 * P + P + b * V::W);
+    }
+  }
+  template <class V>
+  inline void weights(int64_t k, const typename V::F* d, const typename V::F* m, typename V::F* w) const {
+    // block b holds columns b W .. b W + W - 1: bytes (b W) mod 16 on, the high nibble from column 16
+    for (int b = 0; b < P / V::W; ++b)
+      w[b] = V::fma(V::nibble(codes + k * CODE_BYTES + (b * V::W) % (P / 2), (b * V::W) / (P / 2)), d[b], m[b]);
+  }
+};
+
+struct Q80 {  // w = d q
+  const int8_t* codes;  // this panel's [K][P]
+  const uint16_t* d;    // this panel's [K / G][P]
+  static constexpr int CODE_BYTES = P;
+  template <class V>
+  inline void group(int64_t g, typename V::F* dv, typename V::F*) const {
+    for (int b = 0; b < P / V::W; ++b) dv[b] = V::h(d + g * P + b * V::W);
+  }
+  template <class V>
+  inline void weights(int64_t k, const typename V::F* dv, const typename V::F*, typename V::F* w) const {
+    for (int b = 0; b < P / V::W; ++b) w[b] = V::mul(V::i8(codes + k * P + b * V::W), dv[b]);
+  }
+};
+
+// dense_panel's one pass over a panel of fp32 weights (the same accumulators, the same sums in the same order),
+// each weight decoded from its code as it is read: out equals dense_panel<V, MR, float>'s bit for bit
+template <class V, int MR, class C>
+void coded_panel(const float* x, int64_t ldx, const C& c, int64_t K, float* out) {
+  using F = typename V::F;
+  constexpr int NB = P / V::W;
+  constexpr int S = MR * NB >= 8 ? 1 : V::SETS;  // as dense_panel's, for a whole pass
+  static_assert(G % S == 0, "a block holds whole steps of the sets");
+  F acc[S][MR][NB];
+#pragma GCC unroll 64
+  for (int s = 0; s < S; ++s)
+#pragma GCC unroll 64
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
+  for (int64_t g = 0; g < K / G; ++g) {
+    const char* ahead = reinterpret_cast<const char*>(c.codes + g * G * C::CODE_BYTES) + PREFETCH_BYTES;
+#pragma GCC unroll 64
+    for (int l = 0; l < G * C::CODE_BYTES; l += 64) __builtin_prefetch(ahead + l);
+    F d[NB], m0[NB];
+    c.template group<V>(g, d, m0);
+    for (int64_t k = g * G; k < (g + 1) * G; k += S) {
+#pragma GCC unroll 64
+      for (int s = 0; s < S; ++s) {
+        F wv[NB];
+        c.template weights<V>(k + s, d, m0, wv);
+#pragma GCC unroll 64
+        for (int m = 0; m < MR; ++m) {
+          const F xv = V::bcast(x + m * ldx + k + s);
+#pragma GCC unroll 64
+          for (int b = 0; b < NB; ++b) acc[s][m][b] = V::fma(xv, wv[b], acc[s][m][b]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 64
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+    for (int b = 0; b < NB; ++b) {
+      F sum = acc[0][m][b];
+#pragma GCC unroll 64
+      for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
+      V::storeu(out + m * P + b * V::W, sum);
+    }
+}
+
 // ---- row chunks: a table of the micro-kernel instantiated for 1..MR rows ------------------------------------
 template <class V, int... R>
 struct Rows {
@@ -257,6 +370,12 @@ struct Rows {
     using Fn = void (*)(const float*, int64_t, const uint8_t*, const float*, int64_t, int64_t, float*);
     static constexpr Fn table[] = {&int4_panel<V, R>...};
     table[mr - 1](x, ldx, w, sc, K, g, out);
+  }
+  template <class C>
+  static void coded(int mr, const float* x, int64_t ldx, const C& c, int64_t K, float* out) {
+    using Fn = void (*)(const float*, int64_t, const C&, int64_t, float*);
+    static constexpr Fn table[] = {&coded_panel<V, R, C>...};
+    table[mr - 1](x, ldx, c, K, out);
   }
 };
 template <class V>
@@ -311,6 +430,47 @@ void run_int4(const float* x, int64_t M, int64_t K, const uint8_t* w, const floa
         epilogue(acc, mr, y + m0 * n, n, p * P, n, nullptr, bias);
         m0 += mr;
       }
+  });
+}
+
+// One panel's weights decoded into fp32 panels (``out`` [K][P]), as f32_panel_linear reads them
+template <class V, class C>
+void decode_panel(const C& c, int64_t K, float* out) {
+  using F = typename V::F;
+  constexpr int NB = P / V::W;
+  for (int64_t g = 0; g < K / G; ++g) {
+    F d[NB], m[NB], w[NB];
+    c.template group<V>(g, d, m);
+    for (int64_t k = g * G; k < (g + 1) * G; ++k) {
+      c.template weights<V>(k, d, m, w);
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) V::storeu(out + k * P + b * V::W, w[b]);
+    }
+  }
+}
+
+// exact block codes: ``decoder(p)`` is panel p's; the rows in fp32 panels' chunks (V::MRF), so every sum is
+// f32_panel_linear's. One chunk decodes each weight in registers as it is read; more rows (a prompt) decode the
+// panel once into fp32 panels in cache and run f32_panel_linear's own micro-kernel over them, chunk after chunk
+template <class V, class D>
+void run_coded(const float* x, int64_t M, int64_t K, D decoder, const float* bias, int64_t n, float* y) {
+  const int64_t panels = (n + P - 1) / P;
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    alignas(64) float acc[8 * P];
+    std::vector<float> decoded(M > V::MRF ? K * P : 0);
+    for (int64_t p = p0; p < p1; ++p) {
+      const auto c = decoder(p);
+      if (M > V::MRF) decode_panel<V>(c, K, decoded.data());
+      for (int64_t m0 = 0; m0 < M;) {
+        const int mr = chunk_rows(M, m0, V::MRF);
+        if (M > V::MRF)
+          RowsOf<V>::template dense<float>(mr, x + m0 * K, K, decoded.data(), K, acc);
+        else
+          RowsOf<V>::coded(mr, x + m0 * K, K, c, K, acc);
+        epilogue(acc, mr, y + m0 * n, n, p * P, n, nullptr, bias);
+        m0 += mr;
+      }
+    }
   });
 }
 
@@ -448,6 +608,63 @@ at::Tensor int4_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
   return y.view(out_shape(x, n));
 }
 
+// the exact block codes' ops: check the operands, then run the panels on the selected unit
+template <class D>
+at::Tensor coded_linear(const at::Tensor& x, int64_t K, D decoder, const std::optional<at::Tensor>& bias,
+                        int64_t n) {
+  TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
+  const at::Tensor x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0);
+  at::Tensor y = at::empty({M, n}, x.options());
+  if (M > 0) {
+    const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+    const float* xp = x2.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    switch (g_isa.load()) {
+#if defined(__AVX512F__)
+      case kAvx512: run_coded<Avx512>(xp, M, K, decoder, b, n, yp); break;
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+      case kAvx2: run_coded<Avx2>(xp, M, K, decoder, b, n, yp); break;
+#endif
+      default: run_coded<Scalar>(xp, M, K, decoder, b, n, yp);
+    }
+  }
+  return y.view(out_shape(x, n));
+}
+
+static void check_codes(const at::Tensor& codes, at::ScalarType type, int64_t per_k, const at::Tensor& scales,
+                        int64_t per_group, const char* what) {
+  TORCH_CHECK(codes.scalar_type() == type && codes.dim() == 3 && codes.size(2) == per_k && codes.is_contiguous() &&
+                  codes.size(1) > 0 && codes.size(1) % G == 0,
+              "lowbit: ", what, " codes must be packed [panels, K, ", per_k, "], K a multiple of ", G);
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.size(0) == codes.size(0) &&
+                  scales.numel() == codes.size(0) * (codes.size(1) / G) * per_group,
+              "lowbit: ", what, " scales must be packed [panels, K / ", G, ", ...] float16, ", per_group,
+              " a block");
+}
+
+at::Tensor q4_1_panel_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& dm,
+                             const std::optional<at::Tensor>& bias, int64_t n) {
+  check_codes(codes, at::kByte, P / 2, dm, 2 * P, "q4_1");
+  check_common(x, bias, n, codes.size(0));
+  const int64_t K = codes.size(1);
+  const uint8_t* cp = codes.data_ptr<uint8_t>();
+  const uint16_t* sp = reinterpret_cast<const uint16_t*>(dm.data_ptr<at::Half>());
+  return coded_linear(x, K, [=](int64_t p) { return Q41{cp + p * K * (P / 2), sp + p * (K / G) * 2 * P}; }, bias,
+                      n);
+}
+
+at::Tensor q8_0_panel_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d,
+                             const std::optional<at::Tensor>& bias, int64_t n) {
+  check_codes(codes, at::kChar, P, d, P, "q8_0");
+  check_common(x, bias, n, codes.size(0));
+  const int64_t K = codes.size(1);
+  const int8_t* cp = codes.data_ptr<int8_t>();
+  const uint16_t* sp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
+  return coded_linear(x, K, [=](int64_t p) { return Q80{cp + p * K * P, sp + p * (K / G) * P}; }, bias, n);
+}
+
 }  // namespace skipsearch_lowbit
 
 // A fragment: skipsearch's Python ops (skipsearch::fp16_linear) share the namespace.
@@ -455,6 +672,8 @@ TORCH_LIBRARY_FRAGMENT(skipsearch, m) {
   m.def("int8_wo_linear(Tensor x, Tensor w, Tensor scale, Tensor? bias, int n) -> Tensor");
   m.def("int4_wo_linear(Tensor x, Tensor w, Tensor scales, Tensor? bias, int n) -> Tensor");
   m.def("f32_panel_linear(Tensor x, Tensor w, Tensor? bias, int n) -> Tensor");
+  m.def("q4_1_panel_linear(Tensor x, Tensor codes, Tensor dm, Tensor? bias, int n) -> Tensor");
+  m.def("q8_0_panel_linear(Tensor x, Tensor codes, Tensor d, Tensor? bias, int n) -> Tensor");
   m.def("lowbit_isas() -> str[]", &skipsearch_lowbit::lowbit_isas);
   m.def("lowbit_use_isa(str name) -> str", &skipsearch_lowbit::lowbit_use_isa);
 }
@@ -463,4 +682,6 @@ TORCH_LIBRARY_IMPL(skipsearch, CPU, m) {
   m.impl("int8_wo_linear", &skipsearch_lowbit::int8_wo_linear);
   m.impl("int4_wo_linear", &skipsearch_lowbit::int4_wo_linear);
   m.impl("f32_panel_linear", &skipsearch_lowbit::f32_panel_linear);
+  m.impl("q4_1_panel_linear", &skipsearch_lowbit::q4_1_panel_linear);
+  m.impl("q8_0_panel_linear", &skipsearch_lowbit::q8_0_panel_linear);
 }
