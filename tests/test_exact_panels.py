@@ -1,7 +1,7 @@
-"""Exact block codes (skipsearch/kernels/lowbit/exact.py): a weight that is a GGUF's Q4_1 or Q8_0 blocks in fp32 is
-held as those blocks and gives back every bit; the products on them equal the fp32 panel product bit for bit, on
-every compiled vector path; and the panel kernel's copy of such a model holds its linears so and decodes what HF
-greedy decodes."""
+"""Exact block codes (skipsearch/kernels/lowbit/exact.py): a weight that is a GGUF's Q4_1 or Q8_0 blocks in fp32, or
+a bf16 checkpoint's values, is held as those blocks (or as bf16) and gives back every bit; the products on them equal
+the fp32 panel product bit for bit, on every compiled vector path; and the panel kernel's copy of such a model holds
+its linears so and decodes what HF greedy decodes."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_the_fits_give_back_every_bit_and_refuse_what_they_do_not_hold():
-    from skipsearch.kernels.lowbit.exact import fit_q4_1, fit_q8_0
+    from skipsearch.kernels.lowbit.exact import fit_bf16, fit_q4_1, fit_q8_0
 
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(70, 128, generator=gen) * 0.05
@@ -74,6 +74,9 @@ def test_the_fits_give_back_every_bit_and_refuse_what_they_do_not_hold():
     nudged = w4.clone()
     nudged[3, 40] = torch.nextafter(nudged[3, 40], torch.tensor(1.0))  # one weight one ulp off
     assert fit_q4_1(nudged) is None
+    (w16,) = fit_bf16(w.bfloat16().float())
+    assert w16.dtype is torch.bfloat16 and _same(w16.float(), w.bfloat16().float())
+    assert fit_bf16(w) is None and fit_bf16(w[:, :100].bfloat16().float()) is None
     constant = torch.full((32, 64), 0.25)  # d = 0: every weight is m, every code 0
     q, d, m = fit_q4_1(constant)
     assert not q.any() and not d.float().any() and (m.float() == 0.25).all()
@@ -81,13 +84,13 @@ def test_the_fits_give_back_every_bit_and_refuse_what_they_do_not_hold():
 
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_the_block_ops_equal_the_fp32_panel_op_bit_for_bit(isa, with_bias):
-    from skipsearch.kernels.lowbit.exact import fit_q4_1, fit_q8_0, pack_q4_1, pack_q8_0
+    from skipsearch.kernels.lowbit.exact import B16PanelLinear, fit_bf16, fit_q4_1, fit_q8_0, pack_q4_1, pack_q8_0
 
     gen = torch.Generator().manual_seed(1)
     for n, k in SHAPES:
         w = torch.randn(n, k, generator=gen)
         bias = torch.randn(n, generator=gen) if with_bias else None
-        w4, w8 = as_q4_1(w), as_q8_0(w)
+        w4, w8, w16 = as_q4_1(w), as_q8_0(w), w.bfloat16().float()
         codes4, codes8 = pack_q4_1(*fit_q4_1(w4)), pack_q8_0(*fit_q8_0(w8))
         for m in ROWS:
             x = torch.randn(m, k, generator=gen)
@@ -95,6 +98,8 @@ def test_the_block_ops_equal_the_fp32_panel_op_bit_for_bit(isa, with_bias):
             y8 = torch.ops.skipsearch.q8_0_panel_linear(x, *codes8, bias, n)
             assert _same(y4, torch.ops.skipsearch.f32_panel_linear(x, pack_f32(w4), bias, n)), (n, k, m)
             assert _same(y8, torch.ops.skipsearch.f32_panel_linear(x, pack_f32(w8), bias, n)), (n, k, m)
+            y16 = torch.ops.skipsearch.bf16_panel_linear(x, B16PanelLinear(fit_bf16(w16), None).packed, bias, n)
+            assert _same(y16, torch.ops.skipsearch.f32_panel_linear(x, pack_f32(w16), bias, n)), (n, k, m)
     x = torch.randn(2, 3, 64, generator=gen)  # two leading dimensions
     assert torch.ops.skipsearch.q4_1_panel_linear(x, *pack_q4_1(*fit_q4_1(as_q4_1(torch.randn(40, 64)))), None,
                                                   40).shape == (2, 3, 40)
@@ -116,13 +121,14 @@ def test_the_block_ops_refuse_mismatched_operands():
 
 def test_a_linear_is_held_in_the_smallest_form_that_gives_back_its_weights():
     _lowbit_or_skip()
-    from skipsearch.kernels.lowbit.exact import Q41PanelLinear, Q80PanelLinear, exact_panel_linear
+    from skipsearch.kernels.lowbit.exact import B16PanelLinear, Q41PanelLinear, Q80PanelLinear, exact_panel_linear
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
 
     torch.manual_seed(4)
     x = torch.randn(3, 64)
     for rounded, cls, nbytes in ((as_q4_1, Q41PanelLinear, 2 * (64 * 16 + 2 * 2 * 32 * 2)),
                                  (as_q8_0, Q80PanelLinear, 2 * (64 * 32 + 2 * 32 * 2)),
+                                 (lambda w: w.bfloat16().float(), B16PanelLinear, 2 * 64 * 32 * 2),
                                  (lambda w: w, F32PanelLinear, 2 * 64 * 32 * 4)):
         linear = nn.Linear(64, 40)
         with torch.no_grad():
@@ -197,3 +203,25 @@ def test_the_panel_kernel_decodes_a_gguf_model_on_its_blocks_as_hf_greedy():
         ref = hf_generate(sm, prompt, max_new_tokens=20)
         assert generate(sm, prompt, max_new_tokens=20).token_ids == ref
         assert generate(sm, prompt, config=skip, max_new_tokens=20).token_ids == ref
+
+
+def test_the_panel_copy_of_a_bf16_checkpoint_holds_bf16_and_computes_the_fp32_copys_bits(monkeypatch):
+    """A model whose fp32 weights are bf16 values (a bf16 checkpoint loaded in fp32): every linear held as bf16, half
+    the fp32 panels' bytes, and its forward gives the fp32 panels' logits bit for bit."""
+    _lowbit_or_skip()
+    from skipsearch.kernels import panel
+    from skipsearch.kernels.lowbit import exact
+    from tests.conftest import make_tiny_model
+
+    sm = make_tiny_model(vocab_size=64, num_layers=2, seed=7)
+    with torch.no_grad():
+        for module in sm.hf.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.copy_(module.weight.bfloat16().float())
+    coded = panel.shared_copy(sm.hf, panels=True)
+    assert {type(m) for m in coded.modules() if isinstance(m, exact.LowbitLinear)} == {exact.B16PanelLinear}
+    monkeypatch.setattr(exact, "FORMATS", ())
+    plain = panel.shared_copy(sm.hf, panels=True)
+    ids = torch.tensor([[5, 9, 2, 17, 33, 4, 8]])
+    with torch.no_grad():
+        assert _same(coded(ids).logits, plain(ids).logits)

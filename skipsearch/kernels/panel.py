@@ -15,7 +15,7 @@ outside its matrix products:
   linear of smollm2-135m, converted from a Q4_1 file; its head from the file's Q8_0 embedding) is held as those
   blocks, and its product decodes each weight in registers and sums as the fp32 panels' product does, in the same
   order: the same output bit for bit, 96 MB a step for smollm2-135m in place of 540 (``kernels/lowbit/exact.py``).
-  A weight that no block format gives back exactly (a bf16 or fp32 checkpoint) stays fp32 panels.
+  A bf16 checkpoint's weights are held as bf16 (half the bytes, the same way); any other stays fp32 panels.
 - **Attention without copies.** The model has fewer key/value heads than query heads (grouped-query attention).
   HF's SDPA path, when compiled, copies every key and value head across its group over the whole static cache
   (``repeat_kv``) in every layer. Here the queries of a group are stacked instead (``packed_gqa_attention``), so

@@ -151,6 +151,10 @@ def _register_fakes() -> None:
     def _(x, codes, d, bias, n):
         return x.new_empty((*x.shape[:-1], n))
 
+    @torch.library.register_fake("skipsearch::bf16_panel_linear")
+    def _(x, codes, bias, n):
+        return x.new_empty((*x.shape[:-1], n))
+
     @torch.library.register_fake("skipsearch::int8_dq_linear")
     def _(x, w, scale, bias, n):
         return x.new_empty((*x.shape[:-1], n))

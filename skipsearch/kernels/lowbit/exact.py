@@ -7,7 +7,8 @@ fp32 a one-token step streams 540 MB of them; as the blocks they are, 96 MB.
 
 ``fit_q4_1`` and ``fit_q8_0`` find such blocks in a weight, where there are any, and check that decoding them gives
 back every fp32 bit of it (a weight they do not fit exactly is left alone: None). ``exact_panel_linear`` then holds a
-linear as the smallest form that fits (``Q41PanelLinear``, ``Q80PanelLinear``), else as its fp32 panels
+linear as the smallest form that fits (``Q41PanelLinear``, ``Q80PanelLinear``; ``B16PanelLinear`` for the fp32
+weights of a bf16 checkpoint, which bf16 gives back exactly), else as its fp32 panels
 (``F32PanelLinear``). Their products (``csrc/lowbit.cpp``: ``coded_panel``) decode each weight in registers and sum as
 the fp32 panels' product does, in the same order, so their output equals ``f32_panel_linear``'s bit for bit: the
 same model, the same numbers, fewer bytes a step. Nothing is rounded that the checkpoint did not already round.
@@ -144,7 +145,33 @@ class Q80PanelLinear(LowbitLinear):
         return torch.ops.skipsearch.q8_0_panel_linear(x, codes, d, bias, n)
 
 
-FORMATS = ((fit_q4_1, Q41PanelLinear), (fit_q8_0, Q80PanelLinear))  # smallest first
+def fit_bf16(weight: torch.Tensor) -> tuple[torch.Tensor] | None:
+    """(w [N, K] bf16,) equal to ``weight`` bit for bit when widened, else None: the fp32 weights of a bf16
+    checkpoint (most Hugging Face models), loaded in fp32."""
+    b = _blocks(weight)
+    if b is None:
+        return None
+    w = weight.detach().to(torch.bfloat16)
+    return (w,) if _same_bits(w.float(), weight.detach()).all() else None
+
+
+class B16PanelLinear(LowbitLinear):
+    """A linear whose fp32 weights are bf16 values, held as bf16 (``skipsearch::bf16_panel_linear``, 16 bits a
+    weight): ``f32_panel_linear``'s output bit for bit."""
+
+    def __init__(self, fit: tuple[torch.Tensor], bias: torch.Tensor | None) -> None:
+        super().__init__()
+        check_lowbit()
+        self.out_features, self.in_features = fit[0].shape
+        self.register_buffer("packed", panels(fit[0], 0.0).transpose(1, 2).contiguous())  # [panels, K, 32] bf16
+        self._keep_bias(bias)
+
+    @staticmethod
+    def _run(x, codes, bias, n):
+        return torch.ops.skipsearch.bf16_panel_linear(x, codes, bias, n)
+
+
+FORMATS = ((fit_q4_1, Q41PanelLinear), (fit_q8_0, Q80PanelLinear), (fit_bf16, B16PanelLinear))  # smallest first
 
 
 def exact_panel_linear(linear: nn.Linear) -> LowbitLinear:

@@ -27,6 +27,7 @@
 //   q4_1:  codes[panel][k][16]        uint8: byte i holds column i (low nibble) and column i + 16 (high), q in 0..15
 //          dm[panel][g][2][32]        fp16: d, then m; w = d q + m (d q is exact: 11 bits by 4)
 //   q8_0:  codes[panel][k][32]        int8 q; d[panel][g][32] fp16; w = d q (exact: 11 bits by 8)
+//   bf16:  codes[panel][k][32]        bf16 (a bf16 checkpoint's weights): w = the bf16 widened, its bits shifted up
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -35,6 +36,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -76,6 +78,12 @@ struct Scalar {
   }
   static inline F nibble(const uint8_t* p, int hi) { return static_cast<float>((*p >> (4 * hi)) & 15); }
   static inline F h(const uint16_t* p) { return static_cast<float>(c10::Half(*p, c10::Half::from_bits())); }
+  static inline F b16(const uint16_t* p) {  // a bf16's bits are an fp32's upper half
+    const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
 };
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -118,6 +126,10 @@ struct Avx2 {
     return _mm256_load_ps(f);
 #endif
   }
+  static inline F b16(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
 };
 #endif
 
@@ -154,6 +166,10 @@ struct Avx512 {
   }
   static inline F h(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static inline F b16(const uint16_t* p) {
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
   }
 };
 #endif
@@ -305,6 +321,17 @@ struct Q80 {  // w = d q
   template <class V>
   inline void weights(int64_t k, const typename V::F* dv, const typename V::F*, typename V::F* w) const {
     for (int b = 0; b < P / V::W; ++b) w[b] = V::mul(V::i8(codes + k * P + b * V::W), dv[b]);
+  }
+};
+
+struct B16 {  // w = the bf16 itself, widened (exact)
+  const uint16_t* codes;  // this panel's [K][P]
+  static constexpr int CODE_BYTES = 2 * P;
+  template <class V>
+  inline void group(int64_t, typename V::F*, typename V::F*) const {}
+  template <class V>
+  inline void weights(int64_t k, const typename V::F*, const typename V::F*, typename V::F* w) const {
+    for (int b = 0; b < P / V::W; ++b) w[b] = V::b16(codes + k * P + b * V::W);
   }
 };
 
@@ -665,6 +692,17 @@ at::Tensor q8_0_panel_linear(const at::Tensor& x, const at::Tensor& codes, const
   return coded_linear(x, K, [=](int64_t p) { return Q80{cp + p * K * P, sp + p * (K / G) * P}; }, bias, n);
 }
 
+at::Tensor bf16_panel_linear(const at::Tensor& x, const at::Tensor& codes, const std::optional<at::Tensor>& bias,
+                             int64_t n) {
+  TORCH_CHECK(codes.scalar_type() == at::kBFloat16 && codes.dim() == 3 && codes.size(2) == P &&
+                  codes.is_contiguous() && codes.size(1) > 0 && codes.size(1) % G == 0,
+              "lowbit: bf16 weights must be packed [panels, K, ", P, "] bfloat16, K a multiple of ", G);
+  check_common(x, bias, n, codes.size(0));
+  const int64_t K = codes.size(1);
+  const uint16_t* cp = reinterpret_cast<const uint16_t*>(codes.data_ptr<at::BFloat16>());
+  return coded_linear(x, K, [=](int64_t p) { return B16{cp + p * K * P}; }, bias, n);
+}
+
 }  // namespace skipsearch_lowbit
 
 // A fragment: skipsearch's Python ops (skipsearch::fp16_linear) share the namespace.
@@ -674,6 +712,7 @@ TORCH_LIBRARY_FRAGMENT(skipsearch, m) {
   m.def("f32_panel_linear(Tensor x, Tensor w, Tensor? bias, int n) -> Tensor");
   m.def("q4_1_panel_linear(Tensor x, Tensor codes, Tensor dm, Tensor? bias, int n) -> Tensor");
   m.def("q8_0_panel_linear(Tensor x, Tensor codes, Tensor d, Tensor? bias, int n) -> Tensor");
+  m.def("bf16_panel_linear(Tensor x, Tensor codes, Tensor? bias, int n) -> Tensor");
   m.def("lowbit_isas() -> str[]", &skipsearch_lowbit::lowbit_isas);
   m.def("lowbit_use_isa(str name) -> str", &skipsearch_lowbit::lowbit_use_isa);
 }
@@ -684,4 +723,5 @@ TORCH_LIBRARY_IMPL(skipsearch, CPU, m) {
   m.impl("f32_panel_linear", &skipsearch_lowbit::f32_panel_linear);
   m.impl("q4_1_panel_linear", &skipsearch_lowbit::q4_1_panel_linear);
   m.impl("q8_0_panel_linear", &skipsearch_lowbit::q8_0_panel_linear);
+  m.impl("bf16_panel_linear", &skipsearch_lowbit::bf16_panel_linear);
 }
