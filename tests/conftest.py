@@ -216,3 +216,28 @@ def graphs_made() -> int:
     from skipsearch.kernels import precompiled
 
     return counters["stats"]["unique_graphs"] + precompiled.COUNTS["loaded"]
+
+
+def lowbit_or_skip() -> None:
+    """Skip the test where the low-bit kernels cannot be built here (the refusal itself: tests/test_lowbit.py)."""
+    from skipsearch.config import ConfigError
+    from skipsearch.kernels.lowbit import check_lowbit
+
+    try:
+        check_lowbit()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(params=["avx512", "avx2", "scalar"])
+def isa(request):
+    """Run the test on one compiled vector path of the low-bit kernels (skipped where this build has none), then
+    restore the default."""
+    from skipsearch.kernels.lowbit import isas, use_isa
+
+    lowbit_or_skip()
+    if request.param not in isas():
+        pytest.skip(f"this build has no {request.param} path (it has {', '.join(isas())})")
+    before = use_isa(request.param)
+    yield request.param
+    use_isa(before)

@@ -10,28 +10,11 @@ import torch
 from torch import nn
 
 from skipsearch.config import ConfigError
-from skipsearch.kernels.lowbit import check_lowbit, isas, use_isa
 from skipsearch.kernels.lowbit.quant import pack_f32
+from tests.conftest import lowbit_or_skip  # and conftest's isa fixture: each vector path
 
 ROWS = (1, 2, 3, 5, 8, 9, 13)
 SHAPES = ((33, 64), (64, 96), (96, 32), (7, 160))  # (N, K): N padded to whole panels, K whole blocks
-
-
-def _lowbit_or_skip() -> None:
-    try:
-        check_lowbit()
-    except ConfigError as exc:  # a machine that cannot build it: test_lowbit.py tests the refusal
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(params=["avx512", "avx2", "scalar"])
-def isa(request):
-    _lowbit_or_skip()
-    if request.param not in isas():
-        pytest.skip(f"this build has no {request.param} path (it has {', '.join(isas())})")
-    before = use_isa(request.param)
-    yield request.param
-    use_isa(before)
 
 
 def as_q4_1(w: torch.Tensor) -> torch.Tensor:
@@ -106,7 +89,7 @@ def test_the_block_ops_equal_the_fp32_panel_op_bit_for_bit(isa, with_bias):
 
 
 def test_the_block_ops_refuse_mismatched_operands():
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels.lowbit.exact import fit_q4_1, pack_q4_1
 
     codes, dm = pack_q4_1(*fit_q4_1(as_q4_1(torch.randn(40, 64))))
@@ -120,7 +103,7 @@ def test_the_block_ops_refuse_mismatched_operands():
 
 
 def test_a_linear_is_held_in_the_smallest_form_that_gives_back_its_weights():
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels.lowbit.exact import B16PanelLinear, Q41PanelLinear, Q80PanelLinear, exact_panel_linear
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
 
@@ -148,7 +131,7 @@ def test_the_panel_copy_of_a_gguf_model_holds_its_blocks_and_computes_the_fp32_c
     """A model whose linears are Q4_1 blocks and whose head is Q8_0 blocks (as smollm2-135m's GGUF): the panel
     kernel's copy holds each in its blocks (siblings sharing one buffer, as fp32 panels do) and its forward, eagerly,
     gives the fp32 panels' logits bit for bit."""
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels import panel
     from skipsearch.kernels.lowbit import exact
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
@@ -208,7 +191,7 @@ def test_the_panel_kernel_decodes_a_gguf_model_on_its_blocks_as_hf_greedy():
 def test_the_panel_copy_of_a_bf16_checkpoint_holds_bf16_and_computes_the_fp32_copys_bits(monkeypatch):
     """A model whose fp32 weights are bf16 values (a bf16 checkpoint loaded in fp32): every linear held as bf16, half
     the fp32 panels' bytes, and its forward gives the fp32 panels' logits bit for bit."""
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels import panel
     from skipsearch.kernels.lowbit import exact
     from tests.conftest import make_tiny_model

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_llama
+from conftest import lowbit_or_skip, tiny_llama
 from torch import nn
 
 from skipsearch.config import ConfigError
-from skipsearch.kernels.lowbit import build, check_lowbit, isas, use_isa
+from skipsearch.kernels.lowbit import build, check_lowbit, use_isa
 from skipsearch.kernels.lowbit.quant import (
     dequantize_int4,
     dequantize_int8,
@@ -38,24 +38,6 @@ ROWS = (1, 2, 3, 4, 7, 8, 16)
 # (N, K): N odd, N below one panel of 32 and one past it; K not a multiple of 16 or 8 lanes (40, 33)
 SHAPES8 = ((33, 40), (1, 33), (65, 96), (32, 17))
 SHAPES4 = ((33, 40, 8), (1, 64, 32), (65, 96, 32), (31, 18, 2))  # (N, K, group)
-
-
-def _lowbit_or_skip() -> None:
-    try:
-        check_lowbit()
-    except ConfigError as exc:  # a machine that cannot build it: the refusal itself is tested below
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(params=["avx512", "avx2", "scalar"])
-def isa(request):
-    """Run the test on one compiled vector path (skipped where this build has none), then restore the default."""
-    _lowbit_or_skip()
-    if request.param not in isas():
-        pytest.skip(f"this build has no {request.param} path (it has {', '.join(isas())})")
-    before = use_isa(request.param)
-    yield request.param
-    use_isa(before)
 
 
 def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -124,7 +106,7 @@ def test_the_fp32_panel_op_matches_the_reference_product(isa, with_bias):
 
 
 def test_the_fp32_panel_linear_is_its_linear_and_compiles_in_one_graph():
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels.lowbit.modules import F32PanelLinear
 
     torch.manual_seed(5)
@@ -156,7 +138,7 @@ def test_extreme_codes_and_leading_dimensions(isa):
 
 
 def test_the_ops_refuse_mismatched_operands():
-    _lowbit_or_skip()
+    lowbit_or_skip()
     q, scale = quantize_int8(torch.randn(40, 64))
     w, s = pack_int8(q, scale)
     with pytest.raises(RuntimeError, match="input features"):
@@ -205,7 +187,7 @@ def test_quantization_is_the_precision_schemes_bit_for_bit():
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_modules_equal_the_reference_of_their_quantization_and_torchaos_draft(scheme):
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear
 
     torch.manual_seed(3)
@@ -231,7 +213,7 @@ def test_modules_equal_the_reference_of_their_quantization_and_torchaos_draft(sc
 
 
 def test_torch_compile_keeps_both_ops_in_one_graph():
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear
 
     torch.manual_seed(4)
@@ -247,7 +229,7 @@ def test_torch_compile_keeps_both_ops_in_one_graph():
 
 def test_a_model_draft_copy_swaps_decoder_linears_and_keeps_embeddings(monkeypatch):
     """On the weight-only products (the int8-activation ones, where a CPU has VNNI, are tests/test_dq.py's)."""
-    _lowbit_or_skip()
+    lowbit_or_skip()
     from skipsearch.kernels.lowbit import Int4WoLinear, Int8WoLinear, convert, lowbit_linears, lowbit_model
 
     monkeypatch.setattr(convert, "int8_activations", lambda: False)
