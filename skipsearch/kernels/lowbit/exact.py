@@ -21,7 +21,7 @@ from torch import nn
 
 from skipsearch.kernels.lowbit.build import check_lowbit
 from skipsearch.kernels.lowbit.modules import F32PanelLinear, LowbitLinear, bias_of
-from skipsearch.kernels.lowbit.quant import PANEL, panels
+from skipsearch.kernels.lowbit.quant import PANEL, panel_major, panels
 
 BLOCK = 32  # inputs per block, as a GGUF's Q4_1 and Q8_0 blocks
 ULPS = (0, -1, 1, -2, 2, -3, 3)  # the fp16 scales tried around (max - min) / 15 for a Q4_1 block, nearest first
@@ -102,7 +102,7 @@ def pack_q4_1(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.
 
 def pack_q8_0(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K] int8, d [N, G] fp16) -> (codes [panels, K, 32] int8, d [panels, G, 32] fp16)."""
-    return panels(q, 0).transpose(1, 2).contiguous(), panels(d, 0.0).transpose(1, 2).contiguous()
+    return panel_major(q, 0), panel_major(d, 0.0)
 
 
 class Q41PanelLinear(LowbitLinear):
@@ -163,7 +163,7 @@ class B16PanelLinear(LowbitLinear):
         super().__init__()
         check_lowbit()
         self.out_features, self.in_features = fit[0].shape
-        self.register_buffer("packed", panels(fit[0], 0.0).transpose(1, 2).contiguous())  # [panels, K, 32] bf16
+        self.register_buffer("packed", panel_major(fit[0], 0.0))  # [panels, K, 32] bf16
         self._keep_bias(bias)
 
     @staticmethod

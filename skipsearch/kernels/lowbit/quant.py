@@ -66,15 +66,21 @@ def panels(t: torch.Tensor, fill: float | int) -> torch.Tensor:
     return t.reshape(-1, PANEL, *t.shape[1:])
 
 
+def panel_major(t: torch.Tensor, fill: float | int) -> torch.Tensor:
+    """[N, K] -> [panels, K, 32]: each panel's 32 output columns side by side for every k (``panels`` then
+    k-major), the layout every product of ``csrc/lowbit.cpp`` streams."""
+    return panels(t, fill).transpose(1, 2).contiguous()
+
+
 def pack_int8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K], scale [N]) -> (w [panels, K, 32] int8, scale [panels * 32] fp32)."""
-    w = panels(q, 0).transpose(1, 2).contiguous()  # [P, K, 32]
+    w = panel_major(q, 0)  # [P, K, 32]
     return w, panels(scale.float(), 0.0).reshape(-1).contiguous()
 
 
 def pack_f32(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` [N, K] -> [panels, K, 32] fp32, as the int8 layout with the weights themselves (no scale)."""
-    return panels(weight.detach().float(), 0.0).transpose(1, 2).contiguous()
+    return panel_major(weight.detach().float(), 0.0)
 
 
 def pack_int4(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +88,7 @@ def pack_int4(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torc
     the high one odd k, each q + 8; scales [panels, G, 32] fp32)."""
     u = (panels(q, 0).to(torch.int16) + 8).to(torch.uint8).transpose(1, 2)  # [P, K, 32], 0..15
     w = (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous()  # [P, K/2, 32]
-    return w, panels(scales.float(), 1.0).transpose(1, 2).contiguous()  # [P, G, 32]
+    return w, panel_major(scales.float(), 1.0)  # [P, G, 32]
 
 
 def pack_int8_vnni(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,4 +108,4 @@ def pack_int4_vnni(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor,
     p, _, k = u.shape
     u = u.reshape(p, PANEL, k // 8, 2, 4)
     w = (u[:, :, :, 0] | (u[:, :, :, 1] << 4)).permute(0, 2, 1, 3).reshape(p, k // 8, 4 * PANEL).contiguous()
-    return w, panels(scales.float(), 1.0).transpose(1, 2).contiguous()
+    return w, panel_major(scales.float(), 1.0)

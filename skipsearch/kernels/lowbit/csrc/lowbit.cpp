@@ -174,6 +174,31 @@ struct Avx512 {
 };
 #endif
 
+// ---- a micro-kernel's accumulators: S sets (k split by parity) x MR rows x NB vector blocks of a panel ----------
+template <class V, int S, int MR, int NB>
+inline void zero_sums(typename V::F (&acc)[S][MR][NB]) {
+#pragma GCC unroll 64
+  for (int s = 0; s < S; ++s)
+#pragma GCC unroll 64
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+      for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
+}
+
+// out[m * P + b W ...] = the sets' sum for row m and block b, set 0 first
+template <class V, int S, int MR, int NB>
+inline void store_sums(const typename V::F (&acc)[S][MR][NB], float* out) {
+#pragma GCC unroll 64
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 64
+    for (int b = 0; b < NB; ++b) {
+      typename V::F sum = acc[0][m][b];
+#pragma GCC unroll 64
+      for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
+      V::storeu(out + m * P + b * V::W, sum);
+    }
+}
+
 // ---- micro-kernels: MR rows x one panel, all of K; out[m * P + j] = the panel's sums ------------------------
 // One weight per element, int8 (converted; its scale is applied in the epilogue) or fp32 (as stored). ``NBP``
 // vector blocks of the panel's columns at a time: all of them (one pass over K), or half (two passes, each with
@@ -188,12 +213,7 @@ void dense_panel(const float* x, int64_t ldx, const T* w, int64_t K, float* out)
   constexpr int S = MR * NBP >= 8 ? 1 : V::SETS;
   for (int h = 0; h < NB; h += NBP) {
     F acc[S][MR][NBP];
-#pragma GCC unroll 64
-    for (int s = 0; s < S; ++s)
-#pragma GCC unroll 64
-      for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 64
-        for (int b = 0; b < NBP; ++b) acc[s][m][b] = V::zero();
+    zero_sums<V>(acc);
     int64_t k = 0;
     for (; k + S <= K; k += S) {
       if (h == 0) {  // a later pass finds the panel in cache
@@ -224,15 +244,7 @@ void dense_panel(const float* x, int64_t ldx, const T* w, int64_t K, float* out)
         for (int b = 0; b < NBP; ++b) acc[0][m][b] = V::fma(xv, V::w(wk + b * V::W), acc[0][m][b]);
       }
     }
-#pragma GCC unroll 64
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 64
-      for (int b = 0; b < NBP; ++b) {
-        F sum = acc[0][m][b];
-#pragma GCC unroll 64
-        for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
-        V::storeu(out + m * P + (h + b) * V::W, sum);
-      }
+    store_sums<V>(acc, out + h * V::W);
   }
 }
 
@@ -242,12 +254,7 @@ void int4_panel(const float* x, int64_t ldx, const uint8_t* w, const float* scal
   using F = typename V::F;
   constexpr int NB = P / V::W, S = V::SETS;
   F acc[S][MR][NB];
-#pragma GCC unroll 64
-  for (int s = 0; s < S; ++s)
-#pragma GCC unroll 64
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 64
-      for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
+  zero_sums<V>(acc);
   const F minus8 = V::set1(-8.f);
   for (int64_t g = 0; g < K / group; ++g) {
     F sc[NB], off[NB];  // the group's scales s, and -8 s (exact: a power of two)
@@ -277,15 +284,7 @@ void int4_panel(const float* x, int64_t ldx, const uint8_t* w, const float* scal
       }
     }
   }
-#pragma GCC unroll 64
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 64
-    for (int b = 0; b < NB; ++b) {
-      F sum = acc[0][m][b];
-#pragma GCC unroll 64
-      for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
-      V::storeu(out + m * P + b * V::W, sum);
-    }
+  store_sums<V>(acc, out);
 }
 
 // ---- exact block codes: one panel's weights decoded as dense_panel's fp32 panels hold them -----------------------
@@ -344,12 +343,7 @@ void coded_panel(const float* x, int64_t ldx, const C& c, int64_t K, float* out)
   constexpr int S = MR * NB >= 8 ? 1 : V::SETS;  // as dense_panel's, for a whole pass
   static_assert(G % S == 0, "a block holds whole steps of the sets");
   F acc[S][MR][NB];
-#pragma GCC unroll 64
-  for (int s = 0; s < S; ++s)
-#pragma GCC unroll 64
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 64
-      for (int b = 0; b < NB; ++b) acc[s][m][b] = V::zero();
+  zero_sums<V>(acc);
   for (int64_t g = 0; g < K / G; ++g) {
     const char* ahead = reinterpret_cast<const char*>(c.codes + g * G * C::CODE_BYTES) + PREFETCH_BYTES;
 #pragma GCC unroll 64
@@ -370,15 +364,7 @@ void coded_panel(const float* x, int64_t ldx, const C& c, int64_t K, float* out)
       }
     }
   }
-#pragma GCC unroll 64
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 64
-    for (int b = 0; b < NB; ++b) {
-      F sum = acc[0][m][b];
-#pragma GCC unroll 64
-      for (int s = 1; s < S; ++s) sum = V::add(sum, acc[s][m][b]);
-      V::storeu(out + m * P + b * V::W, sum);
-    }
+  store_sums<V>(acc, out);
 }
 
 // ---- row chunks: a table of the micro-kernel instantiated for 1..MR rows ------------------------------------
@@ -555,12 +541,11 @@ static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t n) {
   return shape;
 }
 
-// int8 weights and their per-column scales (``scale``), or fp32 weights (no scale), on the selected unit; the
-// caller has checked the operands (check_common and its weight's own checks)
-template <class T>
-at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, const float* scale,
-                        const std::optional<at::Tensor>& bias, int64_t n) {
-  const int64_t K = w.size(1);
+// x as rows of K inputs, an [M, n] output, and ``run(unit, xp, M, bias, yp)`` with the selected vector unit's
+// (empty) struct, so that one dispatch serves every op; the caller has checked the operands
+template <class Run>
+at::Tensor on_selected_unit(const at::Tensor& x, int64_t K, const std::optional<at::Tensor>& bias, int64_t n,
+                            Run run) {
   TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
@@ -568,19 +553,29 @@ at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, const float* s
   if (M > 0) {
     const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
     const float* xp = x2.data_ptr<float>();
-    const T* wp = w.data_ptr<T>();
     float* yp = y.data_ptr<float>();
     switch (g_isa.load()) {
 #if defined(__AVX512F__)
-      case kAvx512: run_dense<Avx512, T>(xp, M, K, wp, scale, b, n, yp); break;
+      case kAvx512: run(Avx512{}, xp, M, b, yp); break;
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
-      case kAvx2: run_dense<Avx2, T>(xp, M, K, wp, scale, b, n, yp); break;
+      case kAvx2: run(Avx2{}, xp, M, b, yp); break;
 #endif
-      default: run_dense<Scalar, T>(xp, M, K, wp, scale, b, n, yp);
+      default: run(Scalar{}, xp, M, b, yp);
     }
   }
   return y.view(out_shape(x, n));
+}
+
+// int8 weights and their per-column scales (``scale``), or fp32 weights (no scale)
+template <class T>
+at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, const float* scale,
+                        const std::optional<at::Tensor>& bias, int64_t n) {
+  const int64_t K = w.size(1);
+  const T* wp = w.data_ptr<T>();
+  return on_selected_unit(x, K, bias, n, [&](auto unit, const float* xp, int64_t M, const float* b, float* yp) {
+    run_dense<decltype(unit), T>(xp, M, K, wp, scale, b, n, yp);
+  });
 }
 
 at::Tensor int8_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale,
@@ -607,64 +602,36 @@ at::Tensor int4_wo_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
               "lowbit: int4 weight must be packed [panels, K / 2, ", P, "] uint8");
   check_common(x, bias, n, w.size(0));
   const int64_t K = 2 * w.size(1);
-  TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 3 && scales.size(0) == w.size(0) &&
                   scales.size(2) == P && scales.size(1) > 0 && K % scales.size(1) == 0 && scales.is_contiguous(),
               "lowbit: int4 scales must be packed [panels, groups, ", P, "] float32, the groups dividing K");
   const int64_t group = K / scales.size(1);
   TORCH_CHECK(group % 2 == 0, "lowbit: the int4 group size must be even, got ", group);
-  const at::Tensor x2 = x.reshape({-1, K}).contiguous();
-  const int64_t M = x2.size(0);
-  at::Tensor y = at::empty({M, n}, x.options());
-  if (M > 0) {
-    const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-    const float* xp = x2.data_ptr<float>();
-    const uint8_t* wp = w.data_ptr<uint8_t>();
-    const float* sp = scales.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    switch (g_isa.load()) {
-#if defined(__AVX512F__)
-      case kAvx512: run_int4<Avx512>(xp, M, K, wp, sp, group, b, n, yp); break;
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-      case kAvx2: run_int4<Avx2>(xp, M, K, wp, sp, group, b, n, yp); break;
-#endif
-      default: run_int4<Scalar>(xp, M, K, wp, sp, group, b, n, yp);
-    }
-  }
-  return y.view(out_shape(x, n));
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const float* sp = scales.data_ptr<float>();
+  return on_selected_unit(x, K, bias, n, [&](auto unit, const float* xp, int64_t M, const float* b, float* yp) {
+    run_int4<decltype(unit)>(xp, M, K, wp, sp, group, b, n, yp);
+  });
 }
 
-// the exact block codes' ops: check the operands, then run the panels on the selected unit
+// the exact block codes' ops: ``decoder(p)`` is panel p's, on the selected unit
 template <class D>
 at::Tensor coded_linear(const at::Tensor& x, int64_t K, D decoder, const std::optional<at::Tensor>& bias,
                         int64_t n) {
-  TORCH_CHECK(x.size(-1) == K, "lowbit: x has ", x.size(-1), " input features, the weight ", K);
-  const at::Tensor x2 = x.reshape({-1, K}).contiguous();
-  const int64_t M = x2.size(0);
-  at::Tensor y = at::empty({M, n}, x.options());
-  if (M > 0) {
-    const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-    const float* xp = x2.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    switch (g_isa.load()) {
-#if defined(__AVX512F__)
-      case kAvx512: run_coded<Avx512>(xp, M, K, decoder, b, n, yp); break;
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-      case kAvx2: run_coded<Avx2>(xp, M, K, decoder, b, n, yp); break;
-#endif
-      default: run_coded<Scalar>(xp, M, K, decoder, b, n, yp);
-    }
-  }
-  return y.view(out_shape(x, n));
+  return on_selected_unit(x, K, bias, n, [&](auto unit, const float* xp, int64_t M, const float* b, float* yp) {
+    run_coded<decltype(unit)>(xp, M, K, decoder, b, n, yp);
+  });
+}
+
+static void check_codes(const at::Tensor& codes, at::ScalarType type, int64_t per_k, const char* what) {
+  TORCH_CHECK(codes.scalar_type() == type && codes.dim() == 3 && codes.size(2) == per_k && codes.is_contiguous() &&
+                  codes.size(1) > 0 && codes.size(1) % G == 0,
+              "lowbit: ", what, " codes must be packed [panels, K, ", per_k, "], K a multiple of ", G);
 }
 
 static void check_codes(const at::Tensor& codes, at::ScalarType type, int64_t per_k, const at::Tensor& scales,
                         int64_t per_group, const char* what) {
-  TORCH_CHECK(codes.scalar_type() == type && codes.dim() == 3 && codes.size(2) == per_k && codes.is_contiguous() &&
-                  codes.size(1) > 0 && codes.size(1) % G == 0,
-              "lowbit: ", what, " codes must be packed [panels, K, ", per_k, "], K a multiple of ", G);
+  check_codes(codes, type, per_k, what);
   TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.size(0) == codes.size(0) &&
                   scales.numel() == codes.size(0) * (codes.size(1) / G) * per_group,
               "lowbit: ", what, " scales must be packed [panels, K / ", G, ", ...] float16, ", per_group,
@@ -694,9 +661,7 @@ at::Tensor q8_0_panel_linear(const at::Tensor& x, const at::Tensor& codes, const
 
 at::Tensor bf16_panel_linear(const at::Tensor& x, const at::Tensor& codes, const std::optional<at::Tensor>& bias,
                              int64_t n) {
-  TORCH_CHECK(codes.scalar_type() == at::kBFloat16 && codes.dim() == 3 && codes.size(2) == P &&
-                  codes.is_contiguous() && codes.size(1) > 0 && codes.size(1) % G == 0,
-              "lowbit: bf16 weights must be packed [panels, K, ", P, "] bfloat16, K a multiple of ", G);
+  check_codes(codes, at::kBFloat16, P, "bf16");
   check_common(x, bias, n, codes.size(0));
   const int64_t K = codes.size(1);
   const uint16_t* cp = reinterpret_cast<const uint16_t*>(codes.data_ptr<at::BFloat16>());
