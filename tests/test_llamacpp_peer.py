@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_export import LLAMA_FLAGS, _bpe_checkpoint, _profile, check_llama
@@ -536,3 +537,112 @@ def test_an_int8_targets_llama_cpp_target_is_the_model_at_q8_0_written_from_its_
     assert target.name == "target-q8_0.gguf" and set(drafts) == {"q4_0"}
     kinds = {t.name: t.tensor_type.name for t in gguf.GGUFReader(target).tensors}
     assert kinds["blk.0.attn_q.weight"] == kinds["output.weight"] == "Q8_0"
+
+
+# -- llama.cpp's target in the model's exact blocks (--llama-target exact) ----------------------------------
+def _as_blocks(weight: torch.Tensor, ggml: str) -> torch.Tensor:
+    """``weight``'s values rounded to ``ggml``'s blocks by gguf's own quantizer and read back: fp32 values that those
+    blocks give back exactly, as a model converted from such a GGUF holds."""
+    import gguf
+
+    kind = gguf.GGMLQuantizationType[ggml]
+    return torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(weight.numpy(), kind), kind).copy())
+
+
+@pytest.mark.parametrize("ggml", ["Q4_1", "Q8_0", "BF16", "F32"])
+def test_an_exact_tensor_is_the_fewest_bytes_that_give_back_every_fp32_bit(ggml):
+    import gguf
+
+    from skipsearch.export.gguf_draft import exact_tensor
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 96) * 0.05
+    w = w if ggml == "F32" else _as_blocks(w, ggml)
+    kind, data = exact_tensor(w)
+    assert kind == ggml  # Q4_1 values are not taken for Q8_0's, nor bf16 values for F32
+    back = gguf.quants.dequantize(data, gguf.GGMLQuantizationType[kind]).reshape(w.shape)
+    assert np.array_equal(back.view(np.int32), w.numpy().view(np.int32))  # every bit, the sign of zero too
+    bytes_per_weight = {"Q4_1": 20 / 32, "Q8_0": 34 / 32, "BF16": 2, "F32": 4}[ggml]
+    assert data.nbytes == w.numel() * bytes_per_weight
+
+
+def test_the_exact_target_holds_the_models_weights_in_their_blocks_and_the_rest_f32(tmp_path):
+    import gguf
+
+    from skipsearch.export.gguf_draft import reorder_rotary
+
+    ckpt = tmp_path / "ckpt"
+    model = _bpe_checkpoint(ckpt)
+    with torch.no_grad():  # one linear of Q4_1 values, one of bf16 values, the (tied) embedding of Q8_0 values
+        q = model.model.layers[0].self_attn.q_proj
+        q.weight.copy_(_as_blocks(q.weight.detach(), "Q4_1"))
+        up = model.model.layers[1].mlp.up_proj
+        up.weight.copy_(up.weight.to(torch.bfloat16).float())
+        emb = model.get_input_embeddings()
+        emb.weight.copy_(_as_blocks(emb.weight.detach(), "Q8_0"))
+    sm = SkippableModel(model, None, name=str(ckpt))
+    assert lg.target_type(sm, "exact") == "exact"
+    path, drafts = lg.write_ggufs(sm, ckpt, drafts=(), cache=tmp_path / "cache", target="exact")
+    assert path.name == "target-exact.gguf" and drafts == {}
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    kinds = {name: t.tensor_type.name for name, t in tensors.items()}
+    assert kinds["blk.0.attn_q.weight"] == "Q4_1" and kinds["blk.1.ffn_up.weight"] == "BF16"
+    assert kinds["token_embd.weight"] == "Q8_0"
+    assert kinds["output.weight"] == ("Q8_0" if model.config.tie_word_embeddings else "F32")
+    assert kinds["blk.0.attn_k.weight"] == kinds["blk.0.attn_norm.weight"] == "F32"  # random values; a norm
+    attn_q = tensors["blk.0.attn_q.weight"]
+    back = gguf.quants.dequantize(attn_q.data, attn_q.tensor_type)
+    want = reorder_rotary(q.weight.detach().numpy(), model.config.num_attention_heads)
+    assert np.array_equal(back.view(np.int32), want.view(np.int32))  # the rotary rows' order, then every bit
+    counts = lg.tensor_types(path)
+    assert sum(counts.values()) == len(tensors) and counts["Q4_1"] == 1 and list(counts)[0] == "F32"
+
+
+def test_an_exact_llama_cpp_target_is_checked_against_its_own_plain_decoding(fake_server, bpe_sm, tmp_path):
+    sm, ckpt = bpe_sm
+    prompts = [[3, 4, 5, 3, 4], [9, 9, 8]]
+    hf = _reference(prompts, 6)
+    hf[1] = [t + 1 for t in hf[1]]  # HF greedy differs from llama.cpp's plain decoding on the second prompt
+    res = lp.llamacpp_rows(sm, prompts, max_new_tokens=6, threads=1, server=str(fake_server), reference=hf,
+                           checkpoint=ckpt, drafts=(), kinds=(lp.PLAIN, lp.NGRAM), n_max=(4,),
+                           cache=tmp_path / "cache", start_timeout=60, target="exact")
+    assert res.target == "target-exact.gguf" and res.kind == "exact" and dict(res.types)["F32"] > 0
+    assert res.checked_against == "llama.cpp's plain decoding of its target" and res.plain_as_hf == 1
+    assert all(r.ok for r in res.settings) and res.best == "ngram 3/4"  # each equal to plain's output
+    line = report.summary_line(res)
+    assert line.startswith("llama.cpp, exact target (server timings): plain ") and "HF greedy on 1/2 prompts" in line
+    doc = report.result_to_dict(res)
+    assert doc["target_kind"] == "exact" and doc["plain_equal_to_hf_greedy"] == 1 and "F32" in doc["target_types"]
+    md = "\n".join(report.markdown_lines(res))
+    assert "the same values and the same bytes as skipsearch's panel kernel" in md and "F32 x" in md
+
+
+def test_llama_cpp_targets_are_checked_before_the_model_loads(bench_ckpt, tmp_path):
+    from conftest import assert_one_line_error
+
+    from skipsearch.bench.llamacpp_bench import parse_targets
+
+    assert parse_targets(None, "native") == () and parse_targets("exact, f32,exact", "native") == ("exact", "f32")
+    assert parse_targets("q8_0", "int8") == ("q8_0",)
+    with pytest.raises(ConfigError, match="no llama.cpp target 'q2_k'"):
+        parse_targets("q2_k", "native")
+    with pytest.raises(ConfigError, match="for the int8 target is q8_0, not exact"):
+        parse_targets("exact", "int8")
+    assert_one_line_error(_bench(bench_ckpt, tmp_path, "--llama-target", "exact")[0], "need --peers llama.cpp")
+    assert_one_line_error(_bench(bench_ckpt, tmp_path, "--peers", "hf-greedy,llama.cpp", "--llama-target",
+                                 "f16")[0], "no llama.cpp target 'f16'")
+
+
+def test_bench_runs_llama_cpp_on_each_target_asked_for(fake_server, bench_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_ANSWERS", str(_answers(bench_ckpt, tmp_path, 6)))
+    result, md, doc = _bench(bench_ckpt, tmp_path, "--peers", "hf-greedy,llama.cpp", "--llama-server",
+                             str(fake_server), "--llama-settings", "plain,ngram 3/4", "--llama-target", "f32,exact",
+                             "--sweep-prompts", "0")
+    assert result.exit_code == 0, result.output
+    first, (second,) = doc["llama.cpp"], doc["llama.cpp targets"]
+    assert (first["target"], second["target"]) == ("target-f32.gguf", "target-exact.gguf")
+    assert first["checked_against"] == "HF greedy" and second["plain_equal_to_hf_greedy"] == 2
+    assert [s["name"] for s in second["settings"]] == ["plain", "ngram 3/4"] and second["best"] == "ngram 3/4"
+    assert "## llama.cpp on `target-f32.gguf`" in md and "## llama.cpp on `target-exact.gguf`" in md
+    assert "llama.cpp, exact target (server timings)" in result.stdout
+    assert "--llama-target f32,exact" in md  # the command that repeats the run

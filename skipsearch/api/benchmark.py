@@ -55,6 +55,7 @@ class BenchOptions:
     force: bool = False  # use profiles despite a model fingerprint mismatch
     llama_server: str | None = None  # with --peers llama.cpp: the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, PATH)
     llama_settings: str | None = None  # with --peers llama.cpp: comma-separated setting names (None: a small grid)
+    llama_target: str | None = None  # with --peers llama.cpp: comma-separated target GGUFs (None: the precision's)
     vllm_python: str | None = None  # with --peers vllm: the Python of vLLM's venv (None: $SKIPSEARCH_VLLM_PYTHON)
     batch_sizes: str | None = None  # comma-separated batch sizes: adds the section by batch size (one profile)
     batch_ks: str | None = None  # with batch_sizes: the fixed K to bench (None: the schedule's considered K, else 1-4)
@@ -98,12 +99,13 @@ def bench_profiles(
     peers = list(dict.fromkeys(p.strip() for p in o.peers.split(",") if p.strip()))
     if (bad := next((p for p in peers if p not in (*bn.PEERS, lb.PEER, vb.PEER)), None)) is not None:
         raise ConfigError(f"unknown peer '{bad}': use {', '.join((*bn.PEERS, lb.PEER, vb.PEER))}")
-    llama = None
+    llama, precision_asked = None, o.target_precision or next(iter({p.model.target_precision for _, p in profs}),
+                                                               NATIVE)
     if lb.PEER in peers:  # not an HF contender: it runs after the timed rounds (bench.llamacpp_bench)
         llama = lb.LlamaPlan(server=o.llama_server, settings=lb.parse_settings(o.llama_settings),
-                             threads=o.threads)
-    elif o.llama_server is not None or o.llama_settings is not None:
-        raise ConfigError(f"--llama-server and --llama-settings need --peers {lb.PEER}")
+                             threads=o.threads, targets=lb.parse_targets(o.llama_target, precision_asked))
+    elif o.llama_server is not None or o.llama_settings is not None or o.llama_target is not None:
+        raise ConfigError(f"--llama-server, --llama-settings and --llama-target need --peers {lb.PEER}")
     vllm = vb.VllmPlan(python=o.vllm_python, threads=o.threads) if vb.PEER in peers else None
     if vllm is None and o.vllm_python is not None:
         raise ConfigError(f"--vllm-python needs --peers {vb.PEER}")
@@ -164,6 +166,7 @@ def _command(o: BenchOptions, *, name: str, paths, peers, dtype: str, precision:
     command += ["--kernel", kernel.label]
     command += ["--llama-server", o.llama_server] if llama and o.llama_server else []
     command += ["--llama-settings", ",".join(llama.settings)] if llama and o.llama_settings else []
+    command += ["--llama-target", ",".join(llama.targets)] if llama and llama.targets else []
     command += ["--vllm-python", o.vllm_python] if o.vllm_python else []
     command += ["--batch-sizes", ",".join(map(str, batched.batch_sizes))] if batched else []
     command += ["--batch-ks", ",".join(map(str, batched.ks))] if batched and batched.ks is not None else []

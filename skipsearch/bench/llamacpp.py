@@ -45,7 +45,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from skipsearch.bench.llamacpp_ggufs import Shallow, gguf_source, target_type, write_ggufs, write_shallow
+from skipsearch.bench.llamacpp_ggufs import (
+    F32,
+    Shallow,
+    gguf_source,
+    target_type,
+    tensor_types,
+    write_ggufs,
+    write_shallow,
+)
 from skipsearch.config import ConfigError
 from skipsearch.export.gguf_draft import DRAFT_SCHEMES
 from skipsearch.servers.llamacpp import Completion, LlamaCppError, complete, free_port, serving
@@ -286,10 +294,14 @@ class LlamaCppResult:
     settings: tuple[SettingResult, ...] = ()
     best: str | None = None  # choose_best's pick; None: no speculative setting equal to HF greedy everywhere
     target: str = ""  # the target GGUF's file name
-    # what each setting's output was checked against: HF greedy's (an F32 target: the same model), or, for the
-    # Q8_0 target of an int8 bench (another int8 model: block-32 scales where ours has one per row), llama.cpp's own
+    # what each setting's output was checked against: HF greedy's (an F32 target: the same model), or, for a target
+    # in llama.cpp's own arithmetic over blocks (exact: the same weights; Q8_0: another 8-bit model), llama.cpp's own
     # plain decoding of it
     checked_against: str = "HF greedy"
+    kind: str = F32  # the target's kind (llamacpp_ggufs.TARGETS)
+    types: tuple[tuple[str, int], ...] = ()  # the target GGUF's tensors by GGML type: (("Q4_1", 210), ...)
+    plain_as_hf: int | None = None  # of a target checked against its own plain decoding: prompts where plain's
+    # output equals HF greedy's (None: not compared)
     threads: int = 0
     context: int = 0
     max_new_tokens: int = 0
@@ -376,7 +388,7 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                   cache: str | os.PathLike | None = None, start_timeout: float = 300.0,
                   request_timeout: float = 600.0, reverse: bool = False, concurrency: int = 1,
                   on_setting: Callable[[str, int, int], None] | None = None,
-                  shallow: Sequence[Shallow] = ()) -> LlamaCppResult:
+                  shallow: Sequence[Shallow] = (), target: str | None = None) -> LlamaCppResult:
     """The llama.cpp peer on ``prompt_ids``: every setting of ``grid`` (and each profile's export, each directory of
     ``export_dirs``), each output against ``reference`` (HF greedy's outputs on the same ids; decoded here when not
     given). ``profiles`` are (label, Profile) pairs; ``checkpoint`` is where ``sm`` loaded from (its tokenizer goes
@@ -384,7 +396,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     run a best setting chosen on other prompts: ``result.best`` of a first call); the exports asked for by
     ``profiles`` and ``export_dirs`` run whatever it names. ``on_setting(name, index, total)`` opens each
     setting. ``shallow`` adds each shallow self-draft (kind draft, at its own lengths: ``grid``'s ``shallow_n``).
-    ``concurrency`` C > 1 runs each setting with C requests in flight (C slots). ``reverse`` runs the
+    ``concurrency`` C > 1 runs each setting with C requests in flight (C slots). ``target`` is llama.cpp's target
+    GGUF (``llamacpp_ggufs.TARGETS``; None: ``target_type``'s default). ``reverse`` runs the
     settings in the opposite order, plain last (a second timed pass, so that a drift
     of the machine's speed does not favour the settings run early; a Q8_0 target's reference must then be given).
     No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
@@ -395,7 +408,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
         return LlamaCppResult(server=None, unavailable=missing)
     if not prompt_ids:
         raise ConfigError("the llama.cpp peer needs at least one prompt")
-    same_model = target_type(sm) == "f32"
+    kind = target_type(sm, target)
+    same_model = kind == F32
     if reference is None and same_model:
         from skipsearch.engine.decoding import hf_generate
 
@@ -405,7 +419,8 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
 
         checkpoint = find_checkpoint(sm.name).path
     try:
-        target, ggufs = write_ggufs(sm, checkpoint, drafts=drafts if {DRAFT, BOTH} & set(kinds) else (), cache=cache)
+        path, ggufs = write_ggufs(sm, checkpoint, drafts=drafts if {DRAFT, BOTH} & set(kinds) else (), cache=cache,
+                                  target=kind)
         shallow_ggufs = write_shallow(sm, checkpoint, shallow if DRAFT in kinds else (), cache=cache)
     except (ConfigError, OSError) as e:
         return LlamaCppResult(server=found, unavailable=f"{FAMILY}: cannot write the GGUFs: {e}")
@@ -422,11 +437,11 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
             if not same_model and reference is None:
                 raise ConfigError("a reversed llama.cpp pass over a Q8_0 target needs the reference of a first pass")
             settings = settings[::-1]
-        results = []
+        results, plain_as_hf = [], None
         for i, s in enumerate(settings):  # plain first (grid's order), or last (reverse)
             if on_setting:
                 on_setting(s.name, i, len(settings))
-            results.append(run_setting(found, target, s, prompt_ids, reference or (), max_new_tokens=max_new_tokens,
+            results.append(run_setting(found, path, s, prompt_ids, reference or (), max_new_tokens=max_new_tokens,
                                        threads=threads, context=context, log=Path(tmp) / f"server-{i}.log",
                                        start_timeout=start_timeout, request_timeout=request_timeout,
                                        concurrency=concurrency))
@@ -435,14 +450,17 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
                 # start_timeout) would fail every setting after it as slowly: its one error says why
                 break
             if not same_model and s.kind == PLAIN and not reverse:
+                if reference is not None:  # HF greedy's, given: how often llama.cpp's own arithmetic agrees with it
+                    plain_as_hf = sum(d is None for d in results[-1].differs_at)
                 reference = [c.tokens for c in results[-1].completions]
                 if len(reference) != len(prompt_ids):
                     break  # nothing to check the others against
                 results[-1] = replace(results[-1], differs_at=(None,) * len(reference))
     results += failed
-    return LlamaCppResult(server=found, settings=tuple(results), best=choose_best(results), target=target.name,
+    return LlamaCppResult(server=found, settings=tuple(results), best=choose_best(results), target=path.name,
                           threads=threads, context=context, max_new_tokens=max_new_tokens, prompts=len(prompt_ids),
-                          checked_against="HF greedy" if same_model else "llama.cpp's plain decoding of its target")
+                          checked_against="HF greedy" if same_model else "llama.cpp's plain decoding of its target",
+                          kind=kind, types=tuple(tensor_types(path).items()), plain_as_hf=plain_as_hf)
 
 
 __all__ = ["BINARY", "DRAFT_SCHEMES", "ENV", "FAMILY", "KINDS", "SPECULATIVE", "LlamaCppResult", "Setting",

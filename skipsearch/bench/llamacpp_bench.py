@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skipsearch.bench import llamacpp as lp
+from skipsearch.bench.llamacpp_ggufs import TARGETS, target_type
 from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError
 
@@ -36,6 +37,21 @@ class LlamaPlan:
     checkpoint: str | None = None  # where the model loaded from (its tokenizer goes into the GGUFs); None: found
     cache: str | None = None  # where the GGUFs are kept; None: skipsearch's cache
     start_timeout: float = 300.0  # seconds a server may take to load
+    targets: tuple[str, ...] = ()  # llama.cpp's target GGUFs, each a peer of its own (TARGETS); (): the default
+
+
+def parse_targets(text: str | None, precision: str) -> tuple[str, ...]:
+    """``--llama-target``, a comma list of ``TARGETS`` (f32, exact, q8_0), checked against the target precision
+    before any model loads; None: () (the precision's default, ``target_type``'s)."""
+    if text is None:
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise ConfigError(f"--llama-target names no llama.cpp target: use {', '.join(TARGETS)}")
+    probe = type("Target", (), {"target_precision": precision})()  # target_type reads only the precision
+    for n in names:
+        target_type(probe, n)
+    return names
 
 
 def known_settings() -> tuple[str, ...]:
@@ -72,11 +88,12 @@ def bench_llamacpp(sm, plan: LlamaPlan, prompt_ids: Sequence[Sequence[int]], ref
                    sweep_ids: Sequence[Sequence[int]] = (), max_new_tokens: int, threads: int,
                    profiles: Sequence[tuple[str, object]] = (),
                    on_stage: Callable[[str, int], None] | None = None,
-                   on_progress: Callable[[int, int, str], None] | None = None,
+                   on_progress: Callable[[int, int, str], None] | None = None, target: str | None = None,
                    ) -> tuple[lp.LlamaCppResult, lp.LlamaCppResult | None]:
-    """(the llama.cpp rows on ``prompt_ids``, the sweep that chose its setting or None). ``reference`` is HF
-    greedy's output on each prompt (the bench's baseline row); on ``sweep_ids`` HF greedy decodes here. No binary,
-    or a model that cannot be written as GGUF: one line in ``unavailable``, and the bench goes on."""
+    """(the llama.cpp rows on ``prompt_ids``, the sweep that chose its setting or None), on llama.cpp's ``target``
+    GGUF (``TARGETS``; None: the default). ``reference`` is HF greedy's output on each prompt (the bench's baseline
+    row); on ``sweep_ids`` HF greedy decodes here. No binary, or a model that cannot be written as GGUF: one line in
+    ``unavailable``, and the bench goes on."""
     found, missing = lp.find_server(plan.server)
     if found is None:
         return lp.LlamaCppResult(server=None, unavailable=missing), None
@@ -85,11 +102,11 @@ def bench_llamacpp(sm, plan: LlamaPlan, prompt_ids: Sequence[Sequence[int]], ref
     common = dict(max_new_tokens=max_new_tokens, threads=plan.threads or threads, server=found,
                   checkpoint=plan.checkpoint, drafts=tuple(d for d in DRAFTS if any(f"draft {d} " in n
                                                                                     for n in grid_names)),
-                  n_max=N_MAX, cache=plan.cache, start_timeout=plan.start_timeout)
+                  n_max=N_MAX, cache=plan.cache, start_timeout=plan.start_timeout, target=target)
 
     def rows(title: str, ids, names, **kwargs) -> lp.LlamaCppResult:
         if on_stage:
-            on_stage(title, 0)
+            on_stage(title if target is None else f"{title} ({target})", 0)
         step = (lambda name, i, n: on_progress(i, n, name)) if on_progress else None
         return lp.llamacpp_rows(sm, ids, names=names, on_setting=step, **common, **kwargs)
 
@@ -111,4 +128,4 @@ def bench_llamacpp(sm, plan: LlamaPlan, prompt_ids: Sequence[Sequence[int]], ref
 
 
 __all__ = ["DEFAULT_SETTINGS", "EXPORTS", "PEER", "LlamaPlan", "bench_llamacpp", "export_labels", "known_settings",
-           "parse_settings"]
+           "parse_settings", "parse_targets"]

@@ -1,7 +1,7 @@
-"""The GGUFs the llama.cpp peer and ``optimize --engine llama.cpp`` run: the target (all F32, or Q8_0 for the int8
-target), the model's own self-drafts at Q8_0 and Q4_0, and its shallow self-drafts (a layer-skip draft of whole
-layers as a GGUF of its own), each written once with ``export/gguf_draft`` into a cache directory keyed by the
-weights' fingerprint, and reused by every later run.
+"""The GGUFs the llama.cpp peer and ``optimize --engine llama.cpp`` run: the target (all F32, the same weights in
+their exact blocks, or Q8_0: ``TARGETS``), the model's own self-drafts at Q8_0 and Q4_0, and its shallow self-drafts
+(a layer-skip draft of whole layers as a GGUF of its own), each written once with ``export/gguf_draft`` into a cache
+directory keyed by the weights' fingerprint, and reused by every later run.
 """
 
 from __future__ import annotations
@@ -51,10 +51,39 @@ def gguf_cache(sm, *, cache: str | os.PathLike | None = None) -> Path:
     return root / f"{stem}-{sm.weights_fingerprint}-v{GGUF_LAYOUT}"
 
 
-def target_type(sm) -> str:
-    """The GGUF type of llama.cpp's target for ``sm``: F32 for a native fp32 model (the same weights), Q8_0 for the
-    int8 target (model/target.py), the 8-bit model llama.cpp users run: the nearest llama.cpp has, not the same."""
-    return "q8_0" if getattr(sm, "target_precision", "native") == "int8" else "f32"
+F32, EXACT, Q8_0 = "f32", "exact", "q8_0"
+TARGETS = {  # llama.cpp's target GGUFs: what each holds, for people (``--llama-target``)
+    F32: "the model's weights, all F32: HF's numbers, so its outputs are checked against HF greedy's",
+    EXACT: "the model's weights in the fewest bytes that give them back (a GGUF's own Q4_1/Q8_0 blocks, BF16, else "
+           "F32): the same values and the same bytes as skipsearch's panel kernel, in llama.cpp's arithmetic",
+    Q8_0: "the model at Q8_0, the 8-bit model llama.cpp users run: another model (its weights rounded to blocks of "
+          "32 with one scale each)",
+}
+
+
+def target_type(sm, asked: str | None = None) -> str:
+    """The GGUF type of llama.cpp's target for ``sm`` (a key of ``TARGETS``): ``asked``, else F32 for a native
+    model (the same weights) and Q8_0 for the int8 target (model/target.py), the 8-bit model llama.cpp users run:
+    the nearest llama.cpp has, not the same. An int8 target takes only Q8_0 (its fp32 weights are not the model
+    it decodes)."""
+    int8 = getattr(sm, "target_precision", "native") == "int8"
+    if asked is None:
+        return Q8_0 if int8 else F32
+    if asked not in TARGETS:
+        raise ConfigError(f"no llama.cpp target {asked!r:.40}: use {', '.join(TARGETS)}")
+    if int8 and asked != Q8_0:
+        raise ConfigError(f"llama.cpp's target for the int8 target is {Q8_0}, not {asked}")
+    return asked
+
+
+def tensor_types(path: str | os.PathLike) -> dict[str, int]:
+    """How many of a GGUF's tensors each GGML type holds: {"Q4_1": 210, "F32": 61, ...}, most first."""
+    import gguf
+
+    counts: dict[str, int] = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 _SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # int8 target -> the fp32 model GGUFs come from
@@ -73,20 +102,21 @@ def gguf_source(sm, checkpoint: str | os.PathLike):
 
 
 def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("q8_0", "q4_0"),
-                cache: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
-    """The target (``target_type``: all F32, or Q8_0) and each self-draft (``DRAFT_SCHEMES``) of ``sm``, written
-    once: a file already in the cache directory is reused. An int8 target's linears hold no fp32 weights: the
-    GGUFs are written from the checkpoint loaded again in fp32 (once per machine). Returns (target, {draft name:
-    path})."""
+                cache: str | os.PathLike | None = None, target: str | None = None) -> tuple[Path, dict[str, Path]]:
+    """The target (``target_type``'s, of ``target``: all F32, exact, or Q8_0) and each self-draft
+    (``DRAFT_SCHEMES``) of ``sm``, written once: a file already in the cache directory is reused. An int8 target's
+    linears hold no fp32 weights: the GGUFs are written from the checkpoint loaded again in fp32 (once per machine).
+    Returns (target, {draft name: path})."""
     _check_drafts(drafts)
     every = tuple(range(sm.num_layers))
-    if target_type(sm) == "q8_0":  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
-        target = _once(sm, checkpoint, cache, "target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
-    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32)
-        target = _once(sm, checkpoint, cache, "target-f32.gguf", scheme="fp16", quant_head=False, full_attn=every,
-                       full_mlp=every)
-    return target, {d: _once(sm, checkpoint, cache, f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True)
-                    for d in drafts}
+    kind = target_type(sm, target)
+    if kind == Q8_0:  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
+        path = _once(sm, checkpoint, cache, "target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
+    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32), or exact
+        path = _once(sm, checkpoint, cache, f"target-{kind}.gguf", scheme="fp16", quant_head=False, full_attn=every,
+                     full_mlp=every, exact=kind == EXACT)
+    return path, {d: _once(sm, checkpoint, cache, f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True)
+                  for d in drafts}
 
 
 def write_shallow(sm, checkpoint: str | os.PathLike, shallow: Sequence[Shallow], *,
@@ -121,4 +151,5 @@ def _once(sm, checkpoint: str | os.PathLike, cache: str | os.PathLike | None, na
     return path
 
 
-__all__ = ["GGUF_LAYOUT", "Shallow", "gguf_cache", "gguf_source", "target_type", "write_ggufs", "write_shallow"]
+__all__ = ["EXACT", "F32", "GGUF_LAYOUT", "Q8_0", "TARGETS", "Shallow", "gguf_cache", "gguf_source", "target_type",
+           "tensor_types", "write_ggufs", "write_shallow"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from skipsearch.bench.llamacpp import EXPORT, FAMILY, PLAIN, LlamaCppResult, SettingResult
+from skipsearch.bench.llamacpp_ggufs import F32, Q8_0, TARGETS
 
 COLUMNS = ("llama.cpp setting", "flags", "tokens/s (decode)", "tokens/s (with prompt)", "vs HF greedy", "acceptance",
            "identical")
@@ -57,15 +58,25 @@ def summary_line(result: LlamaCppResult) -> str:
         if r.error is not None:
             failed.setdefault(r.error.removeprefix(f"{r.setting.name}: "), []).append(r.setting.name)
     parts += [f"{', '.join(names)} failed: {why}" for why, names in failed.items()]
-    return f"{FAMILY} (server timings): " + "; ".join(parts)
+    if result.plain_as_hf is not None and plain is not None and plain.error is None:
+        parts.append(f"plain equal to HF greedy on {result.plain_as_hf}/{len(plain.completions)} prompts")
+    return f"{_family(result)} (server timings): " + "; ".join(parts)
+
+
+def _family(result: LlamaCppResult) -> str:
+    """How the rows name the peer: llama.cpp, with its target where that is not the model in F32."""
+    return FAMILY if result.kind == F32 else f"{FAMILY}, {result.kind} target"
 
 
 def _target(result: LlamaCppResult) -> str:
-    if result.checked_against == "HF greedy":
-        return "the model, all F32"
-    return ("the model at Q8_0, the 8-bit model llama.cpp users run: another int8 model than skipsearch's int8 "
-            "target (one scale per block of 32 weights, where the target has one per row), so its outputs are "
-            "checked against llama.cpp's own plain decoding of it, not HF greedy's")
+    types = ", ".join(f"{t} x{n}" for t, n in result.types)
+    what = "the model, all F32" if result.kind == F32 else TARGETS[result.kind]
+    if result.kind == Q8_0:
+        what += " (skipsearch's int8 target, where that is the target, has one scale per output row)"
+    what += f"; tensors {types}" if types else ""
+    if result.checked_against != "HF greedy":
+        what += "; its outputs are checked against llama.cpp's own plain decoding of it, not HF greedy's"
+    return what
 
 
 def markdown_lines(result: LlamaCppResult, *, labels: Sequence[str] | None = None,
@@ -107,7 +118,8 @@ def result_to_dict(result: LlamaCppResult) -> dict:
                                 for c in r.completions]}
 
     return {"server": result.server, "unavailable": result.unavailable, "best": result.best,
-            "target": result.target, "checked_against": result.checked_against,
+            "target": result.target, "target_kind": result.kind, "target_types": dict(result.types),
+            "plain_equal_to_hf_greedy": result.plain_as_hf, "checked_against": result.checked_against,
             "threads": result.threads, "context": result.context,
             "max_new_tokens": result.max_new_tokens, "prompts": result.prompts,
             "settings": [one(r) for r in result.settings]}

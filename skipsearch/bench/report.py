@@ -118,12 +118,16 @@ def report_to_dict(report: BenchReport) -> dict:
         "categories": {c: rows(rs) for c, rs in report.categories},
         "sweeps": [{"peer": s.peer, "option": s.option, "best": s.best, "rows": rows(s.rows)} for s in report.sweeps],
         "prompts": [dataclasses.asdict(p) for p in report.prompts],
-        "llama.cpp": None if report.llama is None else {
-            **llama_report.result_to_dict(report.llama),
-            "sweep": None if report.llama_sweep is None else llama_report.result_to_dict(report.llama_sweep)},
+        "llama.cpp": None if report.llama is None else _llama_dict(report.llama, report.llama_sweep),
+        **({"llama.cpp targets": [_llama_dict(*more) for more in report.llama_more]} if report.llama_more else {}),
         "batched": None if report.batched is None else batched_report.to_dict(report.batched),
         "vllm": None if report.vllm is None else vllm_bench.result_to_dict(report.vllm),
     }
+
+
+def _llama_dict(result, sweep) -> dict:
+    return {**llama_report.result_to_dict(result),
+            "sweep": None if sweep is None else llama_report.result_to_dict(sweep)}
 
 
 def report_json(report: BenchReport) -> str:
@@ -267,6 +271,7 @@ def summary_lines(report: BenchReport) -> list[str]:
         out.append("Output differs from HF greedy (no speedup given): " + ", ".join(s.flagged))
     if report.llama is not None:
         out.append(llama_report.summary_line(report.llama))
+    out += [llama_report.summary_line(more) for more, _ in report.llama_more]
     if report.vllm is not None:
         out.append(vllm_bench.summary_line(report.vllm))
     if (last := headline(report, s)) is not None:
@@ -392,12 +397,14 @@ def _llama_lines(report: BenchReport) -> list[str]:
         return []
     base = report.row(BASELINE)
     labels = [p.prompt_id for p in report.prompts if p.method == BASELINE]
-    lines = ["## llama.cpp", "", *llama_report.markdown_lines(
-        report.llama, labels=labels, baseline_tokens_per_s=base.tokens_per_s if base else None)]
-    if report.llama_sweep is not None:
-        n = report.settings.sweep_prompts
-        lines += [f"### llama.cpp sweep ({n} prompt{'' if n == 1 else 's'} of the calib split; the chosen setting "
-                  "then ran above)", "", *llama_report.markdown_lines(report.llama_sweep)]
+    lines, n = [], report.settings.sweep_prompts
+    for i, (result, sweep) in enumerate(((report.llama, report.llama_sweep), *report.llama_more)):
+        title = "llama.cpp" if i == 0 and not report.llama_more else f"llama.cpp on `{result.target or '-'}`"
+        lines += [f"## {title}", "", *llama_report.markdown_lines(
+            result, labels=labels, baseline_tokens_per_s=base.tokens_per_s if base else None)]
+        if sweep is not None:
+            lines += [f"### {title} sweep ({n} prompt{'' if n == 1 else 's'} of the calib split; the chosen setting "
+                      "then ran above)", "", *llama_report.markdown_lines(sweep)]
     return lines
 
 

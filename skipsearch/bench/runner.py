@@ -129,6 +129,8 @@ class BenchReport:
     wall_seconds: float
     llama: LlamaCppResult | None = None  # the llama.cpp peer; None: not asked for
     llama_sweep: LlamaCppResult | None = None  # its settings on the sweep prompts, where it chose among several
+    # the llama.cpp peer on each further target GGUF (--llama-target's after the first), with its sweep
+    llama_more: tuple[tuple[LlamaCppResult, LlamaCppResult | None], ...] = ()
     batched: BatchedBench | None = None  # the section by batch size (bench --batch-sizes); None: not asked for
     vllm: VllmResult | None = None  # the vLLM peer; None: not asked for
 
@@ -242,12 +244,13 @@ def _reference(runs, n: int) -> list:
 
 
 def _llama_rows(sm: SkippableModel, llama: LlamaPlan, runs, ids, sweep_ids, *, max_new_tokens: int, profiles,
-                on_stage, on_progress):
-    """llama.cpp's rows (``llamacpp_bench``), checked against HF greedy's tokens from the main run."""
+                on_stage, on_progress) -> list[tuple[LlamaCppResult, LlamaCppResult | None]]:
+    """llama.cpp's rows (``llamacpp_bench``) on each of its target GGUFs in turn, checked against HF greedy's
+    tokens from the main run: [(rows, sweep)] per target."""
     reference = _reference(runs, len(ids))
-    return bench_llamacpp(sm, llama, ids, reference, sweep_ids=sweep_ids, max_new_tokens=max_new_tokens,
-                          threads=torch.get_num_threads(), profiles=profiles, on_stage=on_stage,
-                          on_progress=on_progress)
+    return [bench_llamacpp(sm, llama, ids, reference, sweep_ids=sweep_ids, max_new_tokens=max_new_tokens,
+                           threads=torch.get_num_threads(), profiles=profiles, on_stage=on_stage,
+                           on_progress=on_progress, target=target) for target in llama.targets or (None,)]
 
 
 def bench(
@@ -314,7 +317,7 @@ def bench(
         sm, batched, ids, labels, max_new_tokens=max_new_tokens, repeats=repeats, prepared=sizes, on_stage=on_stage,
         on_progress=on_progress)
     # 5. llama.cpp, last: its servers never share the machine with a timed row
-    llama_result, llama_sweep = (None, None) if llama is None else _llama_rows(
+    llamas = [(None, None)] if llama is None else _llama_rows(
         sm, llama, runs, ids, sweep_ids if sweep else (), max_new_tokens=max_new_tokens, profiles=profiles,
         on_stage=on_stage, on_progress=on_progress)
     vllm_result = None if vllm is None else bench_vllm(
@@ -327,7 +330,8 @@ def bench(
         precision=getattr(sm, "target_precision", "native"))
     return BenchReport(settings=settings, environment=_environment(sm), rows=rows, categories=categories,
                        sweeps=tuple(sweeps), prompts=per_prompt, wall_seconds=timing.now(sm.device) - t0,
-                       llama=llama_result, llama_sweep=llama_sweep, batched=section, vllm=vllm_result)
+                       llama=llamas[0][0], llama_sweep=llamas[0][1], llama_more=tuple(llamas[1:]), batched=section,
+                       vllm=vllm_result)
 
 
 def _environment(sm: SkippableModel) -> tuple:

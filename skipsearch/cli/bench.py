@@ -28,6 +28,11 @@ Peers = Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-p
 LlamaSettings = Annotated[str | None, typer.Option(
     help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
     "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")]
+LlamaTarget = Annotated[str | None, typer.Option(
+    help="With --peers llama.cpp: llama.cpp's target GGUF, comma-separated for several, each after the other: f32 "
+    "(the model's weights, HF's numbers), exact (the same weights in the fewest bytes that give them back, as the "
+    "panel kernel holds them: a GGUF's own Q4_1/Q8_0 blocks, BF16), q8_0 (the 8-bit model llama.cpp users run). "
+    "Default: f32, or q8_0 for the int8 target.")]
 SweepPrompts = Annotated[
     int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
 ]
@@ -56,6 +61,7 @@ def bench(
     peers: Peers = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
     llama_server: options.LlamaServer = None,
     llama_settings: LlamaSettings = None,
+    llama_target: LlamaTarget = None,
     vllm_python: options.VllmPython = None,
     dataset: options.Dataset = options.DATASET,
     split: options.Split = options.SPLIT,
@@ -103,8 +109,8 @@ def bench(
         target_precision=options.precision_of(target_precision),
         kernel=None if kernel == "auto" else kernel, report=report,
         as_json=json_out, write_measured=write_measured, force=force, llama_server=llama_server,
-        llama_settings=llama_settings, vllm_python=vllm_python, batch_sizes=batch_sizes, batch_ks=batch_ks,
-        strict=strict,
+        llama_settings=llama_settings, llama_target=llama_target, vllm_python=vllm_python, batch_sizes=batch_sizes,
+        batch_ks=batch_ks, strict=strict,
     )
     with user_errors():
         if plot:
@@ -219,11 +225,14 @@ def _print_bench(run, *, by_category: bool, report: Path | None, json_out: Path 
     for text in batched_report.flagged_lines(result.batched.rows if result.batched is not None else ()):
         typer.echo(text, err=True)
     labels = [p.prompt_id for p in result.prompts if p.method == BASELINE]
-    for llama in (result.llama_sweep, result.llama):
+    main = {id(result.llama), *(id(more) for more, _ in result.llama_more)}  # on the bench prompts, not a sweep's
+    for llama in (result.llama_sweep, result.llama, *(x for pair in result.llama_more for x in pair[::-1])):
         for r in llama.settings if llama is not None else ():
             if r.error is None and not r.ok:
-                typer.echo(f"warning: llama.cpp {r.setting.name} output differs from hf-greedy "
-                           f"({r.first_mismatch(labels if llama is result.llama else None)})", err=True)
+                against = "hf-greedy" if llama.checked_against == "HF greedy" else "its own plain decoding"
+                on = "" if llama.kind == "f32" else f" on {llama.target}"
+                typer.echo(f"warning: llama.cpp {r.setting.name}{on} output differs from {against} "
+                           f"({r.first_mismatch(labels if id(llama) in main else None)})", err=True)
     for r in result.vllm.rows if result.vllm is not None else ():
         if r.identical != r.prompts:
             typer.echo(f"warning: vllm {r.setting} output differs from hf-greedy on {r.prompts - r.identical} of "

@@ -7,6 +7,12 @@ in the scheme's GGML type (``TYPES``); full-precision sublayers (``full_attn`` /
 token embedding stay F32, as the precision draft keeps them. For ``llama``, q and k rows are reordered from HF's
 rotate-half rotary layout to GGUF's interleaved one (a fixed permutation per head; ``qwen2`` uses HF's layout).
 The tokenizer (GPT-2 byte-level BPE or SentencePiece from ``tokenizer.json``) is read with ``gguf.vocab``.
+
+With ``exact``, each weight that would be F32 (the full-precision linears, the head, the token embedding) is
+written instead in the fewest bytes that give back its fp32 values bit for bit, as the ``panel`` kernel holds it
+(``kernels/lowbit/exact.py``): a model converted from a GGUF gets its blocks back (smollm2-135m: Q4_1 linears, a
+Q8_0 embedding), a bf16 checkpoint's weights BF16, any other stays F32 (``exact_tensor``). llama.cpp then runs the
+same weights as skipsearch in the same bytes, with its own arithmetic (8-bit activations for block types).
 """
 
 from __future__ import annotations
@@ -38,12 +44,44 @@ def reorder_rotary(weight: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(weight.shape))
 
 
+def _halves(x) -> object:
+    """fp16 [N, G] as its bytes [N, G, 2] (little-endian, as GGML stores a block's scale)."""
+    import torch
+
+    return x.contiguous().view(torch.uint8).view(*x.shape, 2)
+
+
+def exact_tensor(weight) -> tuple[str, np.ndarray]:
+    """(GGML type, data) holding ``weight`` [N, K]'s fp32 values bit for bit in the fewest bytes: its Q4_1 or Q8_0
+    blocks where ``kernels/lowbit/exact.py`` finds them (their GGML block bytes, [N, K / 32 * block size] uint8),
+    BF16 where bf16 gives them back, else F32 itself."""
+    import gguf
+    import torch
+
+    from skipsearch.kernels.lowbit.exact import BLOCK, fit_bf16, fit_q4_1, fit_q8_0
+
+    w = weight.detach().float().cpu().contiguous()
+    n = w.shape[0]
+    if (fit := fit_q4_1(w)) is not None:
+        q, d, m = fit  # block_q4_1: d, m (fp16), then 16 bytes: q[j] in the low nibble, q[j + 16] in the high one
+        b = q.view(n, -1, BLOCK)
+        qs = b[..., :BLOCK // 2] | (b[..., BLOCK // 2:] << 4)
+        return "Q4_1", torch.cat((_halves(d), _halves(m), qs), -1).reshape(n, -1).numpy()
+    if (fit := fit_q8_0(w)) is not None:
+        q, d = fit  # block_q8_0: d (fp16), then the 32 int8 codes
+        return "Q8_0", torch.cat((_halves(d), q.view(torch.uint8).view(n, -1, BLOCK)), -1).reshape(n, -1).numpy()
+    if fit_bf16(w) is not None:
+        return "BF16", gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.BF16)  # exact: no rounding left
+    return "F32", w.numpy()
+
+
 def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_head: bool = True,
                      full_attn: tuple[int, ...] = (), full_mlp: tuple[int, ...] = (),
-                     layers: Sequence[int] | None = None) -> dict:
+                     layers: Sequence[int] | None = None, exact: bool = False) -> dict:
     """Write the draft GGUF of ``sm`` (loaded from ``checkpoint``, whose tokenizer it carries); returns what the
     manifest records about it (tensor types and counts). ``layers`` keeps only those decoder layers, in order,
-    numbered 0.. in the file (a shallow draft: a layer-skip draft's kept whole layers; default all)."""
+    numbered 0.. in the file (a shallow draft: a layer-skip draft's kept whole layers; default all). ``exact``
+    writes each weight that would be F32, norms aside, as ``exact_tensor`` holds it (the same values)."""
     import gguf
 
     if scheme not in TYPES:
@@ -55,14 +93,20 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
     kept = shallow_layers(layers, sm.num_layers)
     qtype = gguf.GGMLQuantizationType[TYPES[scheme][0]]
     writer = gguf.GGUFWriter(str(path), arch)
-    _metadata(writer, cfg, arch, name=sm.name, file_type=gguf.LlamaFileType[TYPES[scheme][1]], blocks=len(kept))
+    # an exact file's type is its tensors' most common, known once they are written
+    _metadata(writer, cfg, arch, name=sm.name, blocks=len(kept),
+              file_type=None if exact else gguf.LlamaFileType[TYPES[scheme][1]])
     _tokenizer(writer, Path(checkpoint), vocab_size=cfg.vocab_size)
     counts: dict[str, int] = {}
 
     def add(name: str, tensor, ggml: str) -> None:
         data = tensor.detach().float().cpu().numpy()
+        if exact and ggml == "F32" and data.ndim == 2:  # a weight matrix, not a norm or a bias
+            ggml, data = exact_tensor(tensor)
         kind = gguf.GGMLQuantizationType[ggml]
-        if kind == gguf.GGMLQuantizationType.F32:
+        if data.dtype == np.uint8:  # exact_tensor's blocks, as GGML stores them
+            writer.add_tensor(name, data, raw_dtype=kind)
+        elif kind == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, data.astype(np.float32))
         elif kind == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(name, data.astype(np.float16))
@@ -93,6 +137,8 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
             add(f"blk.{i}.{g_name}.weight", getattr(layer.mlp, hf_name).weight, mlp_type)
     add("output_norm.weight", sm.hf.model.norm.weight, "F32")
     add("output.weight", sm.lm_head.weight, qtype.name if quant_head else "F32")
+    if exact:
+        writer.add_file_type(_file_type(counts))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -103,7 +149,17 @@ def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_hea
     return out
 
 
-def _metadata(writer, cfg, arch: str, *, name: str, file_type, blocks: int) -> None:
+def _file_type(counts: dict[str, int]):
+    """The GGUF file type an exact file declares (for people: llama.cpp reads each tensor's own type): its most
+    common weight type's."""
+    import gguf
+
+    kinds = {"Q4_1": "MOSTLY_Q4_1", "Q8_0": "MOSTLY_Q8_0", "BF16": "MOSTLY_BF16"}
+    common = max((c, t) for t, c in counts.items() if t in kinds)[1] if set(counts) & set(kinds) else None
+    return gguf.LlamaFileType[kinds[common]] if common else gguf.LlamaFileType.ALL_F32
+
+
+def _metadata(writer, cfg, arch: str, *, name: str, blocks: int, file_type) -> None:
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta") or getattr(cfg, "rope_theta", 10000.0)
     writer.add_name(Path(name).name)
@@ -119,7 +175,8 @@ def _metadata(writer, cfg, arch: str, *, name: str, file_type, blocks: int) -> N
     writer.add_rope_freq_base(float(rope))
     writer.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
     writer.add_vocab_size(cfg.vocab_size)
-    writer.add_file_type(file_type)
+    if file_type is not None:
+        writer.add_file_type(file_type)
 
 
 def _tokenizer(writer, checkpoint: Path, *, vocab_size: int) -> None:
@@ -153,4 +210,4 @@ def _tokenizer(writer, checkpoint: Path, *, vocab_size: int) -> None:
     SpecialVocab(checkpoint, load_merges=vocab.tokenizer_model == "gpt2", n_vocab=len(tokens)).add_to_gguf(writer)
 
 
-__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "reorder_rotary", "write_draft_gguf"]
+__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "exact_tensor", "reorder_rotary", "write_draft_gguf"]
