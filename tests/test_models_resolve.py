@@ -417,3 +417,57 @@ def test_the_converted_default_model_has_no_quantization_config(real_sm):
     config = json.loads((checkpoints.cache_dir() / "models" / "smollm2-135m" / "config.json").read_text())
     assert "quantization_config" not in config
     assert "quantization_config" not in real_sm.hf.config.to_dict()
+
+
+# -- a GGUF file as the model ----------------------------------------------------------------------
+def _tiny_gguf(tmp_path: Path, scheme: str = "int8") -> Path:
+    """A tiny Llama written as a GGUF by the llama.cpp export's writer, its linears at ``scheme``'s GGML type."""
+    from test_export import _bpe_checkpoint
+
+    from skipsearch.export.gguf_draft import write_draft_gguf
+    from skipsearch.model.skippable import SkippableModel
+
+    ckpt = tmp_path / "ckpt"
+    model = _bpe_checkpoint(ckpt)
+    path = tmp_path / f"tiny.{scheme}.gguf"
+    write_draft_gguf(path, SkippableModel(model, None, name=str(ckpt)), ckpt, scheme=scheme, quant_head=True)
+    return path
+
+
+def test_a_gguf_file_is_a_model_converted_once_and_held_in_its_own_blocks(tmp_path, monkeypatch):
+    import os
+
+    import gguf
+
+    from skipsearch.kernels.lowbit.exact import fit_q8_0
+
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path / "cache"))
+    path = _tiny_gguf(tmp_path)
+    found = checkpoints.find_checkpoint(str(path))
+    assert found.path.parent == tmp_path / "cache" / "models" / "gguf" and found.path.name.startswith("tiny.int8-")
+    sm = load_model(str(path), device="cpu", dtype="float32")
+    linears = [m for m in sm.hf.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(fit_q8_0(m.weight) is not None for m in linears)  # the file's Q8_0 blocks, every bit
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    down = tensors["blk.0.ffn_down.weight"]
+    want = torch.from_numpy(gguf.quants.dequantize(down.data, down.tensor_type).copy())
+    assert torch.equal(sm.layers[0].mlp.down_proj.weight.detach(), want)
+    monkeypatch.setattr(checkpoints, "_gguf_read_once", lambda: pytest.fail("the GGUF was read again"))
+    assert checkpoints.find_checkpoint(str(path)).path == found.path  # converted once: later loads read safetensors
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the file replaced: its conversion is not reused
+    with pytest.raises(pytest.fail.Exception, match="the GGUF was read again"):
+        checkpoints.find_checkpoint(str(path))
+
+
+def test_a_gguf_file_that_is_missing_or_not_a_model_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ModelError, match="model file '.*absent.gguf' does not exist"):
+        checkpoints.find_checkpoint(str(tmp_path / "absent.gguf"))
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a GGUF at all" * 64)
+    with pytest.raises(ModelError, match="cannot read model file 'garbage.gguf' as a GGUF model"):
+        checkpoints.find_checkpoint(str(garbage))
+    assert not any((tmp_path / "cache" / "models" / "gguf").iterdir())  # no half conversion left
+    assert_one_line_error(_decode("--model", str(garbage), "--prompt", "hi", "--max-new-tokens", "2"),
+                          "cannot read model file 'garbage.gguf'")

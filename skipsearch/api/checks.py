@@ -18,10 +18,10 @@ from skipsearch.profile import Profile
 
 
 def check_model_arg(model: str | None) -> None:
-    """``--model`` naming a file, not a model directory: say so before anything loads."""
-    if model and Path(model).is_file():
-        raise ModelError(f"--model '{model}' is a file; give a model directory (with config.json), an alias "
-                         f"(`skipsearch models`) or a hub id")
+    """``--model`` naming a file other than a GGUF, not a model directory: say so before anything loads."""
+    if model and Path(model).is_file() and not model.lower().endswith(".gguf"):
+        raise ModelError(f"--model '{model}' is a file; give a model directory (with config.json), a GGUF file, an "
+                         f"alias (`skipsearch models`) or a hub id")
 
 
 def check_prompts_fit(model: str, prompts: Sequence[Prompt], *, max_new_tokens: int) -> int:

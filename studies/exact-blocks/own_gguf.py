@@ -1,8 +1,9 @@
 """skipsearch's plain loop on the panel kernel (the model's linears held as its GGUF's blocks) and a profile's decode,
 against llama.cpp's plain decoding of the same model's F32 GGUF and of the checkpoint's own GGUF (smollm2-135m's
-Q4_1 file, whose blocks the panel kernel streams), rounds alternating side by side on the same held-out prompts.
+Q4_1 file, whose blocks the panel kernel streams; or, with ``--model FILE.gguf``, that file), rounds alternating side
+by side on the same held-out prompts.
 
-    .venv/bin/python studies/exact-blocks/own_gguf.py --profile P [--prompts 12] [--tokens 96] [--rounds 2]
+    .venv/bin/python studies/exact-blocks/own_gguf.py --profile P [--model M] [--prompts 12] [--tokens 96] [--rounds 2]
 
 Needs llama-server (``bash scripts/setup.sh --engines llama.cpp``). Tokens/s over the decode only (the prompt's
 time aside: llama.cpp's own counters, skipsearch's stats), summed over the prompts; outputs against skipsearch's
@@ -21,6 +22,7 @@ from pathlib import Path
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--profile", required=True)
+    p.add_argument("--model", default="smollm2-135m", help="the embedded model, or a GGUF file (its own GGUF)")
     p.add_argument("--kernel", default="panel-c8")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompts", type=int, default=12)
@@ -45,14 +47,17 @@ def main() -> None:
     server, missing = find_server()
     if server is None:
         raise SystemExit(missing)
-    sm = load_model("smollm2-135m", device="cpu", dtype="float32")
+    sm = load_model(a.model, device="cpu", dtype="float32")
     sm.use_kernel(a.kernel, capacity=1024)
     drafters = drafter_factory(load_profile(a.profile), sm)
     ids = [encode_prompt(sm.tokenizer, q) for q in load_prompts("mtbench,humaneval", split="heldout", n=a.prompts,
                                                                 seed=0)]
-    spec = EMBEDDED["smollm2-135m"]
-    own = Path(importlib.util.find_spec(spec.package).origin).parent / spec.gguf_file
-    f32, _ = write_ggufs(sm, find_checkpoint("smollm2-135m").path, drafts=())
+    if a.model.lower().endswith(".gguf"):
+        own = Path(a.model)
+    else:
+        spec = EMBEDDED[a.model]
+        own = Path(importlib.util.find_spec(spec.package).origin).parent / spec.gguf_file
+    f32, _ = write_ggufs(sm, find_checkpoint(a.model).path, drafts=())
     context = context_size(ids, a.tokens)
 
     def ours(drafter) -> tuple[float, list]:
@@ -71,7 +76,7 @@ def main() -> None:
     reference = None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            order = ["skipsearch plain", "skipsearch profile", "llama.cpp F32", "llama.cpp own Q4_1"]
+            order = ["skipsearch plain", "skipsearch profile", "llama.cpp F32", "llama.cpp own GGUF"]
             for side in order if r % 2 == 0 else order[::-1]:
                 if side.startswith("skipsearch"):
                     rate, out = ours((lambda: None) if side.endswith("plain") else drafters)
@@ -87,8 +92,8 @@ def main() -> None:
                     rate, hits = res.tokens_per_s, res.identical if reference else None
                 rates.setdefault(side, []).append(round(rate, 1))
                 same.setdefault(side, []).append(hits)
-    print(json.dumps({"profile": a.profile, "kernel": a.kernel, "threads": a.threads, "prompts": a.prompts,
-                      "tokens": a.tokens, "decode_tokens_per_s": rates,
+    print(json.dumps({"model": a.model, "profile": a.profile, "kernel": a.kernel, "threads": a.threads,
+                      "prompts": a.prompts, "tokens": a.tokens, "decode_tokens_per_s": rates,
                       "identical_to_skipsearch_plain (HF greedy)": same,
                       "own_gguf": own.name}, indent=1))
 
