@@ -83,10 +83,7 @@ def ensure_embedded(name: str) -> Path:
 def ensure_gguf(path: Path) -> Path:
     """A GGUF file given as ``--model``, converted once to safetensors (``convert_gguf``) under skipsearch's cache,
     keyed by the file's name, size and modification time: an edited or replaced file is converted again."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise ModelError(f"cannot read model file '{path}': {exc.strerror or exc}") from None
+    st = path.stat()  # find_checkpoint found the file
     key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:12]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
     target = cache_dir() / "models" / "gguf" / f"{stem}-{key}"
@@ -96,14 +93,10 @@ def ensure_gguf(path: Path) -> Path:
 
 
 def convert_gguf(gguf_path: Path, target: Path, *, label: str) -> Path:
-    """Convert ``gguf_path`` to a plain safetensors checkpoint in ``target`` once; return ``target``. transformers
-    dequantizes its blocks to fp32, which the ``panel`` kernel then holds as those blocks again, bit for bit
-    (``kernels/lowbit/exact.py``).
-
-    ``save_pretrained`` refuses GGUF-loaded models, so the dequantised state dict is copied
-    into a fresh model built from the same config. The conversion writes to a temporary
-    directory and renames it into place, so an interrupted conversion leaves no half cache.
-    """
+    """``gguf_path`` as a plain safetensors checkpoint in ``target`` (transformers dequantizes its blocks to fp32,
+    which the ``panel`` kernel holds as those blocks again). ``save_pretrained`` refuses GGUF-loaded models, so the
+    state dict is copied into a fresh model of the same config, written to a temporary directory and renamed into
+    place: an interrupted conversion leaves no half cache."""
     for needed in ("gguf", "accelerate"):
         if importlib.util.find_spec(needed) is None:
             raise ModelError(f"{label} needs '{needed}' to read its GGUF: pip install {needed}")
@@ -126,8 +119,8 @@ def convert_gguf(gguf_path: Path, target: Path, *, label: str) -> Path:
                                                                   dtype=torch.float32)
                 tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         except (ValueError, KeyError, OSError, TypeError, NotImplementedError) as exc:  # not a GGUF transformers reads
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"cannot read {label} as a GGUF model: {first[:200]}") from None
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ModelError(f"cannot read {label} as a GGUF model: {why}") from None
         plain = type(gguf_model)(gguf_model.config)  # dequantised floats: its config.json must not say GGUF
         plain.load_state_dict(gguf_model.state_dict())
         plain.generation_config = gguf_model.generation_config

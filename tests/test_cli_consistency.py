@@ -145,7 +145,8 @@ def _stub_bench(monkeypatch, rows):
     from skipsearch import api
     from skipsearch.bench import report as br
 
-    report = SimpleNamespace(rows=rows, prompts=(), llama=None, llama_sweep=None, batched=None, vllm=None)
+    report = SimpleNamespace(rows=rows, prompts=(), llama=None, llama_sweep=None, llama_more=(), batched=None,
+                             vllm=None)
     monkeypatch.setattr(api, "bench_profiles", lambda options, **_: SimpleNamespace(
         report=report, profiles=(), command=("skipsearch", "bench")))
     monkeypatch.setattr(br, "rich_tables", lambda result, **_: [])

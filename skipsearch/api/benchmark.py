@@ -6,7 +6,7 @@ blocks (``bench.report.measured_updates``) are the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,13 +99,7 @@ def bench_profiles(
     peers = list(dict.fromkeys(p.strip() for p in o.peers.split(",") if p.strip()))
     if (bad := next((p for p in peers if p not in (*bn.PEERS, lb.PEER, vb.PEER)), None)) is not None:
         raise ConfigError(f"unknown peer '{bad}': use {', '.join((*bn.PEERS, lb.PEER, vb.PEER))}")
-    llama, precision_asked = None, o.target_precision or next(iter({p.model.target_precision for _, p in profs}),
-                                                               NATIVE)
-    if lb.PEER in peers:  # not an HF contender: it runs after the timed rounds (bench.llamacpp_bench)
-        llama = lb.LlamaPlan(server=o.llama_server, settings=lb.parse_settings(o.llama_settings),
-                             threads=o.threads, targets=lb.parse_targets(o.llama_target, precision_asked))
-    elif o.llama_server is not None or o.llama_settings is not None or o.llama_target is not None:
-        raise ConfigError(f"--llama-server, --llama-settings and --llama-target need --peers {lb.PEER}")
+    llama = _llama_plan(o, peers, profs)
     vllm = vb.VllmPlan(python=o.vllm_python, threads=o.threads) if vb.PEER in peers else None
     if vllm is None and o.vllm_python is not None:
         raise ConfigError(f"--vllm-python needs --peers {vb.PEER}")
@@ -150,6 +144,20 @@ def bench_profiles(
     command = _command(o, name=name, paths=paths, peers=peers, dtype=dtype, precision=precision, kernel=kernel,
                        llama=llama, batched=batched)
     return BenchRun(report, tuple(profs), tuple(command))
+
+
+def _llama_plan(o: BenchOptions, peers: Sequence[str], profs):
+    """What ``--peers llama.cpp`` and its options ask for (``llamacpp_bench.LlamaPlan``), checked before the model
+    loads; None without the peer, whose options are then refused."""
+    from skipsearch.bench import llamacpp_bench as lb
+
+    if lb.PEER not in peers:
+        if o.llama_server is not None or o.llama_settings is not None or o.llama_target is not None:
+            raise ConfigError(f"--llama-server, --llama-settings and --llama-target need --peers {lb.PEER}")
+        return None
+    precision = o.target_precision or next(iter({p.model.target_precision for _, p in profs}), NATIVE)
+    return lb.LlamaPlan(server=o.llama_server, settings=lb.parse_settings(o.llama_settings), threads=o.threads,
+                        targets=lb.parse_targets(o.llama_target, precision))
 
 
 def _command(o: BenchOptions, *, name: str, paths, peers, dtype: str, precision: str, kernel, llama,

@@ -379,6 +379,19 @@ def _export_settings(export_dirs: Sequence[str | os.PathLike], profiles: Sequenc
     return made, failed
 
 
+def _files(sm, checkpoint, *, kind: str, kinds: Collection[str], drafts: Sequence[str], shallow: Sequence[Shallow],
+           cache) -> tuple:
+    """(the checkpoint, the target GGUF of ``kind``, {draft: GGUF}, {shallow draft: GGUF}) that the settings of
+    ``kinds`` need, each written once (``llamacpp_ggufs``); the checkpoint found by ``sm``'s name when None."""
+    if checkpoint is None:
+        from skipsearch.checkpoints import find_checkpoint
+
+        checkpoint = find_checkpoint(sm.name).path
+    path, ggufs = write_ggufs(sm, checkpoint, drafts=drafts if {DRAFT, BOTH} & set(kinds) else (), cache=cache,
+                              target=kind)
+    return checkpoint, path, ggufs, write_shallow(sm, checkpoint, shallow if DRAFT in kinds else (), cache=cache)
+
+
 def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, threads: int,
                   server: str | None = None, reference: Sequence[Sequence[int]] | None = None,
                   checkpoint: str | os.PathLike | None = None, profiles: Sequence[tuple[str, object]] = (),
@@ -397,10 +410,10 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
     ``profiles`` and ``export_dirs`` run whatever it names. ``on_setting(name, index, total)`` opens each
     setting. ``shallow`` adds each shallow self-draft (kind draft, at its own lengths: ``grid``'s ``shallow_n``).
     ``concurrency`` C > 1 runs each setting with C requests in flight (C slots). ``target`` is llama.cpp's target
-    GGUF (``llamacpp_ggufs.TARGETS``; None: ``target_type``'s default). ``reverse`` runs the
-    settings in the opposite order, plain last (a second timed pass, so that a drift
-    of the machine's speed does not favour the settings run early; a Q8_0 target's reference must then be given).
-    No binary: a result whose ``unavailable`` says so in one line, with nothing run."""
+    GGUF (``llamacpp_ggufs.TARGETS``; None: ``target_type``'s default). ``reverse`` runs the settings in the opposite
+    order, plain last (a second timed pass, so that a drift of the machine's speed does not favour the settings run
+    early; a target not checked against HF greedy then needs the reference of a first pass). No binary: a result
+    whose ``unavailable`` says so in one line, with nothing run."""
     import tempfile
 
     found, missing = find_server(server)
@@ -414,28 +427,23 @@ def llamacpp_rows(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: in
         from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
-    if checkpoint is None:
-        from skipsearch.checkpoints import find_checkpoint
-
-        checkpoint = find_checkpoint(sm.name).path
     try:
-        path, ggufs = write_ggufs(sm, checkpoint, drafts=drafts if {DRAFT, BOTH} & set(kinds) else (), cache=cache,
-                                  target=kind)
-        shallow_ggufs = write_shallow(sm, checkpoint, shallow if DRAFT in kinds else (), cache=cache)
+        checkpoint, path, ggufs, shallow_ggufs = _files(sm, checkpoint, kind=kind, kinds=kinds, drafts=drafts,
+                                                        shallow=shallow, cache=cache)
     except (ConfigError, OSError) as e:
         return LlamaCppResult(server=found, unavailable=f"{FAMILY}: cannot write the GGUFs: {e}")
     context = context_size(prompt_ids, max_new_tokens, draft=max((*n_max, 64)))
     with tempfile.TemporaryDirectory(prefix="skipsearch-llamacpp-") as tmp:
         exports, failed = _export_settings(*((export_dirs, profiles) if EXPORT in kinds else ((), ())), Path(tmp),
                                            lambda: (gguf_source(sm, checkpoint), Path(checkpoint)))
-        if not same_model:  # the Q8_0 target is another model: its settings are checked against its plain decoding
+        if not same_model:  # another model's numbers: its settings are checked against its plain decoding
             kinds, names = {*kinds, PLAIN}, None if names is None else {*names, PLAIN}
         settings = grid(drafts=ggufs, n_max=n_max, ngram_n=ngram_n, exports=exports, kinds=kinds,
                         names=None if names is None else {*names, *(s.name for s in exports)},
                         shallow=shallow_ggufs)
         if reverse:
             if not same_model and reference is None:
-                raise ConfigError("a reversed llama.cpp pass over a Q8_0 target needs the reference of a first pass")
+                raise ConfigError(f"a reversed llama.cpp pass over a {kind} target needs the reference of a first pass")
             settings = settings[::-1]
         results, plain_as_hf = [], None
         for i, s in enumerate(settings):  # plain first (grid's order), or last (reverse)
