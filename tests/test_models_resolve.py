@@ -454,6 +454,10 @@ def test_a_gguf_file_is_a_model_converted_once_and_held_in_its_own_blocks(tmp_pa
     assert torch.equal(sm.layers[0].mlp.down_proj.weight.detach(), want)
     monkeypatch.setattr(checkpoints, "_gguf_read_once", lambda: pytest.fail("the GGUF was read again"))
     assert checkpoints.find_checkpoint(str(path)).path == found.path  # converted once: later loads read safetensors
+    from skipsearch.export.base import served_model  # llama.cpp serves the file itself, vLLM and SGLang the conversion
+
+    served = served_model(load_profile(_profile_for(sm, tmp_path / "p.yaml")))
+    assert served.gguf == str(path.resolve()) and served.hf == str(found.path)
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the file replaced: its conversion is not reused
     with pytest.raises(pytest.fail.Exception, match="the GGUF was read again"):
