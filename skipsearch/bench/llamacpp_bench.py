@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skipsearch.bench import llamacpp as lp
-from skipsearch.bench.llamacpp_ggufs import TARGETS, target_type
+from skipsearch.bench.llamacpp_ggufs import TARGETS, target_for
 from skipsearch.checkpoints import ModelError
 from skipsearch.config import ConfigError
 
@@ -42,15 +42,14 @@ class LlamaPlan:
 
 def parse_targets(text: str | None, precision: str) -> tuple[str, ...]:
     """``--llama-target``, a comma list of ``TARGETS`` (f32, exact, q8_0), checked against the target precision
-    before any model loads; None: () (the precision's default, ``target_type``'s)."""
+    before any model loads; None: () (the precision's default, ``target_for``'s)."""
     if text is None:
         return ()
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:
         raise ConfigError(f"--llama-target names no llama.cpp target: use {', '.join(TARGETS)}")
-    probe = type("Target", (), {"target_precision": precision})()  # target_type reads only the precision
     for n in names:
-        target_type(probe, n)
+        target_for(precision, n)
     return names
 
 

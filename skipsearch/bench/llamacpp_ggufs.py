@@ -62,11 +62,16 @@ TARGETS = {  # llama.cpp's target GGUFs: what each holds, for people (``--llama-
 
 
 def target_type(sm, asked: str | None = None) -> str:
-    """The GGUF type of llama.cpp's target for ``sm`` (a key of ``TARGETS``): ``asked``, else F32 for a native
-    model (the same weights) and Q8_0 for the int8 target (model/target.py), the 8-bit model llama.cpp users run:
-    the nearest llama.cpp has, not the same. An int8 target takes only Q8_0 (its fp32 weights are not the model
-    it decodes)."""
-    int8 = getattr(sm, "target_precision", "native") == "int8"
+    """The GGUF type of llama.cpp's target for ``sm`` (a key of ``TARGETS``): ``target_for``'s, for its precision."""
+    return target_for(getattr(sm, "target_precision", "native"), asked)
+
+
+def target_for(precision: str, asked: str | None = None) -> str:
+    """The GGUF type of llama.cpp's target for a model of target ``precision`` (model/target.py): ``asked``, else
+    F32 for a native model (the same weights) and Q8_0 for the int8 target, the 8-bit model llama.cpp users run: the
+    nearest llama.cpp has, not the same. An int8 target takes only Q8_0 (its fp32 weights are not the model it
+    decodes). Needs no model: ``--llama-target`` is checked with it before one loads."""
+    int8 = precision == "int8"
     if asked is None:
         return Q8_0 if int8 else F32
     if asked not in TARGETS:
@@ -151,5 +156,5 @@ def _once(sm, checkpoint: str | os.PathLike, cache: str | os.PathLike | None, na
     return path
 
 
-__all__ = ["EXACT", "F32", "GGUF_LAYOUT", "Q8_0", "TARGETS", "Shallow", "gguf_cache", "gguf_source", "target_type",
-           "tensor_types", "write_ggufs", "write_shallow"]
+__all__ = ["EXACT", "F32", "GGUF_LAYOUT", "Q8_0", "TARGETS", "Shallow", "gguf_cache", "gguf_source", "target_for",
+           "target_type", "tensor_types", "write_ggufs", "write_shallow"]
