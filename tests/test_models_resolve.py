@@ -464,6 +464,31 @@ def test_a_gguf_file_is_a_model_converted_once_and_held_in_its_own_blocks(tmp_pa
         checkpoints.find_checkpoint(str(path))
 
 
+def test_a_q4_0_gguf_file_is_converted_with_plus_zeros_and_held_in_its_blocks(tmp_path, monkeypatch):
+    """llama.cpp's most common 4-bit file: gguf dequantizes a Q4_0 block's q = 8 to -0.0 where d < 0, which the
+    conversion makes +0.0 (the same value), so the panel kernel holds every linear as its blocks, bit for bit."""
+    import gguf
+
+    from skipsearch.kernels.lowbit.exact import Q41PanelLinear, exact_panel_linear, fit_q4_0
+    from tests.conftest import lowbit_or_skip
+
+    monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path / "cache"))
+    path = _tiny_gguf(tmp_path, scheme="int4")
+    sm = load_model(str(path), device="cpu", dtype="float32")
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    down = tensors["blk.0.ffn_down.weight"]
+    assert down.tensor_type.name == "Q4_0"
+    raw = torch.from_numpy(gguf.quants.dequantize(down.data, down.tensor_type).copy())
+    held = sm.layers[0].mlp.down_proj.weight.detach()
+    minus_zero = torch.tensor(-0.0).view(torch.int32)
+    assert (raw.view(torch.int32) == minus_zero).any() and not (held.view(torch.int32) == minus_zero).any()
+    assert torch.equal(held, raw)  # the same values
+    linears = [m for m in sm.hf.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(fit_q4_0(m.weight) is not None for m in linears)
+    lowbit_or_skip()
+    assert all(type(exact_panel_linear(m)) is Q41PanelLinear for m in linears)
+
+
 def test_a_gguf_file_that_is_missing_or_not_a_model_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("SKIPSEARCH_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ModelError, match="model file '.*absent.gguf' does not exist"):

@@ -50,6 +50,8 @@ class EngineSearchSettings:
     threads: int | None = None  # llama-server -t (None: torch's intra-op threads)
     target_precision: str | None = None  # native: an F32 target; int8: the model at Q8_0 (None: the profile's)
     server: str | None = None  # the llama-server (None: $SKIPSEARCH_LLAMA_SERVER, else PATH)
+    # llama.cpp's target GGUF (``llamacpp_ggufs.TARGETS``: f32, exact, q8_0; None: the precision's, F32 or Q8_0)
+    llama_target: str | None = None
     vllm_python: str | None = None  # the Python of vLLM's venv (None: $SKIPSEARCH_VLLM_PYTHON)
     log_dir: str | None = None  # vLLM: where each server's log goes (None: beside --out, <out stem>-logs)
     runs: int = 2
@@ -97,6 +99,12 @@ def optimize_engine(s: EngineSearchSettings, *, on_setting: Callable[[int, str, 
     if s.engine == VLLM and precision != NATIVE:
         raise ConfigError("--engine vllm serves the model's own checkpoint in fp32; its 8-bit peer is llama.cpp's "
                           "Q8_0 (--engine llama.cpp --target-precision int8)")
+    if s.llama_target is not None:
+        from skipsearch.bench.llamacpp_ggufs import target_for
+
+        if s.engine != LLAMA:
+            raise ConfigError(f"--llama-target goes with --engine {LLAMA}, not --engine {s.engine}")
+        target_for(precision, s.llama_target)  # a name it does not know, or one the int8 target has not: one line
     found = _find(s)
     name = base.model.name if base is not None else (s.model or "smollm2-135m")
     prompts = load_prompts(s.dataset, split="calib", n=s.n_prompts, seed=s.seed)
@@ -182,10 +190,12 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
     source = lg.gguf_source(sm, checkpoint)
     greedy = [hf_generate(source, x, max_new_tokens=s.max_new_tokens) for x in ids]
     shallow = ls.shallow_drafts(source, ids, greedy)
+    # an F32 target is HF's numbers, checked against HF greedy; exact and Q8_0 against their own plain decoding
+    target = lg.target_type(sm, s.llama_target)
     passes = ls.search_llamacpp(sm, ids, max_new_tokens=s.max_new_tokens, threads=threads, server=found,
                                 checkpoint=checkpoint, profiles=exports, runs=s.runs, on_setting=on_setting,
-                                shallow=shallow, reference=greedy if lg.target_type(sm) == "f32" else None,
-                                margin=s.margin)
+                                shallow=shallow, reference=greedy if target == lg.F32 else None,
+                                margin=s.margin, target=target)
     if passes and passes[-1].unavailable:
         raise ConfigError(passes[-1].unavailable)
     if not passes or passes[0].setting(lp.PLAIN) is None or passes[0].setting(lp.PLAIN).error:
@@ -201,7 +211,7 @@ def _llamacpp(s: EngineSearchSettings, sm, ids, *, name, own, found, threads, ha
                                     checkpoint=checkpoint, runs=s.runs,
                                     profiles=exports if ships.kind == lp.EXPORT else (), names={lp.PLAIN, ships.name},
                                     concurrency=c, reference=reference,
-                                    shallow=[sh for sh in shallow if sh.layers == ships.draft_layers],
+                                    shallow=[sh for sh in shallow if sh.layers == ships.draft_layers], target=target,
                                     on_setting=(lambda i, n, j, t, c=c: on_setting(i, f"{n} @{c}", j, t))
                                     if on_setting else None)
             checks.append((c, ls.at_concurrency(at, ships.name)))

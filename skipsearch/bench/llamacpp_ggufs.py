@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skipsearch.config import ConfigError
-from skipsearch.export.gguf_draft import DRAFT_SCHEMES
+from skipsearch.export.gguf_draft import DRAFT_SCHEMES, write_target_gguf
 
 GGUF_LAYOUT = 1  # the cache's layout: bump when the GGUFs written change (gguf_draft), so old ones are not reused
 
@@ -55,8 +55,8 @@ def gguf_cache(sm, *, cache: str | os.PathLike | None = None) -> Path:
 F32, EXACT, Q8_0 = "f32", "exact", "q8_0"
 TARGETS = {  # llama.cpp's target GGUFs: what each holds, for people (``--llama-target``)
     F32: "the model's weights, all F32: HF's numbers, so its outputs are checked against HF greedy's",
-    EXACT: "the model's weights in the fewest bytes that give them back (a GGUF's own Q4_1/Q8_0 blocks, BF16, else "
-           "F32): the same values and the same bytes as skipsearch's panel kernel, in llama.cpp's arithmetic",
+    EXACT: "the model's weights in the fewest bytes that give them back (a GGUF's own Q4_0/Q4_1/Q8_0 blocks, BF16, "
+           "else F32): the values skipsearch's panel kernel holds, in its blocks, in llama.cpp's arithmetic",
     Q8_0: "the model at Q8_0, the 8-bit model llama.cpp users run: another model (its weights rounded to blocks of "
           "32 with one scale each)",
 }
@@ -122,13 +122,11 @@ def write_ggufs(sm, checkpoint: str | os.PathLike, *, drafts: Sequence[str] = ("
     linears hold no fp32 weights: the GGUFs are written from the checkpoint loaded again in fp32 (once per machine).
     Returns (target, {draft name: path})."""
     _check_drafts(drafts)
-    every = tuple(range(sm.num_layers))
     kind = target_type(sm, target)
     if kind == Q8_0:  # the model at Q8_0, its head too (the int8 scheme's self-draft, as a target)
         path = _once(sm, checkpoint, cache, "target-q8_0.gguf", scheme=DRAFT_SCHEMES["q8_0"], quant_head=True)
-    else:  # the model at full precision (the fp16 scheme with every sublayer and the head kept F32), or exact
-        path = _once(sm, checkpoint, cache, f"target-{kind}.gguf", scheme="fp16", quant_head=False, full_attn=every,
-                     full_mlp=every, exact=kind == EXACT)
+    else:  # the model at full precision (every sublayer and the head kept F32), or exact
+        path = _once(sm, checkpoint, cache, f"target-{kind}.gguf", write=write_target_gguf, exact=kind == EXACT)
     return path, {d: _once(sm, checkpoint, cache, f"draft-{d}.gguf", scheme=DRAFT_SCHEMES[d], quant_head=True)
                   for d in drafts}
 
@@ -148,17 +146,20 @@ def _check_drafts(drafts: Sequence[str]) -> None:
         raise ConfigError(f"no GGUF self-draft {unknown[0]!r}: use {', '.join(DRAFT_SCHEMES)}")
 
 
-def _once(sm, checkpoint: str | os.PathLike, cache: str | os.PathLike | None, name: str, **kwargs) -> Path:
-    """``name`` in ``sm``'s GGUF cache, written by ``gguf_draft`` with ``kwargs`` unless it is there already."""
+def _once(sm, checkpoint: str | os.PathLike, cache: str | os.PathLike | None, name: str, *, write=None,
+          **kwargs) -> Path:
+    """``name`` in ``sm``'s GGUF cache, written by ``write`` (``gguf_draft.write_draft_gguf`` by default) with
+    ``kwargs`` unless it is there already."""
     from skipsearch.export.gguf_draft import write_draft_gguf
 
+    write = write or write_draft_gguf
     where = gguf_cache(sm, cache=cache)
     where.mkdir(parents=True, exist_ok=True)
     path = where / name
     if not path.is_file():
         partial = where / f".{name}.{os.getpid()}.partial"  # renamed into place whole
         try:
-            write_draft_gguf(partial, gguf_source(sm, checkpoint), Path(checkpoint), **kwargs)
+            write(partial, gguf_source(sm, checkpoint), Path(checkpoint), **kwargs)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)

@@ -158,17 +158,18 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                     names: Collection[str] | None = None, concurrency: int = 1,
                     reference: Sequence[Sequence[int]] | None = None,
                     on_setting: Callable[[int, str, int, int], None] | None = None,
-                    shallow: Sequence[lg.Shallow] = (), margin: float | None = None,
+                    shallow: Sequence[lg.Shallow] = (), margin: float | None = None, target: str | None = None,
                     ) -> tuple[lp.LlamaCppResult, ...]:
     """``runs`` passes of the whole grid (each shallow self-draft of ``shallow`` too, and each profile's export) on
     ``prompt_ids``, odd passes reversed;
     ``names`` keeps only the grid settings it names, ``concurrency`` C > 1 runs each with C requests in flight,
     ``reference`` is what outputs are checked against (default: HF greedy's for an F32 target, else the first
-    pass's plain decoding). ``on_setting(pass, name, index, total)`` opens each setting. With ``margin``, a pass
+    pass's plain decoding). ``target`` is llama.cpp's target GGUF (``llamacpp_ggufs.TARGETS``; None: the model's
+    precision's). ``on_setting(pass, name, index, total)`` opens each setting. With ``margin``, a pass
     after the first times only plain and what is still ``in_reach`` after the passes before it (the exports too),
     and none is run where nothing is. A pass that could not run (its ``unavailable``) ends the search with it."""
     passes: list[lp.LlamaCppResult] = []
-    if reference is None and lg.target_type(sm) == "f32":
+    if reference is None and lg.target_type(sm, target) == lg.F32:
         from skipsearch.engine.decoding import hf_generate
 
         reference = [hf_generate(sm, ids, max_new_tokens=max_new_tokens) for ids in prompt_ids]
@@ -179,7 +180,7 @@ def search_llamacpp(sm, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: 
                                   reference=reference, checkpoint=checkpoint, profiles=exports, drafts=drafts,
                                   n_max=n_max, ngram_n=ngram_n, kinds=KINDS, cache=cache, names=names,
                                   start_timeout=start_timeout, reverse=i % 2 == 1, concurrency=concurrency,
-                                  on_setting=step, shallow=shallow)
+                                  on_setting=step, shallow=shallow, target=target)
         passes.append(result)
         if on_setting and result.settings:
             on_setting(i, "", len(result.settings), len(result.settings))  # the pass is done

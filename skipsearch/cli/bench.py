@@ -28,11 +28,6 @@ Peers = Annotated[str, typer.Option(help="HF peers: hf-greedy (always run), hf-p
 LlamaSettings = Annotated[str | None, typer.Option(
     help="With --peers llama.cpp: comma-separated settings, e.g. 'plain,draft q4_0 n=8,ngram 3/2,export' "
     "(default: plain, draft q8_0 n=4, ngram 3/4, ngram 3/4 + draft q8_0 n=4, export).")]
-LlamaTarget = Annotated[str | None, typer.Option(
-    help="With --peers llama.cpp: llama.cpp's target GGUF, comma-separated for several, each after the other: f32 "
-    "(the model's weights, HF's numbers), exact (the same weights in the fewest bytes that give them back, as the "
-    "panel kernel holds them: a GGUF's own Q4_1/Q8_0 blocks, BF16), q8_0 (the 8-bit model llama.cpp users run). "
-    "Default: f32, or q8_0 for the int8 target.")]
 SweepPrompts = Annotated[
     int, typer.Option(min=0, help="Calib-split prompts each peer's knob is swept on; 0: no sweep.")
 ]
@@ -61,7 +56,7 @@ def bench(
     peers: Peers = "hf-greedy,hf-prompt-lookup,hf-early-exit,hf-assisted-quantized",
     llama_server: options.LlamaServer = None,
     llama_settings: LlamaSettings = None,
-    llama_target: LlamaTarget = None,
+    llama_target: options.LlamaTarget = None,
     vllm_python: options.VllmPython = None,
     dataset: options.Dataset = options.DATASET,
     split: options.Split = options.SPLIT,

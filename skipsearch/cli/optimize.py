@@ -81,6 +81,7 @@ def optimize(
     engine: Engine = None,
     profile: EngineProfile = None,
     llama_server: options.LlamaServer = None,
+    llama_target: options.LlamaTarget = None,
     vllm_python: options.VllmPython = None,
     concurrency: Concurrency = "1,2,4",
     strategy_flags: Mapping[str, Any] = {},  # noqa: B006 - read only: the strategy options' flags given
@@ -93,9 +94,9 @@ def optimize(
     warnings_to_stderr()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        if engine is not None or profile is not None or llama_server is not None or vllm_python is not None:
+        if any(x is not None for x in (engine, profile, llama_server, llama_target, vllm_python)):
             return _print_engine(_engine_search(_engine_settings(
-                engine, profile=profile, llama_server=llama_server, vllm_python=vllm_python,
+                engine, profile=profile, llama_server=llama_server, llama_target=llama_target, vllm_python=vllm_python,
                 study_flags=(costs, study, storage), model=model, out=out, dataset=dataset, n_prompts=n_prompts,
                 max_new_tokens=max_new_tokens, seed=seed, threads=threads, force=force, concurrency=concurrency,
                 target_precision=target_precision)), replace=force)
@@ -126,15 +127,17 @@ def optimize(
         _print_searched(_search(settings), replace=replace)
 
 
-def _engine_settings(engine: str | None, *, profile, llama_server, vllm_python, study_flags, model, out, dataset,
-                     n_prompts, max_new_tokens, seed, threads, force, concurrency, target_precision):
+def _engine_settings(engine: str | None, *, profile, llama_server, llama_target, vllm_python, study_flags, model, out,
+                     dataset, n_prompts, max_new_tokens, seed, threads, force, concurrency, target_precision):
     """``optimize --engine``'s flags as ``api.EngineSearchSettings``; a flag that does not go with them is one
     line."""
     from skipsearch import api
 
     if engine is None:
-        raise ConfigError("--profile, --llama-server and --vllm-python go with --engine llama.cpp|vllm")
-    for flag, given, own in (("--llama-server", llama_server, "llama.cpp"), ("--vllm-python", vllm_python, "vllm")):
+        raise ConfigError("--profile, --llama-server, --llama-target and --vllm-python go with --engine llama.cpp|vllm")
+    llama = "llama.cpp"
+    for flag, given, own in (("--llama-server", llama_server, llama), ("--llama-target", llama_target, llama),
+                             ("--vllm-python", vllm_python, "vllm")):
         if given is not None and engine != own:
             raise ConfigError(f"{flag} goes with --engine {own}, not --engine {engine}")
     if any(v is not None for v in study_flags):
@@ -149,7 +152,8 @@ def _engine_settings(engine: str | None, *, profile, llama_server, vllm_python, 
     return api.EngineSearchSettings(
         engine=engine, out=out or Path(f"{Path(profile).stem if profile else name}-{engine}.yaml"), model=model,
         profile=profile, dataset=dataset, n_prompts=n_prompts, max_new_tokens=max_new_tokens, seed=seed,
-        threads=threads, server=llama_server, vllm_python=vllm_python, force=force, concurrency=levels,
+        threads=threads, server=llama_server, llama_target=llama_target, vllm_python=vllm_python, force=force,
+        concurrency=levels,
         target_precision=options.precision_of(target_precision))
 
 

@@ -205,6 +205,11 @@ Objective = Annotated[str, choice(*objective_values(), help="auto (two-stage whe
 LlamaServer = Annotated[str | None, typer.Option(
     help="The llama-server binary (bench --peers llama.cpp, optimize --engine llama.cpp; default: "
          "$SKIPSEARCH_LLAMA_SERVER, else PATH).")]
+LlamaTarget = Annotated[str | None, typer.Option(
+    help="llama.cpp's target GGUF (bench --peers llama.cpp: comma-separated for several, each after the other; "
+    "optimize --engine llama.cpp: one): f32 (the model's weights, HF's numbers), exact (the same weights in the "
+    "fewest bytes that give them back, as the panel kernel holds them: a GGUF's own Q4_0/Q4_1/Q8_0 blocks, BF16), q8_0 "
+    "(the 8-bit model llama.cpp users run). Default: f32, or q8_0 for the int8 target.")]
 VllmPython = Annotated[str | None, typer.Option(
     help="The Python of the venv vLLM is installed in (optimize --engine vllm; default: $SKIPSEARCH_VLLM_PYTHON; "
          "`bash scripts/setup_engines.sh vllm` makes .venv-vllm).")]

@@ -52,27 +52,41 @@ def _halves(x) -> object:
 
 
 def exact_tensor(weight) -> tuple[str, np.ndarray]:
-    """(GGML type, data) holding ``weight`` [N, K]'s fp32 values bit for bit in the fewest bytes: its Q4_1 or Q8_0
-    blocks where ``kernels/lowbit/exact.py`` finds them (their GGML block bytes, [N, K / 32 * block size] uint8),
-    BF16 where bf16 gives them back, else F32 itself."""
+    """(GGML type, data) holding ``weight`` [N, K]'s fp32 values bit for bit in the fewest bytes: its Q4_0, Q4_1 or
+    Q8_0 blocks where ``kernels/lowbit/exact.py`` finds them (their GGML block bytes, [N, K / 32 * block size]
+    uint8; a Q4_0 block's q = 8 reads back through gguf as -0.0 where d < 0, the same value), BF16 where bf16 gives
+    them back, else F32 itself."""
     import gguf
     import torch
 
-    from skipsearch.kernels.lowbit.exact import BLOCK, fit_bf16, fit_q4_1, fit_q8_0
+    from skipsearch.kernels.lowbit.exact import BLOCK, fit_bf16, fit_q4_0, fit_q4_1, fit_q8_0
 
     w = weight.detach().float().cpu().contiguous()
     n = w.shape[0]
-    if (fit := fit_q4_1(w)) is not None:
-        q, d, m = fit  # block_q4_1: d, m (fp16), then 16 bytes: q[j] in the low nibble, q[j + 16] in the high one
+
+    def nibbles(q):  # 16 bytes a block: q[j] in the low nibble, q[j + 16] in the high one
         b = q.view(n, -1, BLOCK)
-        qs = b[..., :BLOCK // 2] | (b[..., BLOCK // 2:] << 4)
-        return "Q4_1", torch.cat((_halves(d), _halves(m), qs), -1).reshape(n, -1).numpy()
+        return b[..., :BLOCK // 2] | (b[..., BLOCK // 2:] << 4)
+
+    if (fit := fit_q4_0(w)) is not None:  # block_q4_0: d (fp16), then the nibbles
+        return "Q4_0", torch.cat((_halves(fit[1]), nibbles(fit[0])), -1).reshape(n, -1).numpy()
+    if (fit := fit_q4_1(w)) is not None:
+        q, d, m = fit  # block_q4_1: d, m (fp16), then the nibbles
+        return "Q4_1", torch.cat((_halves(d), _halves(m), nibbles(q)), -1).reshape(n, -1).numpy()
     if (fit := fit_q8_0(w)) is not None:
         q, d = fit  # block_q8_0: d (fp16), then the 32 int8 codes
         return "Q8_0", torch.cat((_halves(d), q.view(torch.uint8).view(n, -1, BLOCK)), -1).reshape(n, -1).numpy()
     if fit_bf16(w) is not None:
         return "BF16", gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.BF16)  # exact: no rounding left
     return "F32", w.numpy()
+
+
+def write_target_gguf(path: Path, sm, checkpoint: Path, *, exact: bool = False) -> dict:
+    """The whole model as a llama.cpp target (``write_draft_gguf``'s record): every sublayer and the head at F32 or,
+    ``exact``, each weight in the fewest bytes that give it back (``exact_tensor``)."""
+    every = tuple(range(sm.num_layers))
+    return write_draft_gguf(path, sm, checkpoint, scheme="fp16", quant_head=False, full_attn=every, full_mlp=every,
+                            exact=exact)
 
 
 def write_draft_gguf(path: Path, sm, checkpoint: Path, *, scheme: str, quant_head: bool = True,
@@ -210,4 +224,5 @@ def _tokenizer(writer, checkpoint: Path, *, vocab_size: int) -> None:
     SpecialVocab(checkpoint, load_merges=vocab.tokenizer_model == "gpt2", n_vocab=len(tokens)).add_to_gguf(writer)
 
 
-__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "exact_tensor", "reorder_rotary", "write_draft_gguf"]
+__all__ = ["ARCHES", "DRAFT_SCHEMES", "TYPES", "exact_tensor", "reorder_rotary", "write_draft_gguf",
+           "write_target_gguf"]

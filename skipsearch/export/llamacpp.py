@@ -27,6 +27,7 @@ from skipsearch.methods import DraftModel
 from skipsearch.profile import Profile
 
 ARGS = "llama-args.txt"
+EXACT_TARGET = "target-exact.gguf"  # the record's target name for ``--llama-target exact`` (llamacpp_ggufs)
 
 
 def _copy_problem(dm: DraftModel) -> str | None:
@@ -137,11 +138,26 @@ def write(directory: Path, profile: Profile, model=None) -> Written:
 def write_run(directory: Path, run: EngineRun, model=None) -> Written:
     """The setting llama.cpp itself ran fastest (``skipsearch optimize --engine llama.cpp``): its flags, and the
     self-draft GGUF they load (the model at that GGML type, its head too; a shallow one keeps only its recorded
-    layers), as the search ran them."""
-    from skipsearch.export.gguf_draft import write_draft_gguf
+    layers), as the search ran them; on the exact target (``--llama-target exact``) that target too, which no
+    llama.cpp tool writes."""
+    from skipsearch.export.gguf_draft import write_draft_gguf, write_target_gguf
 
     files, setting, notes = [], {"measured_setting": run.setting}, []
     args = list(run.args)
+    target = "TARGET.gguf"
+    if run.target == EXACT_TARGET:  # no llama.cpp tool writes these bytes: the export carries the file timed
+        sm, checkpoint = model()
+        setting["target_gguf"] = write_target_gguf(directory / EXACT_TARGET, sm, checkpoint, exact=True)
+        files.append(EXACT_TARGET)
+        target = str(directory / EXACT_TARGET)
+        notes.append(f"{EXACT_TARGET} is the model's weights in the fewest bytes that give them back (a GGUF's own "
+                     "Q4_0/Q4_1/Q8_0 blocks, BF16, else F32), as skipsearch's panel kernel holds them and as llama.cpp "
+                     "was timed; llama.cpp multiplies them by 8-bit activations, so its tokens are checked against "
+                     "its own plain decoding of this file")
+    else:
+        kind = "Q8_0" if "q8_0" in run.target else "F32"
+        notes.append(f"TARGET.gguf is the model as {kind}, as llama.cpp was timed (convert_hf_to_gguf.py --outtype "
+                     f"{kind.lower()}; the search wrote its own, {run.target}, under skipsearch's cache)")
     if run.draft is not None:
         name = f"draft-{run.draft}.gguf"
         sm, checkpoint = model()
@@ -151,11 +167,8 @@ def write_run(directory: Path, run: EngineRun, model=None) -> Written:
         args = [str(directory / name) if a == DRAFT_GGUF else a for a in args]
     setting["flags"] = args
     files.append(write_text(directory, ARGS, " ".join(args) + "\n"))
-    notes.append(f"measured: {run.summary()}")
-    kind = "Q8_0" if "q8_0" in run.target else "F32"
-    notes.append(f"TARGET.gguf is the model as {kind}, as llama.cpp was timed (convert_hf_to_gguf.py --outtype "
-                 f"{kind.lower()}; the search wrote its own, {run.target}, under skipsearch's cache)")
-    usage = f"llama-server -m TARGET.gguf {' '.join(shlex.quote(a) for a in args)}".rstrip()
+    notes.insert(0, f"measured: {run.summary()}")
+    usage = f"llama-server -m {shlex.quote(target)} {' '.join(shlex.quote(a) for a in args)}".rstrip()
     return Written(tuple(files), setting, usage, tuple(notes))
 
 

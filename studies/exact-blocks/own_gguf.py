@@ -4,6 +4,10 @@ Q4_1 file, whose blocks the panel kernel streams; or, with ``--model FILE.gguf``
 by side on the same held-out prompts.
 
     .venv/bin/python studies/exact-blocks/own_gguf.py --profile P [--model M] [--prompts 12] [--tokens 96] [--rounds 2]
+        [--without fit_q4_0]
+
+``--without FIT`` adds a side: the plain loop on a second copy of the model whose kernel was built without that fit
+of ``kernels/lowbit/exact.py`` (``fit_q4_0``: a Q4_0 file's linears as fp32 panels, as before the fit).
 
 Needs llama-server (``bash scripts/setup.sh --engines llama.cpp``). Tokens/s over the decode only (the prompt's
 time aside: llama.cpp's own counters, skipsearch's stats), summed over the prompts; outputs against skipsearch's
@@ -28,6 +32,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=12)
     p.add_argument("--tokens", type=int, default=96)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--without", default=None, help="a fit of kernels/lowbit/exact.py: a side built without it")
     a = p.parse_args()
     warnings.filterwarnings("ignore")
     import importlib.util
@@ -49,6 +54,17 @@ def main() -> None:
         raise SystemExit(missing)
     sm = load_model(a.model, device="cpu", dtype="float32")
     sm.use_kernel(a.kernel, capacity=1024)
+    models = {"skipsearch plain": sm, "skipsearch profile": sm}
+    if a.without:
+        from skipsearch.kernels.lowbit import exact
+
+        kept = exact.FORMATS
+        exact.FORMATS = tuple(f for f in kept if f[0].__name__ != a.without)
+        if exact.FORMATS == kept:
+            raise SystemExit(f"no fit {a.without} in kernels/lowbit/exact.py")
+        models[f"skipsearch plain without {a.without}"] = load_model(a.model, device="cpu", dtype="float32")
+        models[f"skipsearch plain without {a.without}"].use_kernel(a.kernel, capacity=1024)
+        exact.FORMATS = kept
     drafters = drafter_factory(load_profile(a.profile), sm)
     ids = [encode_prompt(sm.tokenizer, q) for q in load_prompts("mtbench,humaneval", split="heldout", n=a.prompts,
                                                                 seed=0)]
@@ -60,12 +76,12 @@ def main() -> None:
     f32, _ = write_ggufs(sm, find_checkpoint(a.model).path, drafts=())
     context = context_size(ids, a.tokens)
 
-    def ours(drafter) -> tuple[float, list]:
-        generate(sm, ids[0], drafter=drafter(), max_new_tokens=8)  # warm
+    def ours(drafter, model) -> tuple[float, list]:
+        generate(model, ids[0], drafter=drafter(), max_new_tokens=8)  # warm
         n = secs = 0.0
         out = []
         for x in ids:
-            s = generate(sm, x, drafter=drafter(), max_new_tokens=a.tokens)
+            s = generate(model, x, drafter=drafter(), max_new_tokens=a.tokens)
             n += s.stats.new_tokens
             secs += s.stats.seconds - s.stats.prefill_seconds
             out.append(list(s.token_ids))
@@ -76,11 +92,11 @@ def main() -> None:
     reference = None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            order = ["skipsearch plain", "skipsearch profile", "llama.cpp F32", "llama.cpp own GGUF"]
+            order = [*models, "llama.cpp F32", "llama.cpp own GGUF"]
             for side in order if r % 2 == 0 else order[::-1]:
                 if side.startswith("skipsearch"):
-                    rate, out = ours((lambda: None) if side.endswith("plain") else drafters)
-                    reference = reference or (out if side.endswith("plain") else None)
+                    rate, out = ours(drafters if side.endswith("profile") else (lambda: None), models[side])
+                    reference = reference or (out if side == "skipsearch plain" else None)
                     hits = None if reference is None else sum(x == y for x, y in zip(out, reference, strict=True))
                 else:
                     gguf = f32 if side.endswith("F32") else own

@@ -91,6 +91,26 @@ def fit_q4_1(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return q.to(torch.uint8).reshape(weight.shape), dh.squeeze(-1), mh.squeeze(-1)
 
 
+def fit_q4_0(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """A Q4_0 GGUF's blocks (w = d (q - 8), d fp16 of either sign, q in 0..15) in ``fit_q4_1``'s form: (q, d, m = -8 d)
+    with ``q * d + m`` equal to ``weight`` bit for bit, else None. llama.cpp's Q4_0 maps a block's largest |w| to
+    q = 0, so that weight is -8 d exactly (d q and 8 d are exact in fp32: 11 bits by 4). Where d < 0 gguf's
+    dequantizer gives q = 8 as -0.0 and this decoding +0.0, so a GGUF model's zeros are made +0.0 when it is
+    converted (``checkpoints.convert_gguf``): the same values, and then the same bits."""
+    b = _blocks(weight)
+    if b is None:
+        return None
+    ends = b.gather(-1, b.abs().argmax(-1, keepdim=True))  # the block's largest |w|, with its sign
+    dh = (ends / -8).half()
+    d = dh.float()
+    if not _same_bits(d * -8, ends).all():  # -8 d is an fp16 scale's weight: not Q4_0 data where it is not
+        return None
+    q = (b / torch.where(d != 0, d, 1)).round_().add_(8).clamp_(0, 15)
+    if not _same_bits(q * d + d * -8, b).all():
+        return None
+    return q.to(torch.uint8).reshape(weight.shape), dh.squeeze(-1), (dh * -8).squeeze(-1)
+
+
 def pack_q4_1(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [N, K] 0..15, d, m [N, G] fp16) -> (codes [panels, K, 16] uint8: byte i holds column i in its low nibble
     and column i + 16 in its high one; dm [panels, G, 2, 32] fp16: d, then m), as ``csrc/lowbit.cpp`` reads them."""
@@ -171,7 +191,9 @@ class B16PanelLinear(LowbitLinear):
         return torch.ops.skipsearch.bf16_panel_linear(x, codes, bias, n)
 
 
-FORMATS = ((fit_q4_1, Q41PanelLinear), (fit_q8_0, Q80PanelLinear), (fit_bf16, B16PanelLinear))  # smallest first
+# smallest first; a Q4_0 block runs as the Q4_1 block (d, -8 d) it equals
+FORMATS = ((fit_q4_1, Q41PanelLinear), (fit_q4_0, Q41PanelLinear), (fit_q8_0, Q80PanelLinear),
+           (fit_bf16, B16PanelLinear))
 
 
 def exact_panel_linear(linear: nn.Linear) -> LowbitLinear:
