@@ -11,7 +11,8 @@ The tokenizer (GPT-2 byte-level BPE or SentencePiece from ``tokenizer.json``) is
 With ``exact``, each weight that would be F32 (the full-precision linears, the head, the token embedding) is
 written instead in the fewest bytes that give back its fp32 values bit for bit, as the ``panel`` kernel holds it
 (``kernels/lowbit/exact.py``): a model converted from a GGUF gets its blocks back (smollm2-135m: Q4_1 linears, a
-Q8_0 embedding), a bf16 checkpoint's weights BF16, any other stays F32 (``exact_tensor``). llama.cpp then runs the
+Q8_0 embedding; a Q4_0 file's linears Q4_0), a bf16 checkpoint's weights BF16, any other stays F32
+(``exact_tensor``). llama.cpp then runs the
 same weights as skipsearch in the same bytes, with its own arithmetic (8-bit activations for block types).
 """
 
@@ -168,7 +169,7 @@ def _file_type(counts: dict[str, int]):
     common weight type's."""
     import gguf
 
-    kinds = {"Q4_1": "MOSTLY_Q4_1", "Q8_0": "MOSTLY_Q8_0", "BF16": "MOSTLY_BF16"}
+    kinds = {"Q4_0": "MOSTLY_Q4_0", "Q4_1": "MOSTLY_Q4_1", "Q8_0": "MOSTLY_Q8_0", "BF16": "MOSTLY_BF16"}
     common = max((c, t) for t, c in counts.items() if t in kinds)[1] if set(counts) & set(kinds) else None
     return gguf.LlamaFileType[kinds[common]] if common else gguf.LlamaFileType.ALL_F32
 
