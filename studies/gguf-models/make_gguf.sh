@@ -2,7 +2,7 @@
 # The GGUF files of studies/gguf-models.md, as a llama.cpp user makes them: llama.cpp's own llama-quantize, from the
 # default model's Q4_1 file (the only weights of it installable here; --allow-requantize decodes its Q4_1 blocks and
 # rounds them to the type asked). Needs the llama.cpp that `bash scripts/setup.sh --engines llama.cpp` builds.
-#   bash studies/gguf-models/make_gguf.sh [Q8_0|Q4_0|F16]   (default Q8_0) -> models/SmolLM2-135M-Instruct.<type>.gguf
+#   bash studies/gguf-models/make_gguf.sh [TYPE]   (Q8_0, Q4_0, F16, any llama-quantize type; default Q8_0) -> models/SmolLM2-135M-Instruct.<type>.gguf
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 type=${1:-Q8_0}
