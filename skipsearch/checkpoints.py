@@ -80,8 +80,7 @@ def ensure_embedded(name: str) -> Path:
 
 def ensure_gguf(path: Path) -> Path:
     """A GGUF file given as ``--model``, converted once to safetensors (``convert_gguf``) under skipsearch's cache,
-    keyed by the file's name, size and modification time (and the conversion's version): an edited or replaced file
-    is converted again."""
+    keyed by the file's name, size, modification time and the conversion's version: an edited file converts again."""
     st, version = path.stat(), 2  # find_checkpoint found the file; version 2: every zero +0.0 (convert_gguf)
     key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{version}".encode()).hexdigest()[:12]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
@@ -121,8 +120,9 @@ def convert_gguf(gguf_path: Path, target: Path, *, label: str) -> Path:
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise ModelError(f"cannot read {label} as a GGUF model: {why}") from None
         plain = type(gguf_model)(gguf_model.config)  # dequantised floats: its config.json must not say GGUF
-        # + 0.0: a zero is +0.0, as the panel kernel decodes a Q4_0 block's (gguf gives d (8 - 8) as -0.0 for d < 0)
-        plain.load_state_dict({k: v + 0.0 if v.is_floating_point() else v for k, v in gguf_model.state_dict().items()})
+        plain.load_state_dict(gguf_model.state_dict())
+        for p in plain.parameters():  # in place (no copy of a large model): every zero +0.0, as the panel kernel
+            p.detach().add_(0.0)  # decodes a Q4_0 block's (gguf gives d (8 - 8) as -0.0 for d < 0)
         plain.generation_config = gguf_model.generation_config
         try:
             plain.save_pretrained(tmp)
